@@ -1,0 +1,12 @@
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))  # lets test modules import model_checks
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)

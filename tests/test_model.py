@@ -1,0 +1,288 @@
+"""The hybrid causal LM: caching, generation, padding, save/reload, checkpointing, training, bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+import hf_ssm.modeling.mixer_pd_ssm as mixer_pd_ssm
+from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
+from hf_ssm.modeling.scan_pd import pd_scan_sequential
+from model_checks import max_cached_decode_error, reload_is_bit_identical, tiny_config
+
+PATTERNS = ["S", "SA", "AS", "SASA"]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_cached_decode_equals_full_forward(pattern):
+    """Prefill + token-by-token decoding with DynamicCache gives the full-sequence logits (<= 1e-4)."""
+    assert max_cached_decode_error(tiny_config(pattern)) <= 1e-4
+
+
+def test_ssm_cache_holds_fixed_size_state():
+    """An SSM layer's cache slot is its (B, H, N) recurrent state, not something that grows with T."""
+    model = HybridSSMForCausalLM(tiny_config("SA")).eval()
+    with torch.no_grad():
+        cache = model(torch.randint(1, 37, (3, 50)), use_cache=True).cache
+        state = cache.layers[0].recurrent_states[0]
+        assert state.shape == (3, 2, 5) and state.dtype == torch.complex64
+        cache = model(torch.randint(1, 37, (3, 1)), cache=cache, use_cache=True).cache
+        assert cache.layers[0].recurrent_states[0].shape == (3, 2, 5)
+        assert cache.get_seq_length() == 51  # the attention layer's KV length
+
+
+@pytest.mark.parametrize("pattern", ["S", "SASA"])
+def test_greedy_generate_matches_uncached_argmax(pattern):
+    """generate(do_sample=False) equals repeatedly taking the argmax of an uncached full forward."""
+    model = HybridSSMForCausalLM(tiny_config(pattern)).eval()
+    prompt = torch.randint(1, 37, (2, 6))
+    out = model.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    ids = prompt
+    with torch.no_grad():
+        for _ in range(8):
+            nxt = model(ids, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)
+            ids = torch.cat([ids, nxt], dim=1)
+    assert torch.equal(out, ids)
+
+
+def test_sampled_generate_is_seeded_and_in_vocabulary():
+    """Sampling works, stays in the vocabulary, and is reproducible under a fixed seed."""
+    model = HybridSSMForCausalLM(tiny_config("SA")).eval()
+    prompt = torch.randint(1, 37, (2, 4))
+    torch.manual_seed(1)
+    a = model.generate(prompt, max_new_tokens=10, do_sample=True, top_k=10, pad_token_id=0)
+    torch.manual_seed(1)
+    b = model.generate(prompt, max_new_tokens=10, do_sample=True, top_k=10, pad_token_id=0)
+    assert a.shape == (2, 14) and torch.equal(a, b)
+    assert int(a.min()) >= 0 and int(a.max()) < 37
+
+
+@pytest.mark.parametrize("pattern", ["S", "SASA"])
+def test_left_padding_gives_same_continuation_as_each_row_alone(pattern):
+    """Padding never changes an SSM state or an attention output: batched left-padded generation equals per-row."""
+    model = HybridSSMForCausalLM(tiny_config(pattern)).eval()
+    rows = [torch.randint(1, 37, (1, 9)), torch.randint(1, 37, (1, 4))]
+    width = max(r.shape[1] for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - r.shape[1] :] = r
+        mask[i, width - r.shape[1] :] = 1
+    batched = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    for i, r in enumerate(rows):
+        alone = model.generate(r, max_new_tokens=6, do_sample=False, pad_token_id=0)
+        assert torch.equal(batched[i, width:], alone[0, r.shape[1] :]), f"row {i}"
+
+
+def test_padding_leaves_ssm_state_unchanged():
+    """Left padding tokens of any value leave the SSM final state exactly where no padding leaves it."""
+    model = HybridSSMForCausalLM(tiny_config("S")).eval()
+    seq = torch.randint(1, 37, (1, 7))
+    padded = torch.cat([torch.randint(1, 37, (1, 5)), seq], dim=1)  # garbage tokens under the mask
+    mask = torch.cat([torch.zeros(1, 5), torch.ones(1, 7)], dim=1).long()
+    with torch.no_grad():
+        s1 = model(seq, use_cache=True).cache.layers[0].recurrent_states[0]
+        s2 = model(padded, attention_mask=mask, use_cache=True).cache.layers[0].recurrent_states[0]
+    assert torch.allclose(s1, s2, atol=1e-6)
+
+
+@pytest.mark.parametrize("pattern", ["S", "SASA"])
+def test_save_reload_is_bit_identical(pattern, tmp_path):
+    """save_pretrained -> from_pretrained reproduces the logits exactly; the checkpoint is safetensors only."""
+    assert reload_is_bit_identical(tiny_config(pattern), str(tmp_path))
+
+
+def test_tied_embeddings_share_storage(tmp_path):
+    """tie_word_embeddings ties lm_head to the input embeddings, also after a reload."""
+    model = HybridSSMForCausalLM(tiny_config("SA", tie_word_embeddings=True))
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    model.save_pretrained(tmp_path)
+    again = HybridSSMForCausalLM.from_pretrained(tmp_path)
+    assert again.lm_head.weight.data_ptr() == again.model.embed_tokens.weight.data_ptr()
+    assert torch.equal(again.lm_head.weight, model.lm_head.weight)
+
+
+BLOCKED_LOAD = textwrap.dedent(
+    """
+    import sys
+
+    class BlockHfSsm:
+        def find_spec(self, name, path=None, target=None):
+            if name == "hf_ssm" or name.startswith("hf_ssm."):
+                raise ImportError("hf_ssm is blocked in this process")
+
+    sys.meta_path.insert(0, BlockHfSsm())
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        import hf_ssm  # noqa: F401
+        raise SystemExit("hf_ssm was importable")
+    except ImportError:
+        pass
+    directory = sys.argv[1]
+    model = AutoModelForCausalLM.from_pretrained(directory, trust_remote_code=True).eval()
+    assert "hf_ssm" not in type(model).__module__, type(model).__module__
+    ref = torch.load(directory + "/reference.pt")
+    with torch.no_grad():
+        logits = model(ref["ids"]).logits
+    print("IDENTICAL" if torch.equal(logits, ref["logits"]) else "DIFFERENT")
+    """
+)
+
+
+def test_trust_remote_code_loads_without_hf_ssm(tmp_path):
+    """A saved checkpoint loads through AutoModelForCausalLM(trust_remote_code=True) where hf_ssm cannot be imported."""
+    model = HybridSSMForCausalLM(tiny_config("SASA")).eval()
+    model.save_pretrained(tmp_path)
+    ids = torch.randint(1, 37, (2, 11))
+    with torch.no_grad():
+        torch.save({"ids": ids, "logits": model(ids).logits}, tmp_path / "reference.pt")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCKED_LOAD, str(tmp_path)], capture_output=True, text=True, cwd=tmp_path, env=env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("IDENTICAL"), result.stdout + result.stderr[-2000:]
+
+
+def test_auto_classes_resolve_after_import(tmp_path):
+    """`import hf_ssm` registers the config and the causal LM with the Auto classes."""
+    HybridSSMForCausalLM(tiny_config("SA")).save_pretrained(tmp_path)
+    assert isinstance(AutoConfig.from_pretrained(tmp_path), HybridSSMConfig)
+    assert isinstance(AutoModelForCausalLM.from_pretrained(tmp_path), HybridSSMForCausalLM)
+
+
+@pytest.mark.filterwarnings("ignore:`gradient_checkpointing_enable` is deprecated")
+def test_gradient_checkpointing_gives_same_gradients():
+    """Recomputing blocks in backward yields the same gradients as storing activations."""
+    config = tiny_config("SASA")
+    ids = torch.randint(1, 37, (2, 16))
+    grads, mixer_calls = [], []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = HybridSSMForCausalLM(config).train()
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        calls = []
+        model.model.layers[0].mixer.register_forward_hook(lambda *args, seen=calls: seen.append(1))
+        model(ids, labels=ids, use_cache=False).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        mixer_calls.append(len(calls))
+    assert mixer_calls == [1, 2], "checkpointing should re-run the block in backward"
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6), name
+
+
+def test_bfloat16_autocast_keeps_scan_in_complex64(monkeypatch):
+    """Under bf16 autocast the PD scan still receives complex64, and parallel == sequential for the whole model."""
+    model = HybridSSMForCausalLM(tiny_config("SASA")).train()
+    ids = torch.randint(1, 37, (2, 33))
+    seen = []
+
+    def run(scan):
+        def spy(idx, dv, b, x0=None, p_soft=None):
+            seen.append((dv.dtype, b.dtype, None if p_soft is None else p_soft.dtype))
+            return scan(idx, dv, b, x0, p_soft)
+
+        monkeypatch.setattr(mixer_pd_ssm, "pd_scan", spy)
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(ids, labels=ids, use_cache=False)
+        out.loss.backward()
+        return out.logits.float(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    logits_par, grads_par = run(mixer_pd_ssm.pd_scan)
+    logits_seq, grads_seq = run(pd_scan_sequential)
+    assert set(seen) == {(torch.complex64, torch.complex64, torch.float32)}
+    assert torch.allclose(logits_par, logits_seq, atol=1e-2)
+    for name in grads_par:
+        assert torch.allclose(grads_par[name], grads_seq[name], atol=1e-3, rtol=1e-2), name
+
+
+def test_training_halves_loss_on_repeating_corpus():
+    """200 AdamW steps on a tiny repeating-pattern corpus cut the LM loss by at least half."""
+    torch.manual_seed(0)
+    model = HybridSSMForCausalLM(tiny_config("SA", vocab_size=16)).train()
+    pattern = torch.tensor([1, 5, 3, 9, 2, 7, 4, 11, 6])
+    corpus = pattern.repeat(200)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(200):
+        starts = torch.randint(0, len(corpus) - 33, (8,))
+        batch = torch.stack([corpus[s : s + 32] for s in starts])
+        loss = model(batch, labels=batch, use_cache=False).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
+    assert last <= 0.5 * first, (first, last)
+
+
+def test_wrong_input_ids_dtype_raises():
+    model = HybridSSMForCausalLM(tiny_config("SA"))
+    with pytest.raises(TypeError, match="input_ids"):
+        model(torch.rand(1, 5))
+    with pytest.raises(ValueError, match="input_ids"):
+        model(torch.tensor([[1, 2, 37]]))
+
+
+def test_sequence_longer_than_max_positions_raises():
+    model = HybridSSMForCausalLM(tiny_config("SA", max_position_embeddings=16))
+    model(torch.randint(1, 37, (1, 16)))
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        model(torch.randint(1, 37, (1, 17)))
+    with torch.no_grad():
+        cache = model(torch.randint(1, 37, (1, 16)), use_cache=True).cache
+        with pytest.raises(ValueError, match="max_position_embeddings"):
+            model(torch.randint(1, 37, (1, 1)), cache=cache, use_cache=True)
+
+
+def test_checkpoint_with_different_state_size_raises(tmp_path):
+    """Loading N=5 weights into an N=8 model is an error naming the mismatch, never a silent re-init."""
+    HybridSSMForCausalLM(tiny_config("SA")).save_pretrained(tmp_path)
+    with pytest.raises((ValueError, RuntimeError), match="(?i)size|shape"):
+        HybridSSMForCausalLM.from_pretrained(tmp_path, pd_ssm_state_size=8)
+
+
+def test_cache_without_ssm_slots_raises():
+    """A cache built without the config has no recurrent-state slots: clear error, not a crash inside a layer."""
+    from transformers import DynamicCache
+
+    model = HybridSSMForCausalLM(tiny_config("SA"))
+    with pytest.raises(ValueError, match="DynamicCache\\(config=model.config\\)"):
+        model(torch.randint(1, 37, (1, 4)), cache=DynamicCache(), use_cache=True)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (dict(mixers=["pd_ssm", "mamba"]), "mixers"),
+        (dict(mixers="SAX"), "mixers"),
+        (dict(mixers="SAS", num_hidden_layers=2), "mixers"),
+        (dict(pd_ssm_state_size=0), "pd_ssm_state_size"),
+        (dict(pd_ssm_dict_size=0), "pd_ssm_dict_size"),
+        (dict(ssm_mixer="s4"), "ssm_mixer"),
+        (dict(num_attention_heads=4, num_key_value_heads=3), "num_key_value_heads"),
+    ],
+)
+def test_invalid_config_raises_naming_the_field(overrides, field):
+    settings = dict(num_hidden_layers=2, mixers="SA")
+    settings.update(overrides)
+    with pytest.raises(ValueError, match=field):
+        HybridSSMConfig(**settings)
+
+
+def test_pattern_string_and_list_are_equivalent():
+    a = HybridSSMConfig(num_hidden_layers=4, mixers="SASA")
+    b = HybridSSMConfig(num_hidden_layers=4, mixers=["pd_ssm", "attention", "pd_ssm", "attention"])
+    assert a.mixers == b.mixers
+    assert a.layer_types == ["linear_attention", "full_attention"] * 2
