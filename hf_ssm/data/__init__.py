@@ -1,0 +1,31 @@
+"""Data generators for hf_ssm experiments."""
+
+from .state_tracking import (
+    TASK_NAMES,
+    CycleNavigationTask,
+    EvenPairsTask,
+    ModularArithmeticBracketsTask,
+    ModularArithmeticTask,
+    ParityTask,
+    PermutationGroupTask,
+    StateTrackingDataset,
+    Task,
+    collate_state_tracking,
+    get_task,
+    to_hf_dataset,
+)
+
+__all__ = [
+    "TASK_NAMES",
+    "CycleNavigationTask",
+    "EvenPairsTask",
+    "ModularArithmeticBracketsTask",
+    "ModularArithmeticTask",
+    "ParityTask",
+    "PermutationGroupTask",
+    "StateTrackingDataset",
+    "Task",
+    "collate_state_tracking",
+    "get_task",
+    "to_hf_dataset",
+]
