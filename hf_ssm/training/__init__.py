@@ -1,0 +1,1 @@
+"""Training helpers shared by the scripts: crash-safe checkpoints and the state-tracking loop."""
