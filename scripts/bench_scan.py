@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -93,18 +92,27 @@ def dense_scan(a: torch.Tensor, b: torch.Tensor, chunk: int) -> torch.Tensor:
     return states.view(batch, chunks * chunk, heads, n)[:, :steps]
 
 
+def _peak_rss_bytes() -> int:
+    """This process's resident-set high-water mark (VmHWM). Unlike ru_maxrss it is not inherited from a large
+    parent across fork + exec, so a child measures only its own work."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("VmHWM not found in /proc/self/status (Linux only)")
+
+
 def _memory_child(kind: str, batch: int, steps: int, heads: int, n: int) -> None:
     """Runs in a fresh process: prints the peak RSS growth (bytes) of building the inputs and one forward scan."""
     torch.set_num_threads(1)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = _peak_rss_bytes()
     idx, dv, b = pd_inputs(batch, steps, heads, n)
     with torch.no_grad():
         if kind == "pd":
             pd_scan(idx, dv, b)
         else:
             dense_scan(pd_to_dense(idx, dv), b, default_chunk_size(steps))
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print((after - before) * 1024)  # ru_maxrss is in KiB on Linux
+    print(_peak_rss_bytes() - before)
 
 
 def peak_memory(kind, batch, steps, heads, n) -> int:
@@ -207,6 +215,11 @@ def main():
     parser.add_argument("--out", default="bench_scan.json", help="JSON results file")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the script runs")
+    parser.add_argument(
+        "--sections",
+        default="sequential,dense,models",
+        help="comma-separated subset of: sequential (parallel vs loop), dense (PD vs dense), models (throughput)",
+    )
     args = parser.parse_args()
 
     if args.quick:
@@ -218,7 +231,20 @@ def main():
         "machine": dict(platform=platform.platform(), processor=platform.processor(), threads=torch.get_num_threads()),
         "torch": torch.__version__,
     }
-    results["parallel_vs_sequential"] = r = bench_parallel_vs_sequential(*seq_shape, args.repeats)
+    sections = set(args.sections.split(","))
+    if "sequential" in sections:
+        print_sequential(results, seq_shape, args.repeats)
+    if "dense" in sections:
+        print_dense(results, dense_shape, args.repeats)
+    if "models" in sections:
+        print_models(results, model_steps, model_batch, args.repeats)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=2)
+    print(f"\nwrote {args.out}")
+
+
+def print_sequential(results, seq_shape, repeats):
+    results["parallel_vs_sequential"] = r = bench_parallel_vs_sequential(*seq_shape, repeats)
     print("\n### PD scan: parallel vs sequential loop (forward + backward)\n")
     print("| B | T | H | N | parallel (s) | sequential loop (s) | speedup |")
     print("|---|---|---|---|---|---|---|")
@@ -228,7 +254,9 @@ def main():
         f"{r['sequential_fwd_bwd_s']:.2f} | {r['speedup']:.1f}x |"
     )
 
-    results["pd_vs_dense"] = r = bench_pd_vs_dense(*dense_shape, args.repeats)
+
+def print_dense(results, dense_shape, repeats):
+    results["pd_vs_dense"] = r = bench_pd_vs_dense(*dense_shape, repeats)
     print("\n### PD scan vs dense N x N transition scan (forward)\n")
     print("| B | T | H | N | PD (s) | dense (s) | speedup | PD peak MiB | dense peak MiB | memory ratio |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -239,7 +267,9 @@ def main():
         f"{r['memory_ratio']:.1f}x |"
     )
 
-    results["models"] = rows = bench_models(model_steps, model_batch, args.repeats)
+
+def print_models(results, model_steps, model_batch, repeats):
+    results["models"] = rows = bench_models(model_steps, model_batch, repeats)
     print("\n### Training throughput: 4-layer SASA hybrid vs Qwen2ForCausalLM (d=256, fwd+bwd+AdamW)\n")
     print("| T | B | hybrid SASA tokens/s | Qwen2 tokens/s | ratio |")
     print("|---|---|---|---|---|")
@@ -248,9 +278,6 @@ def main():
             f"| {row['T']} | {row['B']} | {row['hybrid_SASA_tokens_per_s']:.0f} | "
             f"{row['qwen2_tokens_per_s']:.0f} | {row['ratio']:.2f} |"
         )
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=2)
-    print(f"\nwrote {args.out}")
 
 
 if __name__ == "__main__":

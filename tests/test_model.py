@@ -286,3 +286,28 @@ def test_pattern_string_and_list_are_equivalent():
     b = HybridSSMConfig(num_hidden_layers=4, mixers=["pd_ssm", "attention", "pd_ssm", "attention"])
     assert a.mixers == b.mixers
     assert a.layer_types == ["linear_attention", "full_attention"] * 2
+
+
+def _packed_batch(lengths_per_row):
+    docs = [[torch.randint(1, 37, (n,)) for n in row] for row in lengths_per_row]
+    ids = torch.stack([torch.cat(row) for row in docs])
+    positions = torch.stack([torch.cat([torch.arange(len(d)) for d in row]) for row in docs])
+    return docs, ids, positions
+
+
+@pytest.mark.parametrize("pattern", ["S", "SASA"])
+def test_packed_documents_equal_running_them_separately(pattern):
+    """With position_ids restarting per document, SSM state resets and attention is block-diagonal."""
+    model = HybridSSMForCausalLM(tiny_config(pattern)).eval()
+    docs, ids, positions = _packed_batch([(5, 3, 7), (4, 6, 5)])
+    with torch.no_grad():
+        packed = model(ids, position_ids=positions, use_cache=False).logits
+        separate = [torch.cat([model(d[None], use_cache=False).logits[0] for d in row]) for row in docs]
+    assert torch.allclose(packed, torch.stack(separate), atol=1e-5)
+
+
+def test_packed_documents_with_cache_raise():
+    model = HybridSSMForCausalLM(tiny_config("SA")).eval()
+    _, ids, positions = _packed_batch([(3, 4)])
+    with pytest.raises(ValueError, match="packed"):
+        model(ids, position_ids=positions, use_cache=True)

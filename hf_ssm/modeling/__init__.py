@@ -4,14 +4,20 @@ from .configuration_hybrid_ssm import HybridSSMConfig
 from .modeling_hybrid_ssm import (
     SSM_MIXER_CLASSES,
     HybridSSMForCausalLM,
+    HybridSSMForSequenceClassification,
+    HybridSSMForTokenClassification,
     HybridSSMModel,
     HybridSSMPreTrainedModel,
 )
+from .modeling_timeseries import HybridSSMForTimeSeriesClassification
 
 __all__ = [
     "SSM_MIXER_CLASSES",
     "HybridSSMConfig",
     "HybridSSMForCausalLM",
+    "HybridSSMForSequenceClassification",
+    "HybridSSMForTimeSeriesClassification",
+    "HybridSSMForTokenClassification",
     "HybridSSMModel",
     "HybridSSMPreTrainedModel",
 ]

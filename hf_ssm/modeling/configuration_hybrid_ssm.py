@@ -7,9 +7,30 @@ from transformers.modeling_rope_utils import RopeParameters
 
 ATTENTION = "attention"
 # Every SSM mixer the modeling code implements. A layer's mixer is one of these or ATTENTION.
-SSM_MIXERS = ("pd_ssm",)
+SSM_MIXERS = ("pd_ssm", "lrc_ssm", "gru_ssm", "mgu_ssm", "lstm_ssm", "bd_lru", "h_lru", "diag_lru")
 # Short pattern letters: "A" is attention, "S" the config's `ssm_mixer`; the rest name a mixer directly.
-PATTERN_LETTERS = {"A": ATTENTION, "P": "pd_ssm"}
+PATTERN_LETTERS = {
+    "A": ATTENTION,
+    "P": "pd_ssm",
+    "B": "bd_lru",
+    "H": "h_lru",
+    "D": "diag_lru",
+    "L": "lrc_ssm",
+    "G": "gru_ssm",
+    "M": "mgu_ssm",
+    "R": "lstm_ssm",
+}
+# The non-linear diagonal-Jacobian mixers solved by DEER (DESIGN §6); they share the `lrc_` / `deer_` fields.
+LRC_MIXERS = ("lrc_ssm", "gru_ssm", "mgu_ssm", "lstm_ssm")
+LRC_SOLVERS = ("deer", "sequential")
+# The normalised-gate linear recurrences (DESIGN §5); they share the `lru_` fields. diag_lru is bd_lru with m = 1.
+LRU_MIXERS = ("bd_lru", "h_lru", "diag_lru")
+LRU_NORMALIZATIONS = ("softmax", "sigmoid_l1", "tanh_l1", "relu_l1", "none")
+
+# How HybridSSMForSequenceClassification pools over time: the last real token, or the mean of real tokens.
+CLASSIFIER_POOLING = ("last", "mean")
+# Which implementation runs the scans (see scan_dispatch.py); the environment variable HF_SSM_SCAN_BACKEND overrides.
+SCAN_BACKENDS = ("auto", "torch", "triton")
 
 # Cache layer type of each mixer kind, as transformers' DynamicCache(config=...) understands them:
 # attention keeps keys/values, an SSM layer only its recurrent state.
@@ -20,6 +41,10 @@ SSM_LAYER_TYPE = "linear_attention"
 def _positive_int(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 class HybridSSMConfig(PretrainedConfig):
@@ -37,12 +62,41 @@ class HybridSSMConfig(PretrainedConfig):
         rope_parameters: RoPE settings, e.g. `{"rope_type": "default", "rope_theta": 10000.0}`.
         mixers: the mixer of every layer, as a list of names (`"attention"`, `"pd_ssm"`, ...) or a pattern
             string with one letter per layer: `A` attention, `S` the `ssm_mixer`, `P` pd_ssm. Default: all `S`.
+            Also `L` lrc_ssm, `G` gru_ssm, `M` mgu_ssm, `R` lstm_ssm.
+            Also `B` bd_lru, `H` h_lru, `D` diag_lru.
         ssm_mixer: the mixer that `S` stands for.
         pd_ssm_num_heads: PD-SSM heads H (each with its own state of size N).
         pd_ssm_state_size: PD-SSM state size N per head.
         pd_ssm_dict_size: PD-SSM dictionary size K of the transition generator.
         pd_ssm_temperature: straight-through softmax temperature tau of the P generator.
         pd_ssm_mlp_width: hidden width of the magnitude and phase MLPs (default 2N).
+        pd_ssm_magnitude_bias_init / pd_ssm_phase_bias_init: initial output biases of the magnitude and phase MLPs,
+            i.e. where D starts: |D| = sigmoid(magnitude bias), arg D = 2 pi sigmoid(phase bias).
+        lrc_state_size: state channels D of lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm (LSTM: (c, h) per channel).
+        lrc_input_term: keep the input term W_eps u in the LRC elastance eps (the released code drops it).
+        lrc_solver: `"deer"` (Newton over the whole sequence, default) or `"sequential"` (a plain loop of exact
+            steps; for debugging). Decoding one token is always the exact single step.
+        deer_tol: DEER stops when max|x^(i+1) - x^(i)| < deer_tol (>= 0; 0 runs exactly `deer_max_iter` steps).
+        deer_max_iter: most Newton iterations per solve (a non-converged solve warns and returns its last iterate).
+        deer_damping: ELK-style damping k in (0, 1] used once an iterate diverges: J <- (1 - k) J clipped to
+            norm 1; k moves towards 1 (a plain fixed-point step) if it diverges again.
+        deer_max_growth: an iterate larger than this multiple of the current scale counts as diverging (> 1).
+        lru_state_size: recurrent state width of bd_lru / h_lru / diag_lru, split into N = lru_state_size / m
+            groups of m (BD-LRU: N blocks; H-LRU: N channels with their last m values; diag_lru: m = 1).
+        lru_block_size: m, the BD-LRU block size and the H-LRU order (>= 1; must divide `lru_state_size`).
+            diag_lru ignores it (m = 1).
+        lru_normalization: how the selective gates of a row (input gate included) are normalised: `"softmax"`
+            (default), `"sigmoid_l1"`, `"tanh_l1"` (signed), `"relu_l1"`, all of which keep the state bounded by
+            the largest input value seen, or `"none"` (raw gates; the state is unbounded and can blow up).
+        classifier_pooling: `"last"` (last real token) or `"mean"` (mean over real tokens), for
+            HybridSSMForSequenceClassification.
+        input_channels: number of channels C of continuous input (B, T, C) for
+            HybridSSMForTimeSeriesClassification, which encodes it to width d; None (default) for token models.
+        scan_backend: which implementation runs the SSM scans: `"auto"` (default: the Triton kernels of
+            `hf_ssm.kernels` on CUDA tensors when triton imports, the PyTorch scans otherwise), `"torch"` (always
+            the PyTorch scans) or `"triton"` (always the kernels; a clear error where they cannot run, e.g. CPU
+            tensors without `TRITON_INTERPRET=1`). A non-empty environment variable `HF_SSM_SCAN_BACKEND` overrides
+            it. Results agree to float32 rounding, so a checkpoint can be trained with one and run with the other.
     """
 
     model_type = "hybrid_ssm"
@@ -72,6 +126,21 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_dict_size: int = 32
     pd_ssm_temperature: float = 1.0
     pd_ssm_mlp_width: int | None = None
+    pd_ssm_magnitude_bias_init: float = 0.0
+    pd_ssm_phase_bias_init: float = 0.0
+    lrc_state_size: int = 64
+    lrc_input_term: bool = True
+    lrc_solver: str = "deer"
+    deer_tol: float = 1e-4
+    deer_max_iter: int = 100
+    deer_damping: float = 0.5
+    deer_max_growth: float = 1e3
+    classifier_pooling: str = "last"
+    lru_state_size: int = 64
+    lru_block_size: int = 4
+    lru_normalization: str = "softmax"
+    input_channels: int | None = None
+    scan_backend: str = "auto"
     pad_token_id: int | None = 0
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
@@ -118,8 +187,16 @@ class HybridSSMConfig(PretrainedConfig):
         return mixers
 
     def _validate(self) -> None:
+        if self.classifier_pooling not in CLASSIFIER_POOLING:
+            raise ValueError(
+                f"`classifier_pooling` must be one of {list(CLASSIFIER_POOLING)}, got {self.classifier_pooling!r}"
+            )
         for name in ("vocab_size", "hidden_size", "intermediate_size", "max_position_embeddings"):
             _positive_int(name, getattr(self, name))
+        if self.input_channels is not None:
+            _positive_int("input_channels", self.input_channels)
+        if self.scan_backend not in SCAN_BACKENDS:
+            raise ValueError(f"`scan_backend` must be one of {list(SCAN_BACKENDS)}, got {self.scan_backend!r}")
         if ATTENTION in self.mixers:
             for name in ("num_attention_heads", "num_key_value_heads", "head_dim"):
                 _positive_int(name, getattr(self, name))
@@ -135,6 +212,31 @@ class HybridSSMConfig(PretrainedConfig):
                 _positive_int(name, getattr(self, name))
             if not self.pd_ssm_temperature > 0:
                 raise ValueError(f"`pd_ssm_temperature` must be > 0, got {self.pd_ssm_temperature!r}")
+        if any(m in self.mixers for m in LRC_MIXERS):
+            _positive_int("lrc_state_size", self.lrc_state_size)
+            _positive_int("deer_max_iter", self.deer_max_iter)
+            if not isinstance(self.lrc_input_term, bool):
+                raise ValueError(f"`lrc_input_term` must be True or False, got {self.lrc_input_term!r}")
+            if self.lrc_solver not in LRC_SOLVERS:
+                raise ValueError(f"`lrc_solver` must be one of {list(LRC_SOLVERS)}, got {self.lrc_solver!r}")
+            if not (_is_number(self.deer_tol) and self.deer_tol >= 0):
+                raise ValueError(f"`deer_tol` must be a number >= 0, got {self.deer_tol!r}")
+            if not (_is_number(self.deer_damping) and 0 < self.deer_damping <= 1):
+                raise ValueError(f"`deer_damping` must be a number in (0, 1], got {self.deer_damping!r}")
+            if not (_is_number(self.deer_max_growth) and self.deer_max_growth > 1):
+                raise ValueError(f"`deer_max_growth` must be a number > 1, got {self.deer_max_growth!r}")
+        if any(m in self.mixers for m in LRU_MIXERS):
+            _positive_int("lru_state_size", self.lru_state_size)
+            _positive_int("lru_block_size", self.lru_block_size)
+            if self.lru_normalization not in LRU_NORMALIZATIONS:
+                raise ValueError(
+                    f"`lru_normalization` must be one of {list(LRU_NORMALIZATIONS)}, got {self.lru_normalization!r}"
+                )
+            if any(m in self.mixers for m in ("bd_lru", "h_lru")) and self.lru_state_size % self.lru_block_size:
+                raise ValueError(
+                    f"`lru_state_size` ({self.lru_state_size}) must be divisible by `lru_block_size` "
+                    f"({self.lru_block_size}): the state is split into lru_state_size / lru_block_size groups"
+                )
 
     @property
     def ssm_layer_indices(self) -> list[int]:

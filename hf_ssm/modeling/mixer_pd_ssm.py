@@ -19,18 +19,19 @@ import torch
 from torch import nn
 
 from .configuration_hybrid_ssm import HybridSSMConfig
+from .scan_dispatch import pd_generated_scan, resolve_backend
 from .scan_pd import pd_scan
 
 
 class HeadwiseMLP(nn.Module):
     """Linear(d, H*W) -> GELU -> per-head Linear(W, out): (B, T, d) -> (B, T, H, out)."""
 
-    def __init__(self, in_features: int, heads: int, width: int, out_features: int):
+    def __init__(self, in_features: int, heads: int, width: int, out_features: int, bias_init: float = 0.0):
         super().__init__()
-        self.heads, self.width = heads, width
+        self.heads, self.width, self.bias_init = heads, width, bias_init
         self.up = nn.Linear(in_features, heads * width)
         self.down_weight = nn.Parameter(torch.empty(heads, out_features, width))
-        self.down_bias = nn.Parameter(torch.zeros(heads, out_features))
+        self.down_bias = nn.Parameter(torch.full((heads, out_features), float(bias_init)))
         nn.init.normal_(self.down_weight, std=0.02)
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
@@ -56,10 +57,12 @@ class PDSSMMixer(nn.Module):
         self.state_size = n = config.pd_ssm_state_size
         self.dict_size = k = config.pd_ssm_dict_size
         self.temperature = config.pd_ssm_temperature
+        self.scan_backend = getattr(config, "scan_backend", "auto")
         self.selection = nn.Linear(d, h * k, bias=False)
         self.dictionary = nn.Parameter(torch.empty(h, k, n, n))
-        self.magnitude = HeadwiseMLP(d, h, config.pd_ssm_mlp_width, n)
-        self.phase = HeadwiseMLP(d, h, config.pd_ssm_mlp_width, n)
+        # Bias inits set where D starts: sigmoid(magnitude bias) = |D|, 2 pi sigmoid(phase bias) = arg D.
+        self.magnitude = HeadwiseMLP(d, h, config.pd_ssm_mlp_width, n, config.pd_ssm_magnitude_bias_init)
+        self.phase = HeadwiseMLP(d, h, config.pd_ssm_mlp_width, n, config.pd_ssm_phase_bias_init)
         self.input_proj = nn.Linear(d, 2 * h * n, bias=False)  # complex B: real and imaginary parts
         self.output_proj = nn.Linear(2 * h * n, d, bias=False)  # Re(C x) = [C_re, -C_im] [Re x; Im x]
         self.skip = nn.Parameter(torch.ones(d))
@@ -74,20 +77,47 @@ class PDSSMMixer(nn.Module):
         Returns idx (B, T, H, N) int64, dv (B, T, H, N) complex64, and p_soft (B, T, H, N, N), the
         straight-through softmax columns (None when no gradient is needed).
         """
-        batch, steps, _ = u.shape
-        sel = torch.softmax(self.selection(u).float().view(batch, steps, self.num_heads, self.dict_size), dim=-1)
+        sel = self.selection_weights(u)
         soft = torch.einsum("bthk,hkij->bthij", sel, self.dictionary.float())
         idx = soft.argmax(dim=-2)
         p_soft = torch.softmax(soft / self.temperature, dim=-2) if soft.requires_grad else None
+        return idx, self.diagonal(u), p_soft
+
+    def selection_weights(self, u: torch.Tensor) -> torch.Tensor:
+        """s_t = softmax(W_s u_t) over the dictionary: (B, T, H, K) float32."""
+        batch, steps, _ = u.shape
+        return torch.softmax(self.selection(u).float().view(batch, steps, self.num_heads, self.dict_size), dim=-1)
+
+    def diagonal(self, u: torch.Tensor) -> torch.Tensor:
+        """D_t: (B, T, H, N) complex64, |D| = sigmoid(MLP_mag(u)), arg D = 2 pi sigmoid(MLP_phase(u))."""
         magnitude = torch.sigmoid(self.magnitude(u).float())
         angle = (2 * math.pi) * torch.sigmoid(self.phase(u).float())
-        return idx, torch.polar(magnitude, angle), p_soft
+        return torch.polar(magnitude, angle)
+
+    def _generated_scan(self, u: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None):
+        """The Triton path: P generation, straight-through gradient and scan fused (pd_generated_scan),
+        never storing the (B, T, H, N, N) soft matrices; equal to the torch path below."""
+        batch, steps, _ = u.shape
+        dv = self.diagonal(u)
+        b = torch.view_as_complex(self.input_proj(u).float().view(batch, steps, self.num_heads, self.state_size, 2))
+        if mask is not None:
+            keep = mask.view(batch, steps, 1, 1)
+            dv = torch.where(keep, dv, torch.ones((), dtype=dv.dtype, device=u.device))
+            b = torch.where(keep, b, torch.zeros((), dtype=b.dtype, device=u.device))
+        sel, tau = self.selection_weights(u), self.temperature
+        return pd_generated_scan(sel, self.dictionary, dv, b, x0, temperature=tau, mask=mask, backend="triton")
 
     def forward(self, hidden_states: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         batch, steps, _ = hidden_states.shape
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
             # Under autocast the input may be bf16 while the weights are float32: run this layer in the weights' dtype.
             u = hidden_states.to(self.selection.weight.dtype)
+            if resolve_backend(self.scan_backend, u.device) == "triton":
+                x0 = None if state is None else state.to(self.state_dtype)
+                states, final = self._generated_scan(u, x0, mask)
+                features = torch.cat([states.real, states.imag], dim=-1).reshape(batch, steps, -1)
+                y = self.output_proj(features.to(self.output_proj.weight.dtype)) + self.skip * u
+                return y.to(hidden_states.dtype), final
             idx, dv, p_soft = self.transitions(u)
             b = torch.view_as_complex(self.input_proj(u).float().view(batch, steps, self.num_heads, self.state_size, 2))
             if mask is not None:
@@ -101,6 +131,6 @@ class PDSSMMixer(nn.Module):
             x0 = None if state is None else state.to(self.state_dtype)
             states, final = pd_scan(idx, dv, b, x0=x0, p_soft=p_soft)
             features = torch.cat([states.real, states.imag], dim=-1).reshape(batch, steps, -1)
-            w = self.output_proj.weight
-            y = nn.functional.linear(features.to(w.dtype), w) + self.skip * u
+            # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
+            y = self.output_proj(features.to(self.output_proj.weight.dtype)) + self.skip * u
         return y.to(hidden_states.dtype), final

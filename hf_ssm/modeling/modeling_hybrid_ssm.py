@@ -18,12 +18,20 @@ from transformers.cache_utils import Cache, DynamicCache, LinearAttentionCacheLa
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPast,
+    CausalLMOutputWithPast,
+    SequenceClassifierOutputWithPast,
+    TokenClassifierOutput,
+)
 from transformers.modeling_utils import PreTrainedModel
 
 from .attention import HybridSSMAttention, HybridSSMMLP, HybridSSMRMSNorm, HybridSSMRotaryEmbedding
 from .configuration_hybrid_ssm import ATTENTION, HybridSSMConfig
+from .mixer_lrc import LRC_MIXER_CLASSES, DiagonalRNNMixer
+from .mixer_lru import BlockDiagonalLRUMixer, DiagonalLRUMixer, HigherOrderLRUMixer
 from .mixer_pd_ssm import HeadwiseMLP, PDSSMMixer
+from .packing import PackedDocuments
 
 # Mixer name -> class. Every SSM mixer takes (config, layer_idx) and implements
 #   forward(hidden_states (B, T, d), state=None, mask=None) -> (output (B, T, d), final_state)
@@ -31,6 +39,10 @@ from .mixer_pd_ssm import HeadwiseMLP, PDSSMMixer
 # marks real tokens; padding must leave the state unchanged.
 SSM_MIXER_CLASSES: dict[str, type[nn.Module]] = {
     "pd_ssm": PDSSMMixer,
+    **LRC_MIXER_CLASSES,  # lrc_ssm, gru_ssm, mgu_ssm, lstm_ssm
+    "bd_lru": BlockDiagonalLRUMixer,
+    "h_lru": HigherOrderLRUMixer,
+    "diag_lru": DiagonalLRUMixer,  # BD-LRU with m = 1: the same code path
 }
 
 
@@ -56,13 +68,18 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
         ssm_mask: torch.Tensor | None = None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         cache: Cache | None = None,
+        packed: PackedDocuments | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        """hidden_states (B, T, d); attention_mask: the 4D causal mask (attention layers); ssm_mask (B, T) bool."""
+        """hidden_states (B, T, d); attention_mask: the 4D causal mask (attention layers); ssm_mask (B, T) bool;
+        packed: documents packed into rows, run by SSM layers one document per row (see packing.py)."""
         residual = hidden_states
         hidden_states = self.input_layernorm(hidden_states)
         if self.is_attention:
             hidden_states = self.mixer(hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
+        elif packed is not None:
+            rows, _ = self.mixer(packed.unpack(hidden_states), mask=packed.mask)
+            hidden_states = packed.pack(rows)
         else:
             state = None
             if cache is not None:
@@ -93,7 +110,9 @@ class HybridSSMPreTrainedModel(PreTrainedModel):
             init.ones_(module.skip)
         elif isinstance(module, HeadwiseMLP):
             init.normal_(module.down_weight, mean=0.0, std=self.config.initializer_range)
-            init.zeros_(module.down_bias)
+            init.constant_(module.down_bias, module.bias_init)
+        elif isinstance(module, DiagonalRNNMixer):  # cell gains, leak terms and gate biases (mixer_lrc.py)
+            module.reset_cell_parameters(init)
 
 
 def _check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
@@ -146,7 +165,8 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
     ) -> BaseModelOutputWithPast:
         """
         input_ids (B, T) or inputs_embeds (B, T, d); attention_mask (B, past + T) with 1 for real tokens
-        (left padding allowed; padding never changes an SSM state).
+        (left padding allowed; padding never changes an SSM state). Packed documents: leave attention_mask
+        None and restart position_ids (B, T) at 0 at each document; no token then sees another document.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of `input_ids` and `inputs_embeds`")
@@ -160,6 +180,17 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
         batch, steps = inputs_embeds.shape[:2]
         if steps == 0:
             raise ValueError("the input sequence is empty (seq_len = 0)")
+        # Packed documents (no attention mask, position_ids restarting inside a row): see packing.py.
+        packed = None
+        if attention_mask is None and position_ids is not None and steps > 1:
+            packed = PackedDocuments.from_position_ids(position_ids, batch)
+        if packed is not None:
+            if cache is not None or use_cache:
+                raise ValueError(
+                    "packed documents (position_ids restarting inside a row) cannot be combined with a cache; "
+                    "pass use_cache=False"
+                )
+            use_cache = False
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
@@ -205,6 +236,7 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
                 ssm_mask=ssm_mask,
                 position_embeddings=position_embeddings,
                 cache=cache,
+                packed=packed,
                 **kwargs,
             )
         hidden_states = self.norm(hidden_states)
@@ -279,9 +311,110 @@ class HybridSSMForCausalLM(HybridSSMPreTrainedModel, GenerationMixin):
         )
 
 
+def _pool(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
+    """(B, T, d) -> (B, d): the last real token (any padding side) or the mean over real tokens."""
+    if attention_mask is None:
+        return hidden_states[:, -1] if pooling == "last" else hidden_states.mean(dim=1)
+    mask = attention_mask[:, -hidden_states.shape[1] :].to(hidden_states.dtype)
+    if pooling == "mean":
+        return (hidden_states * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).clamp_min(1)
+    positions = torch.arange(hidden_states.shape[1], device=hidden_states.device)
+    last = (positions * mask.long()).argmax(dim=1)  # index of the last real token in each row
+    return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last]
+
+
+class HybridSSMForSequenceClassification(HybridSSMPreTrainedModel):
+    """One label per sequence from a pooled hidden state (`config.classifier_pooling`: "last" or "mean").
+
+    labels (B,) class ids (or floats when `config.num_labels == 1`, regression).
+    """
+
+    def __init__(self, config: HybridSSMConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = HybridSSMModel(config)
+        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=True)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.model.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutputWithPast:
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            use_cache=False,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        pooled = _pool(outputs.last_hidden_state, attention_mask, self.config.classifier_pooling)
+        logits = self.score(pooled)
+        loss = None
+        if labels is not None:
+            if self.num_labels == 1:
+                loss = nn.functional.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                loss = nn.functional.cross_entropy(logits.float(), labels.long())
+        return SequenceClassifierOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+
+
+class HybridSSMForTokenClassification(HybridSSMPreTrainedModel):
+    """One label per position (e.g. the automaton state after every prefix); labels (B, T), -100 is ignored."""
+
+    def __init__(self, config: HybridSSMConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = HybridSSMModel(config)
+        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=True)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.model.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            use_cache=False,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        logits = self.score(outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.long().flatten(), ignore_index=-100)
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+
+
 __all__ = [
     "SSM_MIXER_CLASSES",
     "HybridSSMPreTrainedModel",
     "HybridSSMModel",
     "HybridSSMForCausalLM",
+    "HybridSSMForSequenceClassification",
+    "HybridSSMForTokenClassification",
 ]

@@ -1,0 +1,69 @@
+"""Triton kernels for the hf_ssm scans, one module per scan family (DESIGN §2, §9).
+
+- ``pd_scan``: PD transitions x_t = P_t D_t x_{t-1} + b_t, plus ``pd_generated_scan`` (P generation fused in, no
+  (T, N, N) tensor stored for its backward) and ``pd_select``;
+- ``block_scan`` / ``companion_scan``: dense m x m blocks (BD-LRU) and companion blocks (H-LRU), m <= 8;
+- ``diag_scan`` / ``diag_scan_forward`` / ``diag_scan_adjoint``: real or complex diagonal scans (diag_lru, DEER).
+
+Each is a ``torch.autograd.Function`` whose torch twin in ``hf_ssm.modeling`` is the reference; each takes packed
+variable-length input (``cu_seqlens``) and initial / final states. The model reaches these through
+``hf_ssm.modeling.scan_dispatch`` (``scan_backend`` in the config, or ``HF_SSM_SCAN_BACKEND``).
+
+On CPU the kernels run only under the Triton interpreter: set ``TRITON_INTERPRET=1`` before this package (and
+triton) is imported. Importing this package never fails for a missing triton: ``AVAILABLE`` is False then and
+``UNAVAILABLE_REASON`` says why.
+"""
+
+from __future__ import annotations
+
+import torch
+
+AVAILABLE = False
+INTERPRET = False
+UNAVAILABLE_REASON: str | None = None
+
+try:
+    import triton  # noqa: F401
+except Exception as exc:  # ImportError, or a broken install raising something else
+    UNAVAILABLE_REASON = f"triton cannot be imported ({type(exc).__name__}: {exc})"
+else:
+    from .block_scan import MAX_BLOCK, block_scan, companion_scan
+    from .diag_scan import _diag_apply_kernel, diag_scan, diag_scan_adjoint, diag_scan_forward
+    from .pd_scan import ONEHOT_MAX_N, pd_generated_scan, pd_scan, pd_select
+
+    AVAILABLE = True
+    # whether triton.jit gave interpreted functions (TRITON_INTERPRET=1 when these modules were imported)
+    INTERPRET = type(_diag_apply_kernel).__name__ == "InterpretedFunction"
+
+
+def can_run(device: torch.device | str) -> tuple[bool, str | None]:
+    """(True, None) when the kernels can run on tensors of `device`, else (False, the reason)."""
+    device = torch.device(device)
+    if not AVAILABLE:
+        return False, UNAVAILABLE_REASON
+    if INTERPRET:
+        return True, None
+    if device.type == "cuda":
+        return True, None
+    if device.type == "cpu":
+        return False, (
+            "the tensors are on the CPU, where Triton runs only in its interpreter, and TRITON_INTERPRET=1 was not "
+            "set before triton / hf_ssm.kernels was imported"
+        )
+    return False, f"the Triton scans run on CUDA devices (or the CPU interpreter), not on {device.type!r}"
+
+
+__all__ = ["AVAILABLE", "INTERPRET", "UNAVAILABLE_REASON", "can_run"]
+if AVAILABLE:
+    __all__ += [
+        "MAX_BLOCK",
+        "ONEHOT_MAX_N",
+        "block_scan",
+        "companion_scan",
+        "diag_scan",
+        "diag_scan_adjoint",
+        "diag_scan_forward",
+        "pd_generated_scan",
+        "pd_scan",
+        "pd_select",
+    ]

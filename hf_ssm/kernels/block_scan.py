@@ -1,0 +1,404 @@
+"""Triton block scans h_t = A_t h_{t-1} + b_t over N independent m x m blocks, m <= 8 (DESIGN §5).
+
+Two families share one set of kernels:
+
+- dense blocks (BD-LRU), the kernel twin of ``hf_ssm.modeling.scan_block.block_scan``:
+      A (B, T, N, m, m) (row i = output i), b (B, T, N, m), h0 (B, N, m) -> states (B, T, N, m), final (B, N, m);
+- companion blocks (H-LRU): only the first row a (B, T, N, m) of each companion matrix and the input v (B, T, N) of
+  slot 0 are read (m + 1 numbers per step instead of m^2 + m); the matrix is rebuilt on chip. The reference is
+  ``block_scan(companion_matrices(a), pad(v))``.
+
+Packed variable-length input: (1, total_T, ...) with ``cu_seqlens``; initial / final states (num_seqs, N, m).
+Inputs float32 / bfloat16 / float16, accumulated in float32; states and gradients are returned in the input dtype.
+
+A program holds a tile of blocks (BN blocks x m) in registers; products are broadcast multiply-sums over the
+(BN, m, m[, m]) tile. Backward: lambda_t = g_t + A_{t+1}^T lambda_{t+1}, run as nu_t = A_t^T lambda_t,
+lambda_t = g_t + nu_{t+1} in reversed time; grad_A_t = lambda_t h_{t-1}^T, grad_b = lambda, grad_h0 = nu_0.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import (
+    Layout,
+    cdiv,
+    check_float_dtype,
+    default_chunk_size,
+    grid_dim,
+    make_layout,
+    next_pow2,
+    on_tensor_device,
+)
+
+MAX_BLOCK = 8
+
+
+@triton.jit
+def _load_A(A_ptr, t, n, nm, ii, jj, N, m, COMPANION: tl.constexpr):
+    """Transitions of step t for the block tile: (BN, MP, MP) float32, zero outside m x m."""
+    if COMPANION:  # first row from memory, ones on the sub-diagonal
+        row = tl.load(
+            A_ptr + (t.to(tl.int64) * N + n)[:, None] * m + jj[None, :], mask=nm[:, None] & (jj < m)[None, :], other=0.0
+        ).to(tl.float32)
+        shift = ((ii[:, None] == jj[None, :] + 1) & (ii[:, None] < m)).to(tl.float32)
+        A = tl.where((ii == 0)[None, :, None], row[:, None, :], shift[None, :, :])
+    else:
+        off = ((t.to(tl.int64) * N + n)[:, None, None] * m + ii[None, :, None]) * m + jj[None, None, :]
+        mask = nm[:, None, None] & (ii < m)[None, :, None] & (jj < m)[None, None, :]
+        A = tl.load(A_ptr + off, mask=mask, other=0.0).to(tl.float32)
+    return A
+
+
+@triton.jit
+def _load_vec(ptr, t, n, nm, ii, N, m, SLOT0: tl.constexpr):
+    """Per-block vectors of step t: (BN, MP) float32; SLOT0: a scalar per block placed in slot 0."""
+    if SLOT0:
+        v = tl.load(ptr + t.to(tl.int64) * N + n, mask=nm, other=0.0).to(tl.float32)
+        out = tl.where((ii == 0)[None, :], v[:, None], 0.0)
+    else:
+        off = (t.to(tl.int64) * N + n)[:, None] * m + ii[None, :]
+        out = tl.load(ptr + off, mask=nm[:, None] & (ii < m)[None, :], other=0.0).to(tl.float32)
+    return out
+
+
+@triton.jit
+def _load_step(A_ptr, g_ptr, keep_ptr, t, n, nm, ii, jj, N, m, COMPANION: tl.constexpr, REVERSE: tl.constexpr,
+               HAS_KEEP: tl.constexpr):  # fmt: skip
+    """Transition and input (forward) / state gradient (reverse) of step t; a masked step (keep[t] = 0) is the
+    identity with zero input."""
+    A = _load_A(A_ptr, t, n, nm, ii, jj, N, m, COMPANION)
+    if REVERSE:
+        g = _load_vec(g_ptr, t, n, nm, ii, N, m, False)
+    else:
+        g = _load_vec(g_ptr, t, n, nm, ii, N, m, COMPANION)
+    if HAS_KEEP:
+        keep = (tl.zeros_like(ii) + tl.load(keep_ptr + t)) != 0
+        eye = (ii[:, None] == jj[None, :]).to(tl.float32)
+        A = tl.where(keep[None, :, None], A, eye[None, :, :])
+        if not REVERSE:
+            g = tl.where(keep[None, :], g, 0.0)
+    return A, g
+
+
+@triton.jit
+def _mv(A, x):
+    """A x per block: (BN, MP, MP) x (BN, MP)."""
+    return tl.sum(A * x[:, None, :], axis=2)
+
+
+@triton.jit
+def _mtv(A, x):
+    """A^T x per block."""
+    return tl.sum(A * x[:, :, None], axis=1)
+
+
+@triton.jit
+def _chunk_bounds(cu_ptr, seq, c, L):
+    start = tl.load(cu_ptr + seq)
+    end = tl.load(cu_ptr + seq + 1)
+    t0 = start + c * L
+    n = tl.minimum(tl.maximum(end - t0, 0), L)
+    return start, end, t0, n
+
+
+@triton.jit
+def _block_summary_kernel(
+    A_ptr, g_ptr, keep_ptr, cu_ptr, cum_ptr, loc_ptr, N, m, L, max_chunks,
+    COMPANION: tl.constexpr, REVERSE: tl.constexpr, HAS_KEEP: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr,
+):  # fmt: skip
+    """Per (sequence, chunk, block tile): the chunk's composed transition and its local end state from zero."""
+    pid = tl.program_id(0)
+    seq = pid // max_chunks
+    c = pid % max_chunks
+    n = tl.program_id(1) * BN + tl.arange(0, BN)
+    nm = n < N
+    ii = tl.arange(0, MP)
+    jj = tl.arange(0, MP)
+    start, end, t0, steps = _chunk_bounds(cu_ptr, seq, c, L)
+    eye = (ii[:, None] == jj[None, :]).to(tl.float32)
+    cum = tl.zeros([BN, MP, MP], tl.float32) + eye[None, :, :]
+    loc = tl.zeros([BN, MP], tl.float32)
+    for s in range(steps):
+        if REVERSE:
+            t = t0 + steps - 1 - s
+        else:
+            t = t0 + s
+        A, g = _load_step(A_ptr, g_ptr, keep_ptr, t, n, nm, ii, jj, N, m, COMPANION, REVERSE, HAS_KEEP)
+        if REVERSE:  # nu <- A^T (nu + g); cum <- A^T cum
+            loc = _mtv(A, loc + g)
+            cum = tl.sum(A[:, :, :, None] * cum[:, :, None, :], axis=1)
+        else:  # x <- A x + b; cum <- A cum
+            loc = _mv(A, loc) + g
+            cum = tl.sum(A[:, :, :, None] * cum[:, None, :, :], axis=2)
+    base = pid.to(tl.int64) * N + n
+    mask2 = nm[:, None] & (ii < m)[None, :]
+    tl.store(loc_ptr + base[:, None] * m + ii[None, :], loc, mask=mask2)
+    off3 = (base[:, None, None] * m + ii[None, :, None]) * m + jj[None, None, :]
+    tl.store(cum_ptr + off3, cum, mask=mask2[:, :, None] & (jj < m)[None, None, :])
+
+
+@triton.jit
+def _block_carry_kernel(
+    cum_ptr, loc_ptr, init_ptr, starts_ptr, N, m, max_chunks,
+    REVERSE: tl.constexpr, HAS_INIT: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr,
+):  # fmt: skip
+    """Per sequence and block tile: the true state entering every chunk."""
+    seq = tl.program_id(0)
+    n = tl.program_id(1) * BN + tl.arange(0, BN)
+    nm = n < N
+    ii = tl.arange(0, MP)
+    jj = tl.arange(0, MP)
+    mask2 = nm[:, None] & (ii < m)[None, :]
+    mask3 = mask2[:, :, None] & (jj < m)[None, None, :]
+    if HAS_INIT:
+        x = tl.load(init_ptr + (seq.to(tl.int64) * N + n)[:, None] * m + ii[None, :], mask=mask2, other=0.0)
+        x = x.to(tl.float32)
+    else:
+        x = tl.zeros([BN, MP], tl.float32)
+    for i in range(max_chunks):
+        if REVERSE:
+            c = max_chunks - 1 - i
+        else:
+            c = i
+        base = (seq.to(tl.int64) * max_chunks + c) * N + n
+        tl.store(starts_ptr + base[:, None] * m + ii[None, :], x, mask=mask2)
+        cum = tl.load(cum_ptr + (base[:, None, None] * m + ii[None, :, None]) * m + jj[None, None, :], mask=mask3)
+        loc = tl.load(loc_ptr + base[:, None] * m + ii[None, :], mask=mask2)
+        x = _mv(tl.where(mask3, cum, 0.0), x) + tl.where(mask2, loc, 0.0)
+
+
+@triton.jit
+def _block_apply_kernel(
+    A_ptr, g_ptr, keep_ptr, cu_ptr, starts_ptr, out_ptr, final_ptr, states_ptr, h0_ptr, grad_A_ptr, N, m, L,
+    max_chunks, COMPANION: tl.constexpr, REVERSE: tl.constexpr, GRAD_A: tl.constexpr, HAS_H0: tl.constexpr,
+    HAS_KEEP: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr,
+):  # fmt: skip
+    """Per (sequence, chunk, block tile): states (forward) or lambda and grad_A (reverse), and the final state /
+    grad_h0 of the sequence."""
+    pid = tl.program_id(0)
+    seq = pid // max_chunks
+    c = pid % max_chunks
+    n = tl.program_id(1) * BN + tl.arange(0, BN)
+    nm = n < N
+    ii = tl.arange(0, MP)
+    jj = tl.arange(0, MP)
+    mask2 = nm[:, None] & (ii < m)[None, :]
+    start, end, t0, steps = _chunk_bounds(cu_ptr, seq, c, L)
+    x = tl.load(starts_ptr + (pid.to(tl.int64) * N + n)[:, None] * m + ii[None, :], mask=mask2, other=0.0)
+    for s in range(steps):
+        if REVERSE:
+            t = t0 + steps - 1 - s
+        else:
+            t = t0 + s
+        A, g = _load_step(A_ptr, g_ptr, keep_ptr, t, n, nm, ii, jj, N, m, COMPANION, REVERSE, HAS_KEEP)
+        row = (t.to(tl.int64) * N + n)[:, None] * m + ii[None, :]
+        if REVERSE:
+            lam = g + x
+            tl.store(out_ptr + row, lam, mask=mask2)
+            if GRAD_A:  # h_{t-1}: the previous state, or h0 at the sequence start
+                tt = tl.zeros_like(ii) + t
+                prev = tl.load(states_ptr + row - N * m, mask=mask2 & (tt > start)[None, :], other=0.0)
+                if HAS_H0:
+                    first = mask2 & (tt == start)[None, :]
+                    prev += tl.load(
+                        h0_ptr + (seq.to(tl.int64) * N + n)[:, None] * m + ii[None, :], mask=first, other=0.0
+                    )
+                if HAS_KEEP:  # a masked step used the identity, not A_t: no gradient for A_t
+                    prev = tl.where(((tl.zeros_like(ii) + tl.load(keep_ptr + t)) != 0)[None, :], prev, 0.0)
+                if COMPANION:  # gradient of the first row only: lambda_t[0] h_{t-1}
+                    lam0 = tl.sum(tl.where((ii == 0)[None, :], lam, 0.0), axis=1)
+                    tl.store(grad_A_ptr + row, lam0[:, None] * prev, mask=mask2)
+                else:
+                    off3 = (row[:, :, None]) * m + jj[None, None, :]
+                    mask3 = mask2[:, :, None] & (jj < m)[None, None, :]
+                    tl.store(grad_A_ptr + off3, lam[:, :, None] * prev[:, None, :], mask=mask3)
+            x = _mtv(A, lam)
+        else:
+            x = _mv(A, x) + g
+            tl.store(out_ptr + row, x, mask=mask2)
+    if REVERSE:
+        last = 0
+    else:
+        last = tl.maximum(tl.cdiv(end - start, L) - 1, 0)
+    is_last = (tl.zeros_like(ii) + c == last)[None, :]
+    tl.store(final_ptr + (seq.to(tl.int64) * N + n)[:, None] * m + ii[None, :], x, mask=mask2 & is_last)
+
+
+def _tiles(N: int, mp: int) -> tuple[int, int]:
+    """Block-tile sizes of the (BN, m, m) apply/carry kernels and the (BN, m, m, m) summary kernel."""
+    cap = next_pow2(N)
+    return min(cap, max(1, 1024 // (mp * mp))), min(cap, max(1, 2048 // (mp * mp * mp)))
+
+
+@on_tensor_device
+def _run(A, g, layout: Layout, chunk, m, init, companion, reverse, states=None, h0=None, grad_A=False, keep=None):
+    """One chunked pass over packed data: A (total, N, m, m) or (total, N, m) (companion first rows); g (total, N, m)
+    or (total, N) (companion forward input). Returns (out (total, N, m), final (S, N, m), grad_A or None), float32."""
+    total, N = A.shape[0], A.shape[1]
+    S, C = layout.num_seqs, layout.chunks(chunk)
+    mp = next_pow2(m)
+    bn, bn_sum = _tiles(N, mp)
+    dev, f32 = A.device, torch.float32
+    if C > 1:
+        cum = torch.empty(S * C, N, m, m, dtype=f32, device=dev)
+        loc = torch.empty(S * C, N, m, dtype=f32, device=dev)
+        _block_summary_kernel[(S * C, grid_dim(cdiv(N, bn_sum)))](
+            A, g, keep if keep is not None else g, layout.cu, cum, loc, N, m, chunk, C,
+            COMPANION=companion, REVERSE=reverse, HAS_KEEP=keep is not None, MP=mp, BN=bn_sum,
+        )  # fmt: skip
+        starts = torch.empty_like(loc)
+        _block_carry_kernel[(S, grid_dim(cdiv(N, bn)))](
+            cum, loc, init if init is not None else loc, starts, N, m, C,
+            REVERSE=reverse, HAS_INIT=init is not None, MP=mp, BN=bn,
+        )  # fmt: skip
+    else:
+        starts = init.to(f32).contiguous() if init is not None else torch.zeros(S, N, m, dtype=f32, device=dev)
+    out = torch.empty(total, N, m, dtype=f32, device=dev)
+    final = torch.empty(S, N, m, dtype=f32, device=dev)
+    ga = None
+    if grad_A:
+        ga = (
+            torch.empty(total, N, m, dtype=f32, device=dev)
+            if companion
+            else torch.empty(total, N, m, m, dtype=f32, device=dev)
+        )
+    _block_apply_kernel[(S * C, grid_dim(cdiv(N, bn)))](
+        A, g, keep if keep is not None else g, layout.cu, starts, out, final,
+        states if states is not None else out, h0 if h0 is not None else out, ga if grad_A else out,
+        N, m, chunk, C, COMPANION=companion, REVERSE=reverse, GRAD_A=grad_A, HAS_H0=h0 is not None,
+        HAS_KEEP=keep is not None, MP=mp, BN=bn,
+    )  # fmt: skip
+    return out, final, ga
+
+
+class _BlockScanFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, A, b, h0, keep, layout, chunk, companion):
+        m = A.shape[-1]
+        Af = A.reshape(layout.total, *A.shape[2:]).contiguous()
+        bf = b.reshape(layout.total, *b.shape[2:]).contiguous()
+        h0f = None if h0 is None else h0.contiguous()
+        states, final, _ = _run(Af, bf, layout, chunk, m, h0f, companion, reverse=False, keep=keep)
+        ctx.save_for_backward(Af, h0f, states, keep)
+        ctx.layout, ctx.chunk, ctx.companion, ctx.m = layout, chunk, companion, m
+        ctx.meta = (A.shape, A.dtype, b.shape, b.dtype, None if h0 is None else h0.dtype)
+        return states.view(layout.batch, layout.steps, *states.shape[1:]), final
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_states, grad_final):
+        Af, h0f, states, keep = ctx.saved_tensors
+        layout, m = ctx.layout, ctx.m
+        A_shape, A_dtype, b_shape, b_dtype, h0_dtype = ctx.meta
+        if grad_states is None:
+            g = torch.zeros_like(states)
+        else:
+            g = grad_states.reshape(states.shape).to(torch.float32).contiguous()
+        gf = None if grad_final is None else grad_final.to(torch.float32).contiguous()
+        lam, grad_h0, grad_A = _run(
+            Af, g, layout, ctx.chunk, m, gf, ctx.companion, reverse=True, states=states, h0=h0f, grad_A=True, keep=keep
+        )
+        grad_b = lam[..., 0] if ctx.companion else lam
+        if keep is not None:  # a masked step had zero input
+            grad_b = grad_b * keep.view(-1, *([1] * (grad_b.dim() - 1)))
+        return (
+            grad_A.reshape(A_shape).to(A_dtype),
+            grad_b.reshape(b_shape).to(b_dtype),
+            None if h0f is None else grad_h0.to(h0_dtype),
+            None,
+            None,
+            None,
+            None,
+        )
+
+
+def _keep(mask: torch.Tensor | None, layout: Layout) -> torch.Tensor | None:
+    """(B, T) bool mask -> flat int32 keep flags (None when there is no mask)."""
+    if mask is None:
+        return None
+    if mask.dtype != torch.bool or tuple(mask.shape) != (layout.batch, layout.steps):
+        raise ValueError(
+            f"mask must be a bool tensor of shape (B, T) = {(layout.batch, layout.steps)}, got {mask.dtype} {tuple(mask.shape)}"
+        )
+    return mask.reshape(-1).to(torch.int32).contiguous()
+
+
+def _prepare(b_like: torch.Tensor, m: int, h0, cu_seqlens, chunk_size) -> tuple[Layout, int]:
+    if not 1 <= m <= MAX_BLOCK:
+        raise ValueError(f"the Triton block scan supports block sizes m in [1, {MAX_BLOCK}], got m = {m}")
+    layout = make_layout(b_like.shape[0], b_like.shape[1], b_like.device, cu_seqlens, "b")
+    blocks = b_like.shape[2]
+    if h0 is not None:
+        if tuple(h0.shape) != (layout.num_seqs, blocks, m):
+            raise ValueError(
+                f"h0 must have shape (num_seqs, N, m) = {(layout.num_seqs, blocks, m)}, got {tuple(h0.shape)}"
+            )
+        check_float_dtype("h0", h0)
+    chunk = default_chunk_size(layout.max_len) if chunk_size is None else int(chunk_size)
+    if chunk < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    return layout, chunk
+
+
+def block_scan(
+    A: torch.Tensor,
+    b: torch.Tensor,
+    h0: torch.Tensor | None = None,
+    *,
+    mask: torch.Tensor | None = None,
+    chunk_size: int | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dense block scan with autograd. Returns (states (B, T, N, m) in b's dtype, final (num_seqs, N, m)).
+
+    Args:
+        A: (B, T, N, m, m) transitions (row i = output i), m <= 8; or packed (1, total_T, N, m, m).
+        b: (B, T, N, m) inputs (float32 / bfloat16 / float16; A may differ in dtype, both accumulate in float32).
+        h0: (B, N, m) initial state (packed: (num_seqs, N, m)), zeros if None.
+        mask: optional (B, T) bool; a False step is the identity with zero input (padding).
+        chunk_size: time chunk of the schedule; a power of two near sqrt(T) if None.
+        cu_seqlens: int32 (num_seqs + 1,) boundaries of a packed input; the state restarts at each.
+    """
+    if b.dim() != 4:
+        raise ValueError(f"b must have shape (B, T, N, m), got {tuple(b.shape)}")
+    if tuple(A.shape) != (*b.shape, b.shape[-1]):
+        raise ValueError(f"A must have shape (B, T, N, m, m) = {(*b.shape, b.shape[-1])}, got {tuple(A.shape)}")
+    check_float_dtype("A", A)
+    check_float_dtype("b", b)
+    layout, chunk = _prepare(b, b.shape[-1], h0, cu_seqlens, chunk_size)
+    states, final = _BlockScanFunction.apply(A, b, h0, _keep(mask, layout), layout, chunk, False)
+    return states.to(b.dtype), final.to(b.dtype)
+
+
+def companion_scan(
+    a: torch.Tensor,
+    v: torch.Tensor,
+    h0: torch.Tensor | None = None,
+    *,
+    mask: torch.Tensor | None = None,
+    chunk_size: int | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Companion-block scan (H-LRU) with autograd: S_t = C(a_t) S_{t-1} + [v_t, 0, ..., 0].
+
+    Args:
+        a: (B, T, N, m) first rows of the companion matrices (a_{t,1} .. a_{t,m}), m <= 8; or packed.
+        v: (B, T, N) input of slot 0 (h_t's input term).
+        h0: (B, N, m) initial state [h_0, h_{-1}, ...] (packed: (num_seqs, N, m)), zeros if None.
+        mask: optional (B, T) bool; a False step is the identity with zero input (padding), which the companion
+            form itself cannot express.
+    Returns (states (B, T, N, m), final (num_seqs, N, m)) in v's dtype; states[..., 0] is h_t.
+    """
+    if a.dim() != 4 or tuple(v.shape) != tuple(a.shape[:3]):
+        raise ValueError(f"a must be (B, T, N, m) and v (B, T, N); got {tuple(a.shape)} and {tuple(v.shape)}")
+    check_float_dtype("a", a)
+    check_float_dtype("v", v)
+    layout, chunk = _prepare(a, a.shape[-1], h0, cu_seqlens, chunk_size)
+    states, final = _BlockScanFunction.apply(a, v, h0, _keep(mask, layout), layout, chunk, True)
+    return states.to(v.dtype), final.to(v.dtype)
+
+
+__all__ = ["MAX_BLOCK", "block_scan", "companion_scan"]

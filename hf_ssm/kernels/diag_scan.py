@@ -1,0 +1,350 @@
+"""Triton diagonal scan x_t = a_t * x_{t-1} + b_t, real or complex (DESIGN §3, §6).
+
+The kernel twin of ``hf_ssm.modeling.scan_diag``: every channel is an independent scalar recurrence (the scan of
+``diag_lru`` and the inner step of every DEER iteration). Layout (B, T, *S) for a, b and the states, (B, *S) for the
+initial / final states; or packed (1, total_T, *S) with ``cu_seqlens`` and (num_seqs, *S) states. Inputs float32,
+bfloat16 or float16 (accumulated in float32), or complex64.
+
+Backward: lambda_t = g_t + conj(a_{t+1}) lambda_{t+1}, run as nu_t = conj(a_t) lambda_t, lambda_t = g_t + nu_{t+1}
+(the same chunked schedule in reversed time, see ``_common``); grad_a_t = lambda_t conj(x_{t-1}), grad_b = lambda,
+grad_x0 = nu at the first step. The gradient of the final state enters as the reverse pass's initial state.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import Layout, cdiv, check_float_dtype, default_chunk_size, grid_dim, make_layout, on_tensor_device
+
+BLOCK_D = 256
+
+
+@triton.jit
+def _load(ptr, off, mask, COMPLEX: tl.constexpr):
+    """(re, im) float32 at complex-element offsets `off` (im is zero and unused for real data)."""
+    if COMPLEX:
+        re = tl.load(ptr + 2 * off, mask=mask, other=0.0).to(tl.float32)
+        im = tl.load(ptr + 2 * off + 1, mask=mask, other=0.0).to(tl.float32)
+    else:
+        re = tl.load(ptr + off, mask=mask, other=0.0).to(tl.float32)
+        im = tl.zeros_like(re)
+    return re, im
+
+
+@triton.jit
+def _store(ptr, off, re, im, mask, COMPLEX: tl.constexpr):
+    if COMPLEX:
+        tl.store(ptr + 2 * off, re, mask=mask)
+        tl.store(ptr + 2 * off + 1, im, mask=mask)
+    else:
+        tl.store(ptr + off, re, mask=mask)
+
+
+@triton.jit
+def _mul(ar, ai, br, bi, COMPLEX: tl.constexpr):
+    """(ar + i ai)(br + i bi); for real data only the real part is computed."""
+    if COMPLEX:
+        return ar * br - ai * bi, ar * bi + ai * br
+    else:
+        return ar * br, bi
+
+
+@triton.jit
+def _chunk_bounds(cu_ptr, seq, c, L):
+    start = tl.load(cu_ptr + seq)
+    end = tl.load(cu_ptr + seq + 1)
+    t0 = start + c * L
+    n = tl.minimum(tl.maximum(end - t0, 0), L)
+    return start, end, t0, n
+
+
+@triton.jit
+def _diag_summary_kernel(
+    a_ptr, g_ptr, cu_ptr, cum_ptr, loc_ptr, D, L, max_chunks,
+    COMPLEX: tl.constexpr, REVERSE: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Per (sequence, chunk): composed coefficient and local end state of the chunk from a zero start."""
+    pid = tl.program_id(0)
+    seq = pid // max_chunks
+    c = pid % max_chunks
+    d = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    dm = d < D
+    start, end, t0, n = _chunk_bounds(cu_ptr, seq, c, L)
+    cr = tl.full([BLOCK], 1.0, tl.float32)
+    ci = tl.zeros([BLOCK], tl.float32)
+    lr = tl.zeros([BLOCK], tl.float32)
+    li = tl.zeros([BLOCK], tl.float32)
+    for s in range(n):
+        if REVERSE:
+            t = t0 + n - 1 - s
+        else:
+            t = t0 + s
+        off = t.to(tl.int64) * D + d
+        ar, ai = _load(a_ptr, off, dm, COMPLEX)
+        gr, gi = _load(g_ptr, off, dm, COMPLEX)
+        if REVERSE:  # nu <- conj(a) (nu + g)
+            lr, li = _mul(ar, -ai, lr + gr, li + gi, COMPLEX)
+            cr, ci = _mul(ar, -ai, cr, ci, COMPLEX)
+        else:  # x <- a x + g
+            lr, li = _mul(ar, ai, lr, li, COMPLEX)
+            lr += gr
+            li += gi
+            cr, ci = _mul(ar, ai, cr, ci, COMPLEX)
+    out = pid.to(tl.int64) * D + d
+    _store(cum_ptr, out, cr, ci, dm, COMPLEX)
+    _store(loc_ptr, out, lr, li, dm, COMPLEX)
+
+
+@triton.jit
+def _diag_carry_kernel(
+    cum_ptr, loc_ptr, init_ptr, starts_ptr, D, max_chunks,
+    COMPLEX: tl.constexpr, REVERSE: tl.constexpr, HAS_INIT: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Per sequence: the true state entering every chunk, walking the chunk summaries in (reversed) order."""
+    seq = tl.program_id(0)
+    d = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    dm = d < D
+    if HAS_INIT:
+        xr, xi = _load(init_ptr, seq.to(tl.int64) * D + d, dm, COMPLEX)
+    else:
+        xr = tl.zeros([BLOCK], tl.float32)
+        xi = tl.zeros([BLOCK], tl.float32)
+    for i in range(max_chunks):
+        if REVERSE:
+            c = max_chunks - 1 - i
+        else:
+            c = i
+        off = (seq.to(tl.int64) * max_chunks + c) * D + d
+        _store(starts_ptr, off, xr, xi, dm, COMPLEX)
+        cr, ci = _load(cum_ptr, off, dm, COMPLEX)
+        lr, li = _load(loc_ptr, off, dm, COMPLEX)
+        xr, xi = _mul(cr, ci, xr, xi, COMPLEX)
+        xr += lr
+        xi += li
+
+
+@triton.jit
+def _diag_apply_kernel(
+    a_ptr, g_ptr, cu_ptr, starts_ptr, out_ptr, final_ptr, states_ptr, x0_ptr, grad_a_ptr, D, L, max_chunks,
+    COMPLEX: tl.constexpr, REVERSE: tl.constexpr, GRAD_A: tl.constexpr, HAS_X0: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Per (sequence, chunk): run the chunk from its true incoming state, write every state (forward) or
+    lambda and grad_a (reverse), and the sequence's final state (forward) / grad_x0 (reverse)."""
+    pid = tl.program_id(0)
+    seq = pid // max_chunks
+    c = pid % max_chunks
+    d = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    dm = d < D
+    start, end, t0, n = _chunk_bounds(cu_ptr, seq, c, L)
+    xr, xi = _load(starts_ptr, pid.to(tl.int64) * D + d, dm, COMPLEX)
+    for s in range(n):
+        if REVERSE:
+            t = t0 + n - 1 - s
+        else:
+            t = t0 + s
+        off = t.to(tl.int64) * D + d
+        ar, ai = _load(a_ptr, off, dm, COMPLEX)
+        gr, gi = _load(g_ptr, off, dm, COMPLEX)
+        if REVERSE:
+            lr = gr + xr
+            li = gi + xi
+            _store(out_ptr, off, lr, li, dm, COMPLEX)
+            if GRAD_A:  # grad_a_t = lambda_t conj(x_{t-1}); x_{t-1} is x0 at the sequence start
+                tt = tl.zeros_like(d) + t  # (the interpreter wants masks built from tensors, not scalars)
+                pr, pi = _load(states_ptr, off - D, dm & (tt > start), COMPLEX)
+                if HAS_X0:
+                    qr, qi = _load(x0_ptr, seq.to(tl.int64) * D + d, dm & (tt == start), COMPLEX)
+                    pr += qr
+                    pi += qi
+                gar, gai = _mul(lr, li, pr, -pi, COMPLEX)
+                _store(grad_a_ptr, off, gar, gai, dm, COMPLEX)
+            xr, xi = _mul(ar, -ai, lr, li, COMPLEX)
+        else:
+            xr, xi = _mul(ar, ai, xr, xi, COMPLEX)
+            xr += gr
+            xi += gi
+            _store(out_ptr, off, xr, xi, dm, COMPLEX)
+    if REVERSE:
+        last = 0
+    else:
+        last = tl.maximum(tl.cdiv(end - start, L) - 1, 0)
+    _store(final_ptr, seq.to(tl.int64) * D + d, xr, xi, dm & (tl.zeros_like(d) + c == last), COMPLEX)
+
+
+@on_tensor_device
+def _run(
+    a: torch.Tensor,
+    g: torch.Tensor,
+    layout: Layout,
+    chunk: int,
+    init: torch.Tensor | None,
+    complex_: bool,
+    reverse: bool,
+    states: torch.Tensor | None = None,
+    x0: torch.Tensor | None = None,
+    grad_a: bool = False,
+):
+    """One chunked pass over packed (total, D) data (complex: (total, D, 2) float views), no autograd.
+
+    Returns (out, final, grad_a): out (total, D[, 2]) float32 states (forward) or lambda (reverse); final
+    (num_seqs, D[, 2]) the final state (forward) or grad_x0 (reverse); grad_a (reverse with grad_a=True) or None.
+    """
+    D = a.shape[1]
+    S, C = layout.num_seqs, layout.chunks(chunk)
+    shape = (D, 2) if complex_ else (D,)
+    dev = a.device
+    f32 = torch.float32
+    flags = dict(COMPLEX=complex_, REVERSE=reverse, BLOCK=BLOCK_D)
+    nd = grid_dim(cdiv(D, BLOCK_D))
+    if C > 1:
+        cum = torch.empty(S * C, *shape, dtype=f32, device=dev)
+        loc = torch.empty_like(cum)
+        _diag_summary_kernel[(S * C, nd)](a, g, layout.cu, cum, loc, D, chunk, C, **flags)
+        starts = torch.empty_like(cum)
+        init_arg = init if init is not None else cum
+        _diag_carry_kernel[(S, nd)](cum, loc, init_arg, starts, D, C, HAS_INIT=init is not None, **flags)
+    else:
+        starts = init.to(f32).contiguous() if init is not None else torch.zeros(S, *shape, dtype=f32, device=dev)
+    out = torch.empty(a.shape[0], *shape, dtype=f32, device=dev)
+    final = torch.empty(S, *shape, dtype=f32, device=dev)
+    ga = torch.empty_like(out) if grad_a else out
+    _diag_apply_kernel[(S * C, nd)](
+        a, g, layout.cu, starts, out, final,
+        states if states is not None else out, x0 if x0 is not None else out, ga,
+        D, chunk, C, GRAD_A=grad_a, HAS_X0=x0 is not None, **flags,
+    )  # fmt: skip
+    return out, final, (ga if grad_a else None)
+
+
+def _flat(t: torch.Tensor, complex_: bool) -> torch.Tensor:
+    """(B, T, *S) -> contiguous (B*T, D) (complex: (B*T, D, 2) float32 view)."""
+    t = t.reshape(t.shape[0] * t.shape[1], -1)
+    if complex_:
+        return torch.view_as_real(t.resolve_conj().contiguous())
+    return t.contiguous()
+
+
+def _flat_state(t: torch.Tensor | None, complex_: bool) -> torch.Tensor | None:
+    if t is None:
+        return None
+    t = t.reshape(t.shape[0], -1)
+    return torch.view_as_real(t.resolve_conj().contiguous()) if complex_ else t.contiguous()
+
+
+def _unflat(t: torch.Tensor, shape, complex_: bool) -> torch.Tensor:
+    return (torch.view_as_complex(t) if complex_ else t).reshape(shape)
+
+
+class _DiagScanFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b, x0, layout, chunk):
+        complex_ = a.is_complex()
+        af, bf, x0f = _flat(a, complex_), _flat(b, complex_), _flat_state(x0, complex_)
+        out, final, _ = _run(af, bf, layout, chunk, x0f, complex_, reverse=False)
+        ctx.save_for_backward(af, x0f, out)
+        ctx.layout, ctx.chunk, ctx.complex_, ctx.has_x0 = layout, chunk, complex_, x0 is not None
+        ctx.shapes = (a.shape, (layout.num_seqs, *a.shape[2:]))
+        ctx.dtypes = (a.dtype, None if x0 is None else x0.dtype)
+        return _unflat(out, a.shape, complex_), _unflat(final, ctx.shapes[1], complex_)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_states, grad_final):
+        af, x0f, states = ctx.saved_tensors
+        complex_, (shape, final_shape) = ctx.complex_, ctx.shapes
+        g = torch.zeros_like(states) if grad_states is None else _flat(grad_states, complex_).to(torch.float32)
+        gf = None if grad_final is None else _flat_state(grad_final, complex_).to(torch.float32)
+        lam, grad_x0, grad_a = _run(
+            af, g, ctx.layout, ctx.chunk, gf, complex_, reverse=True, states=states, x0=x0f, grad_a=True
+        )
+        dtype, x0_dtype = ctx.dtypes
+        grad_a = _unflat(grad_a, shape, complex_).to(dtype)
+        grad_b = _unflat(lam, shape, complex_).to(dtype)
+        grad_x0 = _unflat(grad_x0, final_shape, complex_).to(x0_dtype) if ctx.has_x0 else None
+        return grad_a, grad_b, grad_x0, None, None
+
+
+def _check(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, cu_seqlens, chunk_size) -> tuple[Layout, int]:
+    if a.dim() < 2:
+        raise ValueError(f"a must have shape (B, T, ...), got {tuple(a.shape)}")
+    if a.shape != b.shape:
+        raise ValueError(f"a and b must share the shape (B, T, ...); got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.dtype != b.dtype:
+        raise TypeError(f"a and b must share one dtype, got {a.dtype} and {b.dtype}")
+    if a.is_complex():
+        if a.dtype != torch.complex64:
+            raise TypeError(f"the Triton diagonal scan takes complex64 complex input, got {a.dtype}")
+    else:
+        check_float_dtype("a and b", a)
+    layout = make_layout(a.shape[0], a.shape[1], a.device, cu_seqlens, "a")
+    expected = (layout.num_seqs, *a.shape[2:])
+    if x0 is not None:
+        if tuple(x0.shape) != expected:
+            raise ValueError(f"x0 must have shape (num_seqs, ...) = {expected}, got {tuple(x0.shape)}")
+        if x0.dtype != a.dtype:
+            raise TypeError(f"x0 must have the dtype of a and b ({a.dtype}), got {x0.dtype}")
+    chunk = default_chunk_size(layout.max_len) if chunk_size is None else int(chunk_size)
+    if chunk < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    return layout, chunk
+
+
+def diag_scan(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    x0: torch.Tensor | None = None,
+    *,
+    chunk_size: int | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Diagonal scan with autograd. Returns (states like a, final state (num_seqs, *S)), in a's dtype.
+
+    Args:
+        a, b: (B, T, *S) coefficients and inputs (float32 / bfloat16 / float16 / complex64, one dtype), or packed
+            (1, total_T, *S) with cu_seqlens.
+        x0: (B, *S) (packed: (num_seqs, *S)) initial states, zeros if None.
+        chunk_size: time chunk of the schedule; a power of two near sqrt(T) if None.
+        cu_seqlens: int32 (num_seqs + 1,) sequence boundaries of a packed input; the state restarts at each.
+    """
+    layout, chunk = _check(a, b, x0, cu_seqlens, chunk_size)
+    states, final = _DiagScanFunction.apply(a, b, x0, layout, chunk)
+    return states.to(a.dtype), final.to(a.dtype)
+
+
+def diag_scan_forward(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    x0: torch.Tensor | None = None,
+    *,
+    chunk_size: int | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """States (float32, or complex64) without autograd: the forward pass DEER runs every iteration."""
+    layout, chunk = _check(a, b, x0, cu_seqlens, chunk_size)
+    complex_ = a.is_complex()
+    with torch.no_grad():
+        out, _, _ = _run(
+            _flat(a, complex_), _flat(b, complex_), layout, chunk, _flat_state(x0, complex_), complex_, False
+        )
+    shape = a.shape
+    return _unflat(out, shape, complex_)
+
+
+def diag_scan_adjoint(
+    a: torch.Tensor,
+    g: torch.Tensor,
+    *,
+    chunk_size: int | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """lambda_t = g_t + conj(a_{t+1}) lambda_{t+1} within each sequence (float32 / complex64), no autograd."""
+    layout, chunk = _check(a, g, None, cu_seqlens, chunk_size)
+    complex_ = a.is_complex()
+    with torch.no_grad():
+        lam, _, _ = _run(_flat(a, complex_), _flat(g, complex_), layout, chunk, None, complex_, True)
+    return _unflat(lam, a.shape, complex_)
+
+
+__all__ = ["diag_scan", "diag_scan_adjoint", "diag_scan_forward"]

@@ -1,0 +1,680 @@
+"""Triton PD scan x_t = P_t D_t x_{t-1} + b_t (DESIGN §4), and the fused generation of P with its backward.
+
+The kernel twin of ``hf_ssm.modeling.scan_pd.pd_scan``. Sparse form: idx_t[j] is the row of the 1 in column j of P_t,
+dv_t the complex diagonal of D_t. Layout (B, T, H, N) for idx (int32 or int64), dv and b, (B, H, N) for the initial
+and final states; or packed (1, total_T, H, N) with ``cu_seqlens`` and (num_seqs, H, N) states. dv, b, x0 are
+complex64, or real tensors with a trailing (real, imag) axis of 2 in float32 / bfloat16 / float16 (then read in
+their dtype and accumulated in float32). States are returned as complex64.
+
+One program holds the state of one (sequence, chunk, head) on chip (N complex lanes, padded to a power of two):
+
+- apply a PD transition: z = dv * x, then the scatter-add (P z)[i] = sum_{j: idx[j] = i} z[j], done as an on-chip
+  one-hot product (N <= 128; ``scatter="onehot"``) or through a per-program scratch row with atomic adds
+  (``scatter="atomic"``, any N);
+- compose two transitions (chunk summaries): idx = idx2[idx1], dv = dv2[idx1] * dv1, two on-chip gathers;
+- backward, the adjoint recurrence lambda_t = g_t + A_{t+1}^H lambda_{t+1} with (A^H l)[j] = conj(dv[j]) l[idx[j]],
+  only gathers; grad_dv_t[j] = lambda_t[idx_t[j]] conj(x_{t-1}[j]), grad_b = lambda, grad_x0 = A_0^H lambda_0.
+
+``pd_generated_scan`` fuses the generation of P into the same autograd node: the forward computes idx =
+argmax_i (sum_k s_k M_k)[i, j] in a kernel, the backward computes the straight-through gradient
+dL/dM_t[i, j] = p[i, j] (G[i, j] - sum_i' p[i', j] G[i', j]) / tau with p the column softmax of M_t / tau and
+G[i, j] = Re(conj(lambda_t[i]) dv_t[j] x_{t-1}[j]), and reduces it straight into dL/ds (B, T, H, K) and
+dL/dM (H, K, N, N). Neither the soft matrices M_t nor p nor G (B, T, H, N, N) is ever stored: each program
+recomputes one column j of M_t for a block of time steps (a (BT x K) @ (K x N) product) and keeps it on chip.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import (
+    Layout,
+    as_real_pairs,
+    cdiv,
+    check_float_dtype,
+    default_chunk_size,
+    grid_dim,
+    make_layout,
+    next_pow2,
+    on_tensor_device,
+)
+
+# Largest state size that uses the on-chip one-hot product for the scatter-add; above it, atomic adds into a scratch row.
+ONEHOT_MAX_N = 128
+SCATTER_MODES = ("auto", "onehot", "atomic")
+# Rows (time steps) per program of the P-generation kernels (>= 16 for tl.dot).
+GEN_BLOCK_T = 16
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# on-chip helpers
+
+
+@triton.jit
+def _load_pair(ptr, e, mask):
+    re = tl.load(ptr + 2 * e, mask=mask, other=0.0).to(tl.float32)
+    im = tl.load(ptr + 2 * e + 1, mask=mask, other=0.0).to(tl.float32)
+    return re, im
+
+
+@triton.jit
+def _store_pair(ptr, e, re, im, mask):
+    tl.store(ptr + 2 * e, re, mask=mask)
+    tl.store(ptr + 2 * e + 1, im, mask=mask)
+
+
+@triton.jit
+def _cmul(ar, ai, br, bi):
+    return ar * br - ai * bi, ar * bi + ai * br
+
+
+@triton.jit
+def _load_idx(idx_ptr, e, lanes, lm):
+    """Column -> row indices as int32; padding lanes map to themselves (an identity that touches nothing real)."""
+    idx = tl.load(idx_ptr + e, mask=lm, other=0).to(tl.int32)
+    return tl.where(lm, idx, lanes)
+
+
+@triton.jit
+def _scatter(idx, vr, vi, lanes, scratch_ptr, NP: tl.constexpr, ONEHOT: tl.constexpr):
+    """out[i] = sum_{j: idx[j] = i} v[j] (several columns may share a row)."""
+    if ONEHOT:
+        hit = idx[None, :] == lanes[:, None]  # hit[i, j]: column j lands in row i
+        outr = tl.sum(tl.where(hit, vr[None, :], 0.0), axis=1)
+        outi = tl.sum(tl.where(hit, vi[None, :], 0.0), axis=1)
+    else:
+        zero = tl.zeros([NP], tl.float32)
+        tl.store(scratch_ptr + lanes, zero)
+        tl.store(scratch_ptr + NP + lanes, zero)
+        tl.debug_barrier()
+        tl.atomic_add(scratch_ptr + idx, vr)
+        tl.atomic_add(scratch_ptr + NP + idx, vi)
+        tl.debug_barrier()
+        # .cg: read from L2, where the atomics landed (never a stale L1 line from the previous step)
+        outr = tl.load(scratch_ptr + lanes, cache_modifier=".cg")
+        outi = tl.load(scratch_ptr + NP + lanes, cache_modifier=".cg")
+        tl.debug_barrier()
+    return outr, outi
+
+
+@triton.jit
+def _chunk_bounds(cu_ptr, seq, c, L):
+    start = tl.load(cu_ptr + seq)
+    end = tl.load(cu_ptr + seq + 1)
+    t0 = start + c * L
+    n = tl.minimum(tl.maximum(end - t0, 0), L)
+    return start, end, t0, n
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# scan kernels (schedule: see _common)
+
+
+@triton.jit
+def _pd_summary_kernel(
+    idx_ptr, dv_ptr, g_ptr, cu_ptr, cidx_ptr, cdv_ptr, loc_ptr, scratch_ptr, H, N, L, max_chunks,
+    REVERSE: tl.constexpr, ONEHOT: tl.constexpr, NP: tl.constexpr,
+):  # fmt: skip
+    """Per (sequence, chunk, head): the chunk's composed transition and local end state from a zero start.
+
+    Forward: composed PD matrix (cidx, cdv) with x_end = P(cidx) D(cdv) x_in + loc.
+    Reverse: composed gather map (cidx, cdv) with nu_out[j] = cdv[j] nu_in[cidx[j]] + loc[j].
+    """
+    pid = tl.program_id(0)
+    h = tl.program_id(1)
+    seq = pid // max_chunks
+    c = pid % max_chunks
+    lanes = tl.arange(0, NP)
+    lm = lanes < N
+    scratch = scratch_ptr + (pid.to(tl.int64) * H + h) * 2 * NP
+    start, end, t0, steps = _chunk_bounds(cu_ptr, seq, c, L)
+    ck = lanes
+    cr = tl.where(lm, 1.0, 0.0)
+    ci = tl.zeros([NP], tl.float32)
+    lr = tl.zeros([NP], tl.float32)
+    li = tl.zeros([NP], tl.float32)
+    for s in range(steps):
+        if REVERSE:
+            t = t0 + steps - 1 - s
+        else:
+            t = t0 + s
+        e = (t.to(tl.int64) * H + h) * N + lanes
+        idx = _load_idx(idx_ptr, e, lanes, lm)
+        dr, di = _load_pair(dv_ptr, e, lm)
+        gr, gi = _load_pair(g_ptr, e, lm)
+        if REVERSE:  # nu <- conj(dv) (nu + g)[idx]; map <- conj(dv) map[idx]
+            ur = tl.gather(lr + gr, idx, 0)
+            ui = tl.gather(li + gi, idx, 0)
+            lr, li = _cmul(dr, -di, ur, ui)
+            cgr = tl.gather(cr, idx, 0)
+            cgi = tl.gather(ci, idx, 0)
+            cr, ci = _cmul(dr, -di, cgr, cgi)
+            ck = tl.gather(ck, idx, 0)
+        else:  # x <- P D x + b; composed (idx, dv) <- (idx[ck], dv[ck] * cdv)
+            zr, zi = _cmul(dr, di, lr, li)
+            sr, si = _scatter(idx, zr, zi, lanes, scratch, NP, ONEHOT)
+            lr = sr + gr
+            li = si + gi
+            gdr = tl.gather(dr, ck, 0)
+            gdi = tl.gather(di, ck, 0)
+            cr, ci = _cmul(gdr, gdi, cr, ci)
+            ck = tl.gather(idx, ck, 0)
+    e = (pid.to(tl.int64) * H + h) * N + lanes
+    tl.store(cidx_ptr + e, ck, mask=lm)
+    _store_pair(cdv_ptr, e, cr, ci, lm)
+    _store_pair(loc_ptr, e, lr, li, lm)
+
+
+@triton.jit
+def _pd_carry_kernel(
+    cidx_ptr, cdv_ptr, loc_ptr, init_ptr, starts_ptr, scratch_ptr, H, N, max_chunks,
+    REVERSE: tl.constexpr, HAS_INIT: tl.constexpr, ONEHOT: tl.constexpr, NP: tl.constexpr,
+):  # fmt: skip
+    """Per (sequence, head): the true state entering every chunk."""
+    seq = tl.program_id(0)
+    h = tl.program_id(1)
+    lanes = tl.arange(0, NP)
+    lm = lanes < N
+    scratch = scratch_ptr + (seq.to(tl.int64) * H + h) * 2 * NP
+    if HAS_INIT:
+        xr, xi = _load_pair(init_ptr, (seq.to(tl.int64) * H + h) * N + lanes, lm)
+    else:
+        xr = tl.zeros([NP], tl.float32)
+        xi = tl.zeros([NP], tl.float32)
+    for i in range(max_chunks):
+        if REVERSE:
+            c = max_chunks - 1 - i
+        else:
+            c = i
+        e = ((seq.to(tl.int64) * max_chunks + c) * H + h) * N + lanes
+        _store_pair(starts_ptr, e, xr, xi, lm)
+        ck = _load_idx(cidx_ptr, e, lanes, lm)
+        cr, ci = _load_pair(cdv_ptr, e, lm)
+        lr, li = _load_pair(loc_ptr, e, lm)
+        if REVERSE:
+            xgr = tl.gather(xr, ck, 0)
+            xgi = tl.gather(xi, ck, 0)
+            xr, xi = _cmul(cr, ci, xgr, xgi)
+        else:
+            zr, zi = _cmul(cr, ci, xr, xi)
+            xr, xi = _scatter(ck, zr, zi, lanes, scratch, NP, ONEHOT)
+        xr += lr
+        xi += li
+
+
+@triton.jit
+def _pd_apply_kernel(
+    idx_ptr, dv_ptr, g_ptr, cu_ptr, starts_ptr, out_ptr, final_ptr, states_ptr, x0_ptr, grad_dv_ptr, z_ptr,
+    scratch_ptr, H, N, L, max_chunks,
+    REVERSE: tl.constexpr, HAS_X0: tl.constexpr, WRITE_Z: tl.constexpr, ONEHOT: tl.constexpr, NP: tl.constexpr,
+):  # fmt: skip
+    """Per (sequence, chunk, head). Forward: states and the final state. Reverse: lambda, grad_dv, optionally
+    z_t = dv_t * x_{t-1} (for the gradient of P), and grad_x0."""
+    pid = tl.program_id(0)
+    h = tl.program_id(1)
+    seq = pid // max_chunks
+    c = pid % max_chunks
+    lanes = tl.arange(0, NP)
+    lm = lanes < N
+    scratch = scratch_ptr + (pid.to(tl.int64) * H + h) * 2 * NP
+    start, end, t0, steps = _chunk_bounds(cu_ptr, seq, c, L)
+    xr, xi = _load_pair(starts_ptr, (pid.to(tl.int64) * H + h) * N + lanes, lm)
+    for s in range(steps):
+        if REVERSE:
+            t = t0 + steps - 1 - s
+        else:
+            t = t0 + s
+        e = (t.to(tl.int64) * H + h) * N + lanes
+        idx = _load_idx(idx_ptr, e, lanes, lm)
+        dr, di = _load_pair(dv_ptr, e, lm)
+        gr, gi = _load_pair(g_ptr, e, lm)
+        if REVERSE:
+            lr = gr + xr
+            li = gi + xi
+            _store_pair(out_ptr, e, lr, li, lm)
+            tt = tl.zeros_like(lanes) + t  # (the interpreter wants masks built from tensors, not scalars)
+            pr, pi = _load_pair(states_ptr, e - H * N, lm & (tt > start))
+            if HAS_X0:
+                qr, qi = _load_pair(x0_ptr, (seq.to(tl.int64) * H + h) * N + lanes, lm & (tt == start))
+                pr += qr
+                pi += qi
+            lgr = tl.gather(lr, idx, 0)  # lambda_t[idx_t[j]]
+            lgi = tl.gather(li, idx, 0)
+            gdr, gdi = _cmul(lgr, lgi, pr, -pi)
+            _store_pair(grad_dv_ptr, e, gdr, gdi, lm)
+            if WRITE_Z:
+                zr, zi = _cmul(dr, di, pr, pi)
+                _store_pair(z_ptr, e, zr, zi, lm)
+            xr, xi = _cmul(dr, -di, lgr, lgi)
+        else:
+            zr, zi = _cmul(dr, di, xr, xi)
+            xr, xi = _scatter(idx, zr, zi, lanes, scratch, NP, ONEHOT)
+            xr += gr
+            xi += gi
+            _store_pair(out_ptr, e, xr, xi, lm)
+    if REVERSE:
+        last = 0
+    else:
+        last = tl.maximum(tl.cdiv(end - start, L) - 1, 0)
+    _store_pair(final_ptr, (seq.to(tl.int64) * H + h) * N + lanes, xr, xi, lm & (tl.zeros_like(lanes) + c == last))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# P generation kernels
+
+
+@triton.jit
+def _soft_column(sel_ptr, m_ptr, rows, rm, h, j, kk, ii, H, K, N):
+    """(BT, NP) column j of the soft matrices M_t = sum_k s_{t,k} M_k of head h, and the (KP, NP) dictionary column."""
+    sel = tl.load(
+        sel_ptr + (rows.to(tl.int64)[:, None] * H + h) * K + kk[None, :],
+        mask=rm[:, None] & (kk < K)[None, :],
+        other=0.0,
+    )
+    mcol = tl.load(
+        m_ptr + ((h * K + kk[:, None]) * N + ii[None, :]) * N + j, mask=(kk < K)[:, None] & (ii < N)[None, :], other=0.0
+    )
+    sel = sel.to(tl.float32)
+    mcol = mcol.to(tl.float32)
+    return tl.dot(sel, mcol, input_precision="ieee"), sel, mcol
+
+
+@triton.jit
+def _pd_select_kernel(
+    sel_ptr, m_ptr, keep_ptr, idx_ptr, R, H, K, N,
+    HAS_KEEP: tl.constexpr, BT: tl.constexpr, KP: tl.constexpr, NP: tl.constexpr,
+):  # fmt: skip
+    """idx[t, h, j] = argmax_i M_t[i, j] (first maximum), or j where keep[t] is 0 (identity transition)."""
+    rows = tl.program_id(0) * BT + tl.arange(0, BT)
+    h = tl.program_id(1)
+    j = tl.program_id(2)
+    rm = rows < R
+    kk = tl.arange(0, KP)
+    ii = tl.arange(0, NP)
+    soft, _, _ = _soft_column(sel_ptr, m_ptr, rows, rm, h, j, kk, ii, H, K, N)
+    soft = tl.where((ii < N)[None, :], soft, float("-inf"))
+    best = tl.argmax(soft, axis=1)
+    if HAS_KEEP:
+        keep = tl.load(keep_ptr + rows, mask=rm, other=1)
+        best = tl.where(keep != 0, best, j)
+    tl.store(idx_ptr + (rows.to(tl.int64) * H + h) * N + j, best.to(tl.int64), mask=rm)
+
+
+@triton.jit
+def _pd_generation_backward_kernel(
+    sel_ptr, m_ptr, keep_ptr, lam_ptr, z_ptr, gsel_ptr, gm_ptr, R, H, K, N, inv_tau, blocks_per_split,
+    HAS_KEEP: tl.constexpr, BT: tl.constexpr, KP: tl.constexpr, NP: tl.constexpr,
+):  # fmt: skip
+    """Straight-through backward of the P generation, one column j of one head over a range of time blocks.
+
+    dsoft_t[:, j] = p (G - <p, G>) / tau, p = softmax(M_t[:, j] / tau), G[i] = Re(conj(lambda_t[i]) z_t[j]);
+    gsel[t, h, :] += dsoft_t[:, j] @ M[h, :, :, j]^T (atomic: every column adds to it),
+    gm[split, h, :, :, j] = sum_t s_t^T dsoft_t[:, j] (this program's partial sum over its time blocks).
+    """
+    pid = tl.program_id(0)
+    h = pid // N
+    j = pid % N
+    split = tl.program_id(1)
+    kk = tl.arange(0, KP)
+    ii = tl.arange(0, NP)
+    im = ii < N
+    acc = tl.zeros([KP, NP], tl.float32)
+    for rb in range(split * blocks_per_split, (split + 1) * blocks_per_split):
+        rows = rb * BT + tl.arange(0, BT)
+        rm = rows < R
+        soft, sel, mcol = _soft_column(sel_ptr, m_ptr, rows, rm, h, j, kk, ii, H, K, N)
+        soft = tl.where(im[None, :], soft * inv_tau, float("-inf"))
+        p = tl.exp(soft - tl.max(soft, axis=1)[:, None])
+        p = p / tl.sum(p, axis=1)[:, None]
+        base = rows.to(tl.int64) * H + h
+        lam_off = base[:, None] * N + ii[None, :]
+        lmask = rm[:, None] & im[None, :]
+        lr, li = _load_pair(lam_ptr, lam_off, lmask)
+        zr, zi = _load_pair(z_ptr, base * N + j, rm)
+        G = lr * zr[:, None] + li * zi[:, None]
+        dsoft = p * (G - tl.sum(p * G, axis=1)[:, None]) * inv_tau
+        valid = lmask
+        if HAS_KEEP:
+            keep = tl.load(keep_ptr + rows, mask=rm, other=0)
+            valid = valid & (keep != 0)[:, None]
+        dsoft = tl.where(valid, dsoft, 0.0)
+        gsel = tl.dot(dsoft, tl.trans(mcol), input_precision="ieee")  # (BT, KP)
+        tl.atomic_add(gsel_ptr + base[:, None] * K + kk[None, :], gsel, mask=rm[:, None] & (kk < K)[None, :])
+        acc += tl.dot(tl.trans(sel), dsoft, input_precision="ieee")  # (KP, NP)
+    gm_off = (((split.to(tl.int64) * H + h) * K + kk[:, None]) * N + ii[None, :]) * N + j
+    tl.store(gm_ptr + gm_off, acc, mask=(kk < K)[:, None] & im[None, :])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# launchers
+
+
+def _scatter_mode(n: int, scatter: str) -> bool:
+    """True for the one-hot product, False for atomic adds."""
+    if scatter not in SCATTER_MODES:
+        raise ValueError(f"scatter must be one of {list(SCATTER_MODES)}, got {scatter!r}")
+    if scatter == "auto":
+        return n <= ONEHOT_MAX_N
+    return scatter == "onehot"
+
+
+@on_tensor_device
+def _run(idx, dv, g, layout: Layout, chunk, init, onehot, reverse, states=None, x0=None, write_z=False):
+    """One chunked pass over packed data: idx (total, H, N), dv / g (total, H, N, 2). No autograd.
+
+    Returns float32 (out, final, grad_dv, z): forward: states (total, H, N, 2), final (S, H, N, 2); reverse: lambda,
+    grad_x0, grad_dv and (write_z) z = dv * x_prev.
+    """
+    total, H, N = idx.shape
+    S, C = layout.num_seqs, layout.chunks(chunk)
+    NP = next_pow2(N)
+    warps = 8 if NP >= 128 else 4  # the (NP, NP) one-hot tile of N = 128 needs ~220 registers a thread at 4 warps
+    dev, f32 = dv.device, torch.float32
+    grid_dim(H)
+    scratch = torch.empty(1, dtype=f32, device=dev)
+    if C > 1:
+        cidx = torch.empty(S * C, H, N, dtype=torch.int32, device=dev)
+        cdv = torch.empty(S * C, H, N, 2, dtype=f32, device=dev)
+        loc = torch.empty_like(cdv)
+        if not onehot:
+            scratch = torch.empty(S * C * H * 2 * NP, dtype=f32, device=dev)
+        _pd_summary_kernel[(S * C, H)](
+            idx,
+            dv,
+            g,
+            layout.cu,
+            cidx,
+            cdv,
+            loc,
+            scratch,
+            H,
+            N,
+            chunk,
+            C,
+            REVERSE=reverse,
+            ONEHOT=onehot,
+            NP=NP,
+            num_warps=warps,
+        )
+        starts = torch.empty_like(cdv)
+        _pd_carry_kernel[(S, H)](
+            cidx, cdv, loc, init if init is not None else loc, starts, scratch, H, N, C,
+            REVERSE=reverse, HAS_INIT=init is not None, ONEHOT=onehot, NP=NP, num_warps=warps,
+        )  # fmt: skip
+    else:
+        starts = init.to(f32).contiguous() if init is not None else torch.zeros(S, H, N, 2, dtype=f32, device=dev)
+    if not onehot and scratch.numel() < S * C * H * 2 * NP:
+        scratch = torch.empty(S * C * H * 2 * NP, dtype=f32, device=dev)
+    out = torch.empty(total, H, N, 2, dtype=f32, device=dev)
+    final = torch.empty(S, H, N, 2, dtype=f32, device=dev)
+    grad_dv = torch.empty_like(out) if reverse else out
+    z = torch.empty_like(out) if write_z else out
+    _pd_apply_kernel[(S * C, H)](
+        idx, dv, g, layout.cu, starts, out, final,
+        states if states is not None else out, x0 if x0 is not None else out, grad_dv, z, scratch,
+        H, N, chunk, C, REVERSE=reverse, HAS_X0=x0 is not None, WRITE_Z=write_z, ONEHOT=onehot, NP=NP,
+        num_warps=warps,
+    )  # fmt: skip
+    return out, final, (grad_dv if reverse else None), (z if write_z else None)
+
+
+@on_tensor_device
+def _select(sel: torch.Tensor, dictionary: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """idx (R, H, N) int64 from sel (R, H, K) and dictionary (H, K, N, N)."""
+    R, H, K = sel.shape
+    N = dictionary.shape[-1]
+    idx = torch.empty(R, H, N, dtype=torch.int64, device=sel.device)
+    KP, NP = max(16, next_pow2(K)), max(16, next_pow2(N))
+    _pd_select_kernel[(cdiv(R, GEN_BLOCK_T), grid_dim(H), grid_dim(N))](
+        sel, dictionary, keep if keep is not None else sel, idx, R, H, K, N,
+        HAS_KEEP=keep is not None, BT=GEN_BLOCK_T, KP=KP, NP=NP,
+    )  # fmt: skip
+    return idx
+
+
+@on_tensor_device
+def _generation_backward(sel, dictionary, keep, lam, z, temperature):
+    """(grad_sel (R, H, K), grad_dictionary (H, K, N, N)), float32."""
+    R, H, K = sel.shape
+    N = dictionary.shape[-1]
+    KP, NP = max(16, next_pow2(K)), max(16, next_pow2(N))
+    blocks = cdiv(R, GEN_BLOCK_T)
+    # enough programs to fill a GPU (H * N columns x splits), few partial sums of dL/dM to add up afterwards
+    splits = max(1, min(blocks, 1024 // max(1, H * N)))
+    per_split = cdiv(blocks, splits)
+    splits = cdiv(blocks, per_split)
+    gsel = torch.zeros(R, H, K, dtype=torch.float32, device=sel.device)
+    gm = torch.empty(splits, H, K, N, N, dtype=torch.float32, device=sel.device)
+    _pd_generation_backward_kernel[(H * N, splits)](
+        sel, dictionary, keep if keep is not None else sel, lam, z, gsel, gm, R, H, K, N, 1.0 / temperature, per_split,
+        HAS_KEEP=keep is not None, BT=GEN_BLOCK_T, KP=KP, NP=NP, num_warps=8 if KP * NP >= 4096 else 4,
+    )  # fmt: skip
+    return gsel, gm.sum(0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# autograd
+
+
+def _flat(t: torch.Tensor, total: int) -> torch.Tensor:
+    return t.reshape(total, *t.shape[2:]).contiguous()
+
+
+def _backward_core(ctx, grad_states, grad_final, write_z):
+    idx, dv, x0, states = ctx.saved_tensors[:4]
+    layout = ctx.layout
+    g = torch.zeros_like(states) if grad_states is None else _flat(grad_states, layout.total).to(torch.float32)
+    gf = None if grad_final is None else grad_final.to(torch.float32).contiguous()
+    return _run(idx, dv, g, layout, ctx.chunk, gf, ctx.onehot, True, states=states, x0=x0, write_z=write_z)
+
+
+class _PDScanFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, idx, dv, b, x0, p_soft, layout, chunk, onehot):
+        idx_f, dv_f, b_f = _flat(idx, layout.total), _flat(dv, layout.total), _flat(b, layout.total)
+        x0_f = None if x0 is None else x0.contiguous()
+        states, final, _, _ = _run(idx_f, dv_f, b_f, layout, chunk, x0_f, onehot, False)
+        ctx.save_for_backward(idx_f, dv_f, x0_f, states)
+        ctx.layout, ctx.chunk, ctx.onehot = layout, chunk, onehot
+        ctx.meta = (dv.shape, dv.dtype, b.dtype, None if x0 is None else x0.dtype)
+        ctx.p_meta = None if p_soft is None else (p_soft.shape, p_soft.dtype)
+        return states.view(*dv.shape[:2], *states.shape[1:]), final
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_states, grad_final):
+        lam, grad_x0, grad_dv, z = _backward_core(ctx, grad_states, grad_final, ctx.p_meta is not None)
+        shape, dv_dtype, b_dtype, x0_dtype = ctx.meta
+        grad_p = None
+        if ctx.p_meta is not None:  # straight-through: dL/dP_t[i, j] = Re(conj(lambda_t[i]) z_t[j]); (T, N, N) by API
+            lam_c, z_c = torch.view_as_complex(lam), torch.view_as_complex(z)
+            p_shape, p_dtype = ctx.p_meta
+            grad_p = (lam_c.conj().unsqueeze(-1) * z_c.unsqueeze(-2)).real.reshape(p_shape).to(p_dtype)
+        return (
+            None,
+            grad_dv.view(shape).to(dv_dtype),
+            lam.view(shape).to(b_dtype),
+            None if x0_dtype is None else grad_x0.to(x0_dtype),
+            grad_p,
+            None,
+            None,
+            None,
+        )
+
+
+class _PDGeneratedScanFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, sel, dictionary, dv, b, x0, keep, temperature, layout, chunk, onehot):
+        total = layout.total
+        sel_f, dict_f = _flat(sel, total), dictionary.contiguous()
+        keep_f = None if keep is None else keep.reshape(total).to(torch.int32).contiguous()
+        idx = _select(sel_f, dict_f, keep_f)
+        dv_f, b_f = _flat(dv, total), _flat(b, total)
+        x0_f = None if x0 is None else x0.contiguous()
+        states, final, _, _ = _run(idx, dv_f, b_f, layout, chunk, x0_f, onehot, False)
+        ctx.save_for_backward(idx, dv_f, x0_f, states, sel_f, dict_f, keep_f)
+        ctx.layout, ctx.chunk, ctx.onehot, ctx.temperature = layout, chunk, onehot, temperature
+        ctx.meta = (
+            sel.shape,
+            sel.dtype,
+            dictionary.dtype,
+            dv.shape,
+            dv.dtype,
+            b.dtype,
+            None if x0 is None else x0.dtype,
+        )
+        return states.view(*dv.shape[:2], *states.shape[1:]), final
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_states, grad_final):
+        sel_f, dict_f, keep_f = ctx.saved_tensors[4:]
+        sel_shape, sel_dtype, dict_dtype, shape, dv_dtype, b_dtype, x0_dtype = ctx.meta
+        need_gen = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        lam, grad_x0, grad_dv, z = _backward_core(ctx, grad_states, grad_final, need_gen)
+        grad_sel = grad_dict = None
+        if need_gen:
+            gsel, gdict = _generation_backward(sel_f, dict_f, keep_f, lam, z, ctx.temperature)
+            grad_sel, grad_dict = gsel.view(sel_shape).to(sel_dtype), gdict.to(dict_dtype)
+        return (
+            grad_sel,
+            grad_dict,
+            grad_dv.view(shape).to(dv_dtype),
+            lam.view(shape).to(b_dtype),
+            None if x0_dtype is None else grad_x0.to(x0_dtype),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# public functions
+
+
+def _prepare(dv, b, x0, cu_seqlens, chunk_size, scatter):
+    dv_r, b_r = as_real_pairs("dv", dv), as_real_pairs("b", b)
+    if dv_r.dim() != 5 or dv_r.shape != b_r.shape:
+        raise ValueError(
+            f"dv and b must share the shape (B, T, H, N) (complex) or (B, T, H, N, 2); got {tuple(dv.shape)}, {tuple(b.shape)}"
+        )
+    batch, steps, heads, n, _ = dv_r.shape
+    layout = make_layout(batch, steps, dv_r.device, cu_seqlens, "dv")
+    x0_r = None
+    if x0 is not None:
+        x0_r = as_real_pairs("x0", x0)
+        if tuple(x0_r.shape) != (layout.num_seqs, heads, n, 2):
+            raise ValueError(
+                f"x0 must have shape (num_seqs, H, N) = {(layout.num_seqs, heads, n)}, got {tuple(x0.shape)}"
+            )
+    chunk = default_chunk_size(layout.max_len) if chunk_size is None else int(chunk_size)
+    if chunk < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    return dv_r, b_r, x0_r, layout, chunk, _scatter_mode(n, scatter)
+
+
+def pd_scan(
+    idx: torch.Tensor,
+    dv: torch.Tensor,
+    b: torch.Tensor,
+    x0: torch.Tensor | None = None,
+    p_soft: torch.Tensor | None = None,
+    *,
+    chunk_size: int | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+    scatter: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PD scan with autograd. Returns (states (B, T, H, N) complex64, final (num_seqs, H, N) complex64).
+
+    Args:
+        idx: (B, T, H, N) int32 / int64, row of the 1 in each column of P_t.
+        dv, b: (B, T, H, N) complex64, or (B, T, H, N, 2) real pairs (float32 / bfloat16 / float16).
+        x0: (B, H, N) complex64 or (B, H, N, 2) initial states (packed: num_seqs of them), zeros if None.
+        p_soft: optional (B, T, H, N, N) real; only receives the straight-through gradient of P_t (its values are
+            never read). For the memory-free version use ``pd_generated_scan``.
+        chunk_size: time chunk of the schedule; a power of two near sqrt(T) if None.
+        cu_seqlens: int32 (num_seqs + 1,) boundaries of a packed (1, total_T, H, N) input.
+        scatter: ``"auto"`` (one-hot product for N <= 128, atomics above), ``"onehot"`` or ``"atomic"``.
+    """
+    dv_r, b_r, x0_r, layout, chunk, onehot = _prepare(dv, b, x0, cu_seqlens, chunk_size, scatter)
+    if tuple(idx.shape) != tuple(dv_r.shape[:4]):
+        raise ValueError(f"idx must have shape (B, T, H, N) = {tuple(dv_r.shape[:4])}, got {tuple(idx.shape)}")
+    if idx.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"idx must be int32 or int64, got {idx.dtype}")
+    if p_soft is not None and tuple(p_soft.shape) != (*idx.shape, idx.shape[-1]):
+        raise ValueError(
+            f"p_soft must have shape (B, T, H, N, N) = {(*idx.shape, idx.shape[-1])}, got {tuple(p_soft.shape)}"
+        )
+    states, final = _PDScanFunction.apply(idx, dv_r, b_r, x0_r, p_soft, layout, chunk, onehot)
+    return torch.view_as_complex(states), torch.view_as_complex(final)
+
+
+def pd_select(sel: torch.Tensor, dictionary: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """idx (B, T, H, N) int64: argmax_i (sum_k sel[..., k] dictionary[h, k])[i, j], without storing the soft matrices.
+
+    sel: (B, T, H, K) selection weights; dictionary: (H, K, N, N); mask: optional (B, T) bool, False = identity.
+    """
+    batch, steps, heads, k = sel.shape
+    _check_generation(sel, dictionary, mask)
+    keep = None if mask is None else mask.reshape(-1).to(torch.int32).contiguous()
+    with torch.no_grad():
+        idx = _select(sel.reshape(batch * steps, heads, k).contiguous(), dictionary.contiguous(), keep)
+    return idx.view(batch, steps, heads, -1)
+
+
+def _check_generation(sel, dictionary, mask):
+    if sel.dim() != 4:
+        raise ValueError(f"sel must have shape (B, T, H, K), got {tuple(sel.shape)}")
+    heads, k = sel.shape[2:]
+    if dictionary.dim() != 4 or tuple(dictionary.shape[:2]) != (heads, k) or dictionary.shape[2] != dictionary.shape[3]:
+        raise ValueError(
+            f"dictionary must have shape (H, K, N, N) with (H, K) = {(heads, k)}, got {tuple(dictionary.shape)}"
+        )
+    check_float_dtype("sel", sel)
+    check_float_dtype("dictionary", dictionary)
+    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(sel.shape[:2])):
+        raise ValueError(
+            f"mask must be a bool tensor of shape (B, T) = {tuple(sel.shape[:2])}, got {mask.dtype} {tuple(mask.shape)}"
+        )
+
+
+def pd_generated_scan(
+    sel: torch.Tensor,
+    dictionary: torch.Tensor,
+    dv: torch.Tensor,
+    b: torch.Tensor,
+    x0: torch.Tensor | None = None,
+    *,
+    temperature: float = 1.0,
+    mask: torch.Tensor | None = None,
+    chunk_size: int | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+    scatter: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """P generation + PD scan in one autograd node, never storing a (B, T, H, N, N) tensor.
+
+    Equal to: M_t = einsum(sel, dictionary); idx = argmax over rows of M_t; p_soft = softmax(M_t / temperature) down
+    each column (zero where mask is False, where idx is also the identity); ``pd_scan(idx, dv, b, x0, p_soft)``.
+    Gradients flow to sel (B, T, H, K), dictionary (H, K, N, N), dv, b and x0.
+    Returns (states (B, T, H, N) complex64, final (num_seqs, H, N) complex64).
+    """
+    dv_r, b_r, x0_r, layout, chunk, onehot = _prepare(dv, b, x0, cu_seqlens, chunk_size, scatter)
+    _check_generation(sel, dictionary, mask)
+    if tuple(sel.shape[:3]) != tuple(dv_r.shape[:3]) or dictionary.shape[-1] != dv_r.shape[3]:
+        raise ValueError(
+            f"sel (B, T, H, K) and dictionary (H, K, N, N) must match dv (B, T, H, N) = {tuple(dv_r.shape[:4])}; "
+            f"got {tuple(sel.shape)} and {tuple(dictionary.shape)}"
+        )
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    states, final = _PDGeneratedScanFunction.apply(
+        sel, dictionary, dv_r, b_r, x0_r, mask, float(temperature), layout, chunk, onehot
+    )
+    return torch.view_as_complex(states), torch.view_as_complex(final)
+
+
+__all__ = ["ONEHOT_MAX_N", "pd_generated_scan", "pd_scan", "pd_select"]

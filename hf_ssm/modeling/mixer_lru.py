@@ -1,0 +1,178 @@
+"""BD-LRU and H-LRU mixers (DESIGN §5): linear recurrences with normalised selective gates.
+
+Both split a recurrent state of width `lru_state_size` into N groups of m (m = `lru_block_size`) and compute,
+from the layer input u_t (B, T, d), gates g_t = W_g u_t + b_g normalised over each row together with the
+input gate, so that a row's gate magnitudes sum to (at most) one.
+
+BD-LRU, N dense m x m blocks:
+  v_t = W_v u_t (N, m);  p = normalise(g_t) (N, m, m+1);  A_t = p[..., :m],  beta_t = p[..., m]
+  h_t = A_t h_{t-1} + beta_t * v_t (block by block);     y_t = W_o vec(h_t)
+H-LRU, order m over N channels:
+  v_t = W_v u_t (N,);    p = normalise(g_t) (N, m+1);    a_{t,k} = p[:, k-1],  beta_t = p[:, m]
+  h_t = sum_k a_{t,k} h_{t-k} + beta_t * v_t;            y_t = W_o [h_t; h_{t-1}; ...; h_{t-m+1}]
+  scanned as S_t = C_t S_{t-1} + [beta_t v_t, 0, ...], S_t = [h_t ... h_{t-m+1}], C_t the companion matrix.
+With m = 1 both are the diagonal selective LRU h_t = a_t h_{t-1} + (1 - a_t) v_t (softmax); the mixer name
+`diag_lru` is BD-LRU with m = 1.
+
+Stability: with every normalisation but `none`, |h_t[i]| <= sum_j |A_t[i, j]| |h_{t-1}[j]| + |beta_t[i]| |v_t[i]|
+<= max(||h_{t-1}||_inf, |v_t[i]|), so the state never exceeds max |v| seen so far. `none` uses the raw gates
+and is unbounded (the state can grow geometrically).
+
+The cached state is S (B, N, m) in float32 (for H-LRU: the last m values of h per channel); the scan always
+runs in float32, also under bf16 autocast. Every parameter is an nn.Linear, so the model's `_init_weights` gives
+the DESIGN §5 init: weights N(0, config.initializer_range = 0.02), zero gate bias.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .configuration_hybrid_ssm import LRU_NORMALIZATIONS, HybridSSMConfig
+from .scan_block import companion_matrices
+from .scan_dispatch import block_problem, block_scan, companion_scan, resolve_backend
+
+# Floor of the L1 denominators of `tanh_l1` and `relu_l1`: when every gate of a row is (near) zero the row
+# stays near zero instead of dividing 0 by 0. Flooring the denominator only shrinks the row, keeping sum |p| <= 1.
+_L1_EPS = 1e-6
+
+
+def normalize_gates(g: torch.Tensor, kind: str) -> torch.Tensor:
+    """Normalise gate logits over the last axis so that each row's magnitudes sum to one (at most).
+
+    softmax: softmax(g); sigmoid_l1: sigmoid(g) / sum sigmoid(g); tanh_l1: tanh(g) / sum |tanh(g)| (signed);
+    relu_l1: relu(g) / sum relu(g) (an all-negative row gives zeros); none: g unchanged (unbounded).
+    """
+    if kind == "softmax":
+        return torch.softmax(g, dim=-1)
+    if kind == "sigmoid_l1":
+        s = torch.sigmoid(g)
+        return s / s.sum(dim=-1, keepdim=True)
+    if kind == "tanh_l1":
+        s = torch.tanh(g)
+        return s / s.abs().sum(dim=-1, keepdim=True).clamp_min(_L1_EPS)
+    if kind == "relu_l1":
+        s = torch.relu(g)
+        return s / s.sum(dim=-1, keepdim=True).clamp_min(_L1_EPS)
+    if kind == "none":
+        return g
+    raise ValueError(f"`lru_normalization` must be one of {list(LRU_NORMALIZATIONS)}, got {kind!r}")
+
+
+class _NormalisedLRU(nn.Module):
+    """What BD-LRU and H-LRU share: the state layout (B, N, m), the masked float32 scan, the output projection.
+
+    forward(hidden_states (B, T, d), state (B, N, m) float32 or None, mask (B, T) bool or None)
+        -> (output (B, T, d), final state (B, N, m) float32)
+    Masked-out positions (padding) get the identity transition and zero input, so they never change the state.
+    Subclasses define `gates` and `transitions`.
+    """
+
+    state_dtype = torch.float32
+
+    def __init__(self, config: HybridSSMConfig, layer_idx: int, block_size: int):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.block_size = block_size
+        self.state_size = config.lru_state_size
+        self.num_blocks = config.lru_state_size // block_size
+        self.normalization = config.lru_normalization
+        self.scan_backend = getattr(config, "scan_backend", "auto")
+        self.output_proj = nn.Linear(self.num_blocks * block_size, config.hidden_size, bias=False)
+
+    def initial_state(self, batch_size: int, device=None) -> torch.Tensor:
+        return torch.zeros(batch_size, self.num_blocks, self.block_size, dtype=self.state_dtype, device=device)
+
+    def transitions(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A (B, T, N, m, m) and b (B, T, N, m) in float32 for input u (B, T, d)."""
+        raise NotImplementedError
+
+    def states(
+        self, u: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Recurrent states (B, T, N, m) and the final state (B, N, m) for input u (B, T, d)."""
+        A, b = self.transitions(u)
+        if mask is not None:
+            keep = mask.view(*mask.shape, 1, 1)
+            eye = torch.eye(self.block_size, dtype=A.dtype, device=A.device)
+            A = torch.where(keep.unsqueeze(-1), A, eye)
+            b = torch.where(keep, b, torch.zeros((), dtype=b.dtype, device=b.device))
+        h0 = None if state is None else state.to(self.state_dtype)
+        return block_scan(A, b, h0, backend=self.scan_backend)
+
+    def forward(self, hidden_states: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+        batch, steps, _ = hidden_states.shape
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            # Under autocast the input may be bf16 while the weights are float32: run this layer in the weights' dtype.
+            u = hidden_states.to(self.output_proj.weight.dtype)
+            states, final = self.states(u, state, mask)
+            y = self.output_proj(states.reshape(batch, steps, -1).to(u.dtype))
+        return y.to(hidden_states.dtype), final
+
+
+class BlockDiagonalLRUMixer(_NormalisedLRU):
+    """BD-LRU: N blocks of size m with dense, row-normalised m x m transitions (the input gate in each row)."""
+
+    def __init__(self, config: HybridSSMConfig, layer_idx: int, block_size: int | None = None):
+        m = config.lru_block_size if block_size is None else block_size
+        super().__init__(config, layer_idx, m)
+        d, n = config.hidden_size, self.num_blocks
+        self.value_proj = nn.Linear(d, n * m, bias=False)
+        self.gate_proj = nn.Linear(d, n * m * (m + 1))
+
+    def gates(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised gates p (B, T, N, m, m+1) and values v (B, T, N, m), float32, for input u (B, T, d)."""
+        n, m = self.num_blocks, self.block_size
+        g = self.gate_proj(u).float().unflatten(-1, (n, m, m + 1))
+        v = self.value_proj(u).float().unflatten(-1, (n, m))
+        return normalize_gates(g, self.normalization), v
+
+    def transitions(self, u):
+        p, v = self.gates(u)
+        m = self.block_size
+        return p[..., :m], p[..., m] * v
+
+
+class DiagonalLRUMixer(BlockDiagonalLRUMixer):
+    """The diagonal selective LRU: BD-LRU with blocks of size 1 (state width `lru_state_size`), the baseline."""
+
+    def __init__(self, config: HybridSSMConfig, layer_idx: int):
+        super().__init__(config, layer_idx, block_size=1)
+
+
+class HigherOrderLRUMixer(_NormalisedLRU):
+    """H-LRU: N channels, each an order-m recurrence over its own last m values, per-channel normalised gates."""
+
+    def __init__(self, config: HybridSSMConfig, layer_idx: int):
+        super().__init__(config, layer_idx, config.lru_block_size)
+        d, n, m = config.hidden_size, self.num_blocks, self.block_size
+        self.value_proj = nn.Linear(d, n, bias=False)
+        self.gate_proj = nn.Linear(d, n * (m + 1))
+
+    def gates(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised gates p (B, T, N, m+1) and values v (B, T, N), float32, for input u (B, T, d).
+
+        p[..., k-1] is a_k, the weight of h_{t-k}; p[..., m] is the input gate beta.
+        """
+        n, m = self.num_blocks, self.block_size
+        g = self.gate_proj(u).float().unflatten(-1, (n, m + 1))
+        return normalize_gates(g, self.normalization), self.value_proj(u).float()
+
+    def states(self, u, state=None, mask=None):
+        """On the Triton backend the companion-form kernel reads only the first rows a_t, never m x m matrices."""
+        m = self.block_size
+        if resolve_backend(self.scan_backend, u.device, block_problem(m)) != "triton":
+            return super().states(u, state, mask)
+        p, v = self.gates(u)
+        h0 = None if state is None else state.to(self.state_dtype)
+        return companion_scan(p[..., :m], p[..., m] * v, h0, mask=mask, backend="triton")
+
+    def transitions(self, u):
+        p, v = self.gates(u)
+        m = self.block_size
+        # only h_t (slot 0 of S_t) receives input; the older slots are shifted copies
+        b = nn.functional.pad((p[..., m] * v).unsqueeze(-1), (0, m - 1))
+        return companion_matrices(p[..., :m]), b
+
+
+__all__ = ["BlockDiagonalLRUMixer", "DiagonalLRUMixer", "HigherOrderLRUMixer", "normalize_gates"]

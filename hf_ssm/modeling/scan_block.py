@@ -1,0 +1,230 @@
+"""Scans over dense m x m blocks: h_t = A_t h_{t-1} + b_t, independently for each of N blocks (DESIGN §3, §5).
+
+This is the recurrence of BD-LRU (A_t^{(n)} the normalised gate block) and of H-LRU (A_t^{(n)} the companion
+matrix of channel n); with m = 1 it is the diagonal selective LRU. Every function here is plain PyTorch and
+takes plain tensors, so a fused kernel can replace ``block_scan`` without changing its callers:
+
+    A  (B, T, N, m, m)   transitions, row i of a block is output i: h[i] = sum_j A[i, j] h_prev[j] + b[i]
+    b  (B, T, N, m)      inputs
+    h0 (B, N, m) or None initial state (zeros if None)
+    -> states (B, T, N, m), final state (B, N, m)
+
+- ``block_scan_sequential``: a plain loop with autograd. The reference the parallel scan is tested against.
+- ``block_scan``: chunked parallel scan with a hand-written backward (the adjoint recurrence, which is again a
+  block scan), the default on every device. About 2*sqrt(T) sequential steps instead of T, each composing
+  m x m blocks over all chunks and blocks at once.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def _check_inputs(A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None) -> None:
+    if b.dim() != 4:
+        raise ValueError(f"b must have shape (B, T, N, m), got {tuple(b.shape)}")
+    if tuple(A.shape) != (*b.shape, b.shape[-1]):
+        raise ValueError(f"A must have shape (B, T, N, m, m) = {(*b.shape, b.shape[-1])}, got {tuple(A.shape)}")
+    if not (A.is_floating_point() and b.is_floating_point()) or A.dtype != b.dtype:
+        raise TypeError(f"A and b must share one real floating dtype, got {A.dtype} and {b.dtype}")
+    if b.shape[1] == 0:
+        raise ValueError("a block scan needs at least one time step (T >= 1)")
+    batch, _, blocks, m = b.shape
+    if h0 is not None:
+        if tuple(h0.shape) != (batch, blocks, m):
+            raise ValueError(f"h0 must have shape (B, N, m) = {(batch, blocks, m)}, got {tuple(h0.shape)}")
+        if h0.dtype != b.dtype:
+            raise TypeError(f"h0 must have the dtype of b ({b.dtype}), got {h0.dtype}")
+
+
+def block_scan_sequential(
+    A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference loop, differentiable by autograd. Returns (states (B, T, N, m), final state (B, N, m))."""
+    _check_inputs(A, b, h0)
+    batch, _, blocks, m = b.shape
+    h = torch.zeros(batch, blocks, m, dtype=b.dtype, device=b.device) if h0 is None else h0
+    states = []
+    # unbind once: indexing A[:, t] inside the loop would make every step's backward write a full-size gradient
+    for A_t, b_t in zip(A.unbind(1), b.unbind(1)):
+        h = (A_t @ h.unsqueeze(-1)).squeeze(-1) + b_t
+        states.append(h)
+    return torch.stack(states, dim=1), h
+
+
+def default_chunk_size(steps: int) -> int:
+    """A power of two near sqrt(T): balances the intra-chunk and inter-chunk loops."""
+    return max(1, 2 ** round(math.log2(math.sqrt(max(steps, 1)))))
+
+
+# Internal layout of the parallel scan: step-major "structure of arrays", E (L, m, m+1, B, C, N) holds the
+# element of time t = c*L + s at E[s, :, :, b, c, n]. One in-chunk step s over all chunks and blocks is then a
+# contiguous slice in which every matrix entry is a vector over (B, C, N), so a composition is m wide
+# vectorised multiply-adds instead of B*C*N tiny matrix products (which cost far more per matrix on CPU).
+
+
+def _to_chunks(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Copy time-major src (B, S, N, *inner) into step-major dst (L, *inner, B, C, N) at the times t < S."""
+    chunk, steps, inner = dst.shape[0], src.shape[1], src.dim() - 3
+    full, rem = divmod(steps, chunk)
+    if full:  # (B, full, L, N, *inner) -> (L, *inner, B, full, N)
+        view = src[:, : full * chunk].unflatten(1, (full, chunk))
+        dst[..., :full, :] = view.permute(2, *range(4, 4 + inner), 0, 1, 3)
+    if rem:  # (B, rem, N, *inner) -> (rem, *inner, B, N)
+        dst[:rem, ..., full, :] = src[:, full * chunk :].permute(1, *range(3, 3 + inner), 0, 2)
+
+
+def _from_chunks(states: torch.Tensor, steps: int) -> torch.Tensor:
+    """Step-major states (L, m, B, C, N) -> time-major (B, T, N, m), the first `steps` times."""
+    chunk, m, batch, chunks, blocks = states.shape
+    return states.permute(2, 3, 0, 4, 1).reshape(batch, chunks * chunk, blocks, m)[:, :steps]
+
+
+def _elements(A: torch.Tensor, b: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Scan elements E_t = [A_t | b_t] in a fresh step-major buffer (L, m, m+1, B, C, N).
+
+    Times past T (the padding of the last chunk) get the identity transition and zero input, which leave the
+    state unchanged.
+    """
+    batch, steps, blocks, m = b.shape
+    chunks = -(-steps // chunk)
+    E = torch.empty(chunk, m, m + 1, batch, chunks, blocks, dtype=b.dtype, device=b.device)
+    _to_chunks(E[:, :, :m], A)
+    _to_chunks(E[:, :, m], b)
+    rem = steps - (chunks - 1) * chunk  # real times in the last chunk
+    if rem < chunk:
+        E[rem:, :, :m, :, -1] = torch.eye(m, dtype=b.dtype, device=b.device)[:, :, None, None]
+        E[rem:, :, m, :, -1] = 0
+    return E
+
+
+def _adjoint_elements(A: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """Elements [A_{t+1}^T | g_t] of the adjoint recurrence lambda_t = A_{t+1}^T lambda_{t+1} + g_t.
+
+    A: the forward transitions, step-major (L, m, m, B, C, N); g: time-major (B, T, N, m). Returns a fresh
+    step-major buffer (L, m, m+1, B, C, N). The step after the last chunk does not exist (zero transition);
+    padding times get zero input, so lambda stays zero there whatever their transitions.
+    """
+    chunk, m = A.shape[:2]
+    E = torch.empty(chunk, m, m + 1, *A.shape[3:], dtype=A.dtype, device=A.device)
+    # time t + 1 is the next step of the same chunk, or step 0 of the next chunk; only outer axes move, so the
+    # transposing copy keeps the long contiguous rows
+    E[:-1, :, :m] = A[1:].transpose(1, 2)
+    E[-1, :, :m, :, :-1] = A[0, :, :, :, 1:].transpose(0, 1)
+    E[-1, :, :m, :, -1] = 0
+    _to_chunks(E[:, :, m], g)
+    rem = g.shape[1] - (E.shape[4] - 1) * chunk
+    E[rem:, :, m, :, -1] = 0
+    return E
+
+
+def _scan_elements(E: torch.Tensor, h0: torch.Tensor | None, reverse: bool = False) -> torch.Tensor:
+    """States of h_t = A_t h_{t-1} + b_t for step-major elements E (L, m, m+1, B, C, N). No autograd.
+
+    E is overwritten (it is a private buffer). With reverse=True the recurrence runs from the last time to the
+    first, h_t = A_t h_{t+1} + b_t, and h0 (B, N, m) enters after the last time. Returns states (L, m, B, C, N).
+
+    1. inside each chunk (all chunks at once): E_s <- E_s o E_{s-1}, the map from the chunk's incoming
+       state to its s-th state: [A2 | b2] o [A1 | b1] = [A2 A1 | A2 b1 + b2], a sum over j of column j of A2
+       times row j of [A1 | b1];
+    2. across chunks: the true incoming state of every chunk (C sequential steps on (m, B, N));
+    3. fix-up: h = A_cum h_in + b_cum over the whole sequence, m multiply-adds.
+    """
+    chunk, m, _, batch, chunks, blocks = E.shape
+    for s in range(chunk - 2, -1, -1) if reverse else range(1, chunk):
+        cur, prev = E[s], E[s + 1] if reverse else E[s - 1]
+        out = cur[:, :1] * prev[:1]
+        for j in range(1, m):
+            out.addcmul_(cur[:, j : j + 1], prev[j : j + 1])
+        out[:, m] += cur[:, m]
+        E[s] = out
+    total = E[0] if reverse else E[-1]  # (m, m+1, B, C, N): each whole chunk
+
+    carry = torch.zeros(m, batch, blocks, dtype=E.dtype, device=E.device) if h0 is None else h0.permute(2, 0, 1)
+    incoming = [None] * chunks
+    for c in range(chunks - 1, -1, -1) if reverse else range(chunks):
+        incoming[c] = carry
+        step = total[..., c, :]  # (m, m+1, B, N)
+        carry = (step[:, :m] * carry).sum(1) + step[:, m]
+    incoming = torch.stack(incoming, dim=-2)  # (m, B, C, N)
+
+    states = E[:, :, m].clone()
+    for j in range(m):
+        states.addcmul_(E[:, :, j], incoming[j])
+    return states
+
+
+class _BlockScanFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, A, b, h0, chunk):
+        steps, m = b.shape[1], b.shape[-1]
+        E = _elements(A, b, chunk)
+        # keep the step-major transitions for the adjoint pass: a plain copy now is far cheaper than a second
+        # transposing copy out of the time-major A later
+        A_steps = E[:, :, :m].clone()
+        states = _from_chunks(_scan_elements(E, h0), steps)
+        ctx.save_for_backward(A_steps, h0, states)
+        ctx.h0_is_none = h0 is None
+        return states, states[:, -1].clone()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_states, grad_final):
+        A_steps, h0, states = ctx.saved_tensors
+        steps, m = states.shape[1], states.shape[-1]
+        # lambda_t = dL/dh_t = g_t + A_{t+1}^T lambda_{t+1}: the same scan, run backwards in time
+        g = torch.zeros_like(states) if grad_states is None else grad_states
+        if grad_final is not None:
+            g = g.clone()
+            g[:, -1] += grad_final
+        lam = _from_chunks(_scan_elements(_adjoint_elements(A_steps, g), None, reverse=True), steps)
+
+        grad_A = grad_h0 = None
+        if ctx.needs_input_grad[0]:
+            # dL/dA_t[i, j] = lambda_t[i] h_{t-1}[j], written row by row: a broadcast outer product of tiny (m,)
+            # rows is several times slower on CPU
+            grad_A = torch.empty(*states.shape, m, dtype=states.dtype, device=states.device)
+            for i in range(m):
+                torch.mul(states[:, :-1], lam[:, 1:, :, i : i + 1], out=grad_A[:, 1:, :, i])
+            grad_A[:, 0] = 0 if h0 is None else lam[:, 0].unsqueeze(-1) * h0.unsqueeze(-2)
+        if not ctx.h0_is_none and ctx.needs_input_grad[2]:
+            A_first = A_steps[0, ..., 0, :].permute(2, 3, 0, 1)  # (B, N, m, m): the transition at t = 0
+            grad_h0 = (A_first.transpose(-1, -2) @ lam[:, 0].unsqueeze(-1)).squeeze(-1)
+        return grad_A, lam, grad_h0, None
+
+
+def block_scan(
+    A: torch.Tensor,
+    b: torch.Tensor,
+    h0: torch.Tensor | None = None,
+    chunk_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chunked parallel block scan. Returns (states (B, T, N, m), final state (B, N, m)).
+
+    Args:
+        A: (B, T, N, m, m) transitions (row i = output i).
+        b: (B, T, N, m) inputs, same dtype as A.
+        h0: (B, N, m) initial state, zeros if None.
+        chunk_size: time chunk; a power of two near sqrt(T) if None.
+    """
+    _check_inputs(A, b, h0)
+    chunk = default_chunk_size(b.shape[1]) if chunk_size is None else int(chunk_size)
+    if chunk < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    return _BlockScanFunction.apply(A, b, h0, chunk)
+
+
+def companion_matrices(a: torch.Tensor) -> torch.Tensor:
+    """Companion matrices of order-m recurrences h_t = sum_k a[k-1] h_{t-k}: a (..., m) -> (..., m, m).
+
+    State layout [h_t, h_{t-1}, ..., h_{t-m+1}]: the first row is (a_1 ... a_m), the sub-diagonal is ones
+    (lag k moves to lag k+1), everything else zero.
+    """
+    m = a.shape[-1]
+    shift = torch.eye(m - 1, m, dtype=a.dtype, device=a.device).expand(*a.shape[:-1], m - 1, m)
+    return torch.cat([a.unsqueeze(-2), shift], dim=-2)
+
+
+__all__ = ["block_scan", "block_scan_sequential", "companion_matrices", "default_chunk_size"]

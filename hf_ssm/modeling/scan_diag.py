@@ -1,0 +1,184 @@
+"""Diagonal linear scan x_t = a_t * x_{t-1} + b_t (elementwise), in plain PyTorch (DESIGN §3).
+
+Every channel is an independent scalar recurrence, so ``a`` is just a tensor of the states' shape. The scan is
+the inner step of DEER (each Newton iteration is one of these, with a_t a Jacobian diagonal that may be 0,
+negative or > 1) and of any diagonal SSM; a Triton kernel will replace ``diag_scan`` on GPU.
+
+Layout: ``a``, ``b`` and the returned states are ``(B, T, *S)`` (S any channel shape: (D,), (H, N), ...); the
+initial and final states are ``(B, *S)``. Real and complex dtypes; half / bfloat16 inputs are accumulated in
+float32 and the result is cast back to the inputs' dtype.
+
+- ``diag_scan_sequential``: a plain loop with autograd. The reference the parallel scan is tested against.
+- ``diag_scan``: chunked parallel scan with a hand-written backward (the adjoint recurrence), the default.
+- ``diag_scan_forward``: the same parallel forward without autograd, for callers that build their own
+  backward (the DEER solver).
+
+The parallel form never divides: cumulative transitions are plain cumulative products inside a chunk, so a_t
+= 0 or a_t < 0 is as safe as any other value (a log-space cumsum would need log|a| and a sign count, and breaks
+at a_t = 0).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# Inner chunk length cap: each level of the chunked scan is a loop of `chunk` steps over all chunks at once,
+# then the chunk-start states are themselves a diagonal scan of length T / chunk (solved recursively), so the
+# sequential depth is about chunk * log_chunk(T).
+MAX_CHUNK = 64
+
+
+def _check_inputs(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None) -> None:
+    if a.dim() < 2:
+        raise ValueError(f"a must have shape (B, T, ...), got {tuple(a.shape)}")
+    if a.shape != b.shape:
+        raise ValueError(f"a and b must share the shape (B, T, ...); got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.dtype != b.dtype:
+        raise TypeError(f"a and b must share one dtype, got {a.dtype} and {b.dtype}")
+    if a.shape[1] == 0:
+        raise ValueError("the scan needs at least one time step (T >= 1)")
+    expected = (a.shape[0], *a.shape[2:])
+    if x0 is not None:
+        if tuple(x0.shape) != expected:
+            raise ValueError(f"x0 must have shape (B, ...) = {expected}, got {tuple(x0.shape)}")
+        if x0.dtype != a.dtype:
+            raise TypeError(f"x0 must have the dtype of a and b ({a.dtype}), got {x0.dtype}")
+
+
+def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def diag_scan_sequential(
+    a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference loop. Returns (states (B, T, *S), final state (B, *S))."""
+    _check_inputs(a, b, x0)
+    x = torch.zeros_like(b[:, 0]) if x0 is None else x0
+    states = []
+    for t in range(a.shape[1]):
+        x = a[:, t] * x + b[:, t]
+        states.append(x)
+    return torch.stack(states, dim=1), x
+
+
+def default_chunk_size(steps: int) -> int:
+    """A power of two near sqrt(T), at most MAX_CHUNK (longer sequences recurse instead)."""
+    return min(MAX_CHUNK, max(1, 2 ** round(math.log2(math.sqrt(max(steps, 1))))))
+
+
+def _scan_loop(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+    """Plain loop without autograd, writing into one buffer: states (B, T, *S)."""
+    out = torch.empty_like(b)
+    x = x0
+    for t in range(a.shape[1]):
+        x = torch.addcmul(b[:, t], a[:, t], x, out=out[:, t])
+    return out
+
+
+def _scan_chunked(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor, chunk: int | None) -> torch.Tensor:
+    """x_t = a_t x_{t-1} + b_t along dim 1, no autograd. Returns states (B, T, *S).
+
+    1. inside each chunk (all chunks at once): local states from a zero start, and the cumulative product of a
+       from the chunk start (a running product, safe for zero / negative a);
+    2. the true state at every chunk start: a diagonal scan of length T / chunk over (cum_last, local_last),
+       solved by the same function (recursion) or a loop when short;
+    3. fix-up: x = cum * x_start + local, one elementwise pass over the whole sequence.
+    """
+    batch, steps = a.shape[:2]
+    chunk = default_chunk_size(steps) if chunk is None else chunk
+    if chunk <= 1 or steps <= chunk:
+        return _scan_loop(a, b, x0)
+    chunks = -(-steps // chunk)
+    pad = chunks * chunk - steps
+    if pad:  # identity transitions, zero inputs
+        a = torch.cat([a, a.new_ones((batch, pad, *a.shape[2:]))], dim=1)
+        b = torch.cat([b, b.new_zeros((batch, pad, *b.shape[2:]))], dim=1)
+    a = a.reshape(batch, chunks, chunk, *a.shape[2:])
+    b = b.reshape(batch, chunks, chunk, *b.shape[2:])
+
+    # Written straight into one buffer: no per-step temporaries (on CPU a fresh tensor costs more than the math).
+    local = torch.empty_like(b)
+    local[:, :, 0] = b[:, :, 0]
+    for step in range(1, chunk):
+        torch.addcmul(b[:, :, step], a[:, :, step], local[:, :, step - 1], out=local[:, :, step])
+    cum = torch.cumprod(a, dim=2)
+
+    # Chunk-start states: s_0 = x0, s_{c+1} = cum_last_c * s_c + local_last_c.
+    ends = _scan_chunked(cum[:, :, -1], local[:, :, -1], x0, None)  # state at the end of every chunk
+    starts = torch.cat([x0.unsqueeze(1), ends[:, :-1]], dim=1).unsqueeze(2)  # (B, C, 1, *S)
+    states = local.addcmul_(cum, starts)
+    return states.reshape(batch, chunks * chunk, *states.shape[3:])[:, :steps]
+
+
+def diag_scan_forward(
+    a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None = None, chunk_size: int | None = None
+) -> torch.Tensor:
+    """Parallel forward without autograd: states (B, T, *S), accumulated in float32 for half inputs."""
+    _check_inputs(a, b, x0)
+    dtype = _accumulation_dtype(a.dtype)
+    a, b = a.to(dtype), b.to(dtype)
+    x0 = torch.zeros_like(b[:, 0]) if x0 is None else x0.to(dtype)
+    with torch.no_grad():
+        return _scan_chunked(a, b, x0, chunk_size)
+
+
+def diag_scan_adjoint(a: torch.Tensor, g: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
+    """Reverse-time recurrence lambda_t = g_t + conj(a_{t+1}) * lambda_{t+1}, lambda_{T-1} = g_{T-1}.
+
+    This is dL/dx_t when x_t = a_t x_{t-1} + b_t and g_t = dL/dx_t taken directly (the backward of every
+    diagonal scan, and the adjoint step of DEER's implicit gradient). a, g: (B, T, *S); returns (B, T, *S).
+    """
+    # Run forward in reversed time: coefficient at reversed position s >= 1 is conj(a_{T-s}).
+    coef = torch.cat([torch.ones_like(a[:, :1]), a[:, 1:].flip(1).conj()], dim=1)
+    with torch.no_grad():
+        return _scan_chunked(coef, g.flip(1), torch.zeros_like(g[:, 0]), chunk_size).flip(1)
+
+
+class _DiagScanFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b, x0, chunk):
+        states = _scan_chunked(a, b, x0, chunk)
+        ctx.save_for_backward(a, x0, states)
+        ctx.chunk = chunk
+        return states, states[:, -1].clone()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_states, grad_final):
+        a, x0, states = ctx.saved_tensors
+        g = torch.zeros_like(states) if grad_states is None else grad_states.clone()
+        if grad_final is not None:
+            g[:, -1] += grad_final
+        lam = diag_scan_adjoint(a, g, ctx.chunk)
+        x_prev = torch.cat([x0.unsqueeze(1), states[:, :-1]], dim=1)
+        # PyTorch's complex convention: for y = a x, grad_a = grad_y * conj(x), grad_x = grad_y * conj(a).
+        grad_a = lam * x_prev.conj()
+        grad_x0 = lam[:, 0] * a[:, 0].conj()
+        return grad_a, lam, grad_x0, None
+
+
+def diag_scan(
+    a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None = None, chunk_size: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chunked parallel diagonal scan with autograd. Returns (states (B, T, *S), final state (B, *S)).
+
+    Args:
+        a: (B, T, *S) transition coefficients (any real or complex value, including 0 and negatives).
+        b: (B, T, *S) inputs, same dtype as ``a``.
+        x0: (B, *S) initial state, zeros if None.
+        chunk_size: inner chunk length; ``default_chunk_size(T)`` if None.
+    """
+    _check_inputs(a, b, x0)
+    if chunk_size is not None and int(chunk_size) < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    in_dtype = a.dtype
+    dtype = _accumulation_dtype(in_dtype)
+    x0 = torch.zeros_like(b[:, 0]) if x0 is None else x0
+    states, final = _DiagScanFunction.apply(a.to(dtype), b.to(dtype), x0.to(dtype), chunk_size)
+    return states.to(in_dtype), final.to(in_dtype)
+
+
+__all__ = ["diag_scan", "diag_scan_adjoint", "diag_scan_forward", "diag_scan_sequential", "default_chunk_size"]

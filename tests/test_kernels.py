@@ -1,0 +1,561 @@
+"""Triton scans (hf_ssm.kernels) against their torch references (DESIGN §9), and the backend dispatch.
+
+Every kernel is compared with its torch twin, outputs and gradients, in float32 and bfloat16 (the reference runs in
+float32 on the same bf16-rounded inputs), with T = 1, odd T, T not a multiple of the chunk, B = 1 and packed
+variable lengths. On a CPU the kernels run in the Triton interpreter (tests/conftest.py sets TRITON_INTERPRET=1
+before anything imports triton), so the shapes are tiny; on a CUDA machine the same tests run compiled.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():  # must precede the first import of triton (conftest.py does the same)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+kernels = pytest.importorskip("hf_ssm.kernels")
+if not kernels.AVAILABLE:
+    pytest.skip(f"Triton kernels unavailable: {kernels.UNAVAILABLE_REASON}", allow_module_level=True)
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+_ok, _why = kernels.can_run(DEVICE)
+if not _ok:
+    pytest.skip(f"Triton kernels cannot run on {DEVICE}: {_why}", allow_module_level=True)
+
+from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM  # noqa: E402
+from hf_ssm.modeling import scan_dispatch  # noqa: E402
+from hf_ssm.modeling.scan_block import block_scan as torch_block_scan  # noqa: E402
+from hf_ssm.modeling.scan_diag import diag_scan as torch_diag_scan  # noqa: E402
+from hf_ssm.modeling.scan_diag import diag_scan_adjoint as torch_diag_scan_adjoint  # noqa: E402
+from hf_ssm.modeling.scan_diag import diag_scan_forward as torch_diag_scan_forward  # noqa: E402
+from hf_ssm.modeling.scan_pd import pd_scan as torch_pd_scan  # noqa: E402
+from model_checks import tiny_config  # noqa: E402
+
+# (batch, steps, chunk): T = 1; odd T in one chunk; T not a multiple of the chunk (3 chunks); B = 1 with 2 chunks.
+SHAPES = [(1, 1, None), (2, 7, None), (2, 11, 4), (1, 9, 5)]
+# packed lengths 3, 0 (an empty sequence), 5, 1
+CU_SEQLENS = [0, 3, 3, 8, 9]
+TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
+
+
+def _rand(*shape, dtype=torch.float32, scale=1.0):
+    return (scale * torch.randn(*shape, dtype=torch.float32 if dtype == torch.bfloat16 else dtype)).to(DEVICE)
+
+
+def _leaf(t, dtype=None):
+    """A fresh leaf on DEVICE, rounded to `dtype` first."""
+    t = t if dtype is None else t.to(dtype)
+    return t.detach().clone().requires_grad_()
+
+
+def _assert_close(got, ref, tol, what=""):
+    got, ref = got.detach(), ref.detach()
+    if got.is_complex() or ref.is_complex():
+        got, ref = got.to(torch.complex64), ref.to(torch.complex64)
+    else:
+        got, ref = got.float(), ref.float()
+    err = (got - ref).abs().max().item() if ref.numel() else 0.0
+    assert err <= tol * (1 + ref.abs().max().item()), f"{what}: max error {err:.3g}"
+
+
+def _loss(states, final, w, wf):
+    """A scalar touching every state and the final state (so both gradients flow)."""
+    return (
+        (states * w.conj()).real.sum() + (final * wf.conj()).real.sum()
+        if states.is_complex()
+        else ((states.float() * w).sum() + (final.float() * wf).sum())
+    )
+
+
+def _compare(run, ref, inputs, ref_inputs, tol):
+    """run(*inputs) and ref(*ref_inputs) -> (states, final): equal outputs and input gradients."""
+    states, final = run(*inputs)
+    ref_states, ref_final = ref(*ref_inputs)
+    _assert_close(states, ref_states, tol, "states")
+    _assert_close(final, ref_final, tol, "final")
+    w, wf = torch.randn_like(ref_states), torch.randn_like(ref_final)
+    wanted = [i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and t.requires_grad]
+    grads = torch.autograd.grad(_loss(states, final, w, wf), [inputs[i] for i in wanted])
+    ref_grads = torch.autograd.grad(_loss(ref_states, ref_final, w, wf), [ref_inputs[i] for i in wanted])
+    for i, g, r in zip(wanted, grads, ref_grads):
+        _assert_close(g, r, tol, f"gradient of input {i}")
+
+
+def _cu():
+    return torch.tensor(CU_SEQLENS, dtype=torch.int32, device=DEVICE)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# diagonal scan
+
+
+def _diag_inputs(batch, steps, dtype, channels=(3, 2)):
+    a_dtype = torch.complex64 if dtype == torch.complex64 else torch.float32
+    shape = (batch, steps, *channels)
+    if dtype == torch.complex64:  # |a| up to 1.1: growing states are legal too
+        a = torch.polar(1.1 * torch.rand(shape, device=DEVICE), 6.3 * torch.rand(shape, device=DEVICE))
+    else:
+        a = 1.2 * _rand(*shape).clamp(-1.0, 1.0)
+    a[:, ::4] = 0  # zero coefficients are legal
+    b = _rand(batch, steps, *channels, dtype=a_dtype)
+    x0 = _rand(batch, *channels, dtype=a_dtype)
+    return a, b, x0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.complex64])
+@pytest.mark.parametrize("batch,steps,chunk", SHAPES)
+def test_diag_scan_matches_torch(dtype, batch, steps, chunk):
+    a, b, x0 = _diag_inputs(batch, steps, dtype)
+    inputs = [_leaf(t, dtype if dtype == torch.bfloat16 else None) for t in (a, b, x0)]
+    ref_inputs = [_leaf(t.detach().float() if dtype == torch.bfloat16 else t) for t in inputs]
+    tol = TOL.get(dtype, 2e-5)
+
+    def run(a, b, x0):
+        return kernels.diag_scan(a, b, x0, chunk_size=chunk)
+
+    _compare(run, torch_diag_scan, inputs, ref_inputs, tol)
+    # without an initial state
+    _compare(lambda a, b: run(a, b, None), lambda a, b: torch_diag_scan(a, b), inputs[:2], ref_inputs[:2], tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_diag_scan_varlen_matches_per_sequence_torch(dtype):
+    total, num = CU_SEQLENS[-1], len(CU_SEQLENS) - 1
+    a, b, _ = _diag_inputs(1, total, dtype)
+    x0 = _rand(num, 3, 2, dtype=a.dtype)
+    inputs = [_leaf(t) for t in (a, b, x0)]
+    ref_inputs = [_leaf(t) for t in (a, b, x0)]
+
+    def run(a, b, x0):
+        return kernels.diag_scan(a, b, x0, chunk_size=2, cu_seqlens=_cu())
+
+    def ref(a, b, x0):
+        return scan_dispatch.diag_scan(a, b, x0, backend="torch", cu_seqlens=_cu())
+
+    _compare(run, ref, inputs, ref_inputs, 2e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_diag_forward_and_adjoint_match_torch(dtype):
+    """The autograd-free passes DEER runs every iteration."""
+    a, b, x0 = _diag_inputs(2, 11, dtype)
+    _assert_close(kernels.diag_scan_forward(a, b, x0, chunk_size=4), torch_diag_scan_forward(a, b, x0), 2e-5)
+    _assert_close(kernels.diag_scan_adjoint(a, b, chunk_size=4), torch_diag_scan_adjoint(a, b), 2e-5)
+    packed_a, packed_g = a[:1, :9], b[:1, :9]
+    ref = scan_dispatch.diag_scan_adjoint(packed_a, packed_g, backend="torch", cu_seqlens=_cu())
+    _assert_close(kernels.diag_scan_adjoint(packed_a, packed_g, chunk_size=2, cu_seqlens=_cu()), ref, 2e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# block scans (BD-LRU dense blocks, H-LRU companion blocks)
+
+
+def _block_inputs(batch, steps, blocks, m):
+    A = torch.softmax(_rand(batch, steps, blocks, m, m + 1), dim=-1)[..., :m] * 1.2  # |rows| around 1
+    b = _rand(batch, steps, blocks, m)
+    h0 = _rand(batch, blocks, m)
+    return A, b, h0
+
+
+BLOCK_CASES = [
+    # (m, dtype, batch, steps, chunk)
+    (1, torch.float32, 2, 11, 4),
+    (2, torch.float32, 1, 1, None),
+    (3, torch.float32, 2, 7, None),
+    (3, torch.bfloat16, 2, 11, 4),
+    (4, torch.float32, 1, 9, 5),
+    (8, torch.float32, 2, 11, 4),
+    (8, torch.bfloat16, 1, 1, None),
+]
+
+
+@pytest.mark.parametrize("m,dtype,batch,steps,chunk", BLOCK_CASES)
+def test_block_scan_matches_torch(m, dtype, batch, steps, chunk):
+    A, b, h0 = _block_inputs(batch, steps, 3, m)
+    inputs = [_leaf(t, dtype) for t in (A, b, h0)]
+    ref_inputs = [_leaf(t.detach().float()) for t in inputs]
+    _compare(
+        lambda A, b, h0: kernels.block_scan(A, b, h0, chunk_size=chunk),
+        torch_block_scan,
+        inputs,
+        ref_inputs,
+        TOL[dtype],
+    )
+
+
+def _companion_reference(a, v, h0, mask=None, cu_seqlens=None):
+    return scan_dispatch.companion_scan(a, v, h0, mask=mask, backend="torch", cu_seqlens=cu_seqlens)
+
+
+@pytest.mark.parametrize(
+    "m,dtype,batch,steps,chunk",
+    [
+        (2, torch.float32, 2, 11, 4),
+        (3, torch.bfloat16, 1, 9, 5),
+        (4, torch.float32, 1, 1, None),
+        (8, torch.float32, 2, 7, None),
+    ],
+)
+def test_companion_scan_matches_torch(m, dtype, batch, steps, chunk):
+    a = torch.softmax(_rand(batch, steps, 3, m + 1), dim=-1)[..., :m]
+    v, h0 = _rand(batch, steps, 3), _rand(batch, 3, m)
+    inputs = [_leaf(t, dtype) for t in (a, v, h0)]
+    ref_inputs = [_leaf(t.detach().float()) for t in inputs]
+    _compare(
+        lambda a, v, h0: kernels.companion_scan(a, v, h0, chunk_size=chunk),
+        _companion_reference,
+        inputs,
+        ref_inputs,
+        TOL[dtype],
+    )
+
+
+@pytest.mark.parametrize("companion", [False, True], ids=["dense", "companion"])
+def test_block_scans_with_padding_mask(companion):
+    """A masked step is the identity with zero input (padding), in the kernel and in the torch path."""
+    m, batch, steps = 3, 2, 11
+    mask = torch.rand(batch, steps, device=DEVICE) > 0.3
+    if companion:
+        first = torch.softmax(_rand(batch, steps, 2, m + 1), dim=-1)[..., :m]
+        inputs = [_leaf(t) for t in (first, _rand(batch, steps, 2), _rand(batch, 2, m))]
+        run, ref = kernels.companion_scan, _companion_reference
+    else:
+        inputs = [_leaf(t) for t in _block_inputs(batch, steps, 2, m)]
+        run = kernels.block_scan
+
+        def ref(A, b, h0, mask):
+            return scan_dispatch.block_scan(A, b, h0, mask=mask, backend="torch")
+
+    ref_inputs = [_leaf(t) for t in inputs]
+    _compare(lambda *t: run(*t, mask=mask, chunk_size=4), lambda *t: ref(*t, mask=mask), inputs, ref_inputs, 2e-5)
+
+
+@pytest.mark.parametrize("companion", [False, True], ids=["dense", "companion"])
+def test_block_scans_varlen_match_per_sequence_torch(companion):
+    m, total, num = 2, CU_SEQLENS[-1], len(CU_SEQLENS) - 1
+    if companion:
+        first = torch.softmax(_rand(1, total, 3, m + 1), dim=-1)[..., :m]
+        tensors = (first, _rand(1, total, 3), _rand(num, 3, m))
+        run = kernels.companion_scan
+
+        def ref(a, v, h0):
+            return _companion_reference(a, v, h0, cu_seqlens=_cu())
+    else:
+        A, b, _ = _block_inputs(1, total, 3, m)
+        tensors = (A, b, _rand(num, 3, m))
+        run = kernels.block_scan
+
+        def ref(A, b, h0):
+            return scan_dispatch.block_scan(A, b, h0, backend="torch", cu_seqlens=_cu())
+
+    inputs, ref_inputs = [_leaf(t) for t in tensors], [_leaf(t) for t in tensors]
+    _compare(lambda *t: run(*t, chunk_size=2, cu_seqlens=_cu()), ref, inputs, ref_inputs, 2e-5)
+
+
+def test_block_scan_rejects_large_blocks():
+    A, b, _ = _block_inputs(1, 3, 1, 9)
+    with pytest.raises(ValueError, match="m in"):
+        kernels.block_scan(A, b)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# PD scan
+
+
+def _pd_inputs(batch, steps, heads, n):
+    idx = torch.randint(0, n, (batch, steps, heads, n), device=DEVICE)
+    dv = torch.polar(
+        0.5 + 0.5 * torch.rand(batch, steps, heads, n, device=DEVICE),
+        6.3 * torch.rand(batch, steps, heads, n, device=DEVICE),
+    )
+    b = _rand(batch, steps, heads, n, dtype=torch.complex64)
+    x0 = _rand(batch, heads, n, dtype=torch.complex64)
+    return idx, dv, b, x0
+
+
+PD_CASES = [
+    # (dtype, batch, steps, chunk, n, scatter)
+    (torch.float32, 1, 1, None, 4, "auto"),
+    (torch.float32, 2, 7, None, 5, "onehot"),
+    (torch.float32, 2, 11, 4, 5, "auto"),
+    (torch.float32, 1, 9, 5, 4, "atomic"),
+    (torch.bfloat16, 2, 11, 4, 3, "auto"),
+    (torch.bfloat16, 1, 1, None, 4, "atomic"),
+]
+
+
+@pytest.mark.parametrize("dtype,batch,steps,chunk,n,scatter", PD_CASES)
+def test_pd_scan_matches_torch(dtype, batch, steps, chunk, n, scatter):
+    """complex64 inputs, or bfloat16 (real, imag) pairs; with the straight-through p_soft gradient."""
+    idx, dv, b, x0 = _pd_inputs(batch, steps, 2, n)
+    p_soft = _leaf(torch.rand(batch, steps, 2, n, n, device=DEVICE))
+    if dtype == torch.bfloat16:
+        dv_in, b_in, x0_in = (_leaf(torch.view_as_real(t).to(dtype)) for t in (dv, b, x0))
+        ref_dv, ref_b, ref_x0 = (_leaf(torch.view_as_complex(t.detach().float())) for t in (dv_in, b_in, x0_in))
+    else:
+        dv_in, b_in, x0_in = (_leaf(t) for t in (dv, b, x0))
+        ref_dv, ref_b, ref_x0 = (_leaf(t) for t in (dv, b, x0))
+    ref_p = _leaf(p_soft.detach())
+
+    def run(dv, b, x0, p):
+        return kernels.pd_scan(idx, dv, b, x0, p, chunk_size=chunk, scatter=scatter)
+
+    def ref(dv, b, x0, p):
+        return torch_pd_scan(idx, dv, b, x0, p)
+
+    states, final = run(dv_in, b_in, x0_in, p_soft)
+    ref_states, ref_final = ref(ref_dv, ref_b, ref_x0, ref_p)
+    tol = TOL[dtype]
+    _assert_close(states, ref_states, tol, "states")
+    _assert_close(final, ref_final, tol, "final")
+    w, wf = torch.randn_like(ref_states), torch.randn_like(ref_final)
+    grads = torch.autograd.grad(_loss(states, final, w, wf), (dv_in, b_in, x0_in, p_soft))
+    ref_grads = torch.autograd.grad(_loss(ref_states, ref_final, w, wf), (ref_dv, ref_b, ref_x0, ref_p))
+    for name, g, r in zip(("dv", "b", "x0", "p_soft"), grads, ref_grads):
+        if not g.is_complex() and r.is_complex():
+            g = torch.view_as_complex(g.float())
+        _assert_close(g, r, tol, name)
+
+
+def test_pd_scan_without_initial_state_or_p_soft():
+    idx, dv, b, _ = _pd_inputs(2, 6, 1, 4)
+    inputs, ref_inputs = [_leaf(dv), _leaf(b)], [_leaf(dv), _leaf(b)]
+    _compare(
+        lambda dv, b: kernels.pd_scan(idx, dv, b, chunk_size=4),
+        lambda dv, b: torch_pd_scan(idx, dv, b),
+        inputs,
+        ref_inputs,
+        2e-5,
+    )
+
+
+@pytest.mark.parametrize("scatter", ["onehot", "atomic"])
+def test_pd_scan_varlen_matches_per_sequence_torch(scatter):
+    total, num = CU_SEQLENS[-1], len(CU_SEQLENS) - 1
+    idx, dv, b, _ = _pd_inputs(1, total, 2, 4)
+    x0 = _rand(num, 2, 4, dtype=torch.complex64)
+    p = torch.rand(1, total, 2, 4, 4, device=DEVICE)
+    inputs, ref_inputs = [_leaf(t) for t in (dv, b, x0, p)], [_leaf(t) for t in (dv, b, x0, p)]
+    _compare(
+        lambda dv, b, x0, p: kernels.pd_scan(idx, dv, b, x0, p, chunk_size=2, cu_seqlens=_cu(), scatter=scatter),
+        lambda dv, b, x0, p: scan_dispatch.pd_scan(idx, dv, b, x0, p, backend="torch", cu_seqlens=_cu()),
+        inputs,
+        ref_inputs,
+        2e-5,
+    )
+
+
+@pytest.mark.parametrize(
+    "dtype,batch,steps,chunk,masked,packed",
+    [
+        (torch.float32, 2, 11, 4, False, False),
+        (torch.float32, 1, 1, None, False, False),
+        (torch.float32, 2, 7, None, True, False),
+        (torch.bfloat16, 1, 9, 5, True, False),
+        (torch.float32, 1, 9, 2, False, True),
+    ],
+)
+def test_pd_generated_scan_matches_reference(dtype, batch, steps, chunk, masked, packed):
+    """The fused P generation + scan == einsum / argmax / column softmax + the torch scan, gradients included
+    (selection weights, dictionary, dv, b, x0)."""
+    heads, n, k = 2, 5, 3
+    sel = torch.softmax(_rand(batch, steps, heads, k), dim=-1)
+    dictionary = _rand(heads, k, n, n, scale=n**-0.5)
+    _, dv, b, _ = _pd_inputs(batch, steps, heads, n)
+    num = len(CU_SEQLENS) - 1 if packed else batch
+    x0 = _rand(num, heads, n, dtype=torch.complex64)
+    mask = (torch.rand(batch, steps, device=DEVICE) > 0.3) if masked else None
+    cu = _cu() if packed else None
+    inputs = [_leaf(sel, dtype), _leaf(dictionary, dtype), _leaf(dv), _leaf(b), _leaf(x0)]
+    ref_inputs = [_leaf(t.detach().float()) for t in inputs[:2]] + [_leaf(t) for t in inputs[2:]]
+    temperature = 0.7
+    idx_ref, _ = scan_dispatch.pd_transitions_reference(ref_inputs[0], ref_inputs[1], temperature, mask)
+    assert torch.equal(kernels.pd_select(inputs[0], inputs[1], mask), idx_ref)
+
+    def run(sel, dictionary, dv, b, x0):
+        return kernels.pd_generated_scan(
+            sel, dictionary, dv, b, x0, temperature=temperature, mask=mask, chunk_size=chunk, cu_seqlens=cu
+        )
+
+    def ref(sel, dictionary, dv, b, x0):
+        return scan_dispatch.pd_generated_scan(
+            sel, dictionary, dv, b, x0, temperature=temperature, mask=mask, backend="torch", cu_seqlens=cu
+        )
+
+    _compare(run, ref, inputs, ref_inputs, TOL[dtype])
+
+
+def test_pd_scan_rejects_bad_input():
+    idx, dv, b, x0 = _pd_inputs(1, 3, 1, 4)
+    with pytest.raises(ValueError, match="idx"):
+        kernels.pd_scan(idx[..., :3], dv, b)
+    with pytest.raises(ValueError, match="x0"):
+        kernels.pd_scan(idx, dv, b, x0[..., :3])
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        kernels.pd_scan(idx, dv, b, cu_seqlens=torch.tensor([0, 2], dtype=torch.int32, device=DEVICE))
+    with pytest.raises(ValueError, match="scatter"):
+        kernels.pd_scan(idx, dv, b, scatter="dense")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# dispatch
+
+
+def test_scan_backend_setting_is_validated(monkeypatch):
+    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    assert HybridSSMConfig(scan_backend="triton").scan_backend == "triton"
+    with pytest.raises(ValueError, match="scan_backend"):
+        HybridSSMConfig(scan_backend="cuda")
+    with pytest.raises(ValueError, match="scan_backend"):
+        scan_dispatch.resolve_backend("fast", "cpu")
+
+
+def test_environment_overrides_the_config(monkeypatch):
+    monkeypatch.setenv(scan_dispatch.ENV_VAR, "torch")
+    assert scan_dispatch.resolve_backend("triton", DEVICE) == "torch"
+    monkeypatch.setenv(scan_dispatch.ENV_VAR, "triton")
+    assert scan_dispatch.resolve_backend("torch", DEVICE) == "triton"
+    monkeypatch.setenv(scan_dispatch.ENV_VAR, "fastest")
+    with pytest.raises(ValueError, match=scan_dispatch.ENV_VAR):
+        scan_dispatch.resolve_backend("auto", DEVICE)
+
+
+def test_auto_uses_triton_only_on_cuda(monkeypatch):
+    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    assert scan_dispatch.resolve_backend("auto", "cpu") == "torch"  # even with the interpreter available
+    assert scan_dispatch.resolve_backend("torch", DEVICE) == "torch"
+    if DEVICE.type == "cuda":
+        assert scan_dispatch.resolve_backend("auto", DEVICE) == "triton"
+        assert scan_dispatch.resolve_backend("auto", DEVICE, unsupported="float64") == "torch"
+
+
+def test_triton_where_it_cannot_run_raises_clearly(monkeypatch):
+    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    monkeypatch.setattr(kernels, "INTERPRET", False)  # as if TRITON_INTERPRET had not been set
+    with pytest.raises(RuntimeError, match="scan_backend='triton'.*TRITON_INTERPRET=1"):
+        scan_dispatch.resolve_backend("triton", "cpu")
+    monkeypatch.setattr(
+        scan_dispatch, "_kernels_cache", [(None, "triton cannot be imported (No module named 'triton')")]
+    )
+    with pytest.raises(RuntimeError, match="scan_backend='triton'.*No module named 'triton'"):
+        scan_dispatch.resolve_backend("triton", DEVICE)
+    assert scan_dispatch.resolve_backend("auto", DEVICE) == "torch"  # auto falls back quietly
+
+
+def test_triton_rejects_unsupported_dtype(monkeypatch):
+    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    a = torch.rand(1, 4, 3, dtype=torch.float64, device=DEVICE)
+    with pytest.raises(ValueError, match="float64"):
+        scan_dispatch.diag_scan(a, a, backend="triton")
+    states, _ = scan_dispatch.diag_scan(a, a, backend="auto")  # auto: the torch scan
+    assert states.dtype == torch.float64
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# whole models: backend="triton" == backend="torch"
+
+
+def _model_pair(pattern, **overrides):
+    torch.manual_seed(0)
+    reference = HybridSSMForCausalLM(tiny_config(pattern, scan_backend="torch", **overrides)).to(DEVICE)
+    fast = HybridSSMForCausalLM(tiny_config(pattern, scan_backend="triton", **overrides)).to(DEVICE)
+    fast.load_state_dict(reference.state_dict())
+    return reference, fast
+
+
+MODEL_CASES = {
+    "pd_ssm": ("PA", {}),
+    "bd_lru+h_lru": ("BH", {"lru_state_size": 6, "lru_block_size": 3}),
+    "diag_lru": ("D", {"lru_state_size": 6}),
+    "lrc_ssm": ("L", {"lrc_state_size": 6}),
+    "lstm_ssm": ("R", {"lrc_state_size": 4}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(MODEL_CASES))
+def test_model_forward_backward_generate_triton_equals_torch(case, monkeypatch):
+    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    pattern, overrides = MODEL_CASES[case]
+    reference, fast = _model_pair(pattern, **overrides)
+    ids = torch.randint(1, 37, (2, 7), device=DEVICE)
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0  # left padding in the second row
+    outputs = []
+    for model in (reference, fast):
+        model.train()
+        out = model(ids, attention_mask=mask, labels=ids, use_cache=False)
+        out.loss.backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        model.eval()
+        with torch.no_grad():
+            generated = model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False)
+        outputs.append((out.logits.detach(), grads, generated))
+    (logits, grads, generated), (logits_t, grads_t, generated_t) = outputs
+    _assert_close(logits_t, logits, 1e-4, "logits")
+    assert grads.keys() == grads_t.keys()
+    for name in grads:
+        _assert_close(grads_t[name], grads[name], 1e-3, name)
+    assert torch.equal(generated_t, generated)
+
+
+@pytest.mark.slow
+def test_model_routes_through_the_kernels(monkeypatch):
+    """backend "triton" really calls the kernels (and HF_SSM_SCAN_BACKEND overrides a "torch" config)."""
+    calls = []
+    real = kernels.pd_generated_scan
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "pd_generated_scan", spy)
+    monkeypatch.setenv(scan_dispatch.ENV_VAR, "triton")
+    model = HybridSSMForCausalLM(tiny_config("P", scan_backend="torch")).to(DEVICE)
+    model(torch.randint(1, 37, (1, 5), device=DEVICE))
+    assert calls
+    monkeypatch.setenv(scan_dispatch.ENV_VAR, "torch")
+    calls.clear()
+    model(torch.randint(1, 37, (1, 5), device=DEVICE))
+    assert not calls
+
+
+@pytest.mark.slow
+def test_bench_script_cpu_sanity_pass(tmp_path):
+    """scripts/bench_kernels.py --cpu-sanity: every kernel once in the interpreter, checked against torch."""
+    import json
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "bench_kernels.py")
+    out = tmp_path / "bench.json"
+    kinds = ["pd_generated", "block_companion", "diag_complex"]
+    result = subprocess.run(
+        [sys.executable, script, "--cpu-sanity", "--kernels", *kinds, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["meta"]["mode"] == "cpu-interpreter-sanity" and report["all_ok"]
+    assert [row["family"] for row in report["results"]] == kinds
+
+
+@pytest.mark.slow
+def test_every_kernel_compiles_for_sm90_without_a_gpu():
+    """The interpreter does not compile the kernels: compile one variant of each for sm_90 (H100 / H200) through
+    Triton's whole pipeline (TTIR ... PTX -> cubin with the ptxas in the triton wheel); no GPU needed."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    result = subprocess.run(
+        [sys.executable, "-m", "hf_ssm.kernels.compile_check", "--quick"], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "all kernels compiled for sm_90" in result.stdout
