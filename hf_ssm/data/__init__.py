@@ -14,6 +14,7 @@ from .state_tracking import (
     get_task,
     to_hf_dataset,
 )
+from .timeseries import TimeSeriesData, load_timeseries, parse_ts
 
 __all__ = [
     "TASK_NAMES",
@@ -25,7 +26,10 @@ __all__ = [
     "PermutationGroupTask",
     "StateTrackingDataset",
     "Task",
+    "TimeSeriesData",
     "collate_state_tracking",
     "get_task",
+    "load_timeseries",
+    "parse_ts",
     "to_hf_dataset",
 ]

@@ -1,0 +1,390 @@
+"""Train a hybrid model on a UEA / UCR classification dataset (the LrcSSM / PD-SSM setting, DESIGN §6 end).
+
+One run = one dataset, one mixer (or pattern), one seed: `HybridSSMForTimeSeriesClassification` (linear encoder
+-> hybrid stack -> mean over real steps -> linear classifier) trained with AdamW on cross-entropy. After every
+epoch the validation split is scored; the best epoch is the one with the highest validation accuracy (ties go
+to the lower validation loss), training stops after `patience` epochs without a new best, and the test split is
+scored once, with the best epoch's weights. `summarize` then reports mean ± std over seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from ..data.timeseries import MISSING_POLICIES, SPLIT_MODES, TimeSeriesData, TimeSeriesSplit, load_timeseries
+from ..modeling import HybridSSMConfig, HybridSSMForTimeSeriesClassification
+from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS
+from .checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
+
+BEST_WEIGHTS = "best_model.safetensors"
+
+
+@dataclass
+class TimeSeriesSettings:
+    """Everything one training run depends on (saved to the run folder as settings.json)."""
+
+    dataset: str = "BasicMotions"
+    data_dir: str | None = None
+    split: str = "auto"
+    val_fraction: float = 0.15
+    test_fraction: float = 0.15
+    missing: str = "raise"
+    missing_indicators: bool = False
+    mixer: str = "pd_ssm"
+    pattern: str = "S"
+    hidden_size: int = 32
+    state_size: int = 16
+    num_heads: int = 1
+    dict_size: int = 8
+    lru_block_size: int = 4
+    batch_size: int = 8
+    max_epochs: int = 50
+    patience: int = 15
+    learning_rate: float = 5e-3
+    weight_decay: float = 0.01
+    warmup_epochs: int = 2
+    grad_clip: float = 1.0
+    save_every: int = 10
+    seed: int = 0
+    extra_config: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.mixer not in (*SSM_MIXERS, ATTENTION):
+            raise ValueError(f"`mixer` must be one of {[*SSM_MIXERS, ATTENTION]}, got {self.mixer!r}")
+        if self.split not in SPLIT_MODES:
+            raise ValueError(f"`split` must be one of {list(SPLIT_MODES)}, got {self.split!r}")
+        if self.missing not in MISSING_POLICIES:
+            raise ValueError(f"`missing` must be one of {list(MISSING_POLICIES)}, got {self.missing!r}")
+        for name in ("hidden_size", "state_size", "num_heads", "dict_size", "lru_block_size", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
+        for name in ("max_epochs", "patience"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup_epochs", "save_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"`learning_rate` must be > 0, got {self.learning_rate}")
+        model_config(self, input_channels=1, num_labels=2, max_length=1)  # config errors (pattern, sizes) now
+
+    @property
+    def label(self) -> str:
+        """Short name of the model: the mixer, plus the pattern when it is not one plain layer."""
+        return self.mixer if self.pattern == "S" else f"{self.mixer}:{self.pattern}"
+
+
+def model_config(settings: TimeSeriesSettings, input_channels: int, num_labels: int, max_length: int):
+    """HybridSSMConfig of a run: one layer per pattern letter, `S` = `settings.mixer` (DESIGN §7 letters)."""
+    pattern, ssm_mixer = settings.pattern, settings.mixer
+    if settings.mixer == ATTENTION:  # an attention-only baseline: every S becomes A
+        pattern, ssm_mixer = pattern.replace("S", "A"), "pd_ssm"
+    options = dict(
+        vocab_size=1,  # continuous input: the token table is not used
+        hidden_size=settings.hidden_size,
+        intermediate_size=2 * settings.hidden_size,
+        num_hidden_layers=len(pattern),
+        num_attention_heads=max(1, settings.hidden_size // 16),
+        mixers=pattern,
+        ssm_mixer=ssm_mixer,
+        max_position_embeddings=max(max_length, 1),
+        pd_ssm_num_heads=settings.num_heads,
+        pd_ssm_state_size=settings.state_size,
+        pd_ssm_dict_size=settings.dict_size,
+        lru_state_size=settings.state_size,
+        lru_block_size=1 if settings.mixer == "diag_lru" else settings.lru_block_size,
+        lrc_state_size=settings.state_size,
+        input_channels=input_channels,
+        num_labels=num_labels,
+        classifier_pooling="mean",  # as in the papers: average over time, then classify
+        use_cache=False,
+    )
+    options.update(settings.extra_config)
+    return HybridSSMConfig(**options)
+
+
+def build_model(settings: TimeSeriesSettings, data: TimeSeriesData) -> HybridSSMForTimeSeriesClassification:
+    config = model_config(settings, data.input_channels, data.num_classes, data.max_length)
+    config.id2label = dict(enumerate(data.class_names))
+    config.label2id = {c: i for i, c in enumerate(data.class_names)}
+    torch.manual_seed(settings.seed)
+    return HybridSSMForTimeSeriesClassification(config)
+
+
+def load_data(settings: TimeSeriesSettings) -> TimeSeriesData:
+    return load_timeseries(
+        settings.dataset,
+        settings.data_dir,
+        split=settings.split,
+        seed=settings.seed,
+        val_fraction=settings.val_fraction,
+        test_fraction=settings.test_fraction,
+        missing=settings.missing,
+        missing_indicators=settings.missing_indicators,
+    )
+
+
+@torch.no_grad()
+def evaluate(model, split: TimeSeriesSplit, batch_size: int, device) -> dict:
+    """Accuracy and mean cross-entropy of `model` on every case of `split`."""
+    was_training = model.training
+    model.eval()
+    correct, loss_sum = 0, 0.0
+    for start in range(0, len(split), batch_size):
+        batch = split.batch(torch.arange(start, min(len(split), start + batch_size)))
+        out = model(**{k: v.to(device) for k, v in batch.items()})
+        correct += int((out.logits.argmax(-1).cpu() == batch["labels"]).sum())
+        loss_sum += float(out.loss) * len(batch["labels"])
+    model.train(was_training)
+    return {"accuracy": correct / len(split), "loss": loss_sum / len(split), "samples": len(split)}
+
+
+def _lr_lambda(warmup_steps: int, total_steps: int):
+    def schedule(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return schedule
+
+
+def _epoch_batches(n: int, batch_size: int, seed: int, epoch: int, rank: int, world: int) -> list[torch.Tensor]:
+    """This process's batches of an epoch: a permutation fixed by (seed, epoch), so a resumed run repeats it."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+    batches = []
+    for start in range(0, n, batch_size * world):
+        chunk = order[start : start + batch_size * world]
+        mine = chunk[rank::world]
+        batches.append(mine if len(mine) else chunk[:1])  # every process takes the same number of steps
+    return batches
+
+
+def _is_better(val: dict, best: dict | None) -> bool:
+    if best is None or val["accuracy"] > best["val_accuracy"]:
+        return True
+    return val["accuracy"] == best["val_accuracy"] and val["loss"] < best["val_loss"]
+
+
+def train_timeseries(
+    settings: TimeSeriesSettings,
+    run_dir: str | Path,
+    accelerator=None,
+    resume: bool = False,
+    data: TimeSeriesData | None = None,
+) -> dict:
+    """Train one model; writes run_dir/{settings.json, data.json, results.json, curves.png, model/, checkpoints/}.
+
+    model/ holds the best-validation weights (save_pretrained) and normalizer.json (the training-split channel
+    statistics to apply to new series). Returns the results dict (also written to results.json).
+    """
+    from accelerate import Accelerator
+
+    settings.validate()
+    accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
+    data = data or load_data(settings)
+    (run_dir / "data.json").write_text(json.dumps(data.describe(), indent=2))
+
+    model = build_model(settings, data)
+    parameters = sum(p.numel() for p in model.parameters())
+    steps_per_epoch = math.ceil(len(data.train) / (settings.batch_size * accelerator.num_processes))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _lr_lambda(settings.warmup_epochs * steps_per_epoch, settings.max_epochs * steps_per_epoch)
+    )
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    unwrapped = accelerator.unwrap_model(model)
+    device, rank, world = accelerator.device, accelerator.process_index, accelerator.num_processes
+
+    checkpoints = run_dir / "checkpoints"
+    start_epoch, history, best, best_state, bad_epochs, seconds_before = 0, [], None, None, 0, 0.0
+    if resume and (found := latest_checkpoint(checkpoints)) is not None:
+        accelerator.load_state(str(found))
+        meta = read_metadata(found)
+        start_epoch, history, best, bad_epochs = meta["epoch"], meta["history"], meta["best"], meta["bad_epochs"]
+        seconds_before = meta["train_seconds"]
+        best_state = load_file(str(found / BEST_WEIGHTS)) if best is not None else None
+        accelerator.print(f"resumed from {found} at epoch {start_epoch}")
+
+    began = time.perf_counter()
+    stopped_early = False
+    progress = tqdm(
+        range(start_epoch, settings.max_epochs),
+        initial=start_epoch,
+        total=settings.max_epochs,
+        desc=f"{data.name}/{settings.label}/seed{settings.seed}",
+        disable=not accelerator.is_local_main_process,
+        mininterval=0.5 if sys.stderr.isatty() else 10.0,  # keep logs short when not on a terminal
+    )
+    model.train()
+    for epoch in progress:
+        loss_sum = correct = seen = 0
+        for index in _epoch_batches(len(data.train), settings.batch_size, settings.seed, epoch, rank, world):
+            batch = {k: v.to(device) for k, v in data.train.batch(index).items()}
+            out = model(**batch)
+            optimizer.zero_grad()
+            accelerator.backward(out.loss)
+            if settings.grad_clip > 0:
+                accelerator.clip_grad_norm_(model.parameters(), settings.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            loss_sum += out.loss.item() * len(index)
+            correct += int((out.logits.argmax(-1) == batch["labels"]).sum())
+            seen += len(index)
+        val = evaluate(unwrapped, data.val, settings.batch_size, device)
+        history.append(
+            {
+                "epoch": epoch + 1,
+                "train_loss": loss_sum / seen,
+                "train_accuracy": correct / seen,
+                "val_loss": val["loss"],
+                "val_accuracy": val["accuracy"],
+            }
+        )
+        if _is_better(val, best):
+            best = {"epoch": epoch + 1, "val_accuracy": val["accuracy"], "val_loss": val["loss"]}
+            best_state = {k: v.detach().cpu().clone() for k, v in unwrapped.state_dict().items()}
+            bad_epochs = 0
+        else:
+            bad_epochs += 1
+        progress.set_postfix(loss=f"{loss_sum / seen:.3f}", val=f"{val['accuracy']:.3f}", best=best["epoch"])
+        if bad_epochs >= settings.patience:
+            stopped_early = epoch + 1 < settings.max_epochs
+            break
+        if settings.save_every and (epoch + 1) % settings.save_every == 0 and epoch + 1 < settings.max_epochs:
+            accelerator.wait_for_everyone()
+            if accelerator.is_main_process:
+                meta = {
+                    "epoch": epoch + 1,
+                    "history": history,
+                    "best": best,
+                    "bad_epochs": bad_epochs,
+                    "train_seconds": seconds_before + time.perf_counter() - began,
+                }
+
+                def write(tmp: Path, best_weights: dict = best_state) -> None:
+                    accelerator.save_state(str(tmp))
+                    save_file(best_weights, str(tmp / BEST_WEIGHTS))  # the best weights so far travel along
+
+                atomic_save_dir(checkpoints / f"step_{epoch + 1}", write, meta)  # step = epoch here
+                prune_checkpoints(checkpoints, keep=2)
+    progress.close()
+    train_seconds = seconds_before + time.perf_counter() - began
+
+    unwrapped.load_state_dict(best_state)  # the test split is scored once, with the best-validation weights
+    test = evaluate(unwrapped, data.test, settings.batch_size, device)
+    results = {
+        "dataset": data.name,
+        "mixer": settings.mixer,
+        "pattern": settings.pattern,
+        "label": settings.label,
+        "seed": settings.seed,
+        "parameters": parameters,
+        "epochs": history[-1]["epoch"],
+        "best_epoch": best["epoch"],
+        "stopped_early": stopped_early,
+        "train_seconds": train_seconds,
+        "val_accuracy": best["val_accuracy"],
+        "test_accuracy": test["accuracy"],
+        "test_loss": test["loss"],
+        "split_rule": data.split_rule,
+        "sizes": {"train": len(data.train), "val": len(data.val), "test": len(data.test)},
+        "history": history,
+    }
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+
+        def write_model(tmp: Path) -> None:
+            unwrapped.save_pretrained(tmp)
+            (tmp / "normalizer.json").write_text(json.dumps(data.normalizer.to_dict(), indent=2))
+
+        atomic_save_dir(run_dir / "model", write_model, {"epoch": best["epoch"]})
+        (run_dir / "results.json").write_text(json.dumps(results, indent=2))
+        plot_curves([results], run_dir / "curves.png")
+    return results
+
+
+def summarize(all_results: list[dict]) -> list[dict]:
+    """One row per (dataset, model): test accuracy mean ± sample std over seeds, and time per run."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in all_results:
+        groups.setdefault((r["dataset"], r["label"]), []).append(r)
+    rows = []
+    for (dataset, label), runs in groups.items():
+        accs = [r["test_accuracy"] for r in runs]
+        secs = [r["train_seconds"] for r in runs]
+        rows.append(
+            {
+                "dataset": dataset,
+                "model": label,
+                "parameters": runs[0]["parameters"],
+                "seeds": [r["seed"] for r in runs],
+                "test_accuracy_mean": statistics.fmean(accs),
+                "test_accuracy_std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+                "test_accuracies": accs,
+                "val_accuracy_mean": statistics.fmean(r["val_accuracy"] for r in runs),
+                "epochs_mean": statistics.fmean(r["epochs"] for r in runs),
+                "best_epochs": [r["best_epoch"] for r in runs],
+                "seconds_mean": statistics.fmean(secs),
+                "seconds_std": statistics.stdev(secs) if len(secs) > 1 else 0.0,
+            }
+        )
+    return rows
+
+
+def results_table(rows: list[dict]) -> str:
+    """Markdown table of `summarize` rows (accuracies in %, std over seeds; time = training wall-clock per run)."""
+    lines = [
+        "| dataset | model | params | seeds | test acc % (mean ± std) | test acc per seed | val acc % | "
+        "epochs (best) | s / run (mean ± std) |",
+        "|" + "---|" * 9,
+    ]
+    for r in rows:
+        per_seed = ", ".join(f"{100 * a:.1f}" for a in r["test_accuracies"])
+        best = ", ".join(str(e) for e in r["best_epochs"])
+        lines.append(
+            f"| {r['dataset']} | {r['model']} | {r['parameters']} | {len(r['seeds'])} | "
+            f"{100 * r['test_accuracy_mean']:.1f} ± {100 * r['test_accuracy_std']:.1f} | {per_seed} | "
+            f"{100 * r['val_accuracy_mean']:.1f} | {r['epochs_mean']:.0f} ({best}) | "
+            f"{r['seconds_mean']:.0f} ± {r['seconds_std']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_curves(all_results: list[dict], path: str | Path) -> None:
+    """Training loss and validation accuracy per epoch; one colour per model, one line per seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = sorted({r["label"] for r in all_results})
+    colours = {label: f"C{i % 10}" for i, label in enumerate(labels)}
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
+    shown = set()
+    for r in all_results:
+        epochs = [h["epoch"] for h in r["history"]]
+        name = None if r["label"] in shown else r["label"]
+        shown.add(r["label"])
+        ax_loss.plot(epochs, [h["train_loss"] for h in r["history"]], color=colours[r["label"]], label=name)
+        ax_acc.plot(epochs, [h["val_accuracy"] for h in r["history"]], color=colours[r["label"]], label=name)
+        ax_acc.plot([r["best_epoch"]], [r["val_accuracy"]], marker="o", color=colours[r["label"]])
+    ax_loss.set(title="training loss", xlabel="epoch", yscale="log")
+    ax_acc.set(title=f"{all_results[0]['dataset']}: validation accuracy (dot = best)", xlabel="epoch", ylim=(0, 1.02))
+    ax_acc.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
