@@ -1,0 +1,313 @@
+"""Train a hybrid model on a state-tracking task and measure length generalisation (DESIGN §8).
+
+The model is a `HybridSSMForTokenClassification` trained on every prefix label the task defines (a dense
+signal), on lengths in [train_min, train_max]; it is evaluated on the answer at the last position of fresh
+sequences in length buckets far past the training lengths.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from ..data import StateTrackingDataset, collate_state_tracking, get_task
+from ..modeling import HybridSSMConfig, HybridSSMForTokenClassification
+from ..modeling.configuration_hybrid_ssm import ATTENTION
+from .checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
+
+
+@dataclass
+class StateTrackingSettings:
+    """Everything one training run depends on (saved to the run folder as settings.json)."""
+
+    task: str = "parity"
+    num_generators: int = 2
+    mixer: str = "pd_ssm"
+    pattern: str = "S"
+    hidden_size: int = 64
+    state_size: int = 8
+    num_heads: int = 1
+    dict_size: int = 16
+    lru_block_size: int = 4
+    train_min_length: int = 3
+    train_max_length: int = 40
+    test_min_length: int = 40
+    test_max_length: int = 256
+    num_buckets: int = 6
+    eval_samples_per_bucket: int = 128
+    batch_size: int = 64
+    max_steps: int = 1500
+    learning_rate: float = 3e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 50
+    grad_clip: float = 1.0
+    eval_every: int = 100
+    target_accuracy: float = 0.99
+    min_steps: int = 0  # no early stop before this step (longer training sharpens |D| -> 1 for long sequences)
+    save_every: int = 500
+    seed: int = 0
+    extra_config: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        get_task(self.task, **self.task_kwargs())  # raises ValueError for unknown tasks / bad k
+        if self.train_min_length < 1 or self.train_min_length > self.train_max_length:
+            raise ValueError(
+                f"train lengths must satisfy 1 <= train_min_length <= train_max_length, got "
+                f"[{self.train_min_length}, {self.train_max_length}]"
+            )
+        if self.train_max_length > self.test_max_length:
+            raise ValueError(
+                f"train_max_length ({self.train_max_length}) is above test_max_length ({self.test_max_length}): "
+                "the test must reach at least the training lengths"
+            )
+        if self.test_min_length > self.test_max_length:
+            raise ValueError(
+                f"test_min_length ({self.test_min_length}) is above test_max_length ({self.test_max_length})"
+            )
+        for name in ("batch_size", "max_steps", "eval_every", "num_buckets", "eval_samples_per_bucket", "hidden_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.target_accuracy <= 1:
+            raise ValueError(f"`target_accuracy` must be in (0, 1], got {self.target_accuracy}")
+
+    def task_kwargs(self) -> dict:
+        return {"num_generators": self.num_generators} if self.task in ("a5", "s5") else {}
+
+
+def length_buckets(low: int, high: int, count: int) -> list[tuple[int, int]]:
+    """Split [low, high] into `count` contiguous integer ranges of (nearly) equal width."""
+    edges = [round(low + (high - low + 1) * i / count) for i in range(count + 1)]
+    buckets = [(edges[i], edges[i + 1] - 1) for i in range(count) if edges[i + 1] - 1 >= edges[i]]
+    return buckets or [(low, high)]
+
+
+def build_model(settings: StateTrackingSettings) -> HybridSSMForTokenClassification:
+    task = get_task(settings.task, **settings.task_kwargs())
+    pattern = settings.pattern
+    mixers = [ATTENTION if ch == "A" else settings.mixer for ch in pattern]
+    if settings.mixer == ATTENTION:
+        mixers = [ATTENTION] * len(pattern)
+    config = HybridSSMConfig(
+        vocab_size=task.vocab_size,
+        hidden_size=settings.hidden_size,
+        intermediate_size=2 * settings.hidden_size,
+        num_hidden_layers=len(mixers),
+        num_attention_heads=max(1, settings.hidden_size // 16),
+        mixers=mixers,
+        max_position_embeddings=max(settings.test_max_length, settings.train_max_length),
+        pd_ssm_num_heads=settings.num_heads,
+        pd_ssm_state_size=settings.state_size,
+        pd_ssm_dict_size=settings.dict_size,
+        num_labels=task.num_classes,
+        id2label={i: str(i) for i in range(task.num_classes)},
+        **_mixer_settings(settings),
+        **settings.extra_config,
+    )
+    torch.manual_seed(settings.seed)
+    return HybridSSMForTokenClassification(config)
+
+
+def _mixer_settings(settings: StateTrackingSettings) -> dict:
+    """State widths of the other mixers matched to PD-SSM's: N complex numbers ~ 2N real state channels."""
+    width = 2 * settings.state_size * settings.num_heads
+    if settings.mixer in ("bd_lru", "h_lru", "diag_lru"):
+        block = 1 if settings.mixer == "diag_lru" else settings.lru_block_size
+        return {"lru_block_size": block, "lru_state_size": -(-width // block) * block}
+    if settings.mixer in ("lrc_ssm", "gru_ssm", "mgu_ssm", "lstm_ssm"):
+        return {"lrc_state_size": width}
+    return {}
+
+
+def _batch(dataset: StateTrackingDataset, step: int, batch_size: int, rank: int = 0, world: int = 1) -> dict:
+    """The deterministic batch of a training step (so a resumed run sees exactly the same data)."""
+    start = (step * world + rank) * batch_size
+    return collate_state_tracking([dataset[start + i] for i in range(batch_size)])
+
+
+@torch.no_grad()
+def evaluate(model, settings: StateTrackingSettings, buckets, seed: int, device) -> dict:
+    """Final-position accuracy (and every-prefix accuracy where labelled) for each length bucket."""
+    task = get_task(settings.task, **settings.task_kwargs())
+    model.eval()
+    results = []
+    for low, high in buckets:
+        data = StateTrackingDataset(task, settings.eval_samples_per_bucket, low, high, seed=seed + low)
+        correct = total = prefix_correct = prefix_total = 0
+        for start in range(0, len(data), settings.batch_size):
+            batch = collate_state_tracking([data[i] for i in range(start, min(len(data), start + settings.batch_size))])
+            logits = model(
+                input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)
+            ).logits
+            pred = logits.argmax(-1).cpu()
+            last = batch["length"] - 1
+            rows = torch.arange(len(last))
+            correct += int((pred[rows, last] == batch["label"]).sum())
+            total += len(last)
+            labelled = batch["labels"] != -100
+            prefix_correct += int(((pred == batch["labels"]) & labelled).sum())
+            prefix_total += int(labelled.sum())
+        results.append(
+            {
+                "min_length": low,
+                "max_length": high,
+                "accuracy": correct / total,
+                "prefix_accuracy": prefix_correct / max(prefix_total, 1),
+                "samples": total,
+            }
+        )
+    model.train()
+    return {"buckets": results, "mean_accuracy": sum(r["accuracy"] for r in results) / len(results)}
+
+
+def _lr_lambda(settings: StateTrackingSettings):
+    def schedule(step: int) -> float:
+        if step < settings.warmup_steps:
+            return (step + 1) / settings.warmup_steps
+        progress = (step - settings.warmup_steps) / max(1, settings.max_steps - settings.warmup_steps)
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return schedule
+
+
+def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, accelerator=None, resume: bool = False):
+    """Train one model; writes run_dir/{settings.json, results.json, accuracy_vs_length.png, model/, checkpoints/}.
+
+    Returns the results dict (also written to results.json).
+    """
+    from accelerate import Accelerator
+
+    settings.validate()
+    accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
+    task = get_task(settings.task, **settings.task_kwargs())
+    model = build_model(settings)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(settings))
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    train_data = StateTrackingDataset(
+        task,
+        settings.max_steps * settings.batch_size * accelerator.num_processes,
+        settings.train_min_length,
+        settings.train_max_length,
+        seed=settings.seed,
+    )
+    checkpoints = run_dir / "checkpoints"
+    start_step, history = 0, []
+    if resume and (found := latest_checkpoint(checkpoints)) is not None:
+        accelerator.load_state(str(found))
+        meta = read_metadata(found)
+        start_step, history = meta["step"], meta["history"]
+        accelerator.print(f"resumed from {found} at step {start_step}")
+
+    val_buckets = [(settings.train_min_length, settings.train_max_length)]
+    began = time.perf_counter()
+    stopped_early = False
+    progress = tqdm(
+        range(start_step, settings.max_steps),
+        initial=start_step,
+        total=settings.max_steps,
+        desc=f"{settings.task}/{settings.mixer}",
+        disable=not accelerator.is_local_main_process,
+        mininterval=0.5 if sys.stderr.isatty() else 10.0,  # keep logs short when not on a terminal
+    )
+    model.train()
+    for step in progress:
+        batch = _batch(train_data, step, settings.batch_size, accelerator.process_index, accelerator.num_processes)
+        out = model(
+            input_ids=batch["input_ids"].to(accelerator.device),
+            attention_mask=batch["attention_mask"].to(accelerator.device),
+            labels=batch["labels"].to(accelerator.device),
+        )
+        optimizer.zero_grad()
+        accelerator.backward(out.loss)
+        if settings.grad_clip > 0:
+            accelerator.clip_grad_norm_(model.parameters(), settings.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        if (step + 1) % settings.eval_every == 0 or step + 1 == settings.max_steps:
+            val = evaluate(accelerator.unwrap_model(model), settings, val_buckets, 10_000 + step, accelerator.device)
+            history.append({"step": step + 1, "loss": out.loss.item(), "val_accuracy": val["mean_accuracy"]})
+            progress.set_postfix(loss=f"{out.loss.item():.3f}", val=f"{val['mean_accuracy']:.3f}")
+            if val["mean_accuracy"] >= settings.target_accuracy and step + 1 >= settings.min_steps:
+                stopped_early = step + 1 < settings.max_steps
+                break
+        if settings.save_every and (step + 1) % settings.save_every == 0 and step + 1 < settings.max_steps:
+            accelerator.wait_for_everyone()
+            if accelerator.is_main_process:
+                atomic_save_dir(
+                    checkpoints / f"step_{step + 1}",
+                    lambda tmp: accelerator.save_state(str(tmp)),
+                    {"step": step + 1, "history": history},
+                )
+                prune_checkpoints(checkpoints, keep=2)
+    progress.close()
+    train_seconds = time.perf_counter() - began
+    steps_done = history[-1]["step"] if history else start_step
+
+    buckets = length_buckets(settings.test_min_length, settings.test_max_length, settings.num_buckets)
+    test = evaluate(accelerator.unwrap_model(model), settings, buckets, 20_000, accelerator.device)
+    results = {
+        "task": settings.task,
+        "mixer": settings.mixer,
+        "pattern": settings.pattern,
+        "parameters": sum(p.numel() for p in accelerator.unwrap_model(model).parameters()),
+        "steps": steps_done,
+        "stopped_early": stopped_early,
+        "train_seconds": train_seconds,
+        "train_lengths": [settings.train_min_length, settings.train_max_length],
+        "history": history,
+        "test": test,
+    }
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        unwrapped = accelerator.unwrap_model(model)
+        atomic_save_dir(run_dir / "model", lambda tmp: unwrapped.save_pretrained(tmp), {"step": steps_done})
+        (run_dir / "results.json").write_text(json.dumps(results, indent=2))
+        plot_accuracy_vs_length([results], run_dir / "accuracy_vs_length.png")
+    return results
+
+
+def plot_accuracy_vs_length(all_results: list[dict], path: str | Path) -> None:
+    """One line per (task, mixer): last-position accuracy against the bucket's mean length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted({r["task"] for r in all_results})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for r in (r for r in all_results if r["task"] == task):
+            xs = [(b["min_length"] + b["max_length"]) / 2 for b in r["test"]["buckets"]]
+            ax.plot(xs, [b["accuracy"] for b in r["test"]["buckets"]], marker="o", label=r["mixer"])
+        ax.axvspan(*all_results[0]["train_lengths"], color="grey", alpha=0.15, label="train lengths")
+        ax.set(title=task, xlabel="sequence length", ylabel="last-position accuracy", ylim=(0, 1.02))
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def results_table(all_results: list[dict]) -> str:
+    """Markdown table: one row per run, one column per test length bucket."""
+    buckets = all_results[0]["test"]["buckets"]
+    head = "| task | mixer | params | steps | train s | " + " | ".join(
+        f"{b['min_length']}-{b['max_length']}" for b in buckets
+    )
+    lines = [head + " | mean |", "|" + "---|" * (6 + len(buckets))]
+    for r in all_results:
+        accs = " | ".join(f"{100 * b['accuracy']:.1f}" for b in r["test"]["buckets"])
+        lines.append(
+            f"| {r['task']} | {r['mixer']} | {r['parameters']} | {r['steps']} | {r['train_seconds']:.0f} | "
+            f"{accs} | {100 * r['test']['mean_accuracy']:.1f} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,104 @@
+"""Train hybrid models on state-tracking tasks and test length generalisation (DESIGN §8).
+
+With no arguments: the default comparison (parity and cycle navigation, one-layer PD-SSM vs the diagonal
+selective LRU), offline, a few minutes on a 2-core CPU. Examples:
+
+    python scripts/train_state_tracking.py
+    python scripts/train_state_tracking.py --task a5 --num_generators 2 --mixer pd_ssm --max_steps 3000
+    python scripts/train_state_tracking.py --suite --tasks parity,even_pairs --mixers pd_ssm,bd_lru,attention
+    accelerate launch scripts/train_state_tracking.py --task parity
+
+Each run writes <output_dir>/<task>_<mixer>/ with settings.json, results.json, accuracy_vs_length.png, the
+model (save_pretrained) and resumable checkpoints; a suite also writes comparison.{md,json,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+
+from hf_ssm.data import TASK_NAMES
+from hf_ssm.modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS
+from hf_ssm.training.state_tracking import (
+    StateTrackingSettings,
+    plot_accuracy_vs_length,
+    results_table,
+    train_state_tracking,
+)
+
+DEFAULT_TASKS = ["parity", "cycle_navigation"]
+DEFAULT_MIXERS = ["pd_ssm", "diag_lru"]
+
+
+def comma_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    defaults = StateTrackingSettings()
+    parser.add_argument("--task", help=f"one task: {', '.join(TASK_NAMES)}")
+    parser.add_argument("--tasks", type=comma_list, help="comma-separated tasks (a suite)")
+    parser.add_argument("--mixer", help=f"one mixer: {', '.join((*SSM_MIXERS, ATTENTION))}")
+    parser.add_argument("--mixers", type=comma_list, help="comma-separated mixers (a suite)")
+    parser.add_argument("--suite", action="store_true", help="run every task x mixer and write one comparison")
+    parser.add_argument("--output_dir", default=None, help="run folder (default runs/state_tracking/<time>)")
+    parser.add_argument("--resume", action="store_true", help="continue each run from its latest checkpoint")
+    parser.add_argument(
+        "--config",
+        type=json.loads,
+        default={},
+        help="extra HybridSSMConfig fields as JSON, e.g. '{\"pd_ssm_magnitude_bias_init\": 3.0}'",
+    )
+    for f in fields(StateTrackingSettings):
+        if f.name in ("task", "mixer", "extra_config"):
+            continue
+        value = getattr(defaults, f.name)
+        parser.add_argument(f"--{f.name}", type=type(value), default=value, help=f"(default {value})")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    tasks = args.tasks or ([args.task] if args.task else DEFAULT_TASKS)
+    mixers = args.mixers or ([args.mixer] if args.mixer else DEFAULT_MIXERS)
+    for task in tasks:
+        if task not in TASK_NAMES:
+            parser.error(f"unknown task {task!r}; choose from {', '.join(TASK_NAMES)}")
+    for mixer in mixers:
+        if mixer not in (*SSM_MIXERS, ATTENTION):
+            parser.error(f"unknown mixer {mixer!r}; choose from {', '.join((*SSM_MIXERS, ATTENTION))}")
+    suite = args.suite or len(tasks) * len(mixers) > 1
+    skip = ("task", "mixer", "extra_config")
+    common = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings) if f.name not in skip}
+    runs = [StateTrackingSettings(task=t, mixer=m, extra_config=args.config, **common) for t in tasks for m in mixers]
+    for settings in runs:
+        try:
+            settings.validate()
+        except ValueError as err:
+            parser.error(str(err))
+
+    out = Path(args.output_dir or f"runs/state_tracking/{time.strftime('%Y%m%d-%H%M%S')}")
+    all_results = []
+    for settings in runs:
+        run_dir = out / f"{settings.task}_{settings.mixer}" if suite else out
+        all_results.append(train_state_tracking(settings, run_dir, resume=args.resume))
+        print(f"\n{settings.task} / {settings.mixer}: written to {run_dir}")
+        print(results_table(all_results[-1:]))
+    if suite:
+        table = results_table(all_results)
+        (out / "comparison.md").write_text(table + "\n")
+        (out / "comparison.json").write_text(json.dumps(all_results, indent=2))
+        plot_accuracy_vs_length(all_results, out / "comparison.png")
+        print(f"\nLast-position accuracy (%) by test length; written to {out}/comparison.{{md,json,png}}\n")
+        print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""scripts/train_state_tracking.py: a smoke run writes a complete run folder; bad arguments exit clearly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_ssm import HybridSSMForTokenClassification
+from hf_ssm.training.state_tracking import StateTrackingSettings, length_buckets, train_state_tracking
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "train_state_tracking.py"
+TINY = [
+    "--hidden_size", "16", "--state_size", "4", "--dict_size", "4", "--batch_size", "8",
+    "--max_steps", "6", "--eval_every", "3", "--save_every", "3", "--num_buckets", "2",
+    "--eval_samples_per_bucket", "8", "--train_max_length", "12", "--test_min_length", "12",
+    "--test_max_length", "30",
+]  # fmt: skip
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
+
+
+def test_smoke_run_writes_run_folder_and_loadable_checkpoint(tmp_path):
+    """A tiny run produces settings, results, plot and a model that reloads with identical outputs."""
+    result = run_script("--task", "parity", "--mixer", "pd_ssm", "--output_dir", str(tmp_path), *TINY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("settings.json", "results.json", "accuracy_vs_length.png", "model/model.safetensors"):
+        assert (tmp_path / name).is_file(), name
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [b["min_length"] for b in results["test"]["buckets"]] == [12, 22]
+    assert all(0.0 <= b["accuracy"] <= 1.0 for b in results["test"]["buckets"])
+    model = HybridSSMForTokenClassification.from_pretrained(tmp_path / "model").eval()
+    ids = torch.randint(1, 3, (2, 20))
+    assert model(ids).logits.shape == (2, 20, 2)
+    assert "parity" in result.stdout and "| task | mixer |" in result.stdout
+
+
+def test_suite_writes_comparison(tmp_path):
+    """--suite over two mixers writes one comparison table (Markdown + JSON) and plot."""
+    result = run_script(
+        "--suite", "--tasks", "parity", "--mixers", "pd_ssm,attention", "--output_dir", str(tmp_path), *TINY
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads((tmp_path / "comparison.json").read_text())
+    assert [r["mixer"] for r in rows] == ["pd_ssm", "attention"]
+    assert (tmp_path / "comparison.png").is_file()
+    assert (tmp_path / "comparison.md").read_text().count("| parity |") == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--task", "sorting"], "unknown task"),
+        (["--task", "a5", "--num_generators", "60"], "num_generators"),
+        (["--task", "parity", "--train_max_length", "300"], "train_max_length"),
+        (["--task", "parity", "--mixer", "lstm"], "unknown mixer"),
+    ],
+)
+def test_bad_arguments_exit_with_clear_message(args, message, tmp_path):
+    result = run_script(*args, "--output_dir", str(tmp_path))
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkeypatch):
+    """A run killed at step 6 resumes from its step-4 checkpoint and reproduces the uninterrupted loss curve."""
+    import hf_ssm.training.state_tracking as st
+
+    settings = dict(
+        task="parity", hidden_size=16, state_size=4, dict_size=4, batch_size=8, eval_every=2, save_every=2,
+        num_buckets=1, eval_samples_per_bucket=8, train_max_length=12, test_min_length=12, test_max_length=20,
+        target_accuracy=1.0, max_steps=8,
+    )  # fmt: skip
+    full = train_state_tracking(StateTrackingSettings(**settings), tmp_path / "full")
+
+    real_evaluate, calls = st.evaluate, []
+
+    def evaluate_then_die(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # the evaluation at step 6: after the step-4 checkpoint, before the step-6 one
+            raise KeyboardInterrupt
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(st, "evaluate", evaluate_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train_state_tracking(StateTrackingSettings(**settings), tmp_path / "part")
+    monkeypatch.setattr(st, "evaluate", real_evaluate)
+    assert sorted(p.name for p in (tmp_path / "part" / "checkpoints").iterdir()) == ["step_2", "step_4"]
+    assert not (tmp_path / "part" / "model").exists()
+
+    resumed = train_state_tracking(StateTrackingSettings(**settings), tmp_path / "part", resume=True)
+    assert [h["step"] for h in resumed["history"]] == [h["step"] for h in full["history"]] == [2, 4, 6, 8]
+    for a, b in zip(resumed["history"], full["history"]):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-6)
+
+
+def test_length_buckets_cover_range_without_gaps():
+    buckets = length_buckets(40, 256, 6)
+    assert buckets[0][0] == 40 and buckets[-1][1] == 256
+    assert all(b[0] == a[1] + 1 for a, b in zip(buckets, buckets[1:]))
