@@ -1,0 +1,320 @@
+"""Hugging Face model cards for hf_ssm checkpoints: YAML front matter, architecture, training and evaluation.
+
+`render_model_card(config, metrics)` builds the card from a model config and a run's metrics (the `metrics.json`
+written by `hf_ssm.training.lm`); `write_model_card(model_dir, run_dir)` reads both from disk. Used by
+scripts/pretrain.py, scripts/finetune.py and scripts/make_model_card.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+_MIXER_TAGS = {
+    "pd_ssm": "pd-ssm",
+    "bd_lru": "bd-lru",
+    "h_lru": "h-lru",
+    "diag_lru": "diagonal-lru",
+    "lrc_ssm": "lrc-ssm",
+    "gru_ssm": "gru-ssm",
+    "mgu_ssm": "mgu-ssm",
+    "lstm_ssm": "lstm-ssm",
+    "attention": "attention",
+}
+_BUILTIN_NAMES = {
+    "builtin": "hf_ssm built-in stories (generated)",
+    "builtin:stories": "hf_ssm built-in stories (generated)",
+}
+_BUILTIN_NAMES["builtin:dialogues"] = "hf_ssm built-in dialogues (generated)"
+
+
+def _config_value(config, key, default=None):
+    return config.get(key, default) if isinstance(config, dict) else getattr(config, key, default)
+
+
+def mixer_details(config, mixer: str) -> str:
+    """One line describing a layer's mixer with its sizes."""
+    c = lambda key: _config_value(config, key)  # noqa: E731
+    if mixer == "attention":
+        heads, kv = c("num_attention_heads"), c("num_key_value_heads")
+        return f"causal self-attention, {heads} heads ({kv} key/value), head dim {c('head_dim')}, RoPE"
+    if mixer == "pd_ssm":
+        return f"PD-SSM, {c('pd_ssm_num_heads')} head(s) x state {c('pd_ssm_state_size')} (complex), dictionary {c('pd_ssm_dict_size')}"
+    if mixer == "bd_lru":
+        return f"BD-LRU, state {c('lru_state_size')} in blocks of {c('lru_block_size')}, {c('lru_normalization')} gates"
+    if mixer == "h_lru":
+        size, order = c("lru_state_size"), c("lru_block_size")
+        return f"H-LRU, order {order} over {size // order} channels, {c('lru_normalization')} gates"
+    if mixer == "diag_lru":
+        return f"diagonal selective LRU, state {c('lru_state_size')}, {c('lru_normalization')} gates"
+    if mixer in ("lrc_ssm", "gru_ssm", "mgu_ssm", "lstm_ssm"):
+        return f"{mixer} (diagonal-Jacobian cell), state {c('lrc_state_size')}, solver {c('lrc_solver')}"
+    return mixer
+
+
+def count_parameters(config) -> int:
+    """Parameter count of a HybridSSMForCausalLM with `config` (built on the meta device: no memory, no init)."""
+    import torch
+
+    from .modeling import HybridSSMConfig, HybridSSMForCausalLM
+
+    if isinstance(config, dict):
+        fields = {
+            k: v
+            for k, v in config.items()
+            if k not in ("architectures", "auto_map", "transformers_version", "layer_types")
+        }
+        fields.pop("model_type", None)
+        config = HybridSSMConfig(**fields)
+    with torch.device("meta"):
+        model = HybridSSMForCausalLM(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _human(n: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return str(n)
+
+
+def _yaml_list(key: str, values: list[str]) -> list[str]:
+    return [f"{key}:", *(f"- {json.dumps(v)}" for v in values)] if values else []
+
+
+def _dataset_name(dataset: str | None) -> str:
+    return _BUILTIN_NAMES.get(dataset or "", dataset or "unknown")
+
+
+def _precision(mixed_precision: str | None) -> str:
+    return "fp32" if mixed_precision in (None, "no") else f"{mixed_precision} mixed precision"
+
+
+def render_model_card(
+    config,
+    metrics: dict | None = None,
+    *,
+    model_name: str = "hf-ssm-model",
+    base_model: str | None = None,
+    adapter: dict | None = None,
+    parameters: int | None = None,
+) -> str:
+    """The README.md of a checkpoint: front matter (library, tags, datasets, metrics, model-index) and sections."""
+    metrics = metrics or {}
+    mixers = list(_config_value(config, "mixers") or [])
+    if parameters is None:  # of the model itself: an adapter's own parameters are counted apart
+        info = metrics.get("model") or {}
+        parameters = info.get("parameters") or count_parameters(config)
+        if adapter and info.get("parameters"):
+            parameters -= info.get("trainable_parameters", 0)
+    settings = metrics.get("settings", {})
+    dataset = metrics.get("dataset") or settings.get("dataset")
+    final = metrics.get("final_eval") or {}
+    initial = metrics.get("initial_eval") or {}
+    is_hub_dataset = bool(dataset) and not dataset.startswith("builtin") and not settings.get("train_files")
+
+    tags = ["hf_ssm", "hybrid-ssm", "state-space-model", "custom_code", "text-generation"]
+    tags += sorted({_MIXER_TAGS.get(m, m) for m in mixers})
+    if adapter:
+        tags += ["lora", "peft"]
+    front = ["---", f"library_name: {'peft' if adapter else 'transformers'}", "license: apache-2.0"]
+    front += ["pipeline_tag: text-generation"]
+    if base_model:
+        front.append(f"base_model: {json.dumps(base_model)}")
+    front += _yaml_list("tags", tags)
+    front += _yaml_list("datasets", [dataset] if is_hub_dataset else [])
+    front += _yaml_list("metrics", ["perplexity", "loss"] if final else [])
+    if final:
+        front += [
+            "model-index:",
+            f"- name: {json.dumps(model_name)}",
+            "  results:",
+            "  - task:",
+            "      type: text-generation",
+            "      name: Causal language modeling",
+            "    dataset:",
+            f"      name: {json.dumps(_dataset_name(dataset))}",
+            f"      type: {json.dumps(dataset or 'unknown')}",
+            "      split: validation",
+            "    metrics:",
+            "    - type: perplexity",
+            f"      value: {round(final['perplexity'], 4)}",
+            "      name: Eval perplexity",
+            "    - type: loss",
+            f"      value: {round(final['loss'], 4)}",
+            "      name: Eval loss (nats per token)",
+        ]
+    front.append("---")
+
+    counts = {m: mixers.count(m) for m in dict.fromkeys(mixers)}
+    num_layers = len(mixers) or _config_value(config, "num_hidden_layers")
+    layer_words = ", ".join(f"{n} {m}" for m, n in counts.items()) or str(_config_value(config, "model_type"))
+    kind = metrics.get("kind", "pretrain")
+    what = "LoRA-fine-tuned" if adapter else ("fine-tuned" if kind == "finetune" else "pretrained")
+    lines = [
+        *front,
+        "",
+        f"# {model_name}",
+        "",
+        f"A {_human(parameters)}-parameter {'hybrid ' if mixers else ''}language model ({num_layers} layers: {layer_words}) built with "
+        f"`hf_ssm` and {what} on {_dataset_name(dataset)}."
+        + (f" Base model: `{base_model}`." if base_model else "")
+        + (" This folder holds the LoRA adapter only." if adapter else ""),
+        "",
+        "## Usage",
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+    ]
+    if adapter:
+        lines += [
+            "from peft import PeftModel",
+            "",
+            f'base = AutoModelForCausalLM.from_pretrained("{base_model or "path/to/base"}", trust_remote_code=True)',
+            'model = PeftModel.from_pretrained(base, "path/to/this/adapter")',
+            f'tokenizer = AutoTokenizer.from_pretrained("{base_model or "path/to/base"}", trust_remote_code=True)',
+        ]
+    else:
+        lines += [
+            "",
+            'model = AutoModelForCausalLM.from_pretrained("path/to/this/model", trust_remote_code=True)',
+            'tokenizer = AutoTokenizer.from_pretrained("path/to/this/model", trust_remote_code=True)',
+        ]
+    lines += [
+        'ids = tokenizer("Once upon a time,", return_tensors="pt").input_ids',
+        "print(tokenizer.decode(model.generate(ids, max_new_tokens=60, do_sample=False)[0]))",
+        "```",
+        "",
+        "The modeling code ships next to the weights (`trust_remote_code=True`), so hf_ssm need not be installed. "
+        "SSM layers keep a fixed-size recurrent state in the generation cache; attention layers keep keys and values.",
+        "",
+        "## Architecture",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| parameters | {parameters:,} |",
+        f"| layers | {num_layers} ({layer_words}) |",
+        f"| hidden size | {_config_value(config, 'hidden_size')} |",
+        f"| MLP (SwiGLU) width | {_config_value(config, 'intermediate_size')} |",
+        f"| vocabulary | {_config_value(config, 'vocab_size')} |",
+        f"| max positions (attention layers) | {_config_value(config, 'max_position_embeddings')} |",
+        f"| tied embeddings | {_config_value(config, 'tie_word_embeddings')} |",
+        "",
+        "| layer | mixer | details |",
+        "|---|---|---|",
+        *(f"| {i} | `{m}` | {mixer_details(config, m)} |" for i, m in enumerate(mixers)),
+        "",
+        "Every layer is a pre-norm residual block: x + Mixer(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)).",
+        "",
+    ]
+    if adapter:
+        lines += [
+            "## Adapter",
+            "",
+            "| | |",
+            "|---|---|",
+            f"| method | LoRA (PEFT), rank {adapter.get('r')}, alpha {adapter.get('alpha')}, dropout {adapter.get('dropout')} |",
+            f"| target modules | `{adapter.get('target_modules')}` |",
+            f"| adapter parameters | {adapter.get('trainable_parameters', 0):,} (the model: {parameters:,}) |",
+            "",
+        ]
+    if settings:
+        blocks = metrics.get("global_batch_blocks")
+        lr_line = (
+            f"AdamW, peak {settings.get('learning_rate')}, {settings.get('warmup_steps')} warmup steps, cosine to "
+            f"{settings.get('min_lr_ratio')} x peak; betas ({settings.get('adam_beta1')}, {settings.get('adam_beta2')}), "
+            f"weight decay {settings.get('weight_decay')}"
+        )
+        seconds = metrics.get("train_seconds")
+        lines += [
+            "## Training",
+            "",
+            "| | |",
+            "|---|---|",
+            f"| data | {_dataset_name(dataset)} |",
+            f"| tokenizer | {metrics.get('tokenizer', settings.get('tokenizer', '-'))} |",
+            f"| steps | {metrics.get('steps')} |",
+            f"| global batch | {blocks} blocks x {settings.get('block_size')} tokens = {metrics.get('global_batch_tokens')} tokens |",
+            f"| tokens seen | {metrics.get('tokens_seen'):,} |",
+            f"| packing | documents separated by EOS; state and attention reset at document boundaries: {settings.get('reset_at_boundaries')} |",
+            f"| optimizer | {lr_line} |",
+            f"| gradient clipping | {settings.get('grad_clip')} |",
+            f"| gradient accumulation | {settings.get('gradient_accumulation_steps')} |",
+            f"| precision | {_precision(metrics.get('mixed_precision'))} on {metrics.get('device')}, {metrics.get('num_processes')} process(es) |",
+            f"| training time | {seconds:.0f} s |" if seconds is not None else "| training time | - |",
+            "",
+        ]
+    if final:
+        lines += [
+            "## Evaluation",
+            "",
+            f"Held-out data of {_dataset_name(dataset)}: next-token cross-entropy (nats per token) and perplexity.",
+            "",
+            "| | loss | perplexity |",
+            "|---|---|---|",
+        ]
+        if initial and initial is not final:
+            label = "before fine-tuning" if kind == "finetune" else "at initialisation"
+            lines.append(f"| {label} (step {initial['step']}) | {initial['loss']:.4f} | {initial['perplexity']:.2f} |")
+        lines += [f"| after training (step {final['step']}) | {final['loss']:.4f} | {final['perplexity']:.2f} |", ""]
+    sample = metrics.get("sample")
+    if sample:
+        lines += ["Greedy sample:", "", "```", sample["text"], "```", ""]
+    lines += [
+        "## Limitations",
+        "",
+        "A research checkpoint produced by the hf_ssm training scripts. Small presets trained on the built-in "
+        "generated corpus learn its templates, not general language; they exist to test and demonstrate the "
+        "architecture and the training pipeline.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_model_card(
+    model_dir: str | Path, run_dir: str | Path | None = None, output: str | Path | None = None, **kwargs
+) -> Path:
+    """Write the card of a saved model (`config.json`) or LoRA adapter (`adapter_config.json`, whose base model
+    folder holds the config) with the metrics of its run (`run_dir/metrics.json`, default: the parent folder of
+    `model_dir`); returns the path written (default `model_dir/README.md`)."""
+    model_dir = Path(model_dir)
+    adapter_file = model_dir / "adapter_config.json"
+    if adapter_file.is_file():
+        adapter_config = json.loads(adapter_file.read_text())
+        base = adapter_config.get("base_model_name_or_path")
+        if not base or not (Path(base) / "config.json").is_file():
+            raise ValueError(f"the adapter's base model {base!r} has no config.json on this machine")
+        config = json.loads((Path(base) / "config.json").read_text())
+        kwargs.setdefault("base_model", base)
+        kwargs.setdefault(
+            "adapter",
+            {
+                "r": adapter_config.get("r"),
+                "alpha": adapter_config.get("lora_alpha"),
+                "dropout": adapter_config.get("lora_dropout"),
+                "target_modules": adapter_config.get("target_modules"),
+            },
+        )
+    elif (model_dir / "config.json").is_file():
+        config = json.loads((model_dir / "config.json").read_text())
+    else:
+        raise ValueError(
+            f"no config.json or adapter_config.json in {model_dir}: pass a folder written by save_pretrained"
+        )
+    metrics_path = Path(run_dir) / "metrics.json" if run_dir is not None else model_dir.parent / "metrics.json"
+    if run_dir is not None and not metrics_path.is_file():
+        raise ValueError(f"no metrics.json in {run_dir}")
+    metrics = json.loads(metrics_path.read_text()) if metrics_path.is_file() else {}
+    if "adapter" in kwargs and metrics.get("lora"):
+        kwargs["adapter"] = {**kwargs["adapter"], **metrics["lora"]}
+    if metrics.get("base_model"):
+        kwargs.setdefault("base_model", metrics["base_model"])
+    generic = ("model", "merged", "adapter")
+    kwargs.setdefault("model_name", model_dir.parent.name if model_dir.name in generic else model_dir.name)
+    text = render_model_card(config, metrics, **kwargs)
+    output = Path(output) if output is not None else model_dir / "README.md"
+    output.write_text(text)
+    return output
+
+
+__all__ = ["count_parameters", "mixer_details", "render_model_card", "write_model_card"]

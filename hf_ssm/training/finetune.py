@@ -1,0 +1,288 @@
+"""Causal-LM fine-tuning of a saved checkpoint: full, or LoRA through PEFT (the library behind scripts/finetune.py).
+
+Any `AutoModelForCausalLM` checkpoint works; hybrid checkpoints load through hf_ssm (or their shipped modeling
+code). The loop, data, checkpoints and exact resume are those of `hf_ssm.training.lm`.
+
+LoRA targets (`--lora_target_modules`): either comma-separated group names, resolved layer by layer (from
+`config.mixers`) to the hybrid model's full module names, or plain module names passed to PEFT as they are (for
+other architectures):
+
+| group       | modules (in `model.layers.<i>.mixer` / `.mlp`)                    | mixers                              |
+|-------------|-------------------------------------------------------------------|-------------------------------------|
+| `attention` | q_proj, k_proj, v_proj, o_proj                                    | attention                           |
+| `pd_ssm`    | selection (W_s), magnitude.up, phase.up (the D generators), input_proj (B), output_proj (C) | pd_ssm   |
+| `lru`       | value_proj (W_v), gate_proj (W_g), output_proj (W_o)              | bd_lru, h_lru, diag_lru             |
+| `lrc`       | in_proj (the input matrices of every gate), out_proj              | lrc_ssm, gru_ssm, mgu_ssm, lstm_ssm |
+| `ssm`       | pd_ssm + lru + lrc                                                | every SSM mixer                     |
+| `mlp`       | gate_proj, up_proj, down_proj                                     | the SwiGLU MLP of every block       |
+
+Mixer parameters that are not `nn.Linear` (the PD-SSM transition dictionary and skip, the head-wise
+output weights of its magnitude / phase MLPs, the LRC cell gains) stay frozen under LoRA; a full fine-tune trains
+them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .checkpointing import atomic_save_dir
+from .lm import (
+    DataSettings,
+    TrainSettings,
+    _default_prompt,
+    _metrics,
+    _validate_common,
+    _write_run_files,
+    check_block_size,
+    greedy_sample,
+    load_tokenizer,
+    make_accelerator,
+    model_summary,
+    train_loop,
+)
+from .lm import _help as help_field
+
+# group -> (the mixers whose layers it applies to (None: every block's MLP), the projection names).
+LORA_TARGET_GROUPS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
+    "attention": (("attention",), ("q_proj", "k_proj", "v_proj", "o_proj")),
+    "pd_ssm": (("pd_ssm",), ("selection", "magnitude.up", "phase.up", "input_proj", "output_proj")),
+    "lru": (("bd_lru", "h_lru", "diag_lru"), ("value_proj", "gate_proj", "output_proj")),
+    "lrc": (("lrc_ssm", "gru_ssm", "mgu_ssm", "lstm_ssm"), ("in_proj", "out_proj")),
+    "mlp": (None, ("gate_proj", "up_proj", "down_proj")),
+}
+SSM_GROUPS = ("pd_ssm", "lru", "lrc")
+SAVE_MODES = ("adapter", "merged", "both")
+
+
+def lora_target_modules(spec: str, model=None) -> list[str]:
+    """PEFT `target_modules` for a comma-separated spec.
+
+    Group names (attention, ssm, pd_ssm, lru, lrc, mlp) resolve, layer by layer from `model.config.mixers`, to
+    the full module names of a hybrid model (so PD-SSM's and BD-LRU's `output_proj`, or BD-LRU's and the MLP's
+    `gate_proj`, are told apart); any other names are returned as given (PEFT matches them as name suffixes).
+    """
+    items = [item.strip() for item in spec.split(",") if item.strip()]
+    if not items:
+        raise ValueError("--lora_target_modules is empty")
+    known = (*LORA_TARGET_GROUPS, "ssm")
+    named = [item for item in items if item in known]
+    if not named:
+        return items
+    if len(named) != len(items):
+        unknown = [item for item in items if item not in known]
+        raise ValueError(f"--lora_target_modules mixes group names and module names {unknown}; use one kind")
+    groups = [g for item in items for g in (SSM_GROUPS if item == "ssm" else (item,))]
+    if model is None:
+        return items
+    mixers = getattr(model.config, "mixers", None)
+    if mixers is None:
+        raise ValueError(
+            f"--lora_target_modules groups need an hf_ssm hybrid model ({type(model).__name__} has no mixers); "
+            "pass module names instead, e.g. q_proj,v_proj"
+        )
+    existing = {name for name, _ in model.named_modules()}
+    targets = []
+    for i, mixer in enumerate(mixers):
+        for group in dict.fromkeys(groups):
+            kinds, projections = LORA_TARGET_GROUPS[group]
+            if kinds is None:
+                targets += [f"model.layers.{i}.mlp.{p}" for p in projections]
+            elif mixer in kinds:
+                targets += [f"model.layers.{i}.mixer.{p}" for p in projections]
+    targets = [t for t in dict.fromkeys(targets) if t in existing]
+    if not targets:
+        raise ValueError(f"--lora_target_modules {spec!r} matches no layer of this model (mixers {mixers})")
+    return targets
+
+
+@dataclass
+class FinetuneSettings(DataSettings, TrainSettings):
+    model: str | None = help_field(
+        "the checkpoint to fine-tune: a folder written by save_pretrained (or a Hub name)", default=None
+    )
+    tokenizer: str | None = help_field("tokenizer (default: the one saved with --model)", default=None)
+    trust_remote_code: bool = help_field(
+        "allow modeling / tokenizer code shipped with a non-hf_ssm checkpoint", default=False
+    )
+    lora: bool = help_field("train LoRA adapters (PEFT) instead of every weight", default=False)
+    lora_r: int = help_field("LoRA rank", default=8)
+    lora_alpha: float = help_field("LoRA alpha (scale = alpha / r)", default=16.0)
+    lora_dropout: float = help_field("dropout on the LoRA input", default=0.0)
+    lora_target_modules: str = help_field(
+        "comma-separated groups (attention, ssm, pd_ssm, lru, lrc, mlp) or module names (see docs/training.md)",
+        default="attention,ssm",
+    )
+    save: str = help_field("with --lora: save the `adapter`, the `merged` model, or `both`", default="both")
+    # Fine-tuning defaults differ from pretraining's:
+    dataset: str | None = help_field(
+        "`builtin:dialogues` (generated, offline), `builtin`, a Hub name or a local folder", default="builtin:dialogues"
+    )
+    max_steps: int = help_field("optimizer steps", default=150)
+    learning_rate: float = help_field("peak learning rate", default=1e-3)
+    warmup_steps: int = help_field("linear warmup steps", default=10)
+    weight_decay: float = help_field("AdamW weight decay (matrices only)", default=0.0)
+    eval_every: int = help_field("evaluate every N steps (and at the start and the end)", default=25)
+    save_every: int = help_field("checkpoint every N steps; 0 = never", default=50)
+
+    def validate(self) -> None:
+        _validate_common(self)
+        if not self.model:
+            raise ValueError("--model is required: the checkpoint folder to fine-tune (e.g. runs/pretrain/<run>/model)")
+        if self.save not in SAVE_MODES:
+            raise ValueError(f"--save must be one of {list(SAVE_MODES)}, got {self.save!r}")
+        if self.lora:
+            if self.lora_r < 1:
+                raise ValueError(f"--lora_r must be >= 1, got {self.lora_r}")
+            lora_target_modules(self.lora_target_modules)  # checks the spec; resolved against the model later
+        looks_local = self.model.startswith((".", "/", "~")) or Path(self.model).exists()
+        if looks_local and not (Path(self.model) / "config.json").is_file():
+            raise ValueError(f"--model {self.model}: no config.json there (a folder written by save_pretrained)")
+
+
+def load_causal_lm(path: str, trust_remote_code: bool = False):
+    """AutoModelForCausalLM in float32. Importing hf_ssm (the parent package of this module) registered the hybrid
+    classes with the Auto classes, so hybrid checkpoints need no remote code."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust_remote_code, dtype=torch.float32)
+    except Exception as err:
+        raise ValueError(f"could not load the model {path!r}: {err}") from err
+
+
+def add_lora(model, settings: FinetuneSettings):
+    """Wrap `model` with PEFT LoRA adapters; every other weight is frozen."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=settings.lora_r,
+        lora_alpha=settings.lora_alpha,
+        lora_dropout=settings.lora_dropout,
+        target_modules=lora_target_modules(settings.lora_target_modules, model),
+        task_type="CAUSAL_LM",
+    )
+    try:
+        return get_peft_model(model, config)
+    except ValueError as err:  # PEFT: target modules not found
+        raise ValueError(f"--lora_target_modules {settings.lora_target_modules!r}: {err}") from err
+
+
+@dataclass
+class PreparedFinetune:
+    tokenizer: object
+    model: torch.nn.Module
+    train_source: object
+    eval_data: tuple
+
+
+def prepare_finetuning(settings: FinetuneSettings, accelerator=None) -> PreparedFinetune:
+    """Validate, load model and tokenizer, wrap LoRA, open the data; ValueError with a clear message on bad input."""
+    from contextlib import nullcontext
+
+    from accelerate.utils import set_seed
+
+    from ..data.lm_corpus import build_block_sources
+
+    settings.validate()
+    tokenizer = load_tokenizer(settings.tokenizer or settings.model, settings.trust_remote_code)
+    model = load_causal_lm(settings.model, settings.trust_remote_code)
+    check_block_size(settings.block_size, model.config)
+    if len(tokenizer) > model.config.vocab_size:
+        raise ValueError(f"the tokenizer has {len(tokenizer)} tokens, the model's vocabulary {model.config.vocab_size}")
+    set_seed(settings.seed)  # LoRA A matrices are initialised randomly
+    if settings.lora:
+        model = add_lora(model, settings)
+    context = accelerator.main_process_first() if accelerator is not None else nullcontext()
+    with context:
+        train_source, eval_data = build_block_sources(
+            settings.corpus_spec(), tokenizer, settings.block_size, settings.eval_blocks
+        )
+    if len(eval_data[0]) == 0:
+        raise ValueError("the evaluation data yields no complete block: add eval data or lower --block_size")
+    return PreparedFinetune(tokenizer, model, train_source, eval_data)
+
+
+def finetune(settings: FinetuneSettings, run_dir, resume: bool = False, accelerator=None, prepared=None) -> dict:
+    """Fine-tune; writes run_dir/{settings.json, metrics.json, loss_curve.png, checkpoints/} and
+    `model/` (full fine-tune or merged LoRA: save_pretrained + tokenizer + card) and/or `adapter/` (LoRA only)."""
+    from ..model_card import render_model_card
+
+    accelerator = accelerator or make_accelerator(settings.mixed_precision)
+    prepared = prepared or prepare_finetuning(settings, accelerator)
+    run_dir = Path(run_dir)
+    if accelerator.is_main_process:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
+    accelerator.wait_for_everyone()
+    model, tokenizer = prepared.model, prepared.tokenizer
+    base_config = model.get_base_model().config if settings.lora else model.config
+    info = model_summary(base_config, model)
+    model, state = train_loop(
+        model, tokenizer, prepared.train_source, prepared.eval_data, settings, run_dir, accelerator, resume,
+        desc=f"finetune{' (LoRA)' if settings.lora else ''}",
+    )  # fmt: skip
+    unwrapped = accelerator.unwrap_model(model)
+    extra = {"base_model": settings.model, "tokenizer": settings.tokenizer or settings.model}
+    lora_info = None
+    if settings.lora:
+        lora_info = {
+            "r": settings.lora_r,
+            "alpha": settings.lora_alpha,
+            "dropout": settings.lora_dropout,
+            "target_modules": settings.lora_target_modules,
+            "wrapped_modules": sorted(
+                name for name, module in unwrapped.named_modules() if hasattr(module, "lora_A") and name
+            ),
+            "trainable_parameters": info["trainable_parameters"],
+        }
+        extra["lora"] = lora_info
+    if settings.sample_tokens and accelerator.distributed_type != "FSDP" and accelerator.is_main_process:
+        prompt = _default_prompt(settings, prepared.eval_data, tokenizer)
+        extra["sample"] = {
+            "prompt": prompt,
+            "text": greedy_sample(unwrapped, tokenizer, prompt, settings.sample_tokens),
+        }
+    metrics = _metrics("finetune", settings, state, accelerator, info, extra)
+    _write_run_files(run_dir, metrics, accelerator)
+
+    state_dict = accelerator.get_state_dict(model)  # collective under FSDP
+    if accelerator.is_main_process:
+        name = f"{Path(settings.model).name if Path(settings.model).name != 'model' else Path(settings.model).parent.name}-finetuned"
+        card = {"model_name": name, "base_model": settings.model}
+        if settings.lora and settings.save in ("adapter", "both"):
+
+            def write_adapter(tmp: Path) -> None:
+                unwrapped.save_pretrained(tmp)
+                (tmp / "README.md").write_text(render_model_card(base_config, metrics, adapter=lora_info, **card))
+
+            atomic_save_dir(run_dir / "adapter", write_adapter, {"step": state.step})
+        if not settings.lora or settings.save in ("merged", "both"):
+            if settings.lora:  # W + (alpha / r) B A into every wrapped layer (in place: the adapter is saved already)
+                full, full_state = unwrapped.merge_and_unload(), None
+            else:
+                full, full_state = unwrapped, state_dict
+
+            def write_model(tmp: Path) -> None:
+                full.save_pretrained(tmp, state_dict=full_state, safe_serialization=True)
+                tokenizer.save_pretrained(tmp)
+                params = sum(p.numel() for p in full.parameters())
+                (tmp / "README.md").write_text(render_model_card(full.config, metrics, parameters=params, **card))
+
+            atomic_save_dir(run_dir / "model", write_model, {"step": state.step})
+    accelerator.wait_for_everyone()
+    return metrics
+
+
+__all__ = [
+    "LORA_TARGET_GROUPS",
+    "FinetuneSettings",
+    "add_lora",
+    "finetune",
+    "load_causal_lm",
+    "lora_target_modules",
+    "prepare_finetuning",
+]

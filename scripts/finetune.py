@@ -1,0 +1,88 @@
+"""Fine-tune a causal LM checkpoint (an Accelerate program): full fine-tuning or LoRA (PEFT).
+
+Any AutoModelForCausalLM checkpoint works; the default data is the built-in generated question/answer corpus
+(`builtin:dialogues`), offline. Examples:
+
+    python scripts/finetune.py --model runs/pretrain/<run>/model --lora
+    python scripts/finetune.py --model runs/pretrain/<run>/model --lora --lora_target_modules attention,ssm,mlp \\
+        --save adapter
+    python scripts/finetune.py --model runs/pretrain/<run>/model --train_files chat.jsonl --text_column text
+    accelerate launch --config_file scripts/configs/multi_gpu.yaml scripts/finetune.py --model <path> --lora ...
+
+LoRA target groups (--lora_target_modules, comma-separated): attention (q/k/v/o_proj), pd_ssm (selection,
+input_proj, output_proj), lru (value_proj, gate_proj, output_proj of bd_lru / h_lru / diag_lru), lrc (in_proj,
+out_proj of lrc / gru / mgu / lstm_ssm), ssm (all three), mlp (gate/up/down_proj); or plain module names for
+other architectures. The run folder holds settings.json, metrics.json, loss_curve.png, checkpoints/ (--resume),
+adapter/ (LoRA: adapter_config.json + adapter_model.safetensors) and model/ (the merged or fully fine-tuned
+model with tokenizer and model card). See docs/training.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from hf_ssm.training.checkpointing import latest_checkpoint
+from hf_ssm.training.finetune import FinetuneSettings, finetune, prepare_finetuning
+from hf_ssm.training.lm import add_settings_arguments, configure_cpu_threads, make_accelerator, settings_from_args
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output_dir", default=None, help="run folder (default runs/finetune/<time>)")
+    parser.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
+    parser.add_argument(
+        "--cpu_threads",
+        type=int,
+        default=0,
+        help="torch threads per process on a CPU; 0 = OMP_NUM_THREADS if set, else 1 (add processes for more cores)",
+    )
+    add_settings_arguments(parser, FinetuneSettings)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from_args(FinetuneSettings, args)
+        settings.validate()
+    except ValueError as err:
+        parser.error(str(err))
+    if args.resume and args.output_dir is None:
+        parser.error("--resume needs --output_dir (the run folder to continue)")
+    if not args.resume and args.output_dir and latest_checkpoint(Path(args.output_dir) / "checkpoints"):
+        parser.error(f"{args.output_dir} holds checkpoints of an earlier run: pass --resume, or another --output_dir")
+    try:
+        configure_cpu_threads(args.cpu_threads)
+    except ValueError as err:
+        parser.error(str(err))
+    accelerator = make_accelerator(settings.mixed_precision)
+    try:
+        prepared = prepare_finetuning(settings, accelerator)
+    except ValueError as err:
+        parser.error(str(err))
+    out = Path(args.output_dir or f"runs/finetune/{time.strftime('%Y%m%d-%H%M%S')}")
+    began = time.perf_counter()
+    metrics = finetune(settings, out, resume=args.resume, accelerator=accelerator, prepared=prepared)
+    if accelerator.is_main_process:
+        first, final = metrics["initial_eval"], metrics["final_eval"]
+        model = metrics["model"]
+        print(f"\nrun folder: {out}")
+        print(
+            f"{model['trainable_parameters']:,} of {model['parameters']:,} parameters trained, {metrics['steps']} steps, "
+            f"train {metrics['train_seconds']:.0f} s, wall {time.perf_counter() - began:.0f} s"
+        )
+        print(
+            f"eval loss {first['loss']:.4f} -> {final['loss']:.4f}; "
+            f"perplexity {first['perplexity']:.2f} -> {final['perplexity']:.2f}"
+        )
+        if "sample" in metrics:
+            print(f"sample: {metrics['sample']['text']!r}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Pretrain a hybrid attention / SSM language model (an Accelerate program).
+
+With no arguments: a tiny PD-SSM / attention hybrid (preset hybrid-pd_ssm-tiny) on the built-in generated story
+corpus with the built-in byte-level tokenizer -- offline, a few minutes on a 2-core CPU. Examples:
+
+    python scripts/pretrain.py
+    python scripts/pretrain.py --preset hybrid-bd_lru-small --dataset wikitext --dataset_config wikitext-103-raw-v1 \\
+        --tokenizer gpt2 --block_size 1024 --batch_size 16 --max_steps 20000 --learning_rate 6e-4
+    python scripts/pretrain.py --train_files corpus/*.jsonl --streaming --preset pd_ssm-small
+    accelerate launch --config_file scripts/configs/multi_gpu.yaml scripts/pretrain.py --preset hybrid-pd_ssm-base ...
+    python scripts/pretrain.py --output_dir runs/pretrain/my_run --resume      # continue after an interruption
+
+The run folder holds settings.json, config.json, metrics.json (loss / lr per step, evaluations), loss_curve.png,
+checkpoints/step_N (accelerator.save_state; --resume continues exactly) and model/ (save_pretrained:
+safetensors + modeling code, tokenizer, model card README.md). See docs/training.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from hf_ssm.training.checkpointing import latest_checkpoint
+from hf_ssm.training.lm import (
+    PretrainSettings,
+    add_settings_arguments,
+    configure_cpu_threads,
+    make_accelerator,
+    prepare_pretraining,
+    pretrain,
+    settings_from_args,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output_dir", default=None, help="run folder (default runs/pretrain/<preset>-<time>)")
+    parser.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
+    parser.add_argument(
+        "--cpu_threads",
+        type=int,
+        default=0,
+        help="torch threads per process on a CPU; 0 = OMP_NUM_THREADS if set, else 1 (add processes for more cores)",
+    )
+    parser.add_argument("--list_presets", action="store_true", help="print the model presets and exit")
+    add_settings_arguments(parser, PretrainSettings)
+    return parser
+
+
+def list_presets() -> None:
+    from hf_ssm.presets import PRESETS
+
+    for name in sorted(PRESETS):
+        fields = PRESETS[name]
+        print(
+            f"{name:28s} d={fields['hidden_size']:<4d} layers={fields['num_hidden_layers']:<3d} mixers={fields['mixers']}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.list_presets:
+        list_presets()
+        return 0
+    try:
+        settings = settings_from_args(PretrainSettings, args)
+        settings.validate()
+    except (ValueError, argparse.ArgumentTypeError) as err:
+        parser.error(str(err))
+    if args.resume and args.output_dir is None:
+        parser.error("--resume needs --output_dir (the run folder to continue)")
+    if not args.resume and args.output_dir and latest_checkpoint(Path(args.output_dir) / "checkpoints"):
+        parser.error(f"{args.output_dir} holds checkpoints of an earlier run: pass --resume, or another --output_dir")
+    try:
+        configure_cpu_threads(args.cpu_threads)
+    except ValueError as err:
+        parser.error(str(err))
+    accelerator = make_accelerator(settings.mixed_precision)
+    try:
+        prepared = prepare_pretraining(settings, accelerator)
+    except ValueError as err:
+        parser.error(str(err))
+    name = settings.preset or Path(settings.config).stem
+    out = Path(args.output_dir or f"runs/pretrain/{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    began = time.perf_counter()
+    metrics = pretrain(settings, out, resume=args.resume, accelerator=accelerator, prepared=prepared)
+    if accelerator.is_main_process:
+        first, final = metrics["initial_eval"], metrics["final_eval"]
+        print(f"\nrun folder: {out}  (model: {out / 'model'})")
+        print(
+            f"{metrics['model']['parameters']:,} parameters, {metrics['steps']} steps, "
+            f"{metrics['tokens_seen']:,} tokens, {metrics['num_processes']} process(es), "
+            f"train {metrics['train_seconds']:.0f} s, wall {time.perf_counter() - began:.0f} s"
+        )
+        print(
+            f"eval loss {first['loss']:.4f} -> {final['loss']:.4f}; "
+            f"perplexity {first['perplexity']:.2f} -> {final['perplexity']:.2f}"
+        )
+        if "sample" in metrics:
+            print(f"sample: {metrics['sample']['text']!r}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
