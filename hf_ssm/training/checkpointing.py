@@ -68,8 +68,6 @@ def read_metadata(folder: str | os.PathLike) -> dict:
 def prune_checkpoints(checkpoints_dir: str | os.PathLike, keep: int) -> None:
     """Delete all but the newest `keep` complete step folders."""
     root = Path(checkpoints_dir)
-    steps = sorted(
-        (int(m.group(1)), c) for c in root.iterdir() if (m := _STEP_DIR.match(c.name)) and is_complete(c)
-    )
+    steps = sorted((int(m.group(1)), c) for c in root.iterdir() if (m := _STEP_DIR.match(c.name)) and is_complete(c))
     for _, folder in steps[:-keep] if keep > 0 else []:
         shutil.rmtree(folder, ignore_errors=True)
