@@ -311,3 +311,35 @@ def test_packed_documents_with_cache_raise():
     _, ids, positions = _packed_batch([(3, 4)])
     with pytest.raises(ValueError, match="packed"):
         model(ids, position_ids=positions, use_cache=True)
+
+
+@pytest.mark.parametrize("pooling", ["last", "mean"])
+def test_sequence_classification_pooling_ignores_padding(pooling):
+    """Right- or left-padded rows get the same logits as the unpadded sequence, for last-token and mean pooling."""
+    from hf_ssm import HybridSSMForSequenceClassification
+
+    model = HybridSSMForSequenceClassification(tiny_config("SA", num_labels=3, classifier_pooling=pooling)).eval()
+    seq = torch.randint(1, 37, (1, 6))
+    right = torch.cat([seq, torch.zeros(1, 3, dtype=torch.long)], dim=1)
+    left = torch.cat([torch.zeros(1, 3, dtype=torch.long), seq], dim=1)
+    mask_right = torch.tensor([[1] * 6 + [0] * 3])
+    with torch.no_grad():
+        alone = model(seq).logits
+        assert torch.allclose(model(right, attention_mask=mask_right).logits, alone, atol=1e-5)
+        assert torch.allclose(model(left, attention_mask=mask_right.flip(1)).logits, alone, atol=1e-5)
+        out = model(seq, labels=torch.tensor([2]))
+    assert out.loss is not None and out.logits.shape == (1, 3)
+
+
+def test_token_classification_ignores_minus_100_labels():
+    """The per-position loss averages only over labelled positions."""
+    from hf_ssm import HybridSSMForTokenClassification
+
+    model = HybridSSMForTokenClassification(tiny_config("S", num_labels=4)).eval()
+    ids = torch.randint(1, 37, (2, 5))
+    labels = torch.full((2, 5), -100)
+    labels[:, -1] = torch.tensor([1, 3])
+    with torch.no_grad():
+        out = model(ids, labels=labels)
+        expected = torch.nn.functional.cross_entropy(out.logits[:, -1], labels[:, -1])
+    assert torch.allclose(out.loss, expected, atol=1e-6)

@@ -323,11 +323,8 @@ def _pool(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, pool
     return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last]
 
 
-class HybridSSMForSequenceClassification(HybridSSMPreTrainedModel):
-    """One label per sequence from a pooled hidden state (`config.classifier_pooling`: "last" or "mean").
-
-    labels (B,) class ids (or floats when `config.num_labels == 1`, regression).
-    """
+class _HybridSSMWithScoreHead(HybridSSMPreTrainedModel):
+    """The hybrid stack plus a linear `score` head; subclasses decide where the head reads (pooled or per token)."""
 
     def __init__(self, config: HybridSSMConfig):
         super().__init__(config)
@@ -341,6 +338,23 @@ class HybridSSMForSequenceClassification(HybridSSMPreTrainedModel):
 
     def set_input_embeddings(self, value):
         self.model.embed_tokens = value
+
+    def _encode(self, input_ids, attention_mask, inputs_embeds, output_hidden_states, **kwargs):
+        return self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            use_cache=False,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+
+
+class HybridSSMForSequenceClassification(_HybridSSMWithScoreHead):
+    """One label per sequence from a pooled hidden state (`config.classifier_pooling`: "last" or "mean").
+
+    labels (B,) class ids (or floats when `config.num_labels == 1`, regression).
+    """
 
     def forward(
         self,
@@ -351,16 +365,8 @@ class HybridSSMForSequenceClassification(HybridSSMPreTrainedModel):
         output_hidden_states: bool | None = None,
         **kwargs,
     ) -> SequenceClassifierOutputWithPast:
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            use_cache=False,
-            output_hidden_states=output_hidden_states,
-            **kwargs,
-        )
-        pooled = _pool(outputs.last_hidden_state, attention_mask, self.config.classifier_pooling)
-        logits = self.score(pooled)
+        outputs = self._encode(input_ids, attention_mask, inputs_embeds, output_hidden_states, **kwargs)
+        logits = self.score(_pool(outputs.last_hidden_state, attention_mask, self.config.classifier_pooling))
         loss = None
         if labels is not None:
             if self.num_labels == 1:
@@ -370,21 +376,8 @@ class HybridSSMForSequenceClassification(HybridSSMPreTrainedModel):
         return SequenceClassifierOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 
-class HybridSSMForTokenClassification(HybridSSMPreTrainedModel):
+class HybridSSMForTokenClassification(_HybridSSMWithScoreHead):
     """One label per position (e.g. the automaton state after every prefix); labels (B, T), -100 is ignored."""
-
-    def __init__(self, config: HybridSSMConfig):
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.model = HybridSSMModel(config)
-        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=True)
-        self.post_init()
-
-    def get_input_embeddings(self):
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value):
-        self.model.embed_tokens = value
 
     def forward(
         self,
@@ -395,14 +388,7 @@ class HybridSSMForTokenClassification(HybridSSMPreTrainedModel):
         output_hidden_states: bool | None = None,
         **kwargs,
     ) -> TokenClassifierOutput:
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            use_cache=False,
-            output_hidden_states=output_hidden_states,
-            **kwargs,
-        )
+        outputs = self._encode(input_ids, attention_mask, inputs_embeds, output_hidden_states, **kwargs)
         logits = self.score(outputs.last_hidden_state)
         loss = None
         if labels is not None:

@@ -43,7 +43,7 @@ class StateTrackingSettings:
     num_buckets: int = 6
     eval_samples_per_bucket: int = 128
     batch_size: int = 64
-    max_steps: int = 1500
+    max_steps: int = 600
     learning_rate: float = 3e-3
     weight_decay: float = 0.01
     warmup_steps: int = 50
