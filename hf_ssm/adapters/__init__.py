@@ -1,0 +1,17 @@
+"""SSM adapters for frozen pretrained causal LMs (DESIGN §10): attach, train, save, reload, generate."""
+
+from .config import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, SSMAdapterConfig
+from .layer import SSMAdapter
+from .model import SSMAdapterModel, attach_ssm_adapter, check_compatible, find_decoder_layers, load_ssm_adapter
+
+__all__ = [
+    "ADAPTER_CONFIG_NAME",
+    "ADAPTER_WEIGHTS_NAME",
+    "SSMAdapter",
+    "SSMAdapterConfig",
+    "SSMAdapterModel",
+    "attach_ssm_adapter",
+    "check_compatible",
+    "find_decoder_layers",
+    "load_ssm_adapter",
+]

@@ -1,0 +1,145 @@
+"""Configuration of an SSM adapter on a frozen causal LM (DESIGN §10), saved as `adapter_config.json`.
+
+The adapter is one residual branch after decoder layer `layer_index` of the base model:
+
+    readout = "lm_head":     h <- h + W_out Mixer(Norm(h))      W_out (d, d) zero-init, so the base starts unchanged
+    readout = "classifier":  logits = W_cls Mixer(Norm(h))      (B, T, num_labels); the base's h is never changed
+
+The mixer is any name in `SSM_MIXER_CLASSES` (default `pd_ssm`); `mixer_settings` holds its HybridSSMConfig
+fields (e.g. `pd_ssm_state_size`). The `base_*` fields are filled in when the adapter is attached and are
+checked when it is loaded onto another base.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ADAPTER_CONFIG_NAME = "adapter_config.json"
+ADAPTER_WEIGHTS_NAME = "adapter_model.safetensors"
+ADAPTER_TYPE = "hf_ssm_adapter"
+READOUTS = ("lm_head", "classifier")
+# HybridSSMConfig fields the adapter sets itself from the base model; `mixer_settings` may not override them.
+RESERVED_MIXER_SETTINGS = ("hidden_size", "num_hidden_layers", "mixers", "ssm_mixer", "layer_types", "vocab_size")
+
+
+@dataclass
+class SSMAdapterConfig:
+    """Where and what to attach.
+
+    Args:
+        mixer: the SSM mixer, a name registered in `hf_ssm.modeling.SSM_MIXER_CLASSES` (default `"pd_ssm"`).
+        mixer_settings: HybridSSMConfig fields of that mixer, e.g. `{"pd_ssm_state_size": 8, "pd_ssm_dict_size": 16}`;
+            unset fields take HybridSSMConfig's defaults.
+        layer_index: insert after this decoder layer (0-based; negative counts from the end; default -1, the last).
+        readout: `"lm_head"` (the adapter adds to the residual stream and so feeds the base's LM head) or
+            `"classifier"` (its own linear readout to `num_labels` classes; the base's logits stay untouched).
+        num_labels: number of classes of the `"classifier"` readout (required there, unused otherwise).
+        norm_eps: epsilon of the adapter's input RMSNorm.
+        near_identity_init: start the mixer close to the identity transition so that a fresh adapter already
+            carries information across long texts (PD-SSM: P = I through a diagonal of +1 on every dictionary
+            matrix, |D| ~ 1 - 5e-5 and arg D ~ 3e-4 rad through the biases of the magnitude / phase MLPs). With
+            DESIGN §4's init every token scrambles the state (random P, |D| ~ 0.5, arg D ~ pi), and on stories of
+            hundreds of tokens nothing trains. Mixers without these parameters ignore it. **[choice]**
+        base_model_name_or_path: the base the adapter was trained on (informational, as in PEFT configs).
+        base_model_type / base_hidden_size / base_num_hidden_layers: recorded at attach time; loading onto a base
+            with another width or layer count raises ValueError.
+    """
+
+    mixer: str = "pd_ssm"
+    mixer_settings: dict = field(default_factory=dict)
+    layer_index: int = -1
+    readout: str = "lm_head"
+    num_labels: int | None = None
+    norm_eps: float = 1e-6
+    near_identity_init: bool = True
+    base_model_name_or_path: str | None = None
+    base_model_type: str | None = None
+    base_hidden_size: int | None = None
+    base_num_hidden_layers: int | None = None
+    adapter_type: str = ADAPTER_TYPE
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        # Imported here: the registry grows as mixers are added, and config.py stays importable on its own.
+        from ..modeling import SSM_MIXER_CLASSES
+
+        if self.mixer not in SSM_MIXER_CLASSES:
+            raise ValueError(f"`mixer` must be one of {sorted(SSM_MIXER_CLASSES)}, got {self.mixer!r}")
+        if not isinstance(self.mixer_settings, dict):
+            raise ValueError(f"`mixer_settings` must be a dict of HybridSSMConfig fields, got {self.mixer_settings!r}")
+        reserved = sorted(set(self.mixer_settings) & set(RESERVED_MIXER_SETTINGS))
+        if reserved:
+            raise ValueError(
+                f"`mixer_settings` may not set {reserved}: the adapter takes them from the base model "
+                f"(reserved: {list(RESERVED_MIXER_SETTINGS)})"
+            )
+        from ..modeling import HybridSSMConfig
+
+        known = set(HybridSSMConfig.__dataclass_fields__)
+        unknown = sorted(set(self.mixer_settings) - known)
+        if unknown:
+            raise ValueError(f"`mixer_settings` has unknown HybridSSMConfig fields {unknown}")
+        if isinstance(self.layer_index, bool) or not isinstance(self.layer_index, int):
+            raise ValueError(f"`layer_index` must be an int (negative counts from the end), got {self.layer_index!r}")
+        if self.readout not in READOUTS:
+            raise ValueError(f"`readout` must be one of {list(READOUTS)}, got {self.readout!r}")
+        if self.readout == "classifier":
+            if isinstance(self.num_labels, bool) or not isinstance(self.num_labels, int) or self.num_labels < 1:
+                raise ValueError(f"`num_labels` must be an int >= 1 with readout='classifier', got {self.num_labels!r}")
+        if not isinstance(self.near_identity_init, bool):
+            raise ValueError(f"`near_identity_init` must be True or False, got {self.near_identity_init!r}")
+        if not (isinstance(self.norm_eps, (int, float)) and self.norm_eps > 0):
+            raise ValueError(f"`norm_eps` must be a number > 0, got {self.norm_eps!r}")
+        if self.adapter_type != ADAPTER_TYPE:
+            raise ValueError(f"`adapter_type` must be {ADAPTER_TYPE!r}, got {self.adapter_type!r}")
+
+    def resolved_layer_index(self, num_layers: int) -> int:
+        """The 0-based decoder layer the adapter follows in a base with `num_layers` layers."""
+        index = self.layer_index + num_layers if self.layer_index < 0 else self.layer_index
+        if not 0 <= index < num_layers:
+            raise ValueError(
+                f"`layer_index` = {self.layer_index} is out of range for a base with {num_layers} decoder layers "
+                f"(accepted: {-num_layers} .. {num_layers - 1})"
+            )
+        return index
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SSMAdapterConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names - {"hf_ssm_version"})
+        if unknown:
+            raise ValueError(f"adapter config has unknown fields {unknown}; accepted: {sorted(names)}")
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        from .. import __version__
+
+        path = Path(directory) / ADAPTER_CONFIG_NAME
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**self.to_dict(), "hf_ssm_version": __version__}, indent=2) + "\n")
+        return path
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike) -> SSMAdapterConfig:
+        path = Path(directory) / ADAPTER_CONFIG_NAME
+        if not path.is_file():
+            raise ValueError(f"no {ADAPTER_CONFIG_NAME} in {str(directory)!r}: not an SSM adapter folder")
+        data = json.loads(path.read_text())
+        if data.get("adapter_type") != ADAPTER_TYPE:
+            raise ValueError(
+                f"{path} has adapter_type {data.get('adapter_type')!r}, not {ADAPTER_TYPE!r} "
+                "(a PEFT adapter loads with peft.PeftModel.from_pretrained instead)"
+            )
+        return cls.from_dict(data)
+
+
+__all__ = ["ADAPTER_CONFIG_NAME", "ADAPTER_WEIGHTS_NAME", "READOUTS", "SSMAdapterConfig"]

@@ -1,0 +1,614 @@
+"""The adapter experiment of issue 7: natural-language state tracking on a frozen causal LM (DESIGN §8, §10).
+
+One run trains, on stories of `train_min_transitions .. train_max_transitions` transitions, each of
+
+- `probe`: the frozen base alone, a linear probe on its last hidden state at the question's end;
+- `lora`: PEFT LoRA on every projection of the base, rank chosen for a parameter count similar to the SSM
+  adapter's, answering through the LM head;
+- `ssm`: the SSM adapter (default one PD-SSM layer after the last decoder layer), answering through the LM head;
+- `ssm_lora` (optional): both together;
+
+and evaluates each by story length in `test_buckets`, far past the training lengths, on the answer after the
+final question. The LM-head methods score the answer classes by the LM-head logits of the answer words' first
+tokens (so the trained model *says* the answer: generate() after "Answer:" gives the word); the probe by its
+own head. Training uses cross-entropy over those class scores, by default (`supervision="dense"`) also at the
+end of every transition sentence, with the state after it as the label: the natural-language counterpart of
+the every-prefix labels of the formal tasks, and far more signal per story than the final answer alone.
+Writes results.json, accuracy_vs_transitions.png, the trained adapters (the SSM adapter with a model card)
+and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..data.nl_state_tracking import (
+    NL_TASK_NAMES,
+    NLStateTrackingDataset,
+    answer_token_ids,
+    collate_nl_state_tracking,
+    get_nl_task,
+    narrative_corpus,
+    task_vocabulary,
+)
+from ..training.checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
+from .config import SSMAdapterConfig
+from .layer import SSMAdapter
+from .lora import add_lora, lora_parameters_per_rank, lora_rank_for_budget
+from .model import attach_ssm_adapter, find_decoder_layers
+from .tiny_base import build_tiny_qwen2, build_word_tokenizer, pretrain_language_model
+
+METHODS = ("probe", "lora", "ssm", "ssm_lora")
+# Training signal: the answer after every transition sentence (like every-prefix labels) or only at the end.
+SUPERVISION = ("dense", "final")
+TINY_BASE = "tiny"
+GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class AdapterExperimentSettings:
+    """Everything one run depends on (saved to the run folder as settings.json)."""
+
+    task: str = "parity"
+    base_model: str = TINY_BASE
+    dtype: str = "float32"
+    methods: str = "probe,lora,ssm"
+    # the built-in tiny Qwen2 (base_model == "tiny")
+    tiny_hidden_size: int = 64
+    tiny_layers: int = 2
+    tiny_heads: int = 4
+    pretrain_steps: int = 200
+    pretrain_batch_size: int = 8
+    pretrain_max_minutes: float = 0.0  # > 0: stop pretraining after this long (then the base depends on the machine)
+    # the SSM adapter
+    mixer: str = "pd_ssm"
+    layer_index: int = -1
+    state_size: int = 8
+    num_heads: int = 2
+    dict_size: int = 16
+    temperature: float = 0.25  # PD-SSM straight-through temperature: sharper columns train P much faster here
+    # data
+    train_min_transitions: int = 1
+    train_max_transitions: int = 10
+    test_buckets: str = "1-10,11-20,21-30,31-45,46-60,61-80"
+    distractor_prob: float = 0.0
+    supervision: str = "dense"
+    eval_samples_per_bucket: int = 128
+    # training
+    batch_size: int = 32
+    eval_batch_size: int = 32
+    max_steps: int = 600
+    learning_rate: float = 1e-2
+    lora_learning_rate: float = 3e-3  # LoRA's usual range; the SSM adapter and the probe use learning_rate
+    warmup_steps: int = 30
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    eval_every: int = 100
+    target_accuracy: float = 0.99
+    max_minutes_per_method: float = 0.0
+    save_every: int = 0
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.task not in NL_TASK_NAMES:
+            raise ValueError(f"`task` must be one of {list(NL_TASK_NAMES)}, got {self.task!r}")
+        if self.supervision not in SUPERVISION:
+            raise ValueError(f"`supervision` must be one of {list(SUPERVISION)}, got {self.supervision!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"`dtype` must be one of {list(DTYPES)}, got {self.dtype!r}")
+        unknown = [m for m in self.method_list() if m not in METHODS]
+        if unknown or not self.method_list():
+            raise ValueError(f"`methods` must be a comma-separated subset of {list(METHODS)}, got {self.methods!r}")
+        if not 1 <= self.train_min_transitions <= self.train_max_transitions:
+            raise ValueError(
+                "need 1 <= train_min_transitions <= train_max_transitions, got "
+                f"[{self.train_min_transitions}, {self.train_max_transitions}]"
+            )
+        self.bucket_list()  # raises on a malformed `test_buckets`
+        for name in ("batch_size", "eval_batch_size", "max_steps", "eval_every", "eval_samples_per_bucket"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
+        for name in ("tiny_hidden_size", "tiny_layers", "tiny_heads", "state_size", "num_heads", "dict_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
+        if self.pretrain_steps < 0:
+            raise ValueError(f"`pretrain_steps` must be >= 0, got {self.pretrain_steps}")
+        if not 0 <= self.distractor_prob < 1:
+            raise ValueError(f"`distractor_prob` must be in [0, 1), got {self.distractor_prob}")
+        if not 0 < self.target_accuracy <= 1:
+            raise ValueError(f"`target_accuracy` must be in (0, 1], got {self.target_accuracy}")
+        self.adapter_config()  # raises on a bad mixer / layer index type
+
+    def method_list(self) -> list[str]:
+        return [m.strip() for m in self.methods.split(",") if m.strip()]
+
+    def bucket_list(self) -> list[tuple[int, int]]:
+        """`test_buckets` "1-10,11-20" -> [(1, 10), (11, 20)]."""
+        out = []
+        for part in self.test_buckets.split(","):
+            try:
+                low, high = (int(x) for x in part.strip().split("-"))
+            except ValueError:
+                raise ValueError(
+                    f"`test_buckets` must look like '1-10,11-20' (ranges of transition counts), got {self.test_buckets!r}"
+                ) from None
+            if not 1 <= low <= high:
+                raise ValueError(f"`test_buckets` range {part.strip()!r} must satisfy 1 <= low <= high")
+            out.append((low, high))
+        if not out:
+            raise ValueError("`test_buckets` is empty")
+        return out
+
+    def adapter_config(self) -> SSMAdapterConfig:
+        settings = {}
+        if self.mixer == "pd_ssm":
+            settings = {
+                "pd_ssm_state_size": self.state_size,
+                "pd_ssm_num_heads": self.num_heads,
+                "pd_ssm_dict_size": self.dict_size,
+                "pd_ssm_temperature": self.temperature,
+            }
+        return SSMAdapterConfig(mixer=self.mixer, mixer_settings=settings, layer_index=self.layer_index)
+
+
+def _lr_schedule(warmup: int, total: int):
+    def schedule(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+
+    return schedule
+
+
+# --- the base model ----------------------------------------------------------------------------------------
+
+
+def prepare_base(settings: AdapterExperimentSettings, run_dir: Path) -> tuple[str, dict]:
+    """Where the base loads from, and how it was made. The tiny base is built and pretrained once into
+    run_dir/base (reused by a resumed run); any other `base_model` is a hub id or local path."""
+    if settings.base_model != TINY_BASE:
+        return settings.base_model, {"base_model": settings.base_model}
+    path = run_dir / "base"
+    info_path = run_dir / "base_info.json"
+    if (path / "config.json").is_file() and info_path.is_file():
+        return str(path), json.loads(info_path.read_text())
+    tasks = [get_nl_task(name) for name in NL_TASK_NAMES]
+    tokenizer = build_word_tokenizer(task_vocabulary(tasks))
+    longest = max(high for _, high in settings.bucket_list())
+    model = build_tiny_qwen2(
+        len(tokenizer),
+        hidden_size=settings.tiny_hidden_size,
+        num_layers=settings.tiny_layers,
+        num_heads=settings.tiny_heads,
+        max_positions=32 * longest + 512,
+        seed=settings.seed,
+    )
+    info = {
+        "base_model": "tiny Qwen2 (built in)",
+        "hidden_size": settings.tiny_hidden_size,
+        "layers": settings.tiny_layers,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tokenizer),
+    }
+    if settings.pretrain_steps:
+        # Narratives of every task and of every test length, but never a question or an answer.
+        texts = narrative_corpus(
+            tasks,
+            settings.pretrain_steps * settings.pretrain_batch_size,
+            1,
+            longest,
+            settings.seed + 7,
+            group_size=settings.pretrain_batch_size,
+        )
+        info["pretraining"] = pretrain_language_model(
+            model,
+            tokenizer,
+            texts,
+            settings.pretrain_steps,
+            batch_size=settings.pretrain_batch_size,
+            max_seconds=60 * settings.pretrain_max_minutes if settings.pretrain_max_minutes else None,
+        )
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    info_path.write_text(json.dumps(info, indent=2))
+    return str(path), info
+
+
+def load_base(source: str, dtype: str, device):
+    """(frozen-ready causal LM in eval mode, left-padding tokenizer with a pad token) from a hub id or a path."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer_config = Path(source) / "tokenizer_config.json"
+    if (
+        tokenizer_config.is_file()
+        and json.loads(tokenizer_config.read_text()).get("tokenizer_class") in GENERIC_TOKENIZERS
+    ):
+        # AutoTokenizer would rebuild a model-type tokenizer (Qwen2Tokenizer) around the saved word-level vocabulary.
+        from transformers import PreTrainedTokenizerFast
+
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(source)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype]).to(device).eval()
+    return model, tokenizer
+
+
+# --- methods -----------------------------------------------------------------------------------------------
+
+
+class LastHiddenStateProbe(nn.Module):
+    """A linear classifier on the frozen base's last hidden state (after its final norm).
+
+    forward(input_ids, attention_mask, position_ids, logits_to_keep (K,) positions) -> class logits (B, K, C).
+    """
+
+    def __init__(self, base: nn.Module, num_classes: int):
+        super().__init__()
+        self.base = base
+        self.decoder = find_decoder_layers(base)[0]
+        width = base.config.get_text_config().hidden_size
+        self.head = nn.Linear(width, num_classes)
+        base.requires_grad_(False)
+
+    def forward(self, input_ids, attention_mask, position_ids, logits_to_keep):
+        with torch.no_grad():
+            hidden = self.decoder(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            ).last_hidden_state[:, logits_to_keep]
+        return self.head(hidden.float())
+
+
+def build_method(method: str, settings: AdapterExperimentSettings, base, num_classes: int):
+    """(model to train, its trainable parameters, extra info) for one method on a fresh copy of the base."""
+    info = {}
+    if method == "probe":
+        model = LastHiddenStateProbe(base, num_classes)
+    elif method == "lora":
+        base.requires_grad_(False)
+        budget = sum(p.numel() for p in SSMAdapter(settings.adapter_config(), base.config.hidden_size).parameters())
+        rank = lora_rank_for_budget(base, budget)
+        info = {"lora_rank": rank, "lora_parameters_per_rank": lora_parameters_per_rank(base)}
+        model = add_lora(base, rank)
+    elif method in ("ssm", "ssm_lora"):
+        model = attach_ssm_adapter(base, settings.adapter_config())
+        if method == "ssm_lora":
+            rank = lora_rank_for_budget(base, sum(p.numel() for p in model.ssm_adapter.parameters()))
+            info = {"lora_rank": rank}
+            add_lora(model.base_model, rank)
+    else:
+        raise ValueError(f"unknown method {method!r}; accepted: {list(METHODS)}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    return model, params, info
+
+
+def _scores(method: str, model, batch: dict, answer_ids: torch.Tensor, device, dense: bool = False):
+    """(loss, predicted answer class at the last position (B,)) of one left-padded batch.
+
+    The LM-head methods score the answer classes by the LM-head logits of the answer words' first tokens; the
+    probe by its own head. The loss is the cross-entropy over the answer classes at the last position, or with
+    `dense` at every supervised position (the end of each transition sentence and the last position).
+    """
+    inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")}
+    last = inputs["input_ids"].shape[1] - 1
+    if dense:
+        positions, labels = batch["supervised_positions"].to(device), batch["supervised_labels"].to(device)
+    else:
+        positions, labels = (
+            torch.full_like(batch["label"], last).unsqueeze(1).to(device),
+            batch["label"].to(device)[:, None],
+        )
+    # Only the supervised positions get logits (a 150k-word LM head over every position would not fit).
+    keep = torch.unique(torch.cat([positions[positions >= 0], positions.new_tensor([last])]))  # sorted; ends at `last`
+    if method == "probe":
+        scores = model(**inputs, logits_to_keep=keep)
+    else:
+        scores = model(**inputs, use_cache=False, logits_to_keep=keep).logits[..., answer_ids]
+    scores = scores.float()
+    index = torch.searchsorted(keep, positions.clamp_min(0))
+    picked = scores.gather(1, index.unsqueeze(-1).expand(-1, -1, scores.shape[-1]))
+    loss = nn.functional.cross_entropy(picked.flatten(0, 1), labels.flatten(), ignore_index=-100)
+    return loss, scores[:, -1].argmax(-1)
+
+
+@torch.no_grad()
+def evaluate(method, model, task, tokenizer, buckets, settings, seed, device) -> dict:
+    """Accuracy at the question for fresh stories in each bucket of transition counts."""
+    answer_ids = torch.tensor(answer_token_ids(task, tokenizer), device=device)
+    was_training = model.training
+    model.eval()
+    results = []
+    for low, high in buckets:
+        data = NLStateTrackingDataset(
+            task, tokenizer, settings.eval_samples_per_bucket, low, high, seed + low, settings.distractor_prob
+        )
+        correct = 0
+        for start in range(0, len(data), settings.eval_batch_size):
+            items = [data[i] for i in range(start, min(len(data), start + settings.eval_batch_size))]
+            batch = collate_nl_state_tracking(items, tokenizer.pad_token_id)
+            _, pred = _scores(method, model, batch, answer_ids, device)
+            correct += int((pred.cpu() == batch["label"]).sum())
+        results.append({"min_transitions": low, "max_transitions": high, "accuracy": correct / len(data)})
+    model.train(was_training)
+    return {"buckets": results, "mean_accuracy": sum(r["accuracy"] for r in results) / len(results)}
+
+
+def _trainable_state(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def train_method(method, settings, base_source, run_dir: Path, accelerator, resume: bool = False) -> dict:
+    """Train and evaluate one method on a fresh copy of the base; writes run_dir/<method>/."""
+    from safetensors.torch import load_file, save_file
+
+    method_dir = run_dir / method
+    if resume and (method_dir / "results.json").is_file():
+        return json.loads((method_dir / "results.json").read_text())
+    task = get_nl_task(settings.task)
+    base, tokenizer = load_base(base_source, settings.dtype, accelerator.device)
+    torch.manual_seed(settings.seed)
+    model, params, info = build_method(method, settings, base, task.num_classes)
+    model.to(accelerator.device)
+    lr = settings.lora_learning_rate if method == "lora" else settings.learning_rate
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=settings.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_schedule(settings.warmup_steps, settings.max_steps))
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    answer_ids = torch.tensor(answer_token_ids(task, tokenizer), device=accelerator.device)
+    train_data = NLStateTrackingDataset(
+        task,
+        tokenizer,
+        settings.max_steps * settings.batch_size,
+        settings.train_min_transitions,
+        settings.train_max_transitions,
+        settings.seed,
+        settings.distractor_prob,
+    )
+    checkpoints = method_dir / "checkpoints"
+    start, history = 0, []
+    if resume and (found := latest_checkpoint(checkpoints)) is not None:
+        tensors = load_file(str(found / "trainable.safetensors"))
+        named = dict(accelerator.unwrap_model(model).named_parameters())
+        with torch.no_grad():
+            for name, value in tensors.items():
+                named[name].copy_(value)
+        state = torch.load(found / "optimizer.pt", map_location=accelerator.device)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        meta = read_metadata(found)
+        start, history = meta["step"], meta["history"]
+    trainable = sum(p.numel() for p in params)
+    val_bucket = [(settings.train_min_transitions, settings.train_max_transitions)]
+    began = time.perf_counter()
+    model.train()
+    progress = tqdm(
+        range(start, settings.max_steps),
+        initial=start,
+        total=settings.max_steps,
+        desc=f"{settings.task}/{method}",
+        disable=not accelerator.is_local_main_process,
+        mininterval=0.5 if sys.stderr.isatty() else 15.0,
+    )
+    step = start
+    for step in progress:
+        items = [train_data[step * settings.batch_size + i] for i in range(settings.batch_size)]
+        batch = collate_nl_state_tracking(items, tokenizer.pad_token_id)
+        loss, _ = _scores(method, model, batch, answer_ids, accelerator.device, settings.supervision == "dense")
+        optimizer.zero_grad()
+        accelerator.backward(loss)
+        if settings.grad_clip > 0:
+            accelerator.clip_grad_norm_(params, settings.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        done = step + 1
+        out_of_time = (
+            settings.max_minutes_per_method and time.perf_counter() - began > 60 * settings.max_minutes_per_method
+        )
+        if done % settings.eval_every == 0 or done == settings.max_steps or out_of_time:
+            val = evaluate(method, model, task, tokenizer, val_bucket, settings, 10_000 + done, accelerator.device)
+            history.append({"step": done, "loss": loss.item(), "val_accuracy": val["mean_accuracy"]})
+            progress.set_postfix(loss=f"{loss.item():.3f}", val=f"{val['mean_accuracy']:.3f}")
+            if val["mean_accuracy"] >= settings.target_accuracy or out_of_time:
+                break
+        if settings.save_every and done % settings.save_every == 0 and done < settings.max_steps:
+            meta = {"step": done, "history": history}
+
+            def write(tmp: Path):
+                save_file(_trainable_state(accelerator.unwrap_model(model)), str(tmp / "trainable.safetensors"))
+                torch.save(
+                    {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt"
+                )
+
+            atomic_save_dir(checkpoints / f"step_{done}", write, meta)
+            prune_checkpoints(checkpoints, keep=2)
+    progress.close()
+    train_seconds = time.perf_counter() - began
+    steps_done = history[-1]["step"] if history else start
+
+    eval_began = time.perf_counter()
+    test = evaluate(method, model, task, tokenizer, settings.bucket_list(), settings, 20_000, accelerator.device)
+    result = {
+        "method": method,
+        "task": settings.task,
+        "trainable_parameters": trainable,
+        "steps": steps_done,
+        "train_seconds": train_seconds,
+        "eval_seconds": time.perf_counter() - eval_began,
+        "history": history,
+        "test": test,
+        **info,
+        "settings": asdict(settings),
+    }
+    unwrapped = accelerator.unwrap_model(model)
+    method_dir.mkdir(parents=True, exist_ok=True)
+    if method in ("ssm", "ssm_lora"):
+        unwrapped.save_pretrained(method_dir / "adapter")
+        if method == "ssm_lora":
+            # The LoRA weights sit inside the base; PEFT's own state-dict helper extracts them.
+            from peft import get_peft_model_state_dict
+
+            lora_state = {k: v.contiguous() for k, v in get_peft_model_state_dict(unwrapped.base_model).items()}
+            save_file(lora_state, str(method_dir / "adapter" / "lora_weights.safetensors"))
+    elif method == "lora":
+        unwrapped.save_pretrained(method_dir / "adapter")
+    else:
+        save_file(
+            {k: v.contiguous() for k, v in unwrapped.head.state_dict().items()}, str(method_dir / "probe.safetensors")
+        )
+    (method_dir / "results.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+# --- reporting ---------------------------------------------------------------------------------------------
+
+
+def results_table(results: list[dict], num_classes: int | None = None) -> str:
+    """Markdown: one row per method, accuracy (%) per bucket of transitions."""
+    buckets = results[0]["test"]["buckets"]
+    cols = [f"{b['min_transitions']}-{b['max_transitions']}" for b in buckets]
+    lines = [
+        "| method | trainable params | steps | train s | " + " | ".join(cols) + " |",
+        "|" + "---|" * (4 + len(cols)),
+    ]
+    for r in results:
+        accs = " | ".join(f"{100 * b['accuracy']:.1f}" for b in r["test"]["buckets"])
+        lines.append(
+            f"| {r['method']} | {r['trainable_parameters']} | {r['steps']} | {r['train_seconds']:.0f} | {accs} |"
+        )
+    if num_classes:
+        lines.append("| chance | | | | " + " | ".join(f"{100 / num_classes:.1f}" for _ in cols) + " |")
+    return "\n".join(lines)
+
+
+def plot_results(results: list[dict], settings: AdapterExperimentSettings, num_classes: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in results:
+        xs = [(b["min_transitions"] + b["max_transitions"]) / 2 for b in r["test"]["buckets"]]
+        ax.plot(xs, [b["accuracy"] for b in r["test"]["buckets"]], marker="o", label=r["method"])
+    ax.axvspan(settings.train_min_transitions, settings.train_max_transitions, color="grey", alpha=0.15, label="train")
+    ax.axhline(1 / num_classes, color="black", linestyle=":", label="chance")
+    ax.set(
+        title=f"{settings.task} (NL stories)",
+        xlabel="transitions in the story",
+        ylabel="answer accuracy",
+        ylim=(0, 1.02),
+    )
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, table: str) -> str:
+    """A Hugging Face model card (YAML front matter) for the trained SSM adapter."""
+    base = settings.base_model if settings.base_model != TINY_BASE else "tiny Qwen2 built by scripts/train_adapter.py"
+    config = settings.adapter_config()
+    return f"""---
+library_name: hf_ssm
+base_model: {settings.base_model if settings.base_model != TINY_BASE else "none (built-in tiny Qwen2)"}
+tags:
+- ssm-adapter
+- pd-ssm
+- state-tracking
+pipeline_tag: text-generation
+---
+
+# SSM adapter ({config.mixer}) for natural-language {settings.task}
+
+One {config.mixer} layer attached after decoder layer {config.layer_index} of a frozen causal LM ({base}) as a
+residual branch h <- h + W_out Mixer(Norm(h)) (W_out zero-initialised); only the adapter was trained
+({ssm["trainable_parameters"]} parameters, {ssm["steps"]} steps, {ssm["train_seconds"]:.0f} s). The base weights are not
+in this folder.
+
+Task: stories whose sentences are the transitions of the `{settings.task}` automaton, ending in a question
+answered by one word. Trained on {settings.train_min_transitions}-{settings.train_max_transitions} transitions,
+tested on longer stories (answer accuracy, %):
+
+{table}
+
+Base: {json.dumps(base_info)}
+
+## Use
+
+```python
+from transformers import AutoModelForCausalLM
+from hf_ssm.adapters import load_ssm_adapter
+
+base = AutoModelForCausalLM.from_pretrained("<the same base>")
+model = load_ssm_adapter(base, "<this folder>")
+out = model.generate(**tokenizer(story, return_tensors="pt"), max_new_tokens=1)
+```
+
+Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with `python scripts/train_adapter.py --task {settings.task}`
+(see docs/adapter.md).
+"""
+
+
+def run_experiment(settings: AdapterExperimentSettings, run_dir, resume: bool = False, model_card_dir=None) -> dict:
+    """All methods of `settings` in one run; writes run_dir/{settings.json, results.json, plot, <method>/}."""
+    from accelerate import Accelerator
+
+    settings.validate()
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
+    began = time.perf_counter()
+    base_source, base_info = prepare_base(settings, run_dir)
+    base_seconds = time.perf_counter() - began
+    task = get_nl_task(settings.task)
+    results = [train_method(m, settings, base_source, run_dir, accelerator, resume) for m in settings.method_list()]
+    table = results_table(results, task.num_classes)
+    summary = {
+        "task": settings.task,
+        "base": base_info,
+        "base_source": base_source,
+        "base_seconds": base_seconds,
+        "wall_seconds": time.perf_counter() - began,
+        "num_classes": task.num_classes,
+        "settings": asdict(settings),
+        "results": results,
+    }
+    (run_dir / "results.json").write_text(json.dumps(summary, indent=2))
+    (run_dir / "results.md").write_text(table + "\n")
+    plot_results(results, settings, task.num_classes, run_dir / "accuracy_vs_transitions.png")
+    for r in results:
+        if r["method"] == "ssm":
+            card = model_card(settings, base_info, r, table)
+            (run_dir / "ssm" / "adapter" / "README.md").write_text(card)
+            if model_card_dir is not None:
+                name = f"ssm-adapter-{'tiny-qwen2' if settings.base_model == TINY_BASE else Path(settings.base_model).name.lower()}-{settings.task}.md"
+                Path(model_card_dir).mkdir(parents=True, exist_ok=True)
+                (Path(model_card_dir) / name).write_text(card)
+    return summary
+
+
+__all__ = [
+    "METHODS",
+    "AdapterExperimentSettings",
+    "LastHiddenStateProbe",
+    "build_method",
+    "evaluate",
+    "load_base",
+    "model_card",
+    "prepare_base",
+    "results_table",
+    "run_experiment",
+    "train_method",
+]

@@ -1,0 +1,75 @@
+"""The trainable part of an SSM adapter: RMSNorm -> SSM mixer -> zero-initialised projection (DESIGN §10).
+
+The mixer is built from a HybridSSMConfig whose `hidden_size` is the base model's width, through
+`SSM_MIXER_CLASSES`, so every registered mixer works. The adapter runs in float32 whatever the base's dtype
+(it is small, and the scans accumulate in float32 anyway); its output is cast back to the hidden states' dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..modeling import SSM_MIXER_CLASSES, HybridSSMConfig
+from ..modeling.attention import HybridSSMRMSNorm
+from ..modeling.mixer_pd_ssm import PDSSMMixer
+from .config import SSMAdapterConfig
+
+# near_identity_init of a PD-SSM mixer: a diagonal added to every dictionary matrix (P = argmax down each column
+# is then I at first, and tokens learn to leave it), and the output biases of the magnitude / phase MLPs:
+# |D| = sigmoid(10) ~ 1 - 5e-5, arg D = 2 pi sigmoid(-10) ~ 3e-4 rad, so a thousand filler tokens barely move
+# the state. Everything stays trainable. A D learnt from a moderate start (bias +-6) fits the training lengths
+# quickly but stays too imprecise to extrapolate; the exact permutations P do not drift.
+PD_IDENTITY_DIAGONAL = 1.0
+PD_MAGNITUDE_BIAS = 10.0
+PD_PHASE_BIAS = -10.0
+
+
+def mixer_config(config: SSMAdapterConfig, hidden_size: int) -> HybridSSMConfig:
+    """The one-layer HybridSSMConfig the adapter's mixer is built from."""
+    return HybridSSMConfig(
+        vocab_size=1,  # unused: the mixer never sees token ids
+        hidden_size=hidden_size,
+        intermediate_size=1,
+        num_hidden_layers=1,
+        mixers=[config.mixer],
+        **config.mixer_settings,
+    )
+
+
+class SSMAdapter(nn.Module):
+    """forward(hidden_states (B, T, d), state=None, mask (B, T) bool or None) -> (output, final_state).
+
+    output is the residual update W_out Mixer(Norm(h)) (B, T, d) for readout "lm_head", or class logits
+    W_cls Mixer(Norm(h)) (B, T, num_labels) for readout "classifier". `state` is the mixer's recurrent state
+    (None = start from zeros); masked-out positions (padding) leave it unchanged.
+    """
+
+    def __init__(self, config: SSMAdapterConfig, hidden_size: int):
+        super().__init__()
+        self.config = config
+        self.norm = HybridSSMRMSNorm(hidden_size, eps=config.norm_eps)
+        self.mixer = SSM_MIXER_CLASSES[config.mixer](mixer_config(config, hidden_size), 0)
+        if config.near_identity_init and isinstance(self.mixer, PDSSMMixer):
+            with torch.no_grad():
+                self.mixer.dictionary.add_(PD_IDENTITY_DIAGONAL * torch.eye(self.mixer.state_size))
+                self.mixer.magnitude.down_bias.fill_(PD_MAGNITUDE_BIAS)
+                self.mixer.phase.down_bias.fill_(PD_PHASE_BIAS)
+        if config.readout == "lm_head":
+            self.out_proj = nn.Linear(hidden_size, hidden_size, bias=False)
+            # Zero init: a freshly attached adapter adds exactly 0, so the base's logits are bit-identical.
+            nn.init.zeros_(self.out_proj.weight)
+        else:
+            self.classifier = nn.Linear(hidden_size, config.num_labels)
+
+    def forward(self, hidden_states: torch.Tensor, state=None, mask: torch.Tensor | None = None):
+        dtype = self.norm.weight.dtype
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            u = self.norm(hidden_states.to(dtype)).to(dtype)
+            mixed, final_state = self.mixer(u, state=state, mask=mask)
+            if self.config.readout == "lm_head":
+                return self.out_proj(mixed.to(dtype)).to(hidden_states.dtype), final_state
+            return self.classifier(mixed.to(dtype)), final_state
+
+
+__all__ = ["SSMAdapter", "mixer_config"]

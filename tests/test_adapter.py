@@ -1,0 +1,323 @@
+"""SSM adapter on a frozen causal LM (issue 7, DESIGN §10), on tiny random Qwen2 and Llama models."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from hf_ssm.adapters import (
+    ADAPTER_CONFIG_NAME,
+    ADAPTER_WEIGHTS_NAME,
+    SSMAdapterConfig,
+    attach_ssm_adapter,
+    find_decoder_layers,
+    load_ssm_adapter,
+)
+from hf_ssm.adapters.lora import add_lora, lora_rank_for_budget
+from hf_ssm.modeling import SSM_MIXER_CLASSES
+
+VOCAB = 61
+PD_SETTINGS = {"pd_ssm_state_size": 5, "pd_ssm_num_heads": 2, "pd_ssm_dict_size": 4}
+
+
+def tiny_base(kind: str = "qwen2", hidden: int = 32, layers: int = 2, seed: int = 0):
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(Qwen2Config(**common)) if kind == "qwen2" else LlamaForCausalLM(LlamaConfig(**common))
+    return model.eval()
+
+
+def adapter_config(**overrides) -> SSMAdapterConfig:
+    return SSMAdapterConfig(**{"mixer_settings": PD_SETTINGS, **overrides})
+
+
+def randomise(adapted, scale: float = 0.3) -> None:
+    """Give the adapter weights that change the logits (a fresh one adds exactly zero)."""
+    torch.manual_seed(1)
+    with torch.no_grad():
+        adapted.ssm_adapter.out_proj.weight.normal_(0.0, scale)
+
+
+def ids(batch: int = 2, steps: int = 11, seed: int = 2) -> torch.Tensor:
+    return torch.randint(1, VOCAB, (batch, steps), generator=torch.Generator().manual_seed(seed))
+
+
+KINDS = ["qwen2", "llama"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("layer_index", [-1, 0])
+def test_attach_leaves_logits_bit_identical_and_base_untouched(kind, layer_index):
+    """A freshly attached adapter (zero W_out) leaves the logits bit-identical and never edits base weights."""
+    base = tiny_base(kind)
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    x = ids()
+    reference = base(x).logits
+    adapted = attach_ssm_adapter(base, adapter_config(layer_index=layer_index))
+    assert torch.equal(adapted(x).logits, reference)
+    randomise(adapted)
+    assert not torch.allclose(adapted(x).logits, reference)  # the hook really is in the forward path
+    after = base.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert torch.equal(adapted.unload()(x).logits, reference)  # unload removes the hooks
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_only_adapter_parameters_train_and_all_receive_gradients(kind):
+    """Base parameters are frozen and get no gradient; every adapter parameter gets a non-zero one."""
+    adapted = attach_ssm_adapter(tiny_base(kind), adapter_config())
+    adapter_ids = {id(p) for p in adapted.ssm_adapter.parameters()}
+    trainable = {id(p) for p in adapted.parameters() if p.requires_grad}
+    assert trainable == adapter_ids
+    randomise(adapted)  # with W_out = 0 only W_out itself would get a gradient
+    adapted(ids(), labels=ids()).loss.backward()
+    assert all(p.grad is None for p in adapted.base_model.parameters())
+    for name, param in adapted.ssm_adapter.named_parameters():
+        assert param.grad is not None and param.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_save_then_load_gives_identical_outputs_and_only_adapter_files(kind, tmp_path):
+    """save_pretrained writes only the adapter (config + safetensors, no base tensor); reloading onto the same
+    base reproduces the logits exactly."""
+    base = tiny_base(kind)
+    pristine = copy.deepcopy(base)
+    adapted = attach_ssm_adapter(base, adapter_config())
+    for p in adapted.ssm_adapter.parameters():  # every tensor must round-trip, not just W_out
+        p.data.add_(0.05 * torch.randn_like(p))
+    x = ids()
+    expected = adapted(x).logits
+    adapted.save_pretrained(tmp_path)
+    assert sorted(f.name for f in tmp_path.iterdir()) == [ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME]
+    tensors = load_file(str(tmp_path / ADAPTER_WEIGHTS_NAME))
+    assert all(k.startswith("ssm_adapter.") for k in tensors)
+    assert sum(t.numel() for t in tensors.values()) == sum(p.numel() for p in adapted.ssm_adapter.parameters())
+    saved = json.loads((tmp_path / ADAPTER_CONFIG_NAME).read_text())
+    assert saved["base_hidden_size"] == 32 and saved["base_num_hidden_layers"] == 2 and saved["mixer"] == "pd_ssm"
+    reloaded = load_ssm_adapter(pristine, tmp_path)
+    assert torch.equal(reloaded(x).logits, expected)
+    assert not any(p.requires_grad for p in reloaded.parameters())  # inference mode by default, as in PEFT
+
+
+@pytest.mark.parametrize(
+    ("other", "message"),
+    [(dict(hidden=48), "hidden_size = 32"), (dict(layers=3), "num_hidden_layers = 2")],
+)
+def test_loading_onto_mismatched_base_raises(tmp_path, other, message):
+    """An adapter trained for one base width / depth refuses another base with a clear error."""
+    attach_ssm_adapter(tiny_base(), adapter_config()).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        load_ssm_adapter(tiny_base(**other), tmp_path)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("kind", KINDS)
+def test_cached_decoding_equals_full_forward(kind):
+    """Prefill + one token at a time through the KV cache and the adapter state == one full forward."""
+    adapted = attach_ssm_adapter(tiny_base(kind), adapter_config())
+    randomise(adapted)
+    x = ids(steps=13)
+    full = adapted(x, use_cache=False).logits
+    out = adapted(x[:, :5], use_cache=True)
+    pieces = [out.logits]
+    for t in range(5, x.shape[1]):
+        out = adapted(x[:, t : t + 1], cache=out.cache, use_cache=True)
+        pieces.append(out.logits)
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("kind", KINDS)
+def test_generate_cached_equals_uncached_and_state_is_fresh_per_call(kind):
+    """generate() with the cache matches generate() without it (greedy and beam search), and a second call
+    starts from a fresh adapter state (the same prompt gives the same continuation)."""
+    adapted = attach_ssm_adapter(tiny_base(kind), adapter_config())
+    randomise(adapted, scale=1.0)
+    prompt = ids(steps=5)
+    greedy = dict(max_new_tokens=10, do_sample=False)
+    cached = adapted.generate(prompt, use_cache=True, **greedy)
+    assert torch.equal(cached, adapted.generate(prompt, use_cache=False, **greedy))
+    assert torch.equal(cached, adapted.generate(prompt, use_cache=True, **greedy))
+    # Beam search reorders the cache rows every step; the adapter state must follow them.
+    for seed in range(4):
+        prompt = ids(steps=4, seed=seed)
+        beams = dict(max_new_tokens=8, do_sample=False, num_beams=3)
+        assert torch.equal(
+            adapted.generate(prompt, use_cache=True, **beams), adapted.generate(prompt, use_cache=False, **beams)
+        )
+    # Without an adapter the continuation differs: the checks above do see the adapter.
+    assert not torch.equal(cached, adapted.unload().generate(ids(steps=5), use_cache=True, **greedy))
+
+
+@torch.no_grad()
+def test_left_padding_leaves_adapter_state_unchanged():
+    """A left-padded row produces the same logits and generation as the unpadded prompt alone.
+
+    The pad id is an ordinary token with a non-zero embedding (as Qwen-2.5's pad, "<|endoftext|>"), so the
+    padding's hidden states are not zero and would move the adapter state if the mask were ignored.
+    """
+    adapted = attach_ssm_adapter(tiny_base(), adapter_config())
+    randomise(adapted, scale=1.0)
+    short, long = ids(1, 4, seed=3), ids(1, 9, seed=4)
+    batch = torch.cat([torch.cat([torch.full((1, 5), 7), short], 1), long])
+    mask = (torch.arange(9) >= 5).long().unsqueeze(0).repeat(2, 1)
+    mask[1] = 1
+    position_ids = (mask.cumsum(-1) - 1).clamp_min(0)
+    padded = adapted(batch, attention_mask=mask, position_ids=position_ids).logits
+    torch.testing.assert_close(padded[0, 5:], adapted(short).logits[0], atol=1e-5, rtol=1e-5)
+    generated = adapted.generate(batch, attention_mask=mask, max_new_tokens=6, do_sample=False)
+    assert torch.equal(generated[0, 9:], adapted.generate(short, max_new_tokens=6, do_sample=False)[0, 4:])
+    assert torch.equal(generated[1, 9:], adapted.generate(long, max_new_tokens=6, do_sample=False)[0, 9:])
+
+
+@torch.no_grad()
+def test_continuing_a_cache_the_adapter_did_not_fill_raises():
+    """A cache whose length does not match the adapter's stored state (filled without it) raises, never mixes."""
+    base = tiny_base()
+    cache = base(ids(), use_cache=True).cache  # filled by the bare base
+    adapted = attach_ssm_adapter(base, adapter_config())
+    with pytest.raises(ValueError, match="no recurrent state for this cache"):
+        adapted(ids(steps=1), cache=cache, use_cache=True)
+
+
+def test_classifier_readout_keeps_base_logits_and_returns_adapter_logits():
+    """readout='classifier' never touches the base's hidden states and returns (B, T, num_labels) logits."""
+    base = tiny_base()
+    x = ids()
+    reference = base(x).logits
+    adapted = attach_ssm_adapter(base, adapter_config(readout="classifier", num_labels=3))
+    out = adapted(x)
+    assert torch.equal(out.logits, reference)
+    assert out.adapter_logits.shape == (2, x.shape[1], 3)
+
+
+def test_any_registered_mixer_can_be_the_adapter():
+    """The adapter builds its mixer through SSM_MIXER_CLASSES, so another registered mixer works as well."""
+    other = next((m for m in ("diag_lru", "bd_lru", "h_lru") if m in SSM_MIXER_CLASSES), None)
+    if other is None:
+        pytest.skip("no second SSM mixer registered")
+    base = tiny_base()
+    x = ids()
+    reference = base(x).logits
+    adapted = attach_ssm_adapter(base, SSMAdapterConfig(mixer=other, mixer_settings={"lru_state_size": 8}))
+    assert torch.equal(adapted(x).logits, reference)
+    randomise(adapted)
+    full = adapted(x, use_cache=False).logits
+    out = adapted(x[:, :6], use_cache=True)
+    step = adapted(x[:, 6:], cache=out.cache, use_cache=True).logits
+    torch.testing.assert_close(torch.cat([out.logits, step], 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_lora_trains_alongside_the_adapter():
+    """PEFT LoRA injected into the adapted base trains together with the adapter; other base weights stay frozen."""
+    adapted = attach_ssm_adapter(tiny_base(), adapter_config())
+    budget = sum(p.numel() for p in adapted.ssm_adapter.parameters())
+    add_lora(adapted.base_model, lora_rank_for_budget(adapted.base_model, budget))
+    randomise(adapted)
+    trainable = {n for n, p in adapted.named_parameters() if p.requires_grad}
+    assert any("lora_" in n for n in trainable) and any(n.startswith("ssm_adapter.") for n in trainable)
+    assert all("lora_" in n or n.startswith("ssm_adapter.") for n in trainable)
+    adapted(ids(), labels=ids()).loss.backward()
+    lora_b = [p for n, p in adapted.named_parameters() if "lora_B" in n]
+    assert lora_b and all(p.grad is not None and p.grad.abs().sum() > 0 for p in lora_b)
+    assert adapted.ssm_adapter.out_proj.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        (dict(mixer="mamba"), "`mixer`"),
+        (dict(readout="head"), "`readout`"),
+        (dict(readout="classifier"), "`num_labels`"),
+        (dict(mixer_settings={"hidden_size": 8}), "`mixer_settings`"),
+        (dict(mixer_settings={"pd_ssm_sate_size": 8}), "unknown HybridSSMConfig fields"),
+    ],
+)
+def test_bad_adapter_config_names_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SSMAdapterConfig(**kwargs)
+
+
+def test_layer_index_out_of_range_and_double_attach_raise():
+    base = tiny_base()
+    with pytest.raises(ValueError, match="`layer_index` = 2 is out of range"):
+        attach_ssm_adapter(base, adapter_config(layer_index=2))
+    adapted = attach_ssm_adapter(base, adapter_config(layer_index=-2))
+    assert adapted.adapter_layer_index == 0
+    with pytest.raises(ValueError, match="already has an SSM adapter"):
+        attach_ssm_adapter(base, adapter_config())
+
+
+def test_decoder_layers_found_without_model_specific_code():
+    """Qwen2 and Llama layer lists are found by shape (one ModuleList of num_hidden_layers blocks)."""
+    for kind in KINDS:
+        owner, layers, name = find_decoder_layers(tiny_base(kind))
+        assert name == "model.layers" and layers is owner.layers and len(layers) == 2
+
+
+def test_train_adapter_script_smoke_run(tmp_path):
+    """scripts/train_adapter.py runs offline on the built-in tiny Qwen2 and writes results, plot, the adapter
+    (only adapter files plus its model card) and the card in --model_card_dir; bad arguments exit clearly."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    tiny = [
+        "--tiny_hidden_size", "16", "--tiny_layers", "1", "--tiny_heads", "2", "--pretrain_steps", "2",
+        "--pretrain_batch_size", "2", "--max_steps", "3", "--eval_every", "3", "--batch_size", "4",
+        "--eval_batch_size", "8", "--eval_samples_per_bucket", "4", "--train_max_transitions", "3",
+        "--test_buckets", "1-3,8-9", "--state_size", "4", "--dict_size", "4",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cards = tmp_path / "cards"
+    args = [sys.executable, str(root / "scripts" / "train_adapter.py"), "--output_dir", str(tmp_path / "run")]
+    result = subprocess.run(
+        [*args, "--methods", "probe,lora,ssm", "--model_card_dir", str(cards), *tiny],
+        capture_output=True, text=True, env=env, cwd=root, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "run"
+    summary = json.loads((run / "results.json").read_text())
+    assert [r["method"] for r in summary["results"]] == ["probe", "lora", "ssm"]
+    assert [b["min_transitions"] for b in summary["results"][2]["test"]["buckets"]] == [1, 8]
+    assert (run / "accuracy_vs_transitions.png").is_file()
+    assert sorted(p.name for p in (run / "ssm" / "adapter").iterdir()) == [
+        "README.md",
+        ADAPTER_CONFIG_NAME,
+        ADAPTER_WEIGHTS_NAME,
+    ]
+    assert (cards / "ssm-adapter-tiny-qwen2-parity.md").read_text().startswith("---\nlibrary_name: hf_ssm")
+    assert "| ssm |" in result.stdout and "| chance |" in result.stdout
+    bad = subprocess.run([*args, "--task", "dyck"], capture_output=True, text=True, env=env, cwd=root, timeout=120)
+    assert bad.returncode == 2 and "`task` must be one of" in bad.stderr
+
+
+@torch.no_grad()
+def test_pd_adapter_starts_at_the_identity_transition():
+    """near_identity_init: a fresh PD-SSM adapter has P = I and |D| ~ 1, arg D ~ 0 on any input, so its state
+    survives long texts from the start; without it (DESIGN §4 init) P is not the identity."""
+    from hf_ssm.adapters.layer import SSMAdapter
+
+    u = torch.randn(2, 7, 32)
+    eye = torch.arange(5)
+    idx, dv, _ = SSMAdapter(adapter_config(), 32).mixer.transitions(u)
+    assert (idx == eye).all() and (dv.abs() > 1 - 1e-4).all() and (dv.angle().abs() < 1e-3).all()
+    idx, dv, _ = SSMAdapter(adapter_config(near_identity_init=False), 32).mixer.transitions(u)
+    assert not (idx == eye).all() and (dv.abs() < 0.9).all()

@@ -1,0 +1,146 @@
+"""Natural-language state-tracking stories (hf_ssm/data/nl_state_tracking.py): answers, wording, tokenisation."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from hf_ssm.adapters.tiny_base import build_word_tokenizer
+from hf_ssm.data.nl_state_tracking import (
+    ANSWER_PROMPT,
+    NL_TASK_NAMES,
+    NLStateTrackingDataset,
+    answer_token_ids,
+    collate_nl_state_tracking,
+    get_nl_task,
+    narrative_corpus,
+    task_vocabulary,
+    words_of,
+)
+
+TASKS = {name: get_nl_task(name) for name in NL_TASK_NAMES}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_word_tokenizer(task_vocabulary(list(TASKS.values())))
+
+
+def simulate(name: str, symbols: list[int]) -> int:
+    """The answer class computed independently of the task classes."""
+    if name == "parity":
+        return symbols.count(2) % 2  # 0 = even number of switch flips = the light is off
+    if name == "cycle_navigation":
+        return sum({1: 0, 2: 1, 3: -1}[s] for s in symbols) % 5
+    coin, task = 0, TASKS[name].task  # cups: follow the coin through each generator's cup moves
+    for s in symbols:
+        coin = task.generators[s - 1][coin]
+    return coin
+
+
+@pytest.mark.parametrize("name", NL_TASK_NAMES)
+def test_answers_match_an_independent_simulation(name):
+    """The story's answer is the automaton's state after its transitions, as the answer word."""
+    task, rng = TASKS[name], random.Random(0)
+    for n in (1, 2, 7, 30):
+        story = task.sample(n, rng, distractor_prob=0.3)
+        assert story.num_transitions == n == len(story.symbols)
+        assert story.answer == simulate(name, story.symbols)
+        assert story.answer_word == task.answer_words[story.answer]
+        assert story.prompt.endswith(f"? {ANSWER_PROMPT}")
+
+
+@pytest.mark.parametrize("name", NL_TASK_NAMES)
+def test_each_sentence_determines_its_transition(name):
+    """No template is shared between two transitions, and every transition has several templates whose word
+    counts differ (varied wording and length)."""
+    task = TASKS[name]
+    seen = {}
+    for symbol, templates in task.transition_templates.items():
+        for template in templates:
+            assert seen.setdefault(template, symbol) == symbol, template
+    if name in ("parity", "cycle_navigation"):
+        for templates in task.transition_templates.values():
+            assert len(templates) >= 4 and len({len(words_of(t)) for t in templates}) >= 3
+
+
+def test_cups_story_reads_as_written():
+    """'swap the first and second cups' moves the coin from the first cup to the second."""
+    task = TASKS["s5"]
+    swap = next(t for t, g in enumerate(task.task.generators, start=1) if g == (1, 0, 2, 3, 4))
+    story = next(s for s in (task.sample(1, random.Random(seed)) for seed in range(200)) if s.symbols == [swap])
+    assert story.answer_word == "second"
+    assert any(word in story.prompt for word in ("swaps", "trade", "exchanges"))
+
+
+def test_distractors_add_sentences_but_never_change_the_answer():
+    task = TASKS["cycle_navigation"]
+    plain = task.sample(20, random.Random(5))
+    noisy = task.sample(20, random.Random(5), distractor_prob=0.5)
+    assert plain.symbols == noisy.symbols and plain.answer == noisy.answer
+    assert len(noisy.prompt) > len(plain.prompt)
+
+
+def test_word_tokenizer_covers_every_story_word(tokenizer):
+    """The tiny base's word-level tokenizer knows every word of every task (no <unk>) and the answers differ."""
+    rng = random.Random(1)
+    for task in TASKS.values():
+        for _ in range(20):
+            ids = tokenizer.encode(task.sample(12, rng, distractor_prob=0.5).prompt)
+            assert tokenizer.unk_token_id not in ids
+        assert len(set(answer_token_ids(task, tokenizer))) == task.num_classes
+
+
+def test_ambiguous_answer_tokens_raise():
+    class FirstLetter:
+        def encode(self, text, add_special_tokens=False):
+            return [ord(text.strip()[0])]
+
+    with pytest.raises(ValueError, match="share first tokens"):
+        answer_token_ids(TASKS["s5"], FirstLetter())  # "first" / "fifth" both start with f
+
+
+def test_dataset_is_deterministic_and_lengths_in_range(tokenizer):
+    task = TASKS["parity"]
+    a = NLStateTrackingDataset(task, tokenizer, 16, 3, 6, seed=0)
+    b = NLStateTrackingDataset(task, tokenizer, 16, 3, 6, seed=0)
+    c = NLStateTrackingDataset(task, tokenizer, 16, 3, 6, seed=1)
+    assert all(torch.equal(a[i]["input_ids"], b[i]["input_ids"]) for i in range(16))
+    assert any(not torch.equal(a[i]["input_ids"], c[i]["input_ids"]) for i in range(16))
+    assert {a[i]["num_transitions"] for i in range(16)} <= {3, 4, 5, 6}
+    item = a[0]
+    assert item["answer_token"] == answer_token_ids(task, tokenizer)[item["label"]]
+
+
+def test_collate_left_pads_so_every_prompt_ends_at_the_last_position(tokenizer):
+    data = NLStateTrackingDataset(TASKS["s5"], tokenizer, 4, 1, 9, seed=3)
+    batch = collate_nl_state_tracking([data[i] for i in range(4)], tokenizer.pad_token_id)
+    colon = tokenizer.convert_tokens_to_ids(":")
+    assert (batch["input_ids"][:, -1] == colon).all() and batch["attention_mask"][:, -1].all()
+    for row in range(4):
+        n = int(batch["length"][row])
+        assert batch["attention_mask"][row].sum() == n
+        assert batch["position_ids"][row, -n:].tolist() == list(range(n))
+
+
+def test_narrative_corpus_has_no_question_or_answer():
+    """Language-model pretraining text must not teach the answers."""
+    texts = narrative_corpus(list(TASKS.values()), 12, 1, 5, seed=0, group_size=4)
+    assert len(texts) == 12 and not any("Question" in t or ANSWER_PROMPT in t for t in texts)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: get_nl_task("dyck"), "unknown natural-language task"),
+        (lambda: TASKS["parity"].sample(0, random.Random(0)), "num_transitions"),
+        (lambda: TASKS["parity"].sample(3, random.Random(0), distractor_prob=1.0), "distractor_prob"),
+        (lambda: NLStateTrackingDataset(TASKS["parity"], None, 4, 5, 2, 0), "min_transitions"),
+        (lambda: collate_nl_state_tracking([], 0), "at least one item"),
+    ],
+)
+def test_bad_arguments_raise_value_error(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
