@@ -8,7 +8,16 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from hf_ssm.adapters import (
     ADAPTER_CONFIG_NAME,
@@ -38,8 +47,14 @@ def tiny_base(kind: str = "qwen2", hidden: int = 32, layers: int = 2, seed: int 
         eos_token_id=None,
     )
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(Qwen2Config(**common)) if kind == "qwen2" else LlamaForCausalLM(LlamaConfig(**common))
-    return model.eval()
+    classes = {
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "mistral": (MistralConfig, MistralForCausalLM),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    }
+    config_class, model_class = classes[kind]
+    return model_class(config_class(**common)).eval()
 
 
 def adapter_config(**overrides) -> SSMAdapterConfig:
@@ -321,3 +336,20 @@ def test_pd_adapter_starts_at_the_identity_transition():
     assert (idx == eye).all() and (dv.abs() > 1 - 1e-4).all() and (dv.angle().abs() < 1e-3).all()
     idx, dv, _ = SSMAdapter(adapter_config(near_identity_init=False), 32).mixer.transitions(u)
     assert not (idx == eye).all() and (dv.abs() < 0.9).all()
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("kind", ["mistral", "qwen3"])
+def test_other_decoders_need_no_model_specific_code(kind):
+    """Mistral and Qwen3 take the adapter as they are: logits unchanged at attach, cached decode == full forward."""
+    base = tiny_base(kind)
+    x = ids(steps=9)
+    reference = base(x).logits
+    adapted = attach_ssm_adapter(base, adapter_config())
+    assert torch.equal(adapted(x).logits, reference)
+    randomise(adapted)
+    full = adapted(x, use_cache=False).logits
+    out = adapted(x[:, :4], use_cache=True)
+    rest = [adapted(x[:, t : t + 1], cache=out.cache, use_cache=True).logits for t in range(4, 9)]
+    torch.testing.assert_close(torch.cat([out.logits, *rest], 1), full, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(full, reference)

@@ -1,5 +1,12 @@
 """Data generators for hf_ssm experiments."""
 
+from .nl_state_tracking import (
+    NL_TASK_NAMES,
+    NLStateTrackingDataset,
+    NLStateTrackingTask,
+    collate_nl_state_tracking,
+    get_nl_task,
+)
 from .state_tracking import (
     TASK_NAMES,
     CycleNavigationTask,
@@ -17,6 +24,9 @@ from .state_tracking import (
 from .timeseries import TimeSeriesData, load_timeseries, parse_ts
 
 __all__ = [
+    "NL_TASK_NAMES",
+    "NLStateTrackingDataset",
+    "NLStateTrackingTask",
     "TASK_NAMES",
     "CycleNavigationTask",
     "EvenPairsTask",
@@ -27,7 +37,9 @@ __all__ = [
     "StateTrackingDataset",
     "Task",
     "TimeSeriesData",
+    "collate_nl_state_tracking",
     "collate_state_tracking",
+    "get_nl_task",
     "get_task",
     "load_timeseries",
     "parse_ts",
