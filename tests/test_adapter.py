@@ -353,3 +353,20 @@ def test_other_decoders_need_no_model_specific_code(kind):
     rest = [adapted(x[:, t : t + 1], cache=out.cache, use_cache=True).logits for t in range(4, 9)]
     torch.testing.assert_close(torch.cat([out.logits, *rest], 1), full, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(full, reference)
+
+
+def test_frozen_mixer_parameters_stay_frozen_through_save_and_load(tmp_path):
+    """frozen_mixer_parameters keeps e.g. the PD-SSM's D (magnitude / phase MLPs) at its start, also after a
+    trainable reload; a name that matches no mixer parameter is a clear error."""
+    config = adapter_config(frozen_mixer_parameters=["magnitude", "phase"])
+    adapted = attach_ssm_adapter(tiny_base(), config)
+    frozen = {n for n, p in adapted.ssm_adapter.named_parameters() if not p.requires_grad}
+    assert frozen and all(n.startswith(("mixer.magnitude.", "mixer.phase.")) for n in frozen)
+    assert {id(p) for p in adapted.adapter_parameters()} == {
+        id(p) for n, p in adapted.ssm_adapter.named_parameters() if n not in frozen
+    }
+    adapted.save_pretrained(tmp_path)
+    reloaded = load_ssm_adapter(tiny_base(), tmp_path, is_trainable=True)
+    assert {n for n, p in reloaded.ssm_adapter.named_parameters() if not p.requires_grad} == frozen
+    with pytest.raises(ValueError, match="`frozen_mixer_parameters` entry 'gamma' matches no parameter"):
+        attach_ssm_adapter(tiny_base(), adapter_config(frozen_mixer_parameters=["gamma"]))

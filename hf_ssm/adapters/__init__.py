@@ -2,6 +2,7 @@
 
 from .config import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, SSMAdapterConfig
 from .layer import SSMAdapter
+from .lora import add_lora, lora_rank_for_budget
 from .model import SSMAdapterModel, attach_ssm_adapter, check_compatible, find_decoder_layers, load_ssm_adapter
 
 __all__ = [
@@ -10,8 +11,10 @@ __all__ = [
     "SSMAdapter",
     "SSMAdapterConfig",
     "SSMAdapterModel",
+    "add_lora",
     "attach_ssm_adapter",
     "check_compatible",
     "find_decoder_layers",
     "load_ssm_adapter",
+    "lora_rank_for_budget",
 ]

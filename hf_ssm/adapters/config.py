@@ -44,6 +44,9 @@ class SSMAdapterConfig:
             matrix, |D| ~ 1 - 5e-5 and arg D ~ 3e-4 rad through the biases of the magnitude / phase MLPs). With
             DESIGN §4's init every token scrambles the state (random P, |D| ~ 0.5, arg D ~ pi), and on stories of
             hundreds of tokens nothing trains. Mixers without these parameters ignore it. **[choice]**
+        frozen_mixer_parameters: names (or name prefixes) of mixer parameters that keep their initial values,
+            e.g. `["magnitude", "phase"]` for a PD-SSM whose D stays at the near-identity start and whose state
+            is carried by the exact permutations P alone. Default: none (every adapter parameter trains).
         base_model_name_or_path: the base the adapter was trained on (informational, as in PEFT configs).
         base_model_type / base_hidden_size / base_num_hidden_layers: recorded at attach time; loading onto a base
             with another width or layer count raises ValueError.
@@ -56,6 +59,7 @@ class SSMAdapterConfig:
     num_labels: int | None = None
     norm_eps: float = 1e-6
     near_identity_init: bool = True
+    frozen_mixer_parameters: list = field(default_factory=list)
     base_model_name_or_path: str | None = None
     base_model_type: str | None = None
     base_hidden_size: int | None = None
@@ -92,6 +96,14 @@ class SSMAdapterConfig:
         if self.readout == "classifier":
             if isinstance(self.num_labels, bool) or not isinstance(self.num_labels, int) or self.num_labels < 1:
                 raise ValueError(f"`num_labels` must be an int >= 1 with readout='classifier', got {self.num_labels!r}")
+        if not (
+            isinstance(self.frozen_mixer_parameters, (list, tuple))
+            and all(isinstance(n, str) and n for n in self.frozen_mixer_parameters)
+        ):
+            raise ValueError(
+                f"`frozen_mixer_parameters` must be a list of parameter names, got {self.frozen_mixer_parameters!r}"
+            )
+        self.frozen_mixer_parameters = list(self.frozen_mixer_parameters)
         if not isinstance(self.near_identity_init, bool):
             raise ValueError(f"`near_identity_init` must be True or False, got {self.near_identity_init!r}")
         if not (isinstance(self.norm_eps, (int, float)) and self.norm_eps > 0):

@@ -5,18 +5,18 @@ One run trains, on stories of `train_min_transitions .. train_max_transitions` t
 - `probe`: the frozen base alone, a linear probe on its last hidden state at the question's end;
 - `lora`: PEFT LoRA on every projection of the base, rank chosen for a parameter count similar to the SSM
   adapter's, answering through the LM head;
-- `ssm`: the SSM adapter (default one PD-SSM layer after the last decoder layer), answering through the LM head;
+- `ssm`: the SSM adapter (default: one PD-SSM layer after the first decoder layer, D kept at its near-identity
+  start), answering through the LM head;
 - `ssm_lora` (optional): both together;
 
 and evaluates each by story length in `test_buckets`, far past the training lengths, on the answer after the
 final question. The LM-head methods score the answer classes by the LM-head logits of the answer words' first
-tokens, and train with cross-entropy over those answer words (`answer_loss="vocab"`: next-token prediction over
-the whole vocabulary at the question, so that generate() itself says the word); the probe uses its own head. By default
-(`supervision="dense"`) training also asks for the state at the end of every transition sentence (cross-entropy
-over the answer words there): the natural-language counterpart of the every-prefix labels of the formal tasks,
-and far more signal per story than the final answer alone.
-Writes results.json, accuracy_vs_transitions.png, the trained adapters (the SSM adapter with a model card)
-and prints a Markdown table.
+tokens and train with cross-entropy over those answer words (`answer_loss="vocab"`: next-token prediction over
+the whole vocabulary at the question, so that generate() itself says the word); the probe uses its own head.
+By default (`supervision="dense"`) training also asks for the state at the end of every transition sentence
+(cross-entropy over the answer words there): the natural-language counterpart of the every-prefix labels of
+the formal tasks, and far more signal per story than the final answer alone. Writes results.json,
+accuracy_vs_transitions.png, the trained adapters (the SSM adapter with a model card) and a Markdown table.
 """
 
 from __future__ import annotations
@@ -80,7 +80,13 @@ class AdapterExperimentSettings:
     state_size: int = 8
     num_heads: int = 2
     dict_size: int = 16
-    temperature: float = 0.1  # PD-SSM straight-through temperature: sharper columns train P much faster here
+    temperature: float = 0.1
+    # Mixer parameters kept at their (near-identity) start: for the PD-SSM, D's magnitude and phase MLPs, so the
+    # state is carried by the exact permutations P (a trained D fits the training lengths but drifts on longer
+    # stories; RESULTS.md). "" trains everything.
+    frozen_mixer_parameters: str = (
+        "magnitude,phase"  # PD-SSM straight-through temperature: sharper columns train P much faster here
+    )
     # data
     train_min_transitions: int = 1
     train_max_transitions: int = 10
@@ -168,7 +174,10 @@ class AdapterExperimentSettings:
                 "pd_ssm_dict_size": self.dict_size,
                 "pd_ssm_temperature": self.temperature,
             }
-        return SSMAdapterConfig(mixer=self.mixer, mixer_settings=settings, layer_index=self.layer_index)
+        frozen = [n.strip() for n in self.frozen_mixer_parameters.split(",") if n.strip()]
+        return SSMAdapterConfig(
+            mixer=self.mixer, mixer_settings=settings, layer_index=self.layer_index, frozen_mixer_parameters=frozen
+        )
 
 
 def _lr_schedule(warmup: int, total: int):
@@ -288,14 +297,15 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
         model = LastHiddenStateProbe(base, num_classes)
     elif method == "lora":
         base.requires_grad_(False)
-        budget = sum(p.numel() for p in SSMAdapter(settings.adapter_config(), base.config.hidden_size).parameters())
+        adapter = SSMAdapter(settings.adapter_config(), base.config.hidden_size)
+        budget = sum(p.numel() for p in adapter.parameters() if p.requires_grad)
         rank = lora_rank_for_budget(base, budget)
         info = {"lora_rank": rank, "lora_parameters_per_rank": lora_parameters_per_rank(base)}
         model = add_lora(base, rank)
     elif method in ("ssm", "ssm_lora"):
         model = attach_ssm_adapter(base, settings.adapter_config())
         if method == "ssm_lora":
-            rank = lora_rank_for_budget(base, sum(p.numel() for p in model.ssm_adapter.parameters()))
+            rank = lora_rank_for_budget(base, sum(p.numel() for p in model.adapter_parameters()))
             info = {"lora_rank": rank}
             add_lora(model.base_model, rank)
     else:
@@ -545,28 +555,40 @@ def plot_results(results: list[dict], settings: AdapterExperimentSettings, num_c
 
 def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, table: str) -> str:
     """A Hugging Face model card (YAML front matter) for the trained SSM adapter."""
-    base = settings.base_model if settings.base_model != TINY_BASE else "tiny Qwen2 built by scripts/train_adapter.py"
+    tiny = settings.base_model == TINY_BASE
     config = settings.adapter_config()
+    base = "the built-in tiny Qwen2 of scripts/train_adapter.py, not on the hub" if tiny else settings.base_model
+    load_base = (
+        "from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast\n"
+        'base = AutoModelForCausalLM.from_pretrained("<run folder>/base")\n'
+        'tokenizer = PreTrainedTokenizerFast.from_pretrained("<run folder>/base")  # word level'
+        if tiny
+        else "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        f'base = AutoModelForCausalLM.from_pretrained("{settings.base_model}")\n'
+        f'tokenizer = AutoTokenizer.from_pretrained("{settings.base_model}", padding_side="left")'
+    )
+    front = "" if tiny else f"base_model: {settings.base_model}\n"
     return f"""---
 library_name: hf_ssm
-base_model: {settings.base_model if settings.base_model != TINY_BASE else "none (built-in tiny Qwen2)"}
-tags:
+license: apache-2.0
+{front}tags:
 - ssm-adapter
-- pd-ssm
+- {config.mixer.replace("_", "-")}
 - state-tracking
 pipeline_tag: text-generation
 ---
 
 # SSM adapter ({config.mixer}) for natural-language {settings.task}
 
-One {config.mixer} layer attached after decoder layer {config.layer_index} of a frozen causal LM ({base}) as a
-residual branch h <- h + W_out Mixer(Norm(h)) (W_out zero-initialised); only the adapter was trained
-({ssm["trainable_parameters"]} parameters, {ssm["steps"]} steps, {ssm["train_seconds"]:.0f} s). The base weights are not
-in this folder.
+One {config.mixer} layer inserted after decoder layer {config.layer_index} of a frozen causal LM ({base}) as a
+residual branch h <- h + W_out Mixer(Norm(h)), W_out zero-initialised (DESIGN §10). Only the adapter was trained:
+{ssm["trainable_parameters"]} trainable parameters, {ssm["steps"]} steps, {ssm["train_seconds"]:.0f} s on a shared
+2-core CPU. Frozen mixer parameters: {config.frozen_mixer_parameters or "none"}. This folder holds no base weight.
 
-Task: stories whose sentences are the transitions of the `{settings.task}` automaton, ending in a question
-answered by one word. Trained on {settings.train_min_transitions}-{settings.train_max_transitions} transitions,
-tested on longer stories (answer accuracy, %):
+Task: stories whose sentences are the transitions of the `{settings.task}` automaton, ending in a question answered
+by one word (hf_ssm.data.nl_state_tracking). Trained on {settings.train_min_transitions}-{settings.train_max_transitions}
+transitions, tested on longer stories. Answer accuracy (%) by number of transitions, next to the baselines of the
+same run (frozen base + linear probe, LoRA of similar size):
 
 {table}
 
@@ -575,16 +597,16 @@ Base: {json.dumps(base_info)}
 ## Use
 
 ```python
-from transformers import AutoModelForCausalLM
+{load_base}
 from hf_ssm.adapters import load_ssm_adapter
 
-base = AutoModelForCausalLM.from_pretrained("<the same base>")
 model = load_ssm_adapter(base, "<this folder>")
-out = model.generate(**tokenizer(story, return_tensors="pt"), max_new_tokens=1)
+batch = tokenizer([story], return_tensors="pt", padding=True)  # story ends with "Answer:"
+scores = model(**batch).logits[:, -1, answer_token_ids]  # hf_ssm.data.nl_state_tracking.answer_token_ids
 ```
 
-Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with `python scripts/train_adapter.py --task {settings.task}`
-(see docs/adapter.md).
+Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with
+`python scripts/train_adapter.py --task {settings.task}` (see docs/adapter.md).
 """
 
 
@@ -609,6 +631,9 @@ def run_experiment(settings: AdapterExperimentSettings, run_dir, resume: bool = 
         "base_source": base_source,
         "base_seconds": base_seconds,
         "wall_seconds": time.perf_counter() - began,
+        # Pretraining + every method's training and evaluation, also when a resumed run reused earlier work.
+        "compute_seconds": base_info.get("pretraining", {}).get("seconds", 0.0)
+        + sum(r["train_seconds"] + r["eval_seconds"] for r in results),
         "num_classes": task.num_classes,
         "settings": asdict(settings),
         "results": results,
@@ -621,7 +646,11 @@ def run_experiment(settings: AdapterExperimentSettings, run_dir, resume: bool = 
             card = model_card(settings, base_info, r, table)
             (run_dir / "ssm" / "adapter" / "README.md").write_text(card)
             if model_card_dir is not None:
-                name = f"ssm-adapter-{'tiny-qwen2' if settings.base_model == TINY_BASE else Path(settings.base_model).name.lower()}-{settings.task}.md"
+                base_path = Path(settings.base_model)
+                # A tiny base reused from another run folder sits in <run>/base: name it after the run folder.
+                base_name = base_path.parent.name if base_path.name == "base" else base_path.name
+                base_name = "tiny-qwen2" if settings.base_model == TINY_BASE else base_name.lower()
+                name = f"ssm-adapter-{base_name}-{settings.task}.md"
                 Path(model_card_dir).mkdir(parents=True, exist_ok=True)
                 (Path(model_card_dir) / name).write_text(card)
     return summary

@@ -61,6 +61,27 @@ class SSMAdapter(nn.Module):
             nn.init.zeros_(self.out_proj.weight)
         else:
             self.classifier = nn.Linear(hidden_size, config.num_labels)
+        self.set_trainable(True)  # also raises on a frozen_mixer_parameters name that matches nothing
+
+    def frozen_parameter_names(self) -> list[str]:
+        """Mixer parameters named (or prefixed) by `config.frozen_mixer_parameters`, as `mixer.<name>`."""
+        out = []
+        names = [n for n, _ in self.mixer.named_parameters()]
+        for prefix in self.config.frozen_mixer_parameters:
+            matched = [n for n in names if n == prefix or n.startswith(prefix + ".")]
+            if not matched:
+                raise ValueError(
+                    f"`frozen_mixer_parameters` entry {prefix!r} matches no parameter of the {self.config.mixer} "
+                    f"mixer; its parameters: {names}"
+                )
+            out.extend(f"mixer.{n}" for n in matched)
+        return out
+
+    def set_trainable(self, trainable: bool = True) -> None:
+        """requires_grad on every parameter except the frozen mixer parameters (never trainable)."""
+        frozen = set(self.frozen_parameter_names())
+        for name, param in self.named_parameters():
+            param.requires_grad_(trainable and name not in frozen)
 
     def forward(self, hidden_states: torch.Tensor, state=None, mask: torch.Tensor | None = None):
         dtype = self.norm.weight.dtype

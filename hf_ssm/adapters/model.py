@@ -232,7 +232,8 @@ class SSMAdapterModel(nn.Module):
         return self.base_model.generate(*args, **kwargs)
 
     def adapter_parameters(self) -> list[nn.Parameter]:
-        return list(self.ssm_adapter.parameters())
+        """The adapter's trainable parameters (frozen mixer parameters excluded)."""
+        return [p for p in self.ssm_adapter.parameters() if p.requires_grad]
 
     def num_parameters_summary(self) -> dict:
         """{"trainable": ..., "adapter": ..., "total": ...} parameter counts."""
@@ -339,7 +340,7 @@ def load_ssm_adapter(model: nn.Module, adapter_directory: str | os.PathLike, is_
             f"wrong shape {wrong}"
         )
     adapted.ssm_adapter.load_state_dict({k[len(WEIGHTS_PREFIX) :]: v for k, v in tensors.items()})
-    adapted.ssm_adapter.requires_grad_(is_trainable)
+    adapted.ssm_adapter.set_trainable(is_trainable)
     return adapted
 
 
