@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .state_tracking import PermutationGroupTask, get_task
+from .state_tracking import PermutationGroupTask, get_task, permutation_cycles
 
 __all__ = [
     "NL_TASK_NAMES",
@@ -127,20 +127,6 @@ _CUPS = {
 }
 
 
-def _cycles(perm: tuple[int, ...]) -> list[list[int]]:
-    seen, out = set(), []
-    for start in range(len(perm)):
-        if start in seen or perm[start] == start:
-            continue
-        cycle, i = [], start
-        while i not in seen:
-            seen.add(i)
-            cycle.append(i)
-            i = perm[i]
-        out.append(cycle)
-    return out
-
-
 def cup_templates(perm: tuple[int, ...]) -> tuple[str, ...]:
     """Sentences for the cup permutation `perm` (the cup at position i moves to position perm[i])."""
     n = len(perm)
@@ -155,7 +141,7 @@ def cup_templates(perm: tuple[int, ...]) -> tuple[str, ...]:
             "Every cup slides one place to the left, and the front cup moves to the end.",
             "{name} shifts all the cups one place to the left, putting the front cup last.",
         )
-    cycles = _cycles(perm)
+    cycles = permutation_cycles(perm)
     if all(len(c) == 2 for c in cycles) and len(cycles) == 1:
         ((i, j),) = cycles
         a, b = ORDINALS[i], ORDINALS[j]

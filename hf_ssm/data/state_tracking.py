@@ -354,7 +354,8 @@ def _perm_sign_even(p: tuple[int, ...]) -> bool:
     return inversions % 2 == 0
 
 
-def _cycle_notation(p: tuple[int, ...]) -> str:
+def permutation_cycles(p: tuple[int, ...]) -> list[list[int]]:
+    """The non-trivial cycles of a permutation, each starting at its smallest point: (1, 2, 0) -> [[0, 1, 2]]."""
     seen, cycles = set(), []
     for start in range(len(p)):
         if start in seen or p[start] == start:
@@ -364,7 +365,12 @@ def _cycle_notation(p: tuple[int, ...]) -> str:
             seen.add(i)
             cyc.append(i)
             i = p[i]
-        cycles.append("(" + " ".join(map(str, cyc)) + ")")
+        cycles.append(cyc)
+    return cycles
+
+
+def _cycle_notation(p: tuple[int, ...]) -> str:
+    cycles = ["(" + " ".join(map(str, cyc)) + ")" for cyc in permutation_cycles(p)]
     return "".join(cycles) if cycles else "e"
 
 
