@@ -24,9 +24,14 @@ import sys
 import time
 from pathlib import Path
 
-from hf_ssm.training.checkpointing import latest_checkpoint
 from hf_ssm.training.finetune import FinetuneSettings, finetune, prepare_finetuning
-from hf_ssm.training.lm import add_settings_arguments, configure_cpu_threads, make_accelerator, settings_from_args
+from hf_ssm.training.lm import (
+    add_settings_arguments,
+    check_run_folder_arguments,
+    configure_cpu_threads,
+    make_accelerator,
+    settings_from_args,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,11 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         settings.validate()
     except ValueError as err:
         parser.error(str(err))
-    if args.resume and args.output_dir is None:
-        parser.error("--resume needs --output_dir (the run folder to continue)")
-    if not args.resume and args.output_dir and latest_checkpoint(Path(args.output_dir) / "checkpoints"):
-        parser.error(f"{args.output_dir} holds checkpoints of an earlier run: pass --resume, or another --output_dir")
     try:
+        check_run_folder_arguments(args.resume, args.output_dir)
         configure_cpu_threads(args.cpu_threads)
     except ValueError as err:
         parser.error(str(err))

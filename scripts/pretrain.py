@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-from hf_ssm.training.checkpointing import latest_checkpoint
 from hf_ssm.training.lm import (
     PretrainSettings,
     add_settings_arguments,
+    check_run_folder_arguments,
     configure_cpu_threads,
     make_accelerator,
     prepare_pretraining,
@@ -70,11 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         settings.validate()
     except (ValueError, argparse.ArgumentTypeError) as err:
         parser.error(str(err))
-    if args.resume and args.output_dir is None:
-        parser.error("--resume needs --output_dir (the run folder to continue)")
-    if not args.resume and args.output_dir and latest_checkpoint(Path(args.output_dir) / "checkpoints"):
-        parser.error(f"{args.output_dir} holds checkpoints of an earlier run: pass --resume, or another --output_dir")
     try:
+        check_run_folder_arguments(args.resume, args.output_dir)
         configure_cpu_threads(args.cpu_threads)
     except ValueError as err:
         parser.error(str(err))

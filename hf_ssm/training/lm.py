@@ -273,6 +273,15 @@ def make_accelerator(mixed_precision: str = "auto"):
     return Accelerator(mixed_precision=mixed_precision, cpu=not torch.cuda.is_available())
 
 
+def check_run_folder_arguments(resume: bool, output_dir: str | None) -> None:
+    """The --resume / --output_dir rules of the training scripts: resuming needs a folder, and a fresh run never
+    starts in a folder that holds another run's checkpoints. Raises ValueError."""
+    if resume and output_dir is None:
+        raise ValueError("--resume needs --output_dir (the run folder to continue)")
+    if not resume and output_dir and latest_checkpoint(Path(output_dir) / "checkpoints"):
+        raise ValueError(f"{output_dir} holds checkpoints of an earlier run: pass --resume, or another --output_dir")
+
+
 def configure_cpu_threads(threads: int = 0) -> int:
     """Set torch's intra-op threads for a CPU run and return the number used (no-op with a GPU: returns 0).
 
