@@ -468,6 +468,7 @@ def _model_pair(pattern, **overrides):
 
 MODEL_CASES = {
     "pd_ssm": ("PA", {}),
+    "pd_ssm learned start, real D": ("P", {"pd_ssm_initial_state": "learned", "pd_ssm_diagonal": "magnitude"}),
     "bd_lru+h_lru": ("BH", {"lru_state_size": 6, "lru_block_size": 3}),
     "diag_lru": ("D", {"lru_state_size": 6}),
     "lrc_ssm": ("L", {"lrc_state_size": 6}),

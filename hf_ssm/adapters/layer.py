@@ -12,7 +12,6 @@ from torch import nn
 
 from ..modeling import SSM_MIXER_CLASSES, HybridSSMConfig
 from ..modeling.attention import HybridSSMRMSNorm
-from ..modeling.mixer_pd_ssm import PDSSMMixer
 from .config import SSMAdapterConfig
 
 # near_identity_init of a PD-SSM mixer: a diagonal added to every dictionary matrix (P = argmax down each column
@@ -20,20 +19,25 @@ from .config import SSMAdapterConfig
 # |D| = sigmoid(10) ~ 1 - 5e-5, arg D = 2 pi sigmoid(-10) ~ 3e-4 rad, so a thousand filler tokens barely move
 # the state. Everything stays trainable. A D learnt from a moderate start (bias +-6) fits the training lengths
 # quickly but stays too imprecise to extrapolate; the exact permutations P do not drift.
-PD_IDENTITY_DIAGONAL = 1.0
-PD_MAGNITUDE_BIAS = 10.0
-PD_PHASE_BIAS = -10.0
+# Settings in `mixer_settings` win over these.
+PD_NEAR_IDENTITY_SETTINGS = {
+    "pd_ssm_dictionary_diagonal_init": 1.0,
+    "pd_ssm_magnitude_bias_init": 10.0,
+    "pd_ssm_phase_bias_init": -10.0,
+}
 
 
 def mixer_config(config: SSMAdapterConfig, hidden_size: int) -> HybridSSMConfig:
     """The one-layer HybridSSMConfig the adapter's mixer is built from."""
+    near_identity = config.near_identity_init and config.mixer == "pd_ssm"
+    settings = {**(PD_NEAR_IDENTITY_SETTINGS if near_identity else {}), **config.mixer_settings}
     return HybridSSMConfig(
         vocab_size=1,  # unused: the mixer never sees token ids
         hidden_size=hidden_size,
         intermediate_size=1,
         num_hidden_layers=1,
         mixers=[config.mixer],
-        **config.mixer_settings,
+        **settings,
     )
 
 
@@ -42,7 +46,7 @@ class SSMAdapter(nn.Module):
 
     output is the residual update W_out Mixer(Norm(h)) (B, T, d) for readout "lm_head", or class logits
     W_cls Mixer(Norm(h)) (B, T, num_labels) for readout "classifier". `state` is the mixer's recurrent state
-    (None = start from zeros); masked-out positions (padding) leave it unchanged.
+    (None = the mixer's initial state); masked-out positions (padding) leave it unchanged.
     """
 
     def __init__(self, config: SSMAdapterConfig, hidden_size: int):
@@ -50,11 +54,6 @@ class SSMAdapter(nn.Module):
         self.config = config
         self.norm = HybridSSMRMSNorm(hidden_size, eps=config.norm_eps)
         self.mixer = SSM_MIXER_CLASSES[config.mixer](mixer_config(config, hidden_size), 0)
-        if config.near_identity_init and isinstance(self.mixer, PDSSMMixer):
-            with torch.no_grad():
-                self.mixer.dictionary.add_(PD_IDENTITY_DIAGONAL * torch.eye(self.mixer.state_size))
-                self.mixer.magnitude.down_bias.fill_(PD_MAGNITUDE_BIAS)
-                self.mixer.phase.down_bias.fill_(PD_PHASE_BIAS)
         if config.readout == "lm_head":
             self.out_proj = nn.Linear(hidden_size, hidden_size, bias=False)
             # Zero init: a freshly attached adapter adds exactly 0, so the base's logits are bit-identical.

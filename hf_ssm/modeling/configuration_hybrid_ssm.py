@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
 
 ATTENTION = "attention"
 # Every SSM mixer the modeling code implements. A layer's mixer is one of these or ATTENTION.
 SSM_MIXERS = ("pd_ssm", "lrc_ssm", "gru_ssm", "mgu_ssm", "lstm_ssm", "bd_lru", "h_lru", "diag_lru")
+# What the PD-SSM diagonal D may be: both magnitude and phase learnt, magnitude only (arg D = 0), or D = 1.
+PD_SSM_DIAGONALS = ("complex", "magnitude", "unit")
+PD_SSM_INITIAL_STATES = ("zeros", "one_hot", "learned")
 # Short pattern letters: "A" is attention, "S" the config's `ssm_mixer`; the rest name a mixer directly.
 PATTERN_LETTERS = {
     "A": ATTENTION,
@@ -72,6 +77,20 @@ class HybridSSMConfig(PretrainedConfig):
         pd_ssm_mlp_width: hidden width of the magnitude and phase MLPs (default 2N).
         pd_ssm_magnitude_bias_init / pd_ssm_phase_bias_init: initial output biases of the magnitude and phase MLPs,
             i.e. where D starts: |D| = sigmoid(magnitude bias), arg D = 2 pi sigmoid(phase bias).
+        pd_ssm_diagonal: what D may be. `"complex"` (default, DESIGN §4): |D| and arg D both learnt. `"magnitude"`:
+            arg D = 0 exactly (no phase MLP), so every rotation of the state is a permutation P; a learnt phase
+            can only approximate a flip or a 1/5 turn, and that error grows with the sequence length. `"unit"`:
+            D = 1 (no MLPs), the permutation-only ablation.
+        pd_ssm_initial_state: x_0 of every head when no state is passed in. `"zeros"` (default, DESIGN §4);
+            `"one_hot"`: x_0 = e_0, the start state of an automaton (the PD-SSM authors' state-tracking code);
+            `"learned"`: a trained complex vector per head, starting at e_0. From a one-hot start the permutations
+            alone carry an automaton's state; from zeros the inputs B u_t must also be tuned to (A_t - I) v to
+            telescope, and any mismatch accumulates with the length. A learned x_0 with distinct entries lets the
+            state name a whole permutation (P_t ... P_1 x_0), e.g. an A5 element with N = 5.
+        pd_ssm_dictionary_diagonal_init: added to the diagonal of every dictionary matrix at initialisation
+            (default 0: DESIGN's N(0, 1/N)). About 1 makes P start as the identity for every input, so the layer
+            starts as a plain memory and inputs learn to move the state away from it (an exact, non-drifting
+            permutation) instead of rotating it with the phase of D.
         lrc_state_size: state channels D of lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm (LSTM: (c, h) per channel).
         lrc_input_term: keep the input term W_eps u in the LRC elastance eps (the released code drops it).
         lrc_solver: `"deer"` (Newton over the whole sequence, default) or `"sequential"` (a plain loop of exact
@@ -128,6 +147,9 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_mlp_width: int | None = None
     pd_ssm_magnitude_bias_init: float = 0.0
     pd_ssm_phase_bias_init: float = 0.0
+    pd_ssm_dictionary_diagonal_init: float = 0.0
+    pd_ssm_diagonal: str = "complex"
+    pd_ssm_initial_state: str = "zeros"
     lrc_state_size: int = 64
     lrc_input_term: bool = True
     lrc_solver: str = "deer"
@@ -210,8 +232,20 @@ class HybridSSMConfig(PretrainedConfig):
         if "pd_ssm" in self.mixers:
             for name in ("pd_ssm_num_heads", "pd_ssm_state_size", "pd_ssm_dict_size", "pd_ssm_mlp_width"):
                 _positive_int(name, getattr(self, name))
+            if self.pd_ssm_diagonal not in PD_SSM_DIAGONALS:
+                raise ValueError(
+                    f"`pd_ssm_diagonal` must be one of {list(PD_SSM_DIAGONALS)}, got {self.pd_ssm_diagonal!r}"
+                )
+            if self.pd_ssm_initial_state not in PD_SSM_INITIAL_STATES:
+                raise ValueError(
+                    f"`pd_ssm_initial_state` must be one of {list(PD_SSM_INITIAL_STATES)}, "
+                    f"got {self.pd_ssm_initial_state!r}"
+                )
             if not self.pd_ssm_temperature > 0:
                 raise ValueError(f"`pd_ssm_temperature` must be > 0, got {self.pd_ssm_temperature!r}")
+            for name in ("pd_ssm_magnitude_bias_init", "pd_ssm_phase_bias_init", "pd_ssm_dictionary_diagonal_init"):
+                if not (_is_number(getattr(self, name)) and math.isfinite(getattr(self, name))):
+                    raise ValueError(f"`{name}` must be a finite number, got {getattr(self, name)!r}")
         if any(m in self.mixers for m in LRC_MIXERS):
             _positive_int("lrc_state_size", self.lrc_state_size)
             _positive_int("deer_max_iter", self.deer_max_iter)

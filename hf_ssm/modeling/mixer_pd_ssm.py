@@ -5,6 +5,7 @@ Per head (H heads, state N each), with u_t the layer input (B, T, d):
   M_t   = sum_k s_{t,k} M_k                  soft N x N matrix
   P_t   = hardmax of M_t down each column    forward; backward: softmax(M_t / tau) down each column
   |D_t| = sigmoid(MLP_mag(u_t)), arg D_t = 2 pi sigmoid(MLP_phase(u_t))
+          (config.pd_ssm_diagonal: "complex" as here; "magnitude": arg D_t = 0; "unit": D_t = 1)
   x_t   = P_t D_t x_{t-1} + B u_t,   y_t = Re(C x_t) + D_skip * u_t
 
 The scan sees P only as indices (idx_t[j] = argmax_i M_t[i, j]); Re(C x) is a real linear map of
@@ -45,6 +46,7 @@ class PDSSMMixer(nn.Module):
     forward(hidden_states (B, T, d), state (B, H, N) complex64 or None, mask (B, T) bool or None)
         -> (output (B, T, d), final state (B, H, N) complex64)
     Masked-out positions (padding) get the identity transition and zero input, so they never change the state.
+    state None starts from `initial_state` (config.pd_ssm_initial_state: zeros, e_0 per head, or a learned x_0).
     """
 
     state_dtype = torch.complex64
@@ -58,18 +60,41 @@ class PDSSMMixer(nn.Module):
         self.dict_size = k = config.pd_ssm_dict_size
         self.temperature = config.pd_ssm_temperature
         self.scan_backend = getattr(config, "scan_backend", "auto")
+        self.initial_state_kind = getattr(config, "pd_ssm_initial_state", "zeros")
+        if self.initial_state_kind == "learned":
+            # x_0 as [real, imag] pairs (H, N, 2); starts at e_0 (also when HybridSSMPreTrainedModel re-initialises it)
+            self.learned_initial_state = nn.Parameter(self.one_hot_initial_state())
         self.selection = nn.Linear(d, h * k, bias=False)
         self.dictionary = nn.Parameter(torch.empty(h, k, n, n))
         # Bias inits set where D starts: sigmoid(magnitude bias) = |D|, 2 pi sigmoid(phase bias) = arg D.
-        self.magnitude = HeadwiseMLP(d, h, config.pd_ssm_mlp_width, n, config.pd_ssm_magnitude_bias_init)
-        self.phase = HeadwiseMLP(d, h, config.pd_ssm_mlp_width, n, config.pd_ssm_phase_bias_init)
+        # A variant without a learnt phase (or magnitude) has no MLP for it at all.
+        self.diagonal_kind = getattr(config, "pd_ssm_diagonal", "complex")
+        width = config.pd_ssm_mlp_width
+        if self.diagonal_kind in ("complex", "magnitude"):
+            self.magnitude = HeadwiseMLP(d, h, width, n, config.pd_ssm_magnitude_bias_init)
+        if self.diagonal_kind == "complex":
+            self.phase = HeadwiseMLP(d, h, width, n, config.pd_ssm_phase_bias_init)
         self.input_proj = nn.Linear(d, 2 * h * n, bias=False)  # complex B: real and imaginary parts
         self.output_proj = nn.Linear(2 * h * n, d, bias=False)  # Re(C x) = [C_re, -C_im] [Re x; Im x]
         self.skip = nn.Parameter(torch.ones(d))
+        self.dictionary_diagonal_init = float(getattr(config, "pd_ssm_dictionary_diagonal_init", 0.0))
         nn.init.normal_(self.dictionary, std=1.0 / math.sqrt(n))
+        with torch.no_grad():
+            self.dictionary.diagonal(dim1=-2, dim2=-1).add_(self.dictionary_diagonal_init)
+
+    def one_hot_initial_state(self, device=None) -> torch.Tensor:
+        """e_0 in every head as [real, imag] pairs: (H, N, 2) float32."""
+        x0 = torch.zeros(self.num_heads, self.state_size, 2, device=device)
+        x0[:, 0, 0] = 1
+        return x0
 
     def initial_state(self, batch_size: int, device=None) -> torch.Tensor:
-        return torch.zeros(batch_size, self.num_heads, self.state_size, dtype=self.state_dtype, device=device)
+        """x_0: (B, H, N) complex64; zeros, e_0 in every head, or the learned x_0 (differentiable)."""
+        shape = (batch_size, self.num_heads, self.state_size)
+        if self.initial_state_kind == "zeros":
+            return torch.zeros(shape, dtype=self.state_dtype, device=device)
+        pairs = self.learned_initial_state if self.initial_state_kind == "learned" else self.one_hot_initial_state()
+        return torch.view_as_complex(pairs.float().to(device).contiguous()).expand(shape)
 
     def transitions(self, u: torch.Tensor):
         """Sparse transitions of input u (B, T, d).
@@ -90,7 +115,12 @@ class PDSSMMixer(nn.Module):
 
     def diagonal(self, u: torch.Tensor) -> torch.Tensor:
         """D_t: (B, T, H, N) complex64, |D| = sigmoid(MLP_mag(u)), arg D = 2 pi sigmoid(MLP_phase(u))."""
+        batch, steps, _ = u.shape
+        if self.diagonal_kind == "unit":
+            return torch.ones(batch, steps, self.num_heads, self.state_size, dtype=self.state_dtype, device=u.device)
         magnitude = torch.sigmoid(self.magnitude(u).float())
+        if self.diagonal_kind == "magnitude":
+            return torch.complex(magnitude, torch.zeros_like(magnitude))
         angle = (2 * math.pi) * torch.sigmoid(self.phase(u).float())
         return torch.polar(magnitude, angle)
 
@@ -112,6 +142,8 @@ class PDSSMMixer(nn.Module):
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
             # Under autocast the input may be bf16 while the weights are float32: run this layer in the weights' dtype.
             u = hidden_states.to(self.selection.weight.dtype)
+            if state is None and self.initial_state_kind != "zeros":
+                state = self.initial_state(batch, u.device)
             if resolve_backend(self.scan_backend, u.device) == "triton":
                 x0 = None if state is None else state.to(self.state_dtype)
                 states, final = self._generated_scan(u, x0, mask)

@@ -35,7 +35,8 @@ from .packing import PackedDocuments
 
 # Mixer name -> class. Every SSM mixer takes (config, layer_idx) and implements
 #   forward(hidden_states (B, T, d), state=None, mask=None) -> (output (B, T, d), final_state)
-# where `state` is the mixer's own fixed-size recurrent state (None = start from zeros) and `mask` (B, T) bool
+# where `state` is the mixer's own fixed-size recurrent state (None = the mixer's initial state, zeros unless its
+# config says otherwise) and `mask` (B, T) bool
 # marks real tokens; padding must leave the state unchanged.
 SSM_MIXER_CLASSES: dict[str, type[nn.Module]] = {
     "pd_ssm": PDSSMMixer,
@@ -106,7 +107,12 @@ class HybridSSMPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, PDSSMMixer):
-            init.normal_(module.dictionary, mean=0.0, std=module.state_size**-0.5)
+            # One guarded copy (init.copy_ skips weights loaded from a checkpoint): N(0, 1/N) plus the diagonal.
+            eye = torch.eye(module.state_size, device=module.dictionary.device, dtype=module.dictionary.dtype)
+            start = torch.randn_like(module.dictionary) * module.state_size**-0.5
+            init.copy_(module.dictionary, start + module.dictionary_diagonal_init * eye)
+            if module.initial_state_kind == "learned":
+                init.copy_(module.learned_initial_state, module.one_hot_initial_state(module.dictionary.device))
             init.ones_(module.skip)
         elif isinstance(module, HeadwiseMLP):
             init.normal_(module.down_weight, mean=0.0, std=self.config.initializer_range)
