@@ -10,6 +10,12 @@ selective LRU), offline, a few minutes on a 2-core CPU. Examples:
 
 Each run writes <output_dir>/<task>_<mixer>/ with settings.json, results.json, accuracy_vs_length.png, the
 model (save_pretrained) and resumable checkpoints; a suite also writes comparison.{md,json,png}.
+
+Model selection (hf_ssm/training/state_tracking.py): every --eval_every steps the model is scored on held-out
+validation sequences at the test lengths (--validation_lengths test, the default; "train" selects on the
+training lengths instead), and the best-scoring weights are kept. --restarts R trains seeds seed..seed+R-1 in
+seed_<s>/ folders and keeps the restart with the best validation accuracy. The test sequences use their own seed
+and are scored once, at the end.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from hf_ssm.training.state_tracking import (
     StateTrackingSettings,
     plot_accuracy_vs_length,
     results_table,
-    train_state_tracking,
+    train_with_restarts,
 )
 
 DEFAULT_TASKS = ["parity", "cycle_navigation"]
@@ -87,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     all_results = []
     for settings in runs:
         run_dir = out / f"{settings.task}_{settings.mixer}" if suite else out
-        all_results.append(train_state_tracking(settings, run_dir, resume=args.resume))
+        all_results.append(train_with_restarts(settings, run_dir, resume=args.resume))
         print(f"\n{settings.task} / {settings.mixer}: written to {run_dir}")
         print(results_table(all_results[-1:]))
     if suite:

@@ -322,6 +322,20 @@ def test_train_adapter_script_smoke_run(tmp_path):
     assert "| ssm |" in result.stdout and "| chance |" in result.stdout
     bad = subprocess.run([*args, "--task", "dyck"], capture_output=True, text=True, env=env, cwd=root, timeout=120)
     assert bad.returncode == 2 and "`task` must be one of" in bad.stderr
+    bad = subprocess.run(
+        [*args, "--initial_state", "e1"], capture_output=True, text=True, env=env, cwd=root, timeout=120
+    )
+    assert bad.returncode == 2 and "`initial_state` must be one of" in bad.stderr
+
+
+def test_adapter_mixer_settings_override_the_near_identity_start():
+    """near_identity_init supplies D's start and the identity diagonal, but explicit mixer_settings win."""
+    from hf_ssm.adapters.layer import SSMAdapter
+
+    config = adapter_config(mixer_settings={"pd_ssm_state_size": 4, "pd_ssm_magnitude_bias_init": 2.0})
+    mixer = SSMAdapter(config, 32).mixer
+    assert torch.all(mixer.magnitude.down_bias == 2.0) and torch.all(mixer.phase.down_bias == -10.0)
+    assert mixer.dictionary_diagonal_init == 1.0
 
 
 @torch.no_grad()

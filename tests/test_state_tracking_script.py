@@ -12,7 +12,12 @@ import pytest
 import torch
 
 from hf_ssm import HybridSSMForTokenClassification
-from hf_ssm.training.state_tracking import StateTrackingSettings, length_buckets, train_state_tracking
+from hf_ssm.training.state_tracking import (
+    StateTrackingSettings,
+    length_buckets,
+    train_state_tracking,
+    train_with_restarts,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_state_tracking.py"
@@ -20,7 +25,7 @@ TINY = [
     "--hidden_size", "16", "--state_size", "4", "--dict_size", "4", "--batch_size", "8",
     "--max_steps", "6", "--eval_every", "3", "--save_every", "3", "--num_buckets", "2",
     "--eval_samples_per_bucket", "8", "--train_max_length", "12", "--test_min_length", "12",
-    "--test_max_length", "30",
+    "--test_max_length", "30", "--restarts", "2",
 ]  # fmt: skip
 
 
@@ -65,6 +70,8 @@ def test_suite_writes_comparison(tmp_path):
         (["--task", "a5", "--num_generators", "60"], "num_generators"),
         (["--task", "parity", "--train_max_length", "300"], "train_max_length"),
         (["--task", "parity", "--mixer", "lstm"], "unknown mixer"),
+        (["--task", "parity", "--validation_lengths", "all"], "validation_lengths"),
+        (["--task", "parity", "--pd_ssm_initial_state", "ones"], "pd_ssm_initial_state"),
     ],
 )
 def test_bad_arguments_exit_with_clear_message(args, message, tmp_path):
@@ -103,9 +110,106 @@ def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkey
     assert [h["step"] for h in resumed["history"]] == [h["step"] for h in full["history"]] == [2, 4, 6, 8]
     for a, b in zip(resumed["history"], full["history"]):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-6)
+    # the best-validation weights found before the interruption travel in the checkpoint
+    assert resumed["best_step"] == full["best_step"] and resumed["validation"] == full["validation"]
 
 
 def test_length_buckets_cover_range_without_gaps():
     buckets = length_buckets(40, 256, 6)
     assert buckets[0][0] == 40 and buckets[-1][1] == 256
     assert all(b[0] == a[1] + 1 for a, b in zip(buckets, buckets[1:]))
+
+
+def test_best_validation_weights_are_the_ones_tested_and_saved(tmp_path, monkeypatch):
+    """Validation runs on held-out test-length sequences; the best-scoring weights (not the last) are kept."""
+    import hf_ssm.training.state_tracking as st
+
+    settings = StateTrackingSettings(
+        task="parity", hidden_size=16, state_size=4, dict_size=4, batch_size=8, eval_every=2, num_buckets=2,
+        eval_samples_per_bucket=8, val_samples_per_bucket=4, train_max_length=12, test_min_length=12,
+        test_max_length=20, target_accuracy=1.0, max_steps=6, save_every=0,
+    )  # fmt: skip
+    real_evaluate, seen, snapshots = st.evaluate, [], []
+    scripted = iter([0.3, 0.8, 0.5])  # validation accuracy at steps 2, 4, 6: step 4 is the best
+
+    def scripted_evaluate(model, settings_, buckets, seed, device, samples_per_bucket):
+        seen.append((list(buckets), seed, samples_per_bucket))
+        if seed == st.TEST_SEED:
+            return real_evaluate(model, settings_, buckets, seed, device, samples_per_bucket)
+        snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
+        return {"buckets": [], "mean_accuracy": next(scripted)}
+
+    monkeypatch.setattr(st, "evaluate", scripted_evaluate)
+    results = train_state_tracking(settings, tmp_path)
+    test_buckets = [(12, 15), (16, 20)]
+    assert seen[:3] == [(test_buckets, st.VALIDATION_SEED, 4)] * 3 and seen[3] == (test_buckets, st.TEST_SEED, 8)
+    assert results["best_step"] == 4 and results["validation"] == {"lengths": "test", "accuracy": 0.8}
+    saved = HybridSSMForTokenClassification.from_pretrained(tmp_path / "model").state_dict()
+    assert all(torch.equal(saved[k], snapshots[1][k]) for k in snapshots[1])
+    assert not all(torch.equal(saved[k], snapshots[2][k]) for k in snapshots[2])
+
+
+def test_validation_on_training_lengths_uses_one_training_length_bucket(tmp_path, monkeypatch):
+    import hf_ssm.training.state_tracking as st
+
+    settings = StateTrackingSettings(
+        task="parity", hidden_size=16, state_size=4, dict_size=4, batch_size=8, eval_every=2, num_buckets=1,
+        eval_samples_per_bucket=4, train_max_length=12, test_min_length=12, test_max_length=20, max_steps=2,
+        validation_lengths="train", save_every=0,
+    )  # fmt: skip
+    real_evaluate, seen = st.evaluate, []
+
+    def recording_evaluate(model, settings_, buckets, seed, device, samples_per_bucket):
+        seen.append(list(buckets))
+        return real_evaluate(model, settings_, buckets, seed, device, samples_per_bucket)
+
+    monkeypatch.setattr(st, "evaluate", recording_evaluate)
+    train_state_tracking(settings, tmp_path)
+    assert seen == [[(3, 12)], [(12, 20)]]
+
+
+def _scripted_validation(monkeypatch, accuracy_by_seed: dict[int, float]):
+    """Make every validation of seed s score accuracy_by_seed[s]; tests run for real."""
+    import hf_ssm.training.state_tracking as st
+
+    real_evaluate, current = st.evaluate, {}
+    real_train = st.train_state_tracking
+
+    def train(settings, run_dir, accelerator=None, resume=False):
+        current["seed"] = settings.seed
+        return real_train(settings, run_dir, accelerator, resume)
+
+    def evaluate(model, settings_, buckets, seed, device, samples_per_bucket):
+        if seed == st.TEST_SEED:
+            return real_evaluate(model, settings_, buckets, seed, device, samples_per_bucket)
+        return {"buckets": [], "mean_accuracy": accuracy_by_seed[current["seed"]]}
+
+    monkeypatch.setattr(st, "evaluate", evaluate)
+    monkeypatch.setattr(st, "train_state_tracking", train)
+
+
+RESTART_SETTINGS = dict(
+    task="parity", hidden_size=16, state_size=4, dict_size=4, batch_size=8, eval_every=2, num_buckets=1,
+    eval_samples_per_bucket=4, val_samples_per_bucket=4, train_max_length=12, test_min_length=12,
+    test_max_length=20, max_steps=2, save_every=0, seed=5, restarts=3, target_accuracy=0.95,
+)  # fmt: skip
+
+
+def test_restarts_keep_the_seed_with_the_best_validation_accuracy(tmp_path, monkeypatch):
+    _scripted_validation(monkeypatch, {5: 0.4, 6: 0.9, 7: 0.6})
+    results = train_with_restarts(StateTrackingSettings(**RESTART_SETTINGS), tmp_path)
+    assert results["seed"] == 6 and [r["seed"] for r in results["restarts"]] == [5, 6, 7]
+    assert results["train_seconds"] == pytest.approx(sum(r["train_seconds"] for r in results["restarts"]))
+    kept = HybridSSMForTokenClassification.from_pretrained(tmp_path / "model").state_dict()
+    seed_6 = HybridSSMForTokenClassification.from_pretrained(tmp_path / "seed_6" / "model").state_dict()
+    seed_5 = HybridSSMForTokenClassification.from_pretrained(tmp_path / "seed_5" / "model").state_dict()
+    assert all(torch.equal(kept[k], seed_6[k]) for k in kept)
+    assert not all(torch.equal(kept[k], seed_5[k]) for k in kept)
+    assert json.loads((tmp_path / "results.json").read_text())["seed"] == 6
+
+
+def test_restarts_stop_once_validation_reaches_the_target(tmp_path, monkeypatch):
+    _scripted_validation(monkeypatch, {5: 0.3, 6: 0.97, 7: 1.0})
+    results = train_with_restarts(StateTrackingSettings(**RESTART_SETTINGS), tmp_path)
+    assert results["seed"] == 6 and [r["seed"] for r in results["restarts"]] == [5, 6]
+    assert not (tmp_path / "seed_7").exists()

@@ -41,6 +41,7 @@ from ..data.nl_state_tracking import (
     narrative_corpus,
     task_vocabulary,
 )
+from ..modeling.configuration_hybrid_ssm import PD_SSM_INITIAL_STATES
 from ..training.checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
 from .config import SSMAdapterConfig
 from .layer import SSMAdapter
@@ -81,6 +82,9 @@ class AdapterExperimentSettings:
     num_heads: int = 2
     dict_size: int = 16
     temperature: float = 0.1
+    # PD-SSM x_0 (HybridSSMConfig.pd_ssm_initial_state): "zeros" (DESIGN §4), "one_hot" (an automaton's start
+    # state) or "learned"
+    initial_state: str = "zeros"
     # Mixer parameters kept at their (near-identity) start: for the PD-SSM, D's magnitude and phase MLPs, so the
     # state is carried by the exact permutations P (a trained D fits the training lengths but drifts on longer
     # stories; RESULTS.md). "" trains everything.
@@ -122,6 +126,10 @@ class AdapterExperimentSettings:
             raise ValueError(f"`answer_loss` must be one of {list(ANSWER_LOSSES)}, got {self.answer_loss!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"`dtype` must be one of {list(DTYPES)}, got {self.dtype!r}")
+        if self.initial_state not in PD_SSM_INITIAL_STATES:
+            raise ValueError(
+                f"`initial_state` must be one of {list(PD_SSM_INITIAL_STATES)}, got {self.initial_state!r}"
+            )
         unknown = [m for m in self.method_list() if m not in METHODS]
         if unknown or not self.method_list():
             raise ValueError(f"`methods` must be a comma-separated subset of {list(METHODS)}, got {self.methods!r}")
@@ -173,6 +181,7 @@ class AdapterExperimentSettings:
                 "pd_ssm_num_heads": self.num_heads,
                 "pd_ssm_dict_size": self.dict_size,
                 "pd_ssm_temperature": self.temperature,
+                "pd_ssm_initial_state": self.initial_state,
             }
         frozen = [n.strip() for n in self.frozen_mixer_parameters.split(",") if n.strip()]
         return SSMAdapterConfig(

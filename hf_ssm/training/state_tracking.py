@@ -3,15 +3,22 @@
 The model is a `HybridSSMForTokenClassification` trained on every prefix label the task defines (a dense
 signal), on lengths in [train_min, train_max]; it is evaluated on the answer at the last position of fresh
 sequences in length buckets far past the training lengths.
+
+Model selection: every `eval_every` steps the model is scored on a fixed validation set, either at the training
+lengths (`validation_lengths="train"`) or at the test lengths (`"test"`, the protocol of the PD-SSM authors'
+released code: the validation sequences are drawn with their own seed, never the test sequences). The weights
+with the best validation accuracy are the ones tested and saved; training stops early once validation reaches
+`target_accuracy` (after `min_steps`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -19,8 +26,11 @@ from tqdm.auto import tqdm
 
 from ..data import StateTrackingDataset, collate_state_tracking, get_task
 from ..modeling import HybridSSMConfig, HybridSSMForTokenClassification
-from ..modeling.configuration_hybrid_ssm import ATTENTION
+from ..modeling.configuration_hybrid_ssm import ATTENTION, PD_SSM_INITIAL_STATES
 from .checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
+
+VALIDATION_LENGTHS = ("train", "test")
+VALIDATION_SEED, TEST_SEED = 10_000, 20_000  # disjoint data seeds: validation and test never share sequences
 
 
 @dataclass
@@ -43,16 +53,24 @@ class StateTrackingSettings:
     num_buckets: int = 6
     eval_samples_per_bucket: int = 128
     batch_size: int = 64
-    max_steps: int = 600
-    learning_rate: float = 3e-3
-    weight_decay: float = 0.01
+    max_steps: int = 1000
+    # PD-SSM's x_0: "one_hot" = e_0, the automaton's start state (the authors' state-tracking code; see
+    # HybridSSMConfig.pd_ssm_initial_state), or "zeros" as in DESIGN §4. Other mixers ignore it.
+    pd_ssm_initial_state: str = "one_hot"
+    learning_rate: float = 1e-2
+    weight_decay: float = 0.0
     warmup_steps: int = 50
     grad_clip: float = 1.0
-    eval_every: int = 100
+    eval_every: int = 50
+    validation_lengths: str = "test"  # "train": select on training lengths; "test": on held-out test-length samples
+    val_samples_per_bucket: int = 64
     target_accuracy: float = 0.99
     min_steps: int = 0  # no early stop before this step (longer training sharpens |D| -> 1 for long sequences)
     save_every: int = 500
     seed: int = 0
+    # Random restarts (train_with_restarts): seeds seed, seed+1, ...; the restart with the best validation accuracy
+    # is kept, and no further restart starts once one reaches target_accuracy. The test set never takes part.
+    restarts: int = 3
     extra_config: dict = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -71,7 +89,24 @@ class StateTrackingSettings:
             raise ValueError(
                 f"test_min_length ({self.test_min_length}) is above test_max_length ({self.test_max_length})"
             )
-        for name in ("batch_size", "max_steps", "eval_every", "num_buckets", "eval_samples_per_bucket", "hidden_size"):
+        if self.pd_ssm_initial_state not in PD_SSM_INITIAL_STATES:
+            raise ValueError(
+                f"`pd_ssm_initial_state` must be one of {list(PD_SSM_INITIAL_STATES)}, got {self.pd_ssm_initial_state!r}"
+            )
+        if self.validation_lengths not in VALIDATION_LENGTHS:
+            raise ValueError(
+                f"`validation_lengths` must be one of {list(VALIDATION_LENGTHS)}, got {self.validation_lengths!r}"
+            )
+        for name in (
+            "batch_size",
+            "max_steps",
+            "eval_every",
+            "num_buckets",
+            "eval_samples_per_bucket",
+            "val_samples_per_bucket",
+            "hidden_size",
+            "restarts",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
         if not 0 < self.target_accuracy <= 1:
@@ -94,7 +129,7 @@ def build_model(settings: StateTrackingSettings) -> HybridSSMForTokenClassificat
     mixers = [ATTENTION if ch == "A" else settings.mixer for ch in pattern]
     if settings.mixer == ATTENTION:
         mixers = [ATTENTION] * len(pattern)
-    config = HybridSSMConfig(
+    config_fields = dict(
         vocab_size=task.vocab_size,
         hidden_size=settings.hidden_size,
         intermediate_size=2 * settings.hidden_size,
@@ -105,11 +140,12 @@ def build_model(settings: StateTrackingSettings) -> HybridSSMForTokenClassificat
         pd_ssm_num_heads=settings.num_heads,
         pd_ssm_state_size=settings.state_size,
         pd_ssm_dict_size=settings.dict_size,
+        pd_ssm_initial_state=settings.pd_ssm_initial_state,
         num_labels=task.num_classes,
         id2label={i: str(i) for i in range(task.num_classes)},
         **_mixer_settings(settings),
-        **settings.extra_config,
     )
+    config = HybridSSMConfig(**{**config_fields, **settings.extra_config})  # extra_config wins
     torch.manual_seed(settings.seed)
     return HybridSSMForTokenClassification(config)
 
@@ -132,13 +168,16 @@ def _batch(dataset: StateTrackingDataset, step: int, batch_size: int, rank: int 
 
 
 @torch.no_grad()
-def evaluate(model, settings: StateTrackingSettings, buckets, seed: int, device) -> dict:
-    """Final-position accuracy (and every-prefix accuracy where labelled) for each length bucket."""
+def evaluate(model, settings: StateTrackingSettings, buckets, seed: int, device, samples_per_bucket: int) -> dict:
+    """Final-position accuracy (and every-prefix accuracy where labelled) for each length bucket.
+
+    Bucket (low, high) holds `samples_per_bucket` sequences drawn with data seed `seed + low`.
+    """
     task = get_task(settings.task, **settings.task_kwargs())
     model.eval()
     results = []
     for low, high in buckets:
-        data = StateTrackingDataset(task, settings.eval_samples_per_bucket, low, high, seed=seed + low)
+        data = StateTrackingDataset(task, samples_per_bucket, low, high, seed=seed + low)
         correct = total = prefix_correct = prefix_total = 0
         for start in range(0, len(data), settings.batch_size):
             batch = collate_state_tracking([data[i] for i in range(start, min(len(data), start + settings.batch_size))])
@@ -164,6 +203,16 @@ def evaluate(model, settings: StateTrackingSettings, buckets, seed: int, device)
         )
     model.train()
     return {"buckets": results, "mean_accuracy": sum(r["accuracy"] for r in results) / len(results)}
+
+
+BEST_WEIGHTS = "best_weights.pt"
+
+
+def _save_training_state(accelerator, folder: Path, best: dict) -> None:
+    """A resumable checkpoint: Accelerate's state plus the best-validation weights found so far."""
+    accelerator.save_state(str(folder))
+    if best["state"] is not None:
+        torch.save(best["state"], folder / BEST_WEIGHTS)
 
 
 def _lr_lambda(settings: StateTrackingSettings):
@@ -202,13 +251,20 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
     )
     checkpoints = run_dir / "checkpoints"
     start_step, history = 0, []
+    best = {"accuracy": -1.0, "step": 0, "state": None}  # the weights that will be tested and saved
     if resume and (found := latest_checkpoint(checkpoints)) is not None:
         accelerator.load_state(str(found))
         meta = read_metadata(found)
         start_step, history = meta["step"], meta["history"]
+        if (found / BEST_WEIGHTS).is_file():
+            best = {**meta["best"], "state": torch.load(found / BEST_WEIGHTS, map_location="cpu")}
         accelerator.print(f"resumed from {found} at step {start_step}")
 
-    val_buckets = [(settings.train_min_length, settings.train_max_length)]
+    test_buckets = length_buckets(settings.test_min_length, settings.test_max_length, settings.num_buckets)
+    if settings.validation_lengths == "train":
+        val_buckets = [(settings.train_min_length, settings.train_max_length)]
+    else:
+        val_buckets = test_buckets
     began = time.perf_counter()
     stopped_early = False
     progress = tqdm(
@@ -234,8 +290,14 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
         optimizer.step()
         scheduler.step()
         if (step + 1) % settings.eval_every == 0 or step + 1 == settings.max_steps:
-            val = evaluate(accelerator.unwrap_model(model), settings, val_buckets, 10_000 + step, accelerator.device)
+            unwrapped = accelerator.unwrap_model(model)
+            val = evaluate(
+                unwrapped, settings, val_buckets, VALIDATION_SEED, accelerator.device, settings.val_samples_per_bucket
+            )
             history.append({"step": step + 1, "loss": out.loss.item(), "val_accuracy": val["mean_accuracy"]})
+            if val["mean_accuracy"] >= best["accuracy"]:  # ties: the later, longer-trained weights
+                state = {k: v.detach().to("cpu", copy=True) for k, v in unwrapped.state_dict().items()}
+                best = {"accuracy": val["mean_accuracy"], "step": step + 1, "state": state}
             progress.set_postfix(loss=f"{out.loss.item():.3f}", val=f"{val['mean_accuracy']:.3f}")
             if val["mean_accuracy"] >= settings.target_accuracy and step + 1 >= settings.min_steps:
                 stopped_early = step + 1 < settings.max_steps
@@ -245,22 +307,29 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
             if accelerator.is_main_process:
                 atomic_save_dir(
                     checkpoints / f"step_{step + 1}",
-                    lambda tmp: accelerator.save_state(str(tmp)),
-                    {"step": step + 1, "history": history},
+                    lambda tmp, best=best: _save_training_state(accelerator, tmp, best),
+                    {"step": step + 1, "history": history, "best": {k: best[k] for k in ("accuracy", "step")}},
                 )
                 prune_checkpoints(checkpoints, keep=2)
     progress.close()
     train_seconds = time.perf_counter() - began
     steps_done = history[-1]["step"] if history else start_step
 
-    buckets = length_buckets(settings.test_min_length, settings.test_max_length, settings.num_buckets)
-    test = evaluate(accelerator.unwrap_model(model), settings, buckets, 20_000, accelerator.device)
+    final_model = accelerator.unwrap_model(model)
+    if best["state"] is not None:
+        final_model.load_state_dict(best["state"])
+    test = evaluate(
+        final_model, settings, test_buckets, TEST_SEED, accelerator.device, settings.eval_samples_per_bucket
+    )
     results = {
         "task": settings.task,
         "mixer": settings.mixer,
         "pattern": settings.pattern,
         "parameters": sum(p.numel() for p in accelerator.unwrap_model(model).parameters()),
+        "seed": settings.seed,
         "steps": steps_done,
+        "best_step": best["step"],
+        "validation": {"lengths": settings.validation_lengths, "accuracy": best["accuracy"]},
         "stopped_early": stopped_early,
         "train_seconds": train_seconds,
         "train_lengths": [settings.train_min_length, settings.train_max_length],
@@ -269,8 +338,58 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
     }
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        unwrapped = accelerator.unwrap_model(model)
-        atomic_save_dir(run_dir / "model", lambda tmp: unwrapped.save_pretrained(tmp), {"step": steps_done})
+        atomic_save_dir(run_dir / "model", lambda tmp: final_model.save_pretrained(tmp), {"step": best["step"]})
+        (run_dir / "results.json").write_text(json.dumps(results, indent=2))
+        plot_accuracy_vs_length([results], run_dir / "accuracy_vs_length.png")
+    return results
+
+
+def train_with_restarts(settings: StateTrackingSettings, run_dir: str | Path, resume: bool = False) -> dict:
+    """Train `settings.restarts` seeds (run_dir/seed_<s>/ each) and keep the best by validation accuracy.
+
+    Ties go to the earlier seed. Stops starting new seeds once one reaches `target_accuracy` on validation.
+    run_dir gets the kept run's model/, results.json (with every restart listed under "restarts", and
+    "train_seconds" summed over all of them) and accuracy_vs_length.png. With restarts == 1 this is exactly
+    `train_state_tracking(settings, run_dir)`.
+    """
+    from accelerate import PartialState
+
+    settings.validate()
+    run_dir = Path(run_dir)
+    if settings.restarts == 1:
+        return train_state_tracking(settings, run_dir, resume=resume)
+    runs = []
+    for offset in range(settings.restarts):
+        seeded = replace(settings, seed=settings.seed + offset, restarts=1)
+        seed_dir = run_dir / f"seed_{seeded.seed}"
+        finished = seed_dir / "results.json"
+        if resume and finished.is_file() and (seed_dir / "model").is_dir():
+            runs.append(json.loads(finished.read_text()))  # done before the interruption
+        else:
+            runs.append(train_state_tracking(seeded, seed_dir, resume=resume))
+        if runs[-1]["validation"]["accuracy"] >= settings.target_accuracy:
+            break
+    kept = max(runs, key=lambda r: (r["validation"]["accuracy"], -r["seed"]))
+    results = {
+        **kept,
+        "train_seconds": sum(r["train_seconds"] for r in runs),
+        "restarts": [
+            {
+                "seed": r["seed"],
+                "validation_accuracy": r["validation"]["accuracy"],
+                "test_mean_accuracy": r["test"]["mean_accuracy"],
+                "steps": r["steps"],
+                "train_seconds": r["train_seconds"],
+            }
+            for r in runs
+        ],
+    }
+    if PartialState().is_main_process:
+        source = run_dir / f"seed_{kept['seed']}" / "model"
+        atomic_save_dir(
+            run_dir / "model", lambda tmp: shutil.copytree(source, tmp, dirs_exist_ok=True), {"seed": kept["seed"]}
+        )
+        (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
         (run_dir / "results.json").write_text(json.dumps(results, indent=2))
         plot_accuracy_vs_length([results], run_dir / "accuracy_vs_length.png")
     return results
@@ -300,14 +419,21 @@ def plot_accuracy_vs_length(all_results: list[dict], path: str | Path) -> None:
 def results_table(all_results: list[dict]) -> str:
     """Markdown table: one row per run, one column per test length bucket."""
     buckets = all_results[0]["test"]["buckets"]
-    head = "| task | mixer | params | steps | train s | " + " | ".join(
+    head = "| task | mixer | params | seed | steps | train s | " + " | ".join(
         f"{b['min_length']}-{b['max_length']}" for b in buckets
     )
-    lines = [head + " | mean |", "|" + "---|" * (6 + len(buckets))]
+    lines = [head + " | mean |", "|" + "---|" * (7 + len(buckets))]
     for r in all_results:
         accs = " | ".join(f"{100 * b['accuracy']:.1f}" for b in r["test"]["buckets"])
         lines.append(
-            f"| {r['task']} | {r['mixer']} | {r['parameters']} | {r['steps']} | {r['train_seconds']:.0f} | "
+            f"| {r['task']} | {r['mixer']} | {r['parameters']} | {_seed_cell(r)} | {r['steps']} | "
+            f"{r['train_seconds']:.0f} | "
             f"{accs} | {100 * r['test']['mean_accuracy']:.1f} |"
         )
     return "\n".join(lines)
+
+
+def _seed_cell(result: dict) -> str:
+    """The kept seed, and how many restarts it was chosen from."""
+    tried = len(result.get("restarts", [])) or 1
+    return f"{result['seed']} ({tried} tried)" if tried > 1 else str(result["seed"])
