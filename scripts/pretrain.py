@@ -24,6 +24,7 @@ from pathlib import Path
 
 from hf_ssm.training.lm import (
     PretrainSettings,
+    add_run_folder_arguments,
     add_settings_arguments,
     check_run_folder_arguments,
     configure_cpu_threads,
@@ -36,14 +37,7 @@ from hf_ssm.training.lm import (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", default=None, help="run folder (default runs/pretrain/<preset>-<time>)")
-    parser.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
-    parser.add_argument(
-        "--cpu_threads",
-        type=int,
-        default=0,
-        help="torch threads per process on a CPU; 0 = OMP_NUM_THREADS if set, else 1 (add processes for more cores)",
-    )
+    add_run_folder_arguments(parser, "runs/pretrain/<preset>-<time>")
     parser.add_argument("--list_presets", action="store_true", help="print the model presets and exit")
     add_settings_arguments(parser, PretrainSettings)
     return parser

@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from ..data.nl_state_tracking import (
     NL_TASK_NAMES,
@@ -41,8 +39,9 @@ from ..data.nl_state_tracking import (
     narrative_corpus,
     task_vocabulary,
 )
-from ..modeling.configuration_hybrid_ssm import PD_SSM_INITIAL_STATES
+from ..modeling.configuration_hybrid_ssm import PD_SSM_INITIAL_STATES, check_choice
 from ..training.checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
+from ..training.progress import training_progress
 from .config import SSMAdapterConfig
 from .layer import SSMAdapter
 from .lora import add_lora, lora_parameters_per_rank, lora_rank_for_budget
@@ -126,10 +125,7 @@ class AdapterExperimentSettings:
             raise ValueError(f"`answer_loss` must be one of {list(ANSWER_LOSSES)}, got {self.answer_loss!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"`dtype` must be one of {list(DTYPES)}, got {self.dtype!r}")
-        if self.initial_state not in PD_SSM_INITIAL_STATES:
-            raise ValueError(
-                f"`initial_state` must be one of {list(PD_SSM_INITIAL_STATES)}, got {self.initial_state!r}"
-            )
+        check_choice("initial_state", self.initial_state, PD_SSM_INITIAL_STATES)
         unknown = [m for m in self.method_list() if m not in METHODS]
         if unknown or not self.method_list():
             raise ValueError(f"`methods` must be a comma-separated subset of {list(METHODS)}, got {self.methods!r}")
@@ -431,13 +427,8 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
     val_bucket = [(settings.train_min_transitions, settings.train_max_transitions)]
     began = time.perf_counter()
     model.train()
-    progress = tqdm(
-        range(start, settings.max_steps),
-        initial=start,
-        total=settings.max_steps,
-        desc=f"{settings.task}/{method}",
-        disable=not accelerator.is_local_main_process,
-        mininterval=0.5 if sys.stderr.isatty() else 15.0,
+    progress = training_progress(
+        accelerator, f"{settings.task}/{method}", settings.max_steps, start, range(start, settings.max_steps)
     )
     step = start
     for step in progress:

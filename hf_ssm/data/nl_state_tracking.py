@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .state_tracking import PermutationGroupTask, get_task, permutation_cycles
+from .state_tracking import PermutationGroupTask, checked_index, get_task, permutation_cycles
 
 __all__ = [
     "NL_TASK_NAMES",
@@ -337,12 +337,7 @@ class NLStateTrackingDataset(torch.utils.data.Dataset):
         return self.num_samples
 
     def story(self, i: int) -> NLStory:
-        if isinstance(i, bool) or not isinstance(i, int):
-            raise TypeError(f"index must be an int, got {type(i).__name__}")
-        if i < 0:
-            i += self.num_samples
-        if not 0 <= i < self.num_samples:
-            raise IndexError(f"index out of range for a dataset of {self.num_samples} items")
+        i = checked_index(i, self.num_samples)
         rng = random.Random(f"hf_ssm.nl_state_tracking:{self.task.name}:{self.seed}:{i}")
         count = self.min_transitions + int(rng.random() * (self.max_transitions - self.min_transitions + 1))
         return self.task.sample(count, rng, self.distractor_prob)

@@ -466,6 +466,17 @@ def get_task(name: str, **kwargs) -> Task:
 # --- datasets ----------------------------------------------------------------------------------------------
 
 
+def checked_index(i: int, size: int) -> int:
+    """Item index `i` of a dataset of `size` items, negative counting from the end; clear errors otherwise."""
+    if isinstance(i, bool) or not isinstance(i, int):
+        raise TypeError(f"index must be an int, got {type(i).__name__}")
+    if i < 0:
+        i += size
+    if not 0 <= i < size:
+        raise IndexError(f"index out of range for a dataset of {size} items")
+    return i
+
+
 class StateTrackingDataset(torch.utils.data.Dataset):
     """``num_samples`` sequences with lengths uniform over the task's valid lengths in
     ``[min_length, max_length]`` (for the arithmetic tasks: the odd ones).
@@ -504,12 +515,7 @@ class StateTrackingDataset(torch.utils.data.Dataset):
 
     def sample_raw(self, i: int) -> tuple[list[int], list[int]]:
         """``(tokens, labels)`` of item ``i`` as Python lists."""
-        if isinstance(i, bool) or not isinstance(i, int):
-            raise TypeError(f"index must be an int, got {type(i).__name__}")
-        if i < 0:
-            i += self.num_samples
-        if not 0 <= i < self.num_samples:
-            raise IndexError(f"index out of range for a dataset of {self.num_samples} items")
+        i = checked_index(i, self.num_samples)
         rng = random.Random(f"hf_ssm.state_tracking:{self.seed}:{i}")
         length = self.lengths[int(rng.random() * len(self.lengths))]
         return self.task.sample(length, rng)

@@ -48,6 +48,12 @@ def _positive_int(name: str, value) -> None:
         raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
 
 
+def check_choice(name: str, value, accepted) -> None:
+    """Raise ValueError naming field `name` and the accepted values unless `value` is one of them."""
+    if value not in accepted:
+        raise ValueError(f"`{name}` must be one of {list(accepted)}, got {value!r}")
+
+
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -183,8 +189,7 @@ class HybridSSMConfig(PretrainedConfig):
         super().__post_init__(**kwargs)
 
     def _resolve_mixers(self, mixers) -> list[str]:
-        if self.ssm_mixer not in SSM_MIXERS:
-            raise ValueError(f"`ssm_mixer` must be one of {list(SSM_MIXERS)}, got {self.ssm_mixer!r}")
+        check_choice("ssm_mixer", self.ssm_mixer, SSM_MIXERS)
         _positive_int("num_hidden_layers", self.num_hidden_layers)
         if mixers is None:
             return [self.ssm_mixer] * self.num_hidden_layers
@@ -209,16 +214,12 @@ class HybridSSMConfig(PretrainedConfig):
         return mixers
 
     def _validate(self) -> None:
-        if self.classifier_pooling not in CLASSIFIER_POOLING:
-            raise ValueError(
-                f"`classifier_pooling` must be one of {list(CLASSIFIER_POOLING)}, got {self.classifier_pooling!r}"
-            )
+        check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLING)
         for name in ("vocab_size", "hidden_size", "intermediate_size", "max_position_embeddings"):
             _positive_int(name, getattr(self, name))
         if self.input_channels is not None:
             _positive_int("input_channels", self.input_channels)
-        if self.scan_backend not in SCAN_BACKENDS:
-            raise ValueError(f"`scan_backend` must be one of {list(SCAN_BACKENDS)}, got {self.scan_backend!r}")
+        check_choice("scan_backend", self.scan_backend, SCAN_BACKENDS)
         if ATTENTION in self.mixers:
             for name in ("num_attention_heads", "num_key_value_heads", "head_dim"):
                 _positive_int(name, getattr(self, name))
@@ -232,15 +233,8 @@ class HybridSSMConfig(PretrainedConfig):
         if "pd_ssm" in self.mixers:
             for name in ("pd_ssm_num_heads", "pd_ssm_state_size", "pd_ssm_dict_size", "pd_ssm_mlp_width"):
                 _positive_int(name, getattr(self, name))
-            if self.pd_ssm_diagonal not in PD_SSM_DIAGONALS:
-                raise ValueError(
-                    f"`pd_ssm_diagonal` must be one of {list(PD_SSM_DIAGONALS)}, got {self.pd_ssm_diagonal!r}"
-                )
-            if self.pd_ssm_initial_state not in PD_SSM_INITIAL_STATES:
-                raise ValueError(
-                    f"`pd_ssm_initial_state` must be one of {list(PD_SSM_INITIAL_STATES)}, "
-                    f"got {self.pd_ssm_initial_state!r}"
-                )
+            check_choice("pd_ssm_diagonal", self.pd_ssm_diagonal, PD_SSM_DIAGONALS)
+            check_choice("pd_ssm_initial_state", self.pd_ssm_initial_state, PD_SSM_INITIAL_STATES)
             if not self.pd_ssm_temperature > 0:
                 raise ValueError(f"`pd_ssm_temperature` must be > 0, got {self.pd_ssm_temperature!r}")
             for name in ("pd_ssm_magnitude_bias_init", "pd_ssm_phase_bias_init", "pd_ssm_dictionary_diagonal_init"):
@@ -251,8 +245,7 @@ class HybridSSMConfig(PretrainedConfig):
             _positive_int("deer_max_iter", self.deer_max_iter)
             if not isinstance(self.lrc_input_term, bool):
                 raise ValueError(f"`lrc_input_term` must be True or False, got {self.lrc_input_term!r}")
-            if self.lrc_solver not in LRC_SOLVERS:
-                raise ValueError(f"`lrc_solver` must be one of {list(LRC_SOLVERS)}, got {self.lrc_solver!r}")
+            check_choice("lrc_solver", self.lrc_solver, LRC_SOLVERS)
             if not (_is_number(self.deer_tol) and self.deer_tol >= 0):
                 raise ValueError(f"`deer_tol` must be a number >= 0, got {self.deer_tol!r}")
             if not (_is_number(self.deer_damping) and 0 < self.deer_damping <= 1):
@@ -262,10 +255,7 @@ class HybridSSMConfig(PretrainedConfig):
         if any(m in self.mixers for m in LRU_MIXERS):
             _positive_int("lru_state_size", self.lru_state_size)
             _positive_int("lru_block_size", self.lru_block_size)
-            if self.lru_normalization not in LRU_NORMALIZATIONS:
-                raise ValueError(
-                    f"`lru_normalization` must be one of {list(LRU_NORMALIZATIONS)}, got {self.lru_normalization!r}"
-                )
+            check_choice("lru_normalization", self.lru_normalization, LRU_NORMALIZATIONS)
             if any(m in self.mixers for m in ("bd_lru", "h_lru")) and self.lru_state_size % self.lru_block_size:
                 raise ValueError(
                     f"`lru_state_size` ({self.lru_state_size}) must be divisible by `lru_block_size` "

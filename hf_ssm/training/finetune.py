@@ -42,6 +42,7 @@ from .lm import (
     load_tokenizer,
     make_accelerator,
     model_summary,
+    open_block_sources,
     train_loop,
 )
 from .lm import _help as help_field
@@ -181,11 +182,8 @@ class PreparedFinetune:
 
 def prepare_finetuning(settings: FinetuneSettings, accelerator=None) -> PreparedFinetune:
     """Validate, load model and tokenizer, wrap LoRA, open the data; ValueError with a clear message on bad input."""
-    from contextlib import nullcontext
 
     from accelerate.utils import set_seed
-
-    from ..data.lm_corpus import build_block_sources
 
     settings.validate()
     tokenizer = load_tokenizer(settings.tokenizer or settings.model, settings.trust_remote_code)
@@ -196,13 +194,7 @@ def prepare_finetuning(settings: FinetuneSettings, accelerator=None) -> Prepared
     set_seed(settings.seed)  # LoRA A matrices are initialised randomly
     if settings.lora:
         model = add_lora(model, settings)
-    context = accelerator.main_process_first() if accelerator is not None else nullcontext()
-    with context:
-        train_source, eval_data = build_block_sources(
-            settings.corpus_spec(), tokenizer, settings.block_size, settings.eval_blocks
-        )
-    if len(eval_data[0]) == 0:
-        raise ValueError("the evaluation data yields no complete block: add eval data or lower --block_size")
+    train_source, eval_data = open_block_sources(settings, tokenizer, accelerator)
     return PreparedFinetune(tokenizer, model, train_source, eval_data)
 
 

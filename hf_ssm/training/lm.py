@@ -23,7 +23,6 @@ import dataclasses
 import json
 import math
 import os
-import sys
 import time
 import typing
 from contextlib import nullcontext
@@ -32,10 +31,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from ..data.lm_corpus import IGNORE_INDEX, CorpusSpec, build_block_sources, make_batch
 from .checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
+from .progress import training_progress
 
 MIXED_PRECISION = ("auto", "no", "bf16", "fp16")
 
@@ -273,6 +272,18 @@ def make_accelerator(mixed_precision: str = "auto"):
     return Accelerator(mixed_precision=mixed_precision, cpu=not torch.cuda.is_available())
 
 
+def add_run_folder_arguments(parser, default_output: str) -> None:
+    """--output_dir, --resume and --cpu_threads, the run-folder arguments of the training scripts."""
+    parser.add_argument("--output_dir", default=None, help=f"run folder (default {default_output})")
+    parser.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
+    parser.add_argument(
+        "--cpu_threads",
+        type=int,
+        default=0,
+        help="torch threads per process on a CPU; 0 = OMP_NUM_THREADS if set, else 1 (add processes for more cores)",
+    )
+
+
 def check_run_folder_arguments(resume: bool, output_dir: str | None) -> None:
     """The --resume / --output_dir rules of the training scripts: resuming needs a folder, and a fresh run never
     starts in a folder that holds another run's checkpoints. Raises ValueError."""
@@ -431,13 +442,7 @@ def train_loop(
     model.train()
     if state.step == 0 and not state.eval_history:
         state.eval_history.append({"step": 0, **evaluate(model, eval_data, settings, accelerator)})
-    progress = tqdm(
-        total=settings.max_steps,
-        initial=state.step,
-        desc=desc,
-        disable=not accelerator.is_local_main_process,
-        mininterval=0.5 if sys.stderr.isatty() else 15.0,
-    )
+    progress = training_progress(accelerator, desc, settings.max_steps, state.step)
     began = time.perf_counter() - state.train_seconds
     while state.step < settings.max_steps:
         lr = learning_rate_at(state.step, settings)
@@ -638,6 +643,14 @@ def prepare_pretraining(settings: PretrainSettings, accelerator=None) -> Prepare
     settings.validate()
     tokenizer = load_tokenizer(settings.tokenizer, settings.trust_remote_code)
     config = build_config(settings, tokenizer)
+    train_source, eval_data = open_block_sources(settings, tokenizer, accelerator)
+    return Prepared(tokenizer, config, train_source, eval_data)
+
+
+def open_block_sources(settings, tokenizer, accelerator=None):
+    """(train source, eval blocks) of the settings' corpus; the main process reads (and caches) it first.
+
+    Raises ValueError when the evaluation data holds no complete block."""
     context = accelerator.main_process_first() if accelerator is not None else nullcontext()
     with context:
         train_source, eval_data = build_block_sources(
@@ -645,7 +658,7 @@ def prepare_pretraining(settings: PretrainSettings, accelerator=None) -> Prepare
         )
     if len(eval_data[0]) == 0:
         raise ValueError("the evaluation data yields no complete block: add eval data or lower --block_size")
-    return Prepared(tokenizer, config, train_source, eval_data)
+    return train_source, eval_data
 
 
 def pretrain(settings: PretrainSettings, run_dir, resume: bool = False, accelerator=None, prepared=None) -> dict:

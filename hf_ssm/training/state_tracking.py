@@ -16,18 +16,17 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from ..data import StateTrackingDataset, collate_state_tracking, get_task
 from ..modeling import HybridSSMConfig, HybridSSMForTokenClassification
-from ..modeling.configuration_hybrid_ssm import ATTENTION, PD_SSM_INITIAL_STATES
+from ..modeling.configuration_hybrid_ssm import ATTENTION, PD_SSM_INITIAL_STATES, check_choice
 from .checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
+from .progress import training_progress
 
 VALIDATION_LENGTHS = ("train", "test")
 VALIDATION_SEED, TEST_SEED = 10_000, 20_000  # disjoint data seeds: validation and test never share sequences
@@ -89,14 +88,8 @@ class StateTrackingSettings:
             raise ValueError(
                 f"test_min_length ({self.test_min_length}) is above test_max_length ({self.test_max_length})"
             )
-        if self.pd_ssm_initial_state not in PD_SSM_INITIAL_STATES:
-            raise ValueError(
-                f"`pd_ssm_initial_state` must be one of {list(PD_SSM_INITIAL_STATES)}, got {self.pd_ssm_initial_state!r}"
-            )
-        if self.validation_lengths not in VALIDATION_LENGTHS:
-            raise ValueError(
-                f"`validation_lengths` must be one of {list(VALIDATION_LENGTHS)}, got {self.validation_lengths!r}"
-            )
+        check_choice("pd_ssm_initial_state", self.pd_ssm_initial_state, PD_SSM_INITIAL_STATES)
+        check_choice("validation_lengths", self.validation_lengths, VALIDATION_LENGTHS)
         for name in (
             "batch_size",
             "max_steps",
@@ -267,13 +260,12 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
         val_buckets = test_buckets
     began = time.perf_counter()
     stopped_early = False
-    progress = tqdm(
+    progress = training_progress(
+        accelerator,
+        f"{settings.task}/{settings.mixer}",
+        settings.max_steps,
+        start_step,
         range(start_step, settings.max_steps),
-        initial=start_step,
-        total=settings.max_steps,
-        desc=f"{settings.task}/{settings.mixer}",
-        disable=not accelerator.is_local_main_process,
-        mininterval=0.5 if sys.stderr.isatty() else 10.0,  # keep logs short when not on a terminal
     )
     model.train()
     for step in progress:

@@ -12,19 +12,18 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from tqdm.auto import tqdm
 
 from ..data.timeseries import MISSING_POLICIES, SPLIT_MODES, TimeSeriesData, TimeSeriesSplit, load_timeseries
 from ..modeling import HybridSSMConfig, HybridSSMForTimeSeriesClassification
 from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS
 from .checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
+from .progress import training_progress
 
 BEST_WEIGHTS = "best_model.safetensors"
 
@@ -221,13 +220,12 @@ def train_timeseries(
 
     began = time.perf_counter()
     stopped_early = False
-    progress = tqdm(
+    progress = training_progress(
+        accelerator,
+        f"{data.name}/{settings.label}/seed{settings.seed}",
+        settings.max_epochs,
+        start_epoch,
         range(start_epoch, settings.max_epochs),
-        initial=start_epoch,
-        total=settings.max_epochs,
-        desc=f"{data.name}/{settings.label}/seed{settings.seed}",
-        disable=not accelerator.is_local_main_process,
-        mininterval=0.5 if sys.stderr.isatty() else 10.0,  # keep logs short when not on a terminal
     )
     model.train()
     for epoch in progress:
