@@ -31,6 +31,7 @@ from hf_ssm.training.lm import (
     check_run_folder_arguments,
     configure_cpu_threads,
     make_accelerator,
+    print_eval_summary,
     settings_from_args,
 )
 
@@ -64,19 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     metrics = finetune(settings, out, resume=args.resume, accelerator=accelerator, prepared=prepared)
     if accelerator.is_main_process:
-        first, final = metrics["initial_eval"], metrics["final_eval"]
         model = metrics["model"]
         print(f"\nrun folder: {out}")
         print(
             f"{model['trainable_parameters']:,} of {model['parameters']:,} parameters trained, {metrics['steps']} steps, "
             f"train {metrics['train_seconds']:.0f} s, wall {time.perf_counter() - began:.0f} s"
         )
-        print(
-            f"eval loss {first['loss']:.4f} -> {final['loss']:.4f}; "
-            f"perplexity {first['perplexity']:.2f} -> {final['perplexity']:.2f}"
-        )
-        if "sample" in metrics:
-            print(f"sample: {metrics['sample']['text']!r}")
+        print_eval_summary(metrics)
     return 0
 
 

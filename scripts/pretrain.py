@@ -31,6 +31,7 @@ from hf_ssm.training.lm import (
     make_accelerator,
     prepare_pretraining,
     pretrain,
+    print_eval_summary,
     settings_from_args,
 )
 
@@ -79,19 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     metrics = pretrain(settings, out, resume=args.resume, accelerator=accelerator, prepared=prepared)
     if accelerator.is_main_process:
-        first, final = metrics["initial_eval"], metrics["final_eval"]
         print(f"\nrun folder: {out}  (model: {out / 'model'})")
         print(
             f"{metrics['model']['parameters']:,} parameters, {metrics['steps']} steps, "
             f"{metrics['tokens_seen']:,} tokens, {metrics['num_processes']} process(es), "
             f"train {metrics['train_seconds']:.0f} s, wall {time.perf_counter() - began:.0f} s"
         )
-        print(
-            f"eval loss {first['loss']:.4f} -> {final['loss']:.4f}; "
-            f"perplexity {first['perplexity']:.2f} -> {final['perplexity']:.2f}"
-        )
-        if "sample" in metrics:
-            print(f"sample: {metrics['sample']['text']!r}")
+        print_eval_summary(metrics)
     return 0
 
 

@@ -272,6 +272,17 @@ def make_accelerator(mixed_precision: str = "auto"):
     return Accelerator(mixed_precision=mixed_precision, cpu=not torch.cuda.is_available())
 
 
+def print_eval_summary(metrics: dict) -> None:
+    """The closing lines of a training script: eval loss and perplexity before -> after, and the sample."""
+    first, final = metrics["initial_eval"], metrics["final_eval"]
+    print(
+        f"eval loss {first['loss']:.4f} -> {final['loss']:.4f}; "
+        f"perplexity {first['perplexity']:.2f} -> {final['perplexity']:.2f}"
+    )
+    if "sample" in metrics:
+        print(f"sample: {metrics['sample']['text']!r}")
+
+
 def add_run_folder_arguments(parser, default_output: str) -> None:
     """--output_dir, --resume and --cpu_threads, the run-folder arguments of the training scripts."""
     parser.add_argument("--output_dir", default=None, help=f"run folder (default {default_output})")
