@@ -3,12 +3,19 @@
 `render_model_card(config, metrics)` builds the card from a model config and a run's metrics (the `metrics.json`
 written by `hf_ssm.training.lm`); `write_model_card(model_dir, run_dir)` reads both from disk. Used by
 scripts/pretrain.py, scripts/finetune.py and scripts/make_model_card.py.
+
+The front matter is a `huggingface_hub.ModelCardData` (the `model-index` built from `EvalResult`s), and every card
+is parsed back through `huggingface_hub.ModelCard` before it is returned (`check_model_card`), so a card that the
+Hub's own metadata classes cannot read is never written. `ModelCard.validate` is not used: it posts the card to
+the Hub, and nothing here touches the network.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 _MIXER_TAGS = {
     "pd_ssm": "pd-ssm",
@@ -78,16 +85,77 @@ def _human(n: int) -> str:
     return str(n)
 
 
-def _yaml_list(key: str, values: list[str]) -> list[str]:
-    return [f"{key}:", *(f"- {json.dumps(v)}" for v in values)] if values else []
-
-
 def _dataset_name(dataset: str | None) -> str:
     return _BUILTIN_NAMES.get(dataset or "", dataset or "unknown")
 
 
 def _precision(mixed_precision: str | None) -> str:
     return "fp32" if mixed_precision in (None, "no") else f"{mixed_precision} mixed precision"
+
+
+def card_data(
+    *,
+    tags: list[str],
+    library_name: str,
+    base_model: str | None = None,
+    datasets: list[str] | None = None,
+    final_eval: dict | None = None,
+    dataset: str | None = None,
+    model_name: str = "hf-ssm-model",
+) -> ModelCardData:
+    """The front matter of a language-model card; with `final_eval` ({"loss", "perplexity"}) also its metrics and
+    the model-index entry (text generation on the held-out split of `dataset`)."""
+    results = None
+    if final_eval:
+        task = {
+            "task_type": "text-generation",
+            "task_name": "Causal language modeling",
+            "dataset_type": dataset or "unknown",
+            "dataset_name": _dataset_name(dataset),
+            "dataset_split": "validation",
+        }
+        results = [
+            EvalResult(**task, metric_type="perplexity", metric_value=round(final_eval["perplexity"], 4),
+                       metric_name="Eval perplexity"),
+            EvalResult(**task, metric_type="loss", metric_value=round(final_eval["loss"], 4),
+                       metric_name="Eval loss (nats per token)"),
+        ]  # fmt: skip
+    return ModelCardData(
+        library_name=library_name,
+        license="apache-2.0",
+        pipeline_tag="text-generation",
+        base_model=base_model,
+        tags=tags,
+        datasets=datasets or None,
+        metrics=["perplexity", "loss"] if results else None,
+        # model_name only feeds the model-index; without results it would be written as a field of its own
+        model_name=model_name if results else None,
+        eval_results=results,
+    )
+
+
+REQUIRED_FIELDS = ("library_name", "license", "pipeline_tag", "tags")
+
+
+def check_model_card(text: str) -> str:
+    """Parse `text` as a Hugging Face model card, offline, and return it unchanged.
+
+    Raises ValueError when the card does not start with a YAML front matter block, when huggingface_hub's
+    `ModelCard` / `ModelCardData` cannot read that block (e.g. a malformed model-index), or when a field every hf_ssm
+    card carries (`REQUIRED_FIELDS`) is missing.
+    """
+    if not text.startswith("---\n"):
+        raise ValueError("a model card must start with a YAML front matter block ('---' on the first line)")
+    try:
+        card = ModelCard(text)
+    except Exception as err:  # yaml errors, and ModelCardData's own ValueError for a bad model-index
+        raise ValueError(f"the model card's front matter is not valid card metadata: {err}") from err
+    missing = [key for key in REQUIRED_FIELDS if getattr(card.data, key, None) in (None, [], "")]
+    if missing:
+        raise ValueError(
+            f"the model card's front matter lacks {missing} (every hf_ssm card sets {list(REQUIRED_FIELDS)})"
+        )
+    return text
 
 
 def render_model_card(
@@ -117,34 +185,15 @@ def render_model_card(
     tags += sorted({_MIXER_TAGS.get(m, m) for m in mixers})
     if adapter:
         tags += ["lora", "peft"]
-    front = ["---", f"library_name: {'peft' if adapter else 'transformers'}", "license: apache-2.0"]
-    front += ["pipeline_tag: text-generation"]
-    if base_model:
-        front.append(f"base_model: {json.dumps(base_model)}")
-    front += _yaml_list("tags", tags)
-    front += _yaml_list("datasets", [dataset] if is_hub_dataset else [])
-    front += _yaml_list("metrics", ["perplexity", "loss"] if final else [])
-    if final:
-        front += [
-            "model-index:",
-            f"- name: {json.dumps(model_name)}",
-            "  results:",
-            "  - task:",
-            "      type: text-generation",
-            "      name: Causal language modeling",
-            "    dataset:",
-            f"      name: {json.dumps(_dataset_name(dataset))}",
-            f"      type: {json.dumps(dataset or 'unknown')}",
-            "      split: validation",
-            "    metrics:",
-            "    - type: perplexity",
-            f"      value: {round(final['perplexity'], 4)}",
-            "      name: Eval perplexity",
-            "    - type: loss",
-            f"      value: {round(final['loss'], 4)}",
-            "      name: Eval loss (nats per token)",
-        ]
-    front.append("---")
+    data = card_data(
+        tags=tags,
+        library_name="peft" if adapter else "transformers",
+        base_model=base_model,
+        datasets=[dataset] if is_hub_dataset else None,
+        final_eval=final,
+        dataset=dataset,
+        model_name=model_name,
+    )
 
     counts = {m: mixers.count(m) for m in dict.fromkeys(mixers)}
     num_layers = len(mixers) or _config_value(config, "num_hidden_layers")
@@ -152,7 +201,6 @@ def render_model_card(
     kind = metrics.get("kind", "pretrain")
     what = "LoRA-fine-tuned" if adapter else ("fine-tuned" if kind == "finetune" else "pretrained")
     lines = [
-        *front,
         "",
         f"# {model_name}",
         "",
@@ -268,7 +316,7 @@ def render_model_card(
         "architecture and the training pipeline.",
         "",
     ]
-    return "\n".join(lines)
+    return check_model_card(f"---\n{data.to_yaml()}\n---\n" + "\n".join(lines))
 
 
 def write_model_card(
@@ -317,4 +365,11 @@ def write_model_card(
     return output
 
 
-__all__ = ["count_parameters", "mixer_details", "render_model_card", "write_model_card"]
+__all__ = [
+    "card_data",
+    "check_model_card",
+    "count_parameters",
+    "mixer_details",
+    "render_model_card",
+    "write_model_card",
+]

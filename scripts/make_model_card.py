@@ -2,7 +2,8 @@
 
 The card has YAML front matter (library, tags, datasets, metrics, model-index), the architecture (mixer of every
 layer, sizes, parameter count), the training settings and the evaluation results, read from the run's
-metrics.json. scripts/pretrain.py and scripts/finetune.py write it into every saved model automatically; use this
+metrics.json. The front matter is built with huggingface_hub's ModelCardData and the card is read back through its
+ModelCard before it is written (offline; hf_ssm.model_card.check_model_card). scripts/pretrain.py and scripts/finetune.py write it into every saved model automatically; use this
 script to regenerate it, or to write a copy elsewhere (e.g. model_cards/). Examples:
 
     python scripts/make_model_card.py runs/pretrain/<run>/model

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from huggingface_hub import ModelCard
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
-from hf_ssm.model_card import count_parameters, render_model_card, write_model_card
+from hf_ssm.model_card import check_model_card, count_parameters, render_model_card, write_model_card
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,3 +94,41 @@ def test_script_writes_card_from_model_and_run_folders(config, tmp_path, capsys)
     assert exit_info.value.code == 2 and "no config.json" in capsys.readouterr().err
     with pytest.raises(ValueError, match="no metrics.json"):
         write_model_card(run / "model", run_dir=tmp_path / "nowhere")
+
+
+def test_card_metadata_reads_back_through_huggingface_hub(config, monkeypatch):
+    """huggingface_hub's ModelCard parses the front matter into ModelCardData with the evaluation figures passed in
+    (EvalResults of the model-index), the body holds the same figures, and nothing opens a network connection."""
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("a model card must be built without network access")
+
+    monkeypatch.setattr("socket.socket.connect", no_network)
+    card = ModelCard(render_model_card(config, run_metrics(), model_name="my-hybrid", base_model="org/base"))
+    data = card.data
+    assert (data.library_name, data.license, data.base_model) == ("transformers", "apache-2.0", "org/base")
+    assert data.model_name == "my-hybrid" and data.datasets == ["wikitext"]
+    results = {r.metric_type: (r.metric_value, r.dataset_type, r.dataset_split) for r in data.eval_results}
+    assert results == {"perplexity": (2.49, "wikitext", "validation"), "loss": (0.9123, "wikitext", "validation")}
+    assert card.text.startswith("\n# my-hybrid\n") and "| after training (step 300) | 0.9123 | 2.49 |" in card.text
+
+
+def test_card_check_refuses_cards_the_hub_metadata_cannot_read(config):
+    """check_model_card raises a ValueError naming the problem: no front matter, a malformed model-index, or a
+    missing field every hf_ssm card sets."""
+    card = render_model_card(config, run_metrics())
+    assert check_model_card(card) == card
+    with pytest.raises(ValueError, match="must start with a YAML front matter"):
+        check_model_card(card.split("---\n", 2)[2])
+    broken = card.replace("  results:\n", "  result:\n", 1)
+    assert broken != card
+    with pytest.raises(ValueError, match="not valid card metadata"):
+        check_model_card(broken)
+    with pytest.raises(ValueError, match=r"lacks \['license'\]"):
+        check_model_card(card.replace("license: apache-2.0\n", "", 1))
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "model_cards").glob("*.md")), ids=lambda p: p.name)
+def test_shipped_model_cards_are_valid_cards(path):
+    """Every card in model_cards/ is readable by huggingface_hub's ModelCard and carries the required fields."""
+    check_model_card(path.read_text(encoding="utf-8"))

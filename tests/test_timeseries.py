@@ -252,6 +252,38 @@ def test_aeon_basicmotions_loads_without_download():
     assert data.files["train"].endswith("BasicMotions_TRAIN.ts")
 
 
+@needs_aeon
+def test_parser_agrees_with_aeon_reader_on_every_shipped_file():
+    """The `.ts` parser reads every file aeon ships as aeon's own reader (aeon.datasets.load_from_ts_file) does:
+    the same values bit for bit in float32 (NaN where missing), lengths and labels; only the case of class labels
+    differs (aeon lower-cases them, this parser keeps them). Time-stamped files are refused with a clear error."""
+    import numpy as np
+    from aeon.datasets import load_from_ts_file
+
+    from hf_ssm.data.timeseries import load_ts_file
+
+    checked = 0
+    for path in sorted(aeon_data_dir().glob("*/*.ts")):
+        values, targets, meta = load_from_ts_file(str(path), return_meta_data=True)
+        if meta["timestamps"]:
+            with pytest.raises(ValueError, match="not supported"):
+                load_ts_file(path)
+            continue
+        ts = load_ts_file(path, missing="impute")
+        assert len(ts) == len(values), path.name
+        for i, case in enumerate(values):
+            expected = torch.from_numpy(np.asarray(case, dtype=np.float32)).T  # (T, C)
+            assert int(ts.lengths[i]) == expected.shape[0], (path.name, i)
+            torch.testing.assert_close(ts.values[i, : expected.shape[0]], expected, rtol=0, atol=0, equal_nan=True)
+        if meta["targetlabel"]:  # regression targets
+            assert [float(label) for label in ts.labels] == targets.tolist(), path.name
+        else:
+            assert [label.lower() for label in ts.labels] == targets.tolist(), path.name
+            assert [name.lower() for name in ts.class_names] == meta["class_values"], path.name
+        checked += 1
+    assert checked >= 20  # aeon 1.6 ships 28 readable files
+
+
 def test_unknown_dataset_and_bad_options_raise(tmp_path):
     with pytest.raises(ValueError, match="not found"):
         load_timeseries("NoSuchData", data_dir=tmp_path)
