@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
@@ -107,7 +108,8 @@ def test_lora_changes_only_adapters_and_merged_equals_base_plus_adapter(base_dir
         torch.testing.assert_close(merged_model(ids).logits, peft_model(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
     assert (tmp_path / "model" / "tokenization.py").is_file()
     card = (tmp_path / "adapter" / "README.md").read_text()
-    assert "library_name: peft" in card and f'base_model: "{base_dir}"' in card
+    meta = yaml.safe_load(card.split("---\n")[1])
+    assert meta["library_name"] == "peft" and meta["base_model"] == str(base_dir)
 
 
 def test_full_finetune_trains_every_weight_and_reloads(base_dir, tmp_path):
