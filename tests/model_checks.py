@@ -6,11 +6,13 @@ files call the same helpers with their own configs.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import traceback
 from pathlib import Path
 
 import torch
@@ -69,6 +71,36 @@ def reload_is_bit_identical(config: HybridSSMConfig, directory: str) -> bool:
     assert "model.safetensors" in files and not any(f.endswith((".bin", ".pt", ".pth")) for f in files), files
     reloaded = HybridSSMForCausalLM.from_pretrained(directory).eval()
     return torch.equal(model(ids).logits, reloaded(ids).logits)
+
+
+# Tensor -> Python conversions: the host reads (device synchronisations) behind `if t:`, `t.item()`, `int(t)`.
+_HOST_READS = ("__bool__", "item", "tolist", "__int__", "__float__", "__index__")
+HF_SSM_MODELING_FILES = {p.name for p in (Path(__file__).resolve().parents[1] / "hf_ssm" / "modeling").glob("*.py")}
+
+
+@torch.no_grad()
+def host_reads_in_decode_step(model, ids: torch.Tensor, mask: torch.Tensor) -> collections.Counter:
+    """Prefill `ids` (B, T) under mask[:, :-1], then count the host reads one decode step makes (the token
+    ids[:, -1:] again, the full (B, T + 1) mask), by the file that made them. Sees Python-level reads only."""
+    cache = model(ids, attention_mask=mask[:, :-1], use_cache=True).cache
+    reads = collections.Counter()
+    originals = {name: getattr(torch.Tensor, name) for name in _HOST_READS}
+
+    def counting(original):
+        def counted(self, *args, **kwargs):
+            reads[Path(traceback.extract_stack(limit=2)[0].filename).name] += 1
+            return original(self, *args, **kwargs)
+
+        return counted
+
+    try:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, counting(original))
+        model(ids[:, -1:], attention_mask=mask, cache=cache, use_cache=True)
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+    return reads
 
 
 def packed_batch(lengths_per_row, vocab_size: int = 37):

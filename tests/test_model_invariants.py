@@ -1,6 +1,6 @@
 """The model-level invariants, for every SSM mixer in SSM_MIXER_CLASSES inside a hybrid with attention:
-cached decode = full forward, left padding = each row alone, packing = documents run separately, reload
-bit-identical, and trust_remote_code loading where hf_ssm is not installed.
+cached decode = full forward, no host read in a decode step, left padding = each row alone, packing =
+documents run separately, reload bit-identical, and trust_remote_code loading where hf_ssm is not installed.
 
 A new mixer joins every check by being added to SSM_MIXER_CLASSES; mixer-specific files test the rest.
 """
@@ -15,6 +15,8 @@ import torch
 from hf_ssm import HybridSSMForCausalLM
 from hf_ssm.modeling import SSM_MIXER_CLASSES
 from model_checks import (
+    HF_SSM_MODELING_FILES,
+    host_reads_in_decode_step,
     hybrid_config,
     load_without_hf_ssm,
     max_cached_decode_error,
@@ -31,6 +33,17 @@ TOL = 1e-4  # float32 rounding, and DEER's Newton tolerance for the LrcSSM famil
 def test_cached_decode_equals_full_forward(mixer):
     """Prefill + token-by-token decoding with the cache gives the full-sequence logits."""
     assert max_cached_decode_error(hybrid_config(mixer)) <= TOL
+
+
+@pytest.mark.parametrize("mixer", MIXERS)
+def test_decode_step_makes_no_host_read_in_hf_ssm(mixer):
+    """One cached decode step (padded 2-D mask, as generate passes it) reads no tensor value on the host in
+    hf_ssm's code, so generation adds no synchronisation per token (the mask utilities of transformers aside)."""
+    model = HybridSSMForCausalLM(hybrid_config(mixer)).eval()
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, :2] = 0
+    reads = host_reads_in_decode_step(model, torch.randint(1, 37, (2, 6)), mask)
+    assert not {f: n for f, n in reads.items() if f in HF_SSM_MODELING_FILES}, reads
 
 
 @pytest.mark.parametrize("mixer", MIXERS)

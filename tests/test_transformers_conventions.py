@@ -4,7 +4,6 @@ pad-token pooling, the current checkpointing name, and no host synchronisation i
 
 from __future__ import annotations
 
-import collections
 import copy
 import json
 from pathlib import Path
@@ -21,7 +20,13 @@ from hf_ssm import (
     HybridSSMForTokenClassification,
     HybridSSMModel,
 )
-from model_checks import load_without_hf_ssm, save_with_reference, tiny_config
+from model_checks import (
+    HF_SSM_MODELING_FILES,
+    host_reads_in_decode_step,
+    load_without_hf_ssm,
+    save_with_reference,
+    tiny_config,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -406,33 +411,11 @@ def test_non_finite_inputs_embeds_raise(bad):
 
 # --------------------------------------------------------------------------- no host sync in a decode step
 
-_SYNCING = ("__bool__", "item", "tolist", "__int__", "__float__", "__index__")
 
-
-def _host_reads(model, ids, mask, monkeypatch) -> collections.Counter:
-    """Tensor -> Python conversions (the host reads behind `if tensor:`, `.item()`, `int(t)`) in one decode step,
-    counted by the file that made them."""
-    with torch.no_grad():
-        cache = model(ids, attention_mask=mask[:, :-1], use_cache=True).cache
-        reads = collections.Counter()
-        with monkeypatch.context() as patch:
-            for name in _SYNCING:
-                original = getattr(torch.Tensor, name)
-
-                def counted(self, *args, _original=original, **kwargs):
-                    import traceback
-
-                    reads[Path(traceback.extract_stack(limit=2)[0].filename).name] += 1
-                    return _original(self, *args, **kwargs)
-
-                patch.setattr(torch.Tensor, name, counted)
-            model(ids[:, -1:], attention_mask=mask, cache=cache, use_cache=True)
-    return reads
-
-
-def test_decode_step_reads_no_tensor_value_beyond_transformers_own(monkeypatch):
+def test_decode_step_reads_no_tensor_value_beyond_transformers_own():
     """One cached decode step (with a padded 2-D mask, as generate passes it) makes no host read in hf_ssm's code,
-    and no more in total than a Qwen2 decode step of the same shape (transformers' mask utilities make theirs)."""
+    and no more in total than a Qwen2 decode step of the same shape (transformers' mask utilities make theirs).
+    tests/test_model_invariants.py checks the hf_ssm part for every mixer."""
     ids = torch.randint(1, 37, (2, 6))
     mask = torch.ones(2, 7, dtype=torch.long)
     mask[1, :2] = 0
@@ -447,10 +430,9 @@ def test_decode_step_reads_no_tensor_value_beyond_transformers_own(monkeypatch):
             num_key_value_heads=2,
         )
     ).eval()
-    reads = _host_reads(ours, ids, mask, monkeypatch)
-    hf_ssm_files = {p.name for p in (REPO / "hf_ssm" / "modeling").glob("*.py")}
-    assert not {f: n for f, n in reads.items() if f in hf_ssm_files}, reads
-    assert sum(reads.values()) <= sum(_host_reads(qwen, ids, mask, monkeypatch).values()), reads
+    reads = host_reads_in_decode_step(ours, ids, mask)
+    assert not {f: n for f, n in reads.items() if f in HF_SSM_MODELING_FILES}, reads
+    assert sum(reads.values()) <= sum(host_reads_in_decode_step(qwen, ids, mask).values()), reads
 
 
 def test_prefill_still_checks_token_ids():

@@ -207,10 +207,14 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
         return None if started else 0
 
     def _check_attention_mask(self, attention_mask, batch: int, steps: int, past: int | None) -> None:
-        if isinstance(attention_mask, dict) or (isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 4):
+        if isinstance(attention_mask, dict):  # what generate builds for static caches, which are refused
+            raise ValueError(
+                "`attention_mask` must be the 2-D padding mask (batch, past + seq_len), not a per-layer-type dict"
+            )
+        if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 4:
             if self.config.ssm_layer_indices:
                 raise ValueError(
-                    "`attention_mask` must be the 2-D padding mask (batch, past + seq_len): a 4-D (or per-layer) "
+                    "`attention_mask` must be the 2-D padding mask (batch, past + seq_len): a 4-D "
                     "mask cannot tell the SSM layers which tokens are padding. For packed documents pass no mask "
                     "and position_ids restarting at 0 at each document."
                 )
