@@ -36,6 +36,8 @@ HybridSSMModel.register_for_auto_class("AutoModel")
 HybridSSMForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 HybridSSMForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 HybridSSMForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
+# No Auto class reads time-series input; its checkpoints name it under AutoModelForSequenceClassification.
+HybridSSMForTimeSeriesClassification.register_for_auto_class("AutoModelForSequenceClassification")
 
 __all__ = [
     "HybridSSMConfig",

@@ -1,6 +1,19 @@
-"""Model-level properties every mixer must keep; the per-mixer test files call these with their configs."""
+"""Model-level properties every mixer must keep, and the pieces the tests that check them share.
+
+tests/test_model_invariants.py runs the properties for every mixer from one parametrised place; per-mixer test
+files call the same helpers with their own configs.
+"""
 
 from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import traceback
+from pathlib import Path
 
 import torch
 
@@ -26,6 +39,13 @@ def tiny_config(mixers: str | list[str], **overrides) -> HybridSSMConfig:
     return HybridSSMConfig(**settings)
 
 
+def hybrid_config(mixer: str, **overrides) -> HybridSSMConfig:
+    """One `mixer` layer followed by one attention layer, every mixer's sizes kept tiny."""
+    settings = dict(lrc_state_size=8, lru_state_size=8, lru_block_size=2)
+    settings.update(overrides)
+    return tiny_config([mixer, "attention"], **settings)
+
+
 @torch.no_grad()
 def max_cached_decode_error(config: HybridSSMConfig, batch: int = 2, steps: int = 13, prefill: int = 6) -> float:
     """Largest |full-sequence logits - (prefill + one-token-at-a-time cached decode) logits|."""
@@ -44,8 +64,6 @@ def max_cached_decode_error(config: HybridSSMConfig, batch: int = 2, steps: int 
 @torch.no_grad()
 def reload_is_bit_identical(config: HybridSSMConfig, directory: str) -> bool:
     """save_pretrained -> from_pretrained gives exactly the same logits, and only safetensors are written."""
-    import os
-
     model = HybridSSMForCausalLM(config).eval()
     ids = torch.randint(1, config.vocab_size, (2, 9))
     model.save_pretrained(directory)
@@ -53,3 +71,109 @@ def reload_is_bit_identical(config: HybridSSMConfig, directory: str) -> bool:
     assert "model.safetensors" in files and not any(f.endswith((".bin", ".pt", ".pth")) for f in files), files
     reloaded = HybridSSMForCausalLM.from_pretrained(directory).eval()
     return torch.equal(model(ids).logits, reloaded(ids).logits)
+
+
+# Tensor -> Python conversions: the host reads (device synchronisations) behind `if t:`, `t.item()`, `int(t)`.
+_HOST_READS = ("__bool__", "item", "tolist", "__int__", "__float__", "__index__")
+HF_SSM_MODELING_FILES = {p.name for p in (Path(__file__).resolve().parents[1] / "hf_ssm" / "modeling").glob("*.py")}
+
+
+@torch.no_grad()
+def host_reads_in_decode_step(model, ids: torch.Tensor, mask: torch.Tensor) -> collections.Counter:
+    """Prefill `ids` (B, T) under mask[:, :-1], then count the host reads one decode step makes (the token
+    ids[:, -1:] again, the full (B, T + 1) mask), by the file that made them. Sees Python-level reads only."""
+    cache = model(ids, attention_mask=mask[:, :-1], use_cache=True).cache
+    reads = collections.Counter()
+    originals = {name: getattr(torch.Tensor, name) for name in _HOST_READS}
+
+    def counting(original):
+        def counted(self, *args, **kwargs):
+            reads[Path(traceback.extract_stack(limit=2)[0].filename).name] += 1
+            return original(self, *args, **kwargs)
+
+        return counted
+
+    try:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, counting(original))
+        model(ids[:, -1:], attention_mask=mask, cache=cache, use_cache=True)
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+    return reads
+
+
+def packed_batch(lengths_per_row, vocab_size: int = 37):
+    """Documents of the given lengths packed into rows: (docs, input_ids (B, T), position_ids restarting per doc)."""
+    docs = [[torch.randint(1, vocab_size, (n,)) for n in row] for row in lengths_per_row]
+    ids = torch.stack([torch.cat(row) for row in docs])
+    positions = torch.stack([torch.cat([torch.arange(len(d)) for d in row]) for row in docs])
+    return docs, ids, positions
+
+
+# ------------------------------------------------------------------------------------------------ remote code
+
+# Loads checkpoints through transformers' Auto classes with trust_remote_code in a process where hf_ssm cannot
+# be imported, runs each on its saved reference inputs and prints one JSON list of results, then IDENTICAL when
+# every output equals its reference exactly and no class came from hf_ssm. argv[1]: a JSON list of jobs
+# {"directory", "auto_class", "output", "reference" (a file in directory)}, or one checkpoint directory
+# (AutoModelForCausalLM, logits, reference.pt).
+BLOCKED_LOAD = textwrap.dedent(
+    """
+    import json
+    import sys
+
+    class BlockHfSsm:
+        def find_spec(self, name, path=None, target=None):
+            if name == "hf_ssm" or name.startswith("hf_ssm."):
+                raise ImportError("hf_ssm is blocked in this process")
+
+    sys.meta_path.insert(0, BlockHfSsm())
+    import torch
+    import transformers
+
+    try:
+        import hf_ssm  # noqa: F401
+        raise SystemExit("hf_ssm was importable")
+    except ImportError:
+        pass
+    if sys.argv[1].startswith("["):
+        jobs = json.loads(sys.argv[1])
+    else:
+        jobs = [{"directory": sys.argv[1]}]
+    results = []
+    for job in jobs:
+        auto_class = getattr(transformers, job.get("auto_class", "AutoModelForCausalLM"))
+        model = auto_class.from_pretrained(job["directory"], trust_remote_code=True).eval()
+        ref = torch.load(job["directory"] + "/" + job.get("reference", "reference.pt"))
+        inputs = ref["inputs"] if "inputs" in ref else {"input_ids": ref["ids"]}
+        expected = ref["output"] if "output" in ref else ref["logits"]
+        with torch.no_grad():
+            got = getattr(model(**inputs), job.get("output", "logits"))
+        cls = type(model)
+        results.append({"directory": job["directory"], "class": cls.__name__, "module": cls.__module__,
+                        "identical": bool(torch.equal(got, expected))})
+    print(json.dumps(results))
+    ok = all(r["identical"] and "hf_ssm" not in r["module"] for r in results)
+    print("IDENTICAL" if ok else "DIFFERENT")
+    """
+)
+
+
+@torch.no_grad()
+def save_with_reference(model, directory, inputs: dict, output: str = "logits") -> None:
+    """save_pretrained, plus reference.pt: the inputs and the `output` field they give (read by BLOCKED_LOAD)."""
+    model.eval().save_pretrained(directory)
+    torch.save({"inputs": inputs, "output": getattr(model(**inputs), output)}, Path(directory) / "reference.pt")
+
+
+def load_without_hf_ssm(jobs: list[dict], workdir) -> list[dict]:
+    """Run BLOCKED_LOAD on `jobs` in one subprocess (one interpreter start for all of them); its JSON results."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(Path(workdir) / "modules")}
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCKED_LOAD, json.dumps(jobs)], capture_output=True, text=True, cwd=workdir, env=env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines and lines[-1] in ("IDENTICAL", "DIFFERENT"), result.stdout + result.stderr[-2000:]
+    return json.loads(lines[-2])

@@ -1,7 +1,8 @@
 """Causal self-attention with RoPE and grouped-query heads, plus the RMSNorm and SwiGLU MLP of every block.
 
 Attention goes through transformers' attention-function registry, so `attn_implementation="sdpa"`,
-`"eager"` (and `"flash_attention_2"` where installed) all work with the same weights.
+`"eager"` (and `"flash_attention_2"` where installed) all work with the same weights. Only `"eager"` returns
+attention weights (`output_attentions=True`), as in transformers' own models.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from transformers.activations import ACT2FN
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .configuration_hybrid_ssm import HybridSSMConfig
@@ -47,12 +48,21 @@ class HybridSSMMLP(nn.Module):
 
 
 class HybridSSMRotaryEmbedding(nn.Module):
-    """cos/sin tables for RoPE at given positions: (B, T) -> two (B, T, head_dim) tensors."""
+    """cos/sin tables for RoPE at given positions: (B, T) -> two (B, T, head_dim) tensors.
+
+    Every rope type of transformers' `ROPE_INIT_FUNCTIONS` is accepted; `"dynamic"` (NTK) and `"longrope"`
+    recompute the frequencies from the positions through transformers' `dynamic_rope_update`.
+    """
 
     def __init__(self, config: HybridSSMConfig):
         super().__init__()
         self.config = config
         self.rope_type = config.rope_parameters.get("rope_type", "default")
+        accepted = ("default", *ROPE_INIT_FUNCTIONS)
+        if self.rope_type not in accepted:
+            raise ValueError(f"`rope_parameters['rope_type']` must be one of {list(accepted)}, got {self.rope_type!r}")
+        # Read by dynamic_rope_update: the length the current frequencies were computed for, and the trained one.
+        self.max_seq_len_cached = self.original_max_seq_len = config.max_position_embeddings
         init_fn: Callable = self.compute_default_rope_parameters
         if self.rope_type != "default":
             init_fn = ROPE_INIT_FUNCTIONS[self.rope_type]
@@ -68,6 +78,7 @@ class HybridSSMRotaryEmbedding(nn.Module):
         return inv_freq, 1.0
 
     @torch.no_grad()
+    @dynamic_rope_update  # rescales inv_freq for "dynamic" / "longrope"; a no-op for the other rope types
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)
         emb = torch.cat((freqs, freqs), dim=-1)
@@ -118,7 +129,9 @@ class HybridSSMAttention(nn.Module):
         self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=False)
 
     def forward(self, hidden_states, position_embeddings, attention_mask, cache=None, **kwargs):
-        """hidden_states (B, T, d) -> (B, T, d)."""
+        """hidden_states (B, T, d) -> output (B, T, d), attention weights (B, heads, T, past + T) or None.
+
+        The weights come from the eager implementation only (sdpa / flash attention return None)."""
         shape = (*hidden_states.shape[:-1], -1, self.head_dim)
         query = self.q_proj(hidden_states).view(shape).transpose(1, 2)
         key = self.k_proj(hidden_states).view(shape).transpose(1, 2)
@@ -128,7 +141,7 @@ class HybridSSMAttention(nn.Module):
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)
         attention_fn = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention)
-        out, _ = attention_fn(
+        out, weights = attention_fn(
             self,
             query,
             key,
@@ -138,4 +151,4 @@ class HybridSSMAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        return self.o_proj(out.reshape(*hidden_states.shape[:-1], -1).contiguous())
+        return self.o_proj(out.reshape(*hidden_states.shape[:-1], -1).contiguous()), weights

@@ -16,7 +16,7 @@ from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, LinearAttentionCacheLayerMixin
 from transformers.generation import GenerationMixin
-from transformers.masking_utils import create_causal_mask
+from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPast,
@@ -24,7 +24,10 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutputWithPast,
     TokenClassifierOutput,
 )
-from transformers.modeling_utils import PreTrainedModel
+from transformers.modeling_utils import PreTrainedModel, slice_logits_to_keep
+from transformers.utils import can_return_tuple, logging
+from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.output_capturing import capture_outputs
 
 from .attention import HybridSSMAttention, HybridSSMMLP, HybridSSMRMSNorm, HybridSSMRotaryEmbedding
 from .configuration_hybrid_ssm import ATTENTION, HybridSSMConfig
@@ -32,6 +35,8 @@ from .mixer_lrc import LRC_MIXER_CLASSES, DiagonalRNNMixer
 from .mixer_lru import BlockDiagonalLRUMixer, DiagonalLRUMixer, HigherOrderLRUMixer
 from .mixer_pd_ssm import HeadwiseMLP, PDSSMMixer
 from .packing import PackedDocuments
+
+logger = logging.get_logger(__name__)
 
 # Mixer name -> class. Every SSM mixer takes (config, layer_idx) and implements
 #   forward(hidden_states (B, T, d), state=None, mask=None) -> (output (B, T, d), final_state)
@@ -77,7 +82,7 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
         residual = hidden_states
         hidden_states = self.input_layernorm(hidden_states)
         if self.is_attention:
-            hidden_states = self.mixer(hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
+            hidden_states, _ = self.mixer(hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
         elif packed is not None:
             rows, _ = self.mixer(packed.unpack(hidden_states), mask=packed.mask)
             hidden_states = packed.pack(rows)
@@ -93,6 +98,16 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
         return hidden_states + self.mlp(self.post_mixer_layernorm(hidden_states))
 
 
+# trust_remote_code: the Auto classes a saved token-model checkpoint names in its auto_map (file.class), so that
+# AutoModel / AutoModelForCausalLM / ...ForSequenceClassification / ...ForTokenClassification all load it.
+TOKEN_MODEL_AUTO_MAP = {
+    "AutoModel": "modeling_hybrid_ssm.HybridSSMModel",
+    "AutoModelForCausalLM": "modeling_hybrid_ssm.HybridSSMForCausalLM",
+    "AutoModelForSequenceClassification": "modeling_hybrid_ssm.HybridSSMForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_hybrid_ssm.HybridSSMForTokenClassification",
+}
+
+
 class HybridSSMPreTrainedModel(PreTrainedModel):
     config: HybridSSMConfig
     config_class = HybridSSMConfig
@@ -102,6 +117,13 @@ class HybridSSMPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_attention_backend = True
+    # An SSM state cannot be rolled back to an earlier token, so generate refuses assisted decoding and prompt
+    # lookup up front (they verify draft tokens and then rewind the cache), as for Jamba / Qwen3-Next.
+    _is_stateful = True
+    # output_hidden_states / output_attentions are collected by transformers' output-capturing hooks.
+    _can_record_outputs = {"hidden_states": HybridSSMDecoderLayer, "attentions": HybridSSMAttention}
+    # The auto_map entries save_pretrained writes for this class (see save_pretrained).
+    _auto_map_entries: dict[str, str] = TOKEN_MODEL_AUTO_MAP
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -120,21 +142,38 @@ class HybridSSMPreTrainedModel(PreTrainedModel):
         elif isinstance(module, DiagonalRNNMixer):  # cell gains, leak terms and gate biases (mixer_lrc.py)
             module.reset_cell_parameters(init)
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """transformers' save_pretrained; where the classes are registered for remote code (`import hf_ssm`),
+        auto_map names every Auto class that can load this checkpoint, not only the saved class's own."""
+        if self.is_remote_code():
+            self.config.auto_map = dict(self._auto_map_entries)  # the config adds its AutoConfig entry on save
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
-def _check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
+
+def _check_input_ids(input_ids: torch.Tensor) -> None:
     if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
         raise TypeError(f"`input_ids` must be an integer tensor (torch.long), got dtype {input_ids.dtype}")
     if input_ids.dim() != 2:
         raise ValueError(f"`input_ids` must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
-    if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= vocab_size):
-        raise ValueError(
-            f"`input_ids` must lie in [0, {vocab_size}) (config.vocab_size); got values in "
-            f"[{int(input_ids.min())}, {int(input_ids.max())}]"
-        )
+
+
+def _check_token_range(name: str, values: torch.Tensor, size: int, size_name: str, ignore_index=None) -> None:
+    """Every entry of `values` lies in [0, size) (or equals ignore_index). One host read."""
+    bad = (values < 0) | (values >= size)
+    if ignore_index is not None:
+        bad &= values != ignore_index
+    if bool(bad.any()):
+        allowed = f"[0, {size}) ({size_name})" + ("" if ignore_index is None else f" or {ignore_index}")
+        raise ValueError(f"`{name}` must lie in {allowed}; got values in [{int(values.min())}, {int(values.max())}]")
 
 
 class HybridSSMModel(HybridSSMPreTrainedModel):
-    """Embeddings, the hybrid decoder stack and the final norm. Returns last hidden states (B, T, d)."""
+    """Embeddings, the hybrid decoder stack and the final norm. Returns last hidden states (B, T, d).
+
+    Input checks that read tensor values on the host (token ids in range, finite `inputs_embeds`, whether the
+    mask holds any padding) run on every forward except a decode step (one new token on a cache), so generation
+    makes no host synchronisation per token beyond transformers' own.
+    """
 
     def __init__(self, config: HybridSSMConfig):
         super().__init__(config)
@@ -158,6 +197,45 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
                     f"`cache` has no recurrent-state slot for SSM layer {i}; build it with DynamicCache(config=model.config)"
                 )
 
+    def _past_length(self, cache: Cache | None) -> int | None:
+        """Tokens already in `cache`; None where only SSM layers hold it (a recurrent state has no length)."""
+        if cache is None:
+            return 0
+        if self.config.has_attention:
+            return cache.get_seq_length()
+        started = any(cache.layers[i].is_recurrent_states_initialized[0] for i in self.config.ssm_layer_indices)
+        return None if started else 0
+
+    def _check_attention_mask(self, attention_mask, batch: int, steps: int, past: int | None) -> None:
+        if isinstance(attention_mask, dict):  # what generate builds for static caches, which are refused
+            raise ValueError(
+                "`attention_mask` must be the 2-D padding mask (batch, past + seq_len), not a per-layer-type dict"
+            )
+        if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 4:
+            if self.config.ssm_layer_indices:
+                raise ValueError(
+                    "`attention_mask` must be the 2-D padding mask (batch, past + seq_len): a 4-D "
+                    "mask cannot tell the SSM layers which tokens are padding. For packed documents pass no mask "
+                    "and position_ids restarting at 0 at each document."
+                )
+            return  # attention-only stack: the mask goes to the attention layers as in any transformers model
+        if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
+            shape = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask)
+            raise ValueError(f"`attention_mask` must be a 2-D tensor (batch, past + seq_len), got {shape}")
+        if past is None:  # a cache of SSM layers only: the past length is unknown, the mask must cover the input
+            if attention_mask.shape[0] != batch or attention_mask.shape[1] < steps:
+                raise ValueError(
+                    f"`attention_mask` must have shape (batch, past + seq_len) with batch = {batch} and at least "
+                    f"seq_len = {steps} columns, got {tuple(attention_mask.shape)}"
+                )
+        elif tuple(attention_mask.shape) != (batch, past + steps):
+            raise ValueError(
+                f"`attention_mask` must have shape (batch, past + seq_len) = ({batch}, {past} + {steps}), "
+                f"got {tuple(attention_mask.shape)}"
+            )
+
+    @capture_outputs
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -166,26 +244,49 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_hidden_states: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
         """
         input_ids (B, T) or inputs_embeds (B, T, d); attention_mask (B, past + T) with 1 for real tokens
         (left padding allowed; padding never changes an SSM state). Packed documents: leave attention_mask
         None and restart position_ids (B, T) at 0 at each document; no token then sees another document.
+        output_hidden_states / output_attentions / return_dict as in transformers (attention maps come from
+        the attention layers under attn_implementation="eager"; SSM layers have none).
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of `input_ids` and `inputs_embeds`")
         if input_ids is not None:
-            _check_input_ids(input_ids, self.config.vocab_size)
-            inputs_embeds = self.embed_tokens(input_ids)
-        elif inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_size:
-            raise ValueError(
-                f"`inputs_embeds` must have shape (batch, seq_len, {self.config.hidden_size}), got {tuple(inputs_embeds.shape)}"
-            )
-        batch, steps = inputs_embeds.shape[:2]
+            _check_input_ids(input_ids)
+            batch, steps = input_ids.shape
+        else:
+            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_size:
+                raise ValueError(
+                    f"`inputs_embeds` must have shape (batch, seq_len, {self.config.hidden_size}), "
+                    f"got {tuple(inputs_embeds.shape)}"
+                )
+            if not inputs_embeds.is_floating_point():
+                raise TypeError(f"`inputs_embeds` must be a floating-point tensor, got dtype {inputs_embeds.dtype}")
+            batch, steps = inputs_embeds.shape[:2]
+        if batch == 0:
+            raise ValueError("the batch is empty (batch size 0 in `input_ids` / `inputs_embeds`)")
         if steps == 0:
             raise ValueError("the input sequence is empty (seq_len = 0)")
+        if position_ids is not None and (
+            position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch) or position_ids.shape[1] != steps
+        ):
+            raise ValueError(
+                f"`position_ids` must have shape (batch or 1, seq_len) = ({batch} or 1, {steps}), "
+                f"got {tuple(position_ids.shape)}"
+            )
+        # A decode step reads no tensor value on the host (see the class docstring).
+        decode_step = steps == 1 and cache is not None
+        if input_ids is not None:
+            if not decode_step:
+                _check_token_range("input_ids", input_ids, self.config.vocab_size, "config.vocab_size")
+            inputs_embeds = self.embed_tokens(input_ids)
+        elif not decode_step and not bool(torch.isfinite(inputs_embeds).all()):
+            raise ValueError("`inputs_embeds` contains NaN or inf")
+
         # Packed documents (no attention mask, position_ids restarting inside a row): see packing.py.
         packed = None
         if attention_mask is None and position_ids is not None and steps > 1:
@@ -202,20 +303,22 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
             cache = DynamicCache(config=self.config)
         if cache is not None:
             self._check_cache(cache)
-        output_hidden_states = (
-            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        )
+        past = self._past_length(cache)
+        if attention_mask is not None:
+            self._check_attention_mask(attention_mask, batch, steps, past)
 
         ssm_mask = None
-        if attention_mask is not None and attention_mask.dim() == 2:
-            ssm_mask = attention_mask[:, -steps:].bool()
-            if bool(ssm_mask.all()):
-                ssm_mask = None  # nothing to mask: skip the per-step selects
+        if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
+            if steps > 1:  # None where the mask holds no padding: the SSM layers then skip the per-step selects
+                ssm_mask = create_recurrent_attention_mask(self.config, inputs_embeds, attention_mask)
+            else:  # one token: select without reading the mask on the host
+                ssm_mask = attention_mask[:, -1:]
+            ssm_mask = ssm_mask.bool() if ssm_mask is not None else None
 
         causal_mask = position_embeddings = None
         if self.config.has_attention:
-            past = cache.get_seq_length() if cache is not None else 0
-            if past + steps > self.config.max_position_embeddings:
+            # Dynamic NTK RoPE exists to run past the trained length; every other rope type stops there.
+            if past + steps > self.config.max_position_embeddings and self.rotary_emb.rope_type != "dynamic":
                 raise ValueError(
                     f"sequence length {past + steps} (cached {past} + new {steps}) exceeds "
                     f"config.max_position_embeddings = {self.config.max_position_embeddings}"
@@ -232,10 +335,7 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
             position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
 
         hidden_states = inputs_embeds
-        all_hidden_states = [] if output_hidden_states else None
         for layer in self.layers:
-            if all_hidden_states is not None:
-                all_hidden_states.append(hidden_states)
             hidden_states = layer(
                 hidden_states,
                 attention_mask=causal_mask,
@@ -246,19 +346,16 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
                 **kwargs,
             )
         hidden_states = self.norm(hidden_states)
-        if all_hidden_states is not None:
-            all_hidden_states.append(hidden_states)
-        return BaseModelOutputWithPast(
-            last_hidden_state=hidden_states,
-            cache=cache if use_cache else None,
-            hidden_states=tuple(all_hidden_states) if all_hidden_states is not None else None,
-        )
+        return BaseModelOutputWithPast(last_hidden_state=hidden_states, cache=cache if use_cache else None)
 
 
 class HybridSSMForCausalLM(HybridSSMPreTrainedModel, GenerationMixin):
     """Hybrid decoder with a language-modelling head (optionally tied to the input embeddings)."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+    # The caches generate may build for this model: the recurrent-state slots live in a DynamicCache. Static
+    # caches come with pre-built 4-D masks that cannot mark padding for the SSM layers.
+    _cache_implementations = (None, "dynamic")
 
     def __init__(self, config: HybridSSMConfig):
         super().__init__(config)
@@ -279,6 +376,18 @@ class HybridSSMForCausalLM(HybridSSMPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, new_embeddings):
         self.lm_head = new_embeddings
 
+    def _prepare_cache_for_generation(self, generation_config, *args, **kwargs):
+        """Refuse the cache implementations this model cannot run before generate builds one."""
+        if generation_config.cache_implementation not in self._cache_implementations:
+            raise ValueError(
+                f"`cache_implementation` must be one of {list(self._cache_implementations)} for "
+                f"{type(self).__name__} (a DynamicCache holding the SSM states), got "
+                f"{generation_config.cache_implementation!r}"
+            )
+        return super()._prepare_cache_for_generation(generation_config, *args, **kwargs)
+
+    @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -288,11 +397,18 @@ class HybridSSMForCausalLM(HybridSSMPreTrainedModel, GenerationMixin):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
-        output_hidden_states: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs,
     ) -> CausalLMOutputWithPast:
         """labels (B, T): next-token targets are labels shifted by one inside the loss; -100 is ignored."""
+        if labels is not None:
+            inputs = input_ids if input_ids is not None else inputs_embeds
+            if inputs is not None and tuple(labels.shape) != tuple(inputs.shape[:2]):
+                raise ValueError(
+                    f"`labels` must have the shape of the input (batch, seq_len) = {tuple(inputs.shape[:2])}, "
+                    f"got {tuple(labels.shape)}"
+                )
+            _check_token_range("labels", labels, self.config.vocab_size, "config.vocab_size", ignore_index=-100)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -300,20 +416,19 @@ class HybridSSMForCausalLM(HybridSSMPreTrainedModel, GenerationMixin):
             cache=cache,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
-            output_hidden_states=output_hidden_states,
+            return_dict=True,
             **kwargs,
         )
-        hidden_states = outputs.last_hidden_state
-        if isinstance(logits_to_keep, int) and logits_to_keep > 0:
-            hidden_states = hidden_states[:, -logits_to_keep:]
-        elif isinstance(logits_to_keep, torch.Tensor):
-            hidden_states = hidden_states[:, logits_to_keep]
-        logits = self.lm_head(hidden_states)
+        logits = self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep))
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutputWithPast(
-            loss=loss, logits=logits, cache=outputs.cache, hidden_states=outputs.hidden_states
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
@@ -329,11 +444,53 @@ def _pool(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, pool
     return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last]
 
 
+def check_sequence_labels(labels: torch.Tensor, batch: int, config) -> None:
+    """labels for transformers' ForSequenceClassificationLoss: (B,) class ids, (B, num_labels) floats for
+    multi-label, (B,) / (B, num_labels) floats for regression. Its problem-type rule decides which."""
+    num_labels = config.num_labels
+    problem_type = config.problem_type
+    if problem_type is None:  # the rule ForSequenceClassificationLoss applies (and records in the config)
+        if num_labels == 1:
+            problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            problem_type = "single_label_classification"
+        else:
+            problem_type = "multi_label_classification"
+    where = f"(config.problem_type = {problem_type!r}, num_labels = {num_labels})"
+    if labels.dim() == 0 or labels.shape[0] != batch:
+        raise ValueError(f"`labels` must have one entry per sequence (batch = {batch}), got {tuple(labels.shape)}")
+    if problem_type == "single_label_classification":
+        if labels.is_floating_point() or tuple(labels.shape) != (batch,):
+            raise ValueError(
+                f"`labels` must be integer class ids of shape ({batch},) {where}, got {labels.dtype} {tuple(labels.shape)}"
+            )
+        _check_token_range("labels", labels, num_labels, "config.num_labels", ignore_index=-100)
+    elif problem_type == "multi_label_classification":
+        if not labels.is_floating_point() or tuple(labels.shape) != (batch, num_labels):
+            raise ValueError(
+                f"`labels` must be floats of shape ({batch}, {num_labels}) {where}, "
+                f"got {labels.dtype} {tuple(labels.shape)}"
+            )
+    elif not labels.is_floating_point() or not (
+        tuple(labels.shape) == (batch, num_labels) or (num_labels == 1 and tuple(labels.shape) == (batch,))
+    ):
+        raise ValueError(
+            f"`labels` must be floats of shape ({batch}, {num_labels})"
+            + (f" or ({batch},)" if num_labels == 1 else "")
+            + f" {where}, got {labels.dtype} {tuple(labels.shape)}"
+        )
+
+
 class _HybridSSMWithScoreHead(HybridSSMPreTrainedModel):
     """The hybrid stack plus a linear `score` head; subclasses decide where the head reads (pooled or per token)."""
 
     def __init__(self, config: HybridSSMConfig):
         super().__init__(config)
+        if config.input_channels is not None:
+            raise ValueError(
+                f"this config has `input_channels` = {config.input_channels} (continuous input): it belongs to "
+                "HybridSSMForTimeSeriesClassification, not to a token model"
+            )
         self.num_labels = config.num_labels
         self.model = HybridSSMModel(config)
         self.score = nn.Linear(config.hidden_size, config.num_labels, bias=True)
@@ -345,13 +502,13 @@ class _HybridSSMWithScoreHead(HybridSSMPreTrainedModel):
     def set_input_embeddings(self, value):
         self.model.embed_tokens = value
 
-    def _encode(self, input_ids, attention_mask, inputs_embeds, output_hidden_states, **kwargs):
+    def _encode(self, input_ids, attention_mask, inputs_embeds, **kwargs) -> BaseModelOutputWithPast:
         return self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
             use_cache=False,
-            output_hidden_states=output_hidden_states,
+            return_dict=True,
             **kwargs,
         )
 
@@ -359,47 +516,81 @@ class _HybridSSMWithScoreHead(HybridSSMPreTrainedModel):
 class HybridSSMForSequenceClassification(_HybridSSMWithScoreHead):
     """One label per sequence from a pooled hidden state (`config.classifier_pooling`: "last" or "mean").
 
-    labels (B,) class ids (or floats when `config.num_labels == 1`, regression).
+    Without an attention_mask, padding is found from `config.pad_token_id` as in transformers' sequence
+    classifiers (the last non-pad token of each row). The loss is transformers' ForSequenceClassificationLoss:
+    `config.problem_type` regression, single-label (labels (B,) class ids) or multi-label (labels (B, num_labels)
+    floats); unset, it follows from num_labels and the label dtype.
     """
 
+    def _pooling_mask(self, input_ids, attention_mask, inputs_embeds) -> torch.Tensor | None:
+        if attention_mask is not None:
+            return attention_mask
+        pad = self.config.pad_token_id
+        batch = (input_ids if input_ids is not None else inputs_embeds).shape[0]
+        if pad is None:
+            if batch != 1:
+                raise ValueError(
+                    "a batch of more than one sequence needs `attention_mask` or `config.pad_token_id` to find "
+                    "each row's padding"
+                )
+            return None
+        if input_ids is None:
+            logger.warning_once(
+                f"{type(self).__name__} cannot find padding in `inputs_embeds` without an attention_mask; "
+                "it pools every position"
+            )
+            return None
+        return input_ids != pad
+
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_hidden_states: bool | None = None,
         **kwargs,
     ) -> SequenceClassifierOutputWithPast:
-        outputs = self._encode(input_ids, attention_mask, inputs_embeds, output_hidden_states, **kwargs)
-        logits = self.score(_pool(outputs.last_hidden_state, attention_mask, self.config.classifier_pooling))
+        outputs = self._encode(input_ids, attention_mask, inputs_embeds, **kwargs)
+        pooling_mask = self._pooling_mask(input_ids, attention_mask, inputs_embeds)
+        logits = self.score(_pool(outputs.last_hidden_state, pooling_mask, self.config.classifier_pooling))
         loss = None
         if labels is not None:
-            if self.num_labels == 1:
-                loss = nn.functional.mse_loss(logits.squeeze(-1).float(), labels.float())
-            else:
-                loss = nn.functional.cross_entropy(logits.float(), labels.long())
-        return SequenceClassifierOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+            check_sequence_labels(labels, logits.shape[0], self.config)
+            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config, **kwargs)
+        return SequenceClassifierOutputWithPast(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
 class HybridSSMForTokenClassification(_HybridSSMWithScoreHead):
-    """One label per position (e.g. the automaton state after every prefix); labels (B, T), -100 is ignored."""
+    """One label per position (e.g. the automaton state after every prefix); labels (B, T), -100 is ignored.
 
+    The loss is transformers' ForTokenClassification (cross-entropy, `num_items_in_batch` honoured)."""
+
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_hidden_states: bool | None = None,
         **kwargs,
     ) -> TokenClassifierOutput:
-        outputs = self._encode(input_ids, attention_mask, inputs_embeds, output_hidden_states, **kwargs)
+        outputs = self._encode(input_ids, attention_mask, inputs_embeds, **kwargs)
         logits = self.score(outputs.last_hidden_state)
         loss = None
         if labels is not None:
-            loss = nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.long().flatten(), ignore_index=-100)
-        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+            if labels.is_floating_point() or tuple(labels.shape) != tuple(logits.shape[:2]):
+                raise ValueError(
+                    f"`labels` must be integer class ids of shape (batch, seq_len) = {tuple(logits.shape[:2])}, "
+                    f"got {labels.dtype} {tuple(labels.shape)}"
+                )
+            _check_token_range("labels", labels, self.num_labels, "config.num_labels", ignore_index=-100)
+            loss = self.loss_function(logits, labels, self.config, **kwargs)
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
 __all__ = [

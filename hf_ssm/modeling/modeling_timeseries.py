@@ -14,8 +14,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers.modeling_outputs import SequenceClassifierOutput
+from transformers.utils import can_return_tuple
 
-from .modeling_hybrid_ssm import HybridSSMModel, HybridSSMPreTrainedModel, _pool
+from .modeling_hybrid_ssm import HybridSSMModel, HybridSSMPreTrainedModel, _pool, check_sequence_labels
 
 
 class HybridSSMForTimeSeriesClassification(HybridSSMPreTrainedModel):
@@ -24,7 +25,13 @@ class HybridSSMForTimeSeriesClassification(HybridSSMPreTrainedModel):
     Pools with `config.classifier_pooling` ("mean" over real steps as in the papers, or "last").
     Unequal lengths: right-pad `past_values` and pass `attention_mask` (B, T) with 1 at real steps; padded
     steps change no SSM state and are left out of the pooling.
+    The loss is transformers' ForSequenceClassificationLoss (`config.problem_type`, as for
+    HybridSSMForSequenceClassification). trust_remote_code loads it with AutoModelForSequenceClassification.
     """
+
+    _auto_map_entries = {
+        "AutoModelForSequenceClassification": "modeling_timeseries.HybridSSMForTimeSeriesClassification"
+    }
 
     def __init__(self, config):
         super().__init__(config)
@@ -38,6 +45,7 @@ class HybridSSMForTimeSeriesClassification(HybridSSMPreTrainedModel):
         self.model.embed_tokens = None
         self.score = nn.Linear(config.hidden_size, config.num_labels, bias=True)
         self.post_init()
+        self.loss_type = "ForSequenceClassification"  # the class name names no transformers loss
 
     def get_input_embeddings(self):
         return self.encoder
@@ -55,25 +63,27 @@ class HybridSSMForTimeSeriesClassification(HybridSSMPreTrainedModel):
         if not past_values.is_floating_point():
             raise ValueError(f"`past_values` must be a floating-point tensor, got dtype {past_values.dtype}")
         # Missing values must be imputed (or refused) by the data pipeline, never reach the scans as NaN.
-        if bool(torch.isnan(past_values).any()):
-            raise ValueError("`past_values` contains NaN; impute missing values first (see hf_ssm.data.timeseries)")
+        if not bool(torch.isfinite(past_values).all()):
+            raise ValueError(
+                "`past_values` contains NaN or inf; impute missing values first (see hf_ssm.data.timeseries)"
+            )
         if attention_mask is not None and tuple(attention_mask.shape) != tuple(past_values.shape[:2]):
             raise ValueError(
                 f"`attention_mask` must have shape (batch, seq_len) = {tuple(past_values.shape[:2])}, "
                 f"got {tuple(attention_mask.shape)}"
             )
 
+    @can_return_tuple
     def forward(
         self,
         past_values: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_hidden_states: bool | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput:
         """past_values (B, T, C) float; attention_mask (B, T) 1 = real step; labels (B,) class ids.
 
-        Returns logits (B, num_labels) and, with labels, the mean cross-entropy loss.
+        Returns logits (B, num_labels) and, with labels, the loss (cross-entropy for class ids).
         """
         self._check_inputs(past_values, attention_mask)
         embeds = self.encoder(past_values.to(self.encoder.weight.dtype))
@@ -81,15 +91,18 @@ class HybridSSMForTimeSeriesClassification(HybridSSMPreTrainedModel):
             inputs_embeds=embeds,
             attention_mask=attention_mask,
             use_cache=False,
-            output_hidden_states=output_hidden_states,
+            return_dict=True,
             **kwargs,
         )
         pooled = _pool(outputs.last_hidden_state, attention_mask, self.config.classifier_pooling)
         logits = self.score(pooled)
         loss = None
         if labels is not None:
-            loss = nn.functional.cross_entropy(logits.float(), labels.long())
-        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+            check_sequence_labels(labels, logits.shape[0], self.config)
+            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config, **kwargs)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
 __all__ = ["HybridSSMForTimeSeriesClassification"]
