@@ -626,6 +626,15 @@ def pd_select(sel: torch.Tensor, dictionary: torch.Tensor, mask: torch.Tensor | 
     return idx.view(batch, steps, heads, -1)
 
 
+def _mask_pairs(dv_r: torch.Tensor, b_r: torch.Tensor, mask: torch.Tensor | None):
+    """Padded steps (mask False): dv = 1 + 0i and b = 0, on (B, T, H, N, 2) pairs; the kernels set P = identity."""
+    if mask is None:
+        return dv_r, b_r
+    keep = mask.view(*mask.shape, 1, 1, 1)
+    one = torch.tensor([1.0, 0.0], dtype=dv_r.dtype, device=dv_r.device)
+    return torch.where(keep, dv_r, one), torch.where(keep, b_r, torch.zeros((), dtype=b_r.dtype, device=b_r.device))
+
+
 def _check_generation(sel, dictionary, mask):
     if sel.dim() != 4:
         raise ValueError(f"sel must have shape (B, T, H, K), got {tuple(sel.shape)}")
@@ -658,7 +667,8 @@ def pd_generated_scan(
     """P generation + PD scan in one autograd node, never storing a (B, T, H, N, N) tensor.
 
     Equal to: M_t = einsum(sel, dictionary); idx = argmax over rows of M_t; p_soft = softmax(M_t / temperature) down
-    each column (zero where mask is False, where idx is also the identity); ``pd_scan(idx, dv, b, x0, p_soft)``.
+    each column; ``pd_scan(idx, dv, b, x0, p_soft)``. Where mask (B, T) is False the step is the identity with zero
+    input (idx = j, dv = 1, b = 0) and passes no gradient to sel or the dictionary.
     Gradients flow to sel (B, T, H, K), dictionary (H, K, N, N), dv, b and x0.
     Returns (states (B, T, H, N) complex64, final (num_seqs, H, N) complex64).
     """
@@ -671,6 +681,7 @@ def pd_generated_scan(
         )
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    dv_r, b_r = _mask_pairs(dv_r, b_r, mask)
     states, final = _PDGeneratedScanFunction.apply(
         sel, dictionary, dv_r, b_r, x0_r, mask, float(temperature), layout, chunk, onehot
     )

@@ -171,6 +171,28 @@ def _gather_scan_chunked(k, c, g, chunk):
     return out.view(batch, chunks * chunk, heads, n)[:, :steps]
 
 
+def pd_scan_backward(idx, dv, x0, states, grad_states, grad_final, chunk):
+    """Adjoint pass of the PD scan x_t = P_t D_t x_{t-1} + b_t, all (B, T, H, N); x0 (B, H, N) (not None).
+
+    Returns (lam, grad_dv, grad_x0, x_prev): lam_t = dL/dx_t = dL/db_t, from the reverse recurrence
+    lam_t = g_t + A_{t+1}^H lam_{t+1} with (A^H l)[j] = conj(dv[j]) l[idx[j]]; grad_dv_t[j] = lam_t[idx_t[j]]
+    conj(x_{t-1}[j]); grad_x0 = A_0^H lam_0; x_prev the states shifted by one step (x_{-1} = x0).
+    """
+    batch, steps, heads, n = idx.shape
+    g = torch.zeros_like(states) if grad_states is None else grad_states.clone()
+    if grad_final is not None:
+        g[:, -1] += grad_final
+    # run the adjoint recurrence in reversed time, as a forward gather recurrence
+    k = torch.cat([torch.arange(n, device=idx.device).expand(batch, 1, heads, n), idx[:, 1:].flip(1)], dim=1)
+    c = torch.cat([torch.ones_like(dv[:, :1]), dv[:, 1:].flip(1).conj()], dim=1)
+    lam = _gather_scan_chunked(k, c, g.flip(1), chunk).flip(1)
+    x_prev = torch.cat([x0.unsqueeze(1), states[:, :-1]], dim=1)
+    lam_at_target = lam.gather(-1, idx)  # lambda_t[idx_t[j]]
+    grad_dv = lam_at_target * x_prev.conj()
+    grad_x0 = dv[:, 0].conj() * lam_at_target[:, 0]
+    return lam, grad_dv, grad_x0, x_prev
+
+
 class _PDScanFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, idx, dv, b, x0, p_soft, chunk):
@@ -182,19 +204,7 @@ class _PDScanFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_states, grad_final):
         idx, dv, x0, states = ctx.saved_tensors
-        batch, steps, heads, n = idx.shape
-        g = torch.zeros_like(states) if grad_states is None else grad_states.clone()
-        if grad_final is not None:
-            g[:, -1] += grad_final
-        # lambda_t = g_t + A_{t+1}^H lambda_{t+1}, (A^H l)[j] = conj(dv[j]) l[idx[j]]; run it in reversed time.
-        k = torch.cat([torch.arange(n, device=idx.device).expand(batch, 1, heads, n), idx[:, 1:].flip(1)], dim=1)
-        c = torch.cat([torch.ones_like(dv[:, :1]), dv[:, 1:].flip(1).conj()], dim=1)
-        lam = _gather_scan_chunked(k, c, g.flip(1), ctx.chunk).flip(1)
-
-        x_prev = torch.cat([x0.unsqueeze(1), states[:, :-1]], dim=1)
-        lam_at_target = lam.gather(-1, idx)  # lambda_t[idx_t[j]]
-        grad_dv = lam_at_target * x_prev.conj()
-        grad_x0 = dv[:, 0].conj() * lam_at_target[:, 0]
+        lam, grad_dv, grad_x0, x_prev = pd_scan_backward(idx, dv, x0, states, grad_states, grad_final, ctx.chunk)
         grad_p = None
         if ctx.has_p:  # straight-through: dL/dP_t[i, j] = Re(conj(lambda_t[i]) z_t[j]), z = dv * x_prev
             grad_p = (lam.conj().unsqueeze(-1) * (dv * x_prev).unsqueeze(-2)).real
