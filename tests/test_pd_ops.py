@@ -66,9 +66,9 @@ CASES = [(1, 1, 1, 4, 3), (2, 7, 2, 5, 3), (3, 40, 2, 6, 4)]
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_dictionary_op_equals_dense_reference_and_old_path(batch, steps, heads, n, k, masked, temperature, monkeypatch):
-    """The fused, chunked dictionary op (chunks of 3 steps forced) == the dense straight-through loop == the
+    """The fused, chunked dictionary op (chunks of 3 tokens forced) == the dense straight-through loop == the
     previous (B, T, H, N, N) path, in values and in the gradients of every input."""
-    monkeypatch.setattr(pd_ops, "GEN_CHUNK_ELEMENTS", 3 * batch * heads * n * n)
+    monkeypatch.setattr(pd_ops, "GEN_CHUNK_ELEMENTS", 3 * heads * n * n)
     inputs = pd_inputs(batch, steps, heads, n, k)
     mask = (torch.rand(batch, steps) > 0.3) if masked else None
 
@@ -78,6 +78,15 @@ def test_dictionary_op_equals_dense_reference_and_old_path(batch, steps, heads, 
     got = run_with_grads(op, inputs, mask, temperature)
     assert_all_close(got, run_with_grads(pd_ops.pd_dictionary_reference, inputs, mask, temperature))
     assert_all_close(got, run_with_grads(old_dictionary_path, inputs, mask, temperature))
+
+
+def test_dictionary_indices_take_the_first_of_tied_maxima(monkeypatch):
+    """The chunked column argmax equals torch.argmax, ties included (0/1 matrices tie often)."""
+    monkeypatch.setattr(pd_ops, "GEN_CHUNK_ELEMENTS", 5 * 2 * 6 * 6)
+    sel = torch.randint(0, 2, (3, 11, 2, 4)).float()
+    dictionary = torch.randint(0, 2, (2, 4, 6, 6)).float()
+    expected = torch.einsum("bthk,hkij->bthij", sel, dictionary).argmax(dim=-2)
+    assert torch.equal(pd_ops.dictionary_indices(sel, dictionary), expected)
 
 
 def test_dictionary_op_under_bf16_autocast_equals_float32():

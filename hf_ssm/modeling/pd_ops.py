@@ -23,6 +23,8 @@ idx, and the backward recomputes M_t and its column softmax chunk by chunk. Its 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .scan_dispatch import _load_kernels, requested_backend, resolve_backend, varlen_torch
@@ -30,8 +32,8 @@ from .scan_pd import _apply_pd, _scatter_scan_chunked, default_chunk_size, pd_sc
 from .scan_pd import pd_scan as torch_pd_scan
 
 TRANSITIONS = ("dictionary", "bank")
-# Elements of one chunk of (B, Tc, H, N, N) matrices in the dictionary op (16 MiB of float32).
-GEN_CHUNK_ELEMENTS = 1 << 22
+# Elements of one chunk of (H, rows, N, N) matrices in the dictionary op (1 MiB of float32, cache-sized).
+GEN_CHUNK_ELEMENTS = 1 << 18
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -103,11 +105,6 @@ def _scan_no_grad(idx, dv, b, x0):
     return states, states[:, -1]
 
 
-def _outer_re(lam: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """G[..., i, j] = Re(conj(lam[..., i]) z[..., j]) = lam_re z_re + lam_im z_im, as one (N x 2) @ (2 x N) product."""
-    return torch.view_as_real(lam) @ torch.view_as_real(z).transpose(-1, -2)
-
-
 def _column_softmax_backward(s: torch.Tensor, g: torch.Tensor, temperature: float) -> torch.Tensor:
     """Gradient w.r.t. M of softmax(M / tau) down each column (dim -2), given s = that softmax and its gradient g.
     Overwrites g."""
@@ -117,48 +114,99 @@ def _column_softmax_backward(s: torch.Tensor, g: torch.Tensor, temperature: floa
 
 # ---------------------------------------------------------------------------------------------------------------
 # dictionary mode, torch
+#
+# The generator works on the tokens r = (b, t) flattened, a chunk of them at a time, with every N x N matrix
+# transposed (row j = column j of M_t) so that the argmax and the softmax down a column run over contiguous memory:
+# Mt (H, R, N, N) = sel (H, R, K) @ dictionary^T (H, K, N*N). A chunk (GEN_CHUNK_ELEMENTS) stays in cache through
+# its few passes.
 
 
-def _gen_chunk(batch: int, heads: int, n: int) -> int:
-    return max(1, GEN_CHUNK_ELEMENTS // (batch * heads * n * n))
+def _gen_rows(heads: int, n: int) -> int:
+    return max(1, GEN_CHUNK_ELEMENTS // (heads * n * n))
 
 
-def _soft_matrices(sel: torch.Tensor, flat_dict: torch.Tensor, n: int) -> torch.Tensor:
-    """M_t = sum_k s_t,k M_k: (B, Tc, H, N, N) from sel (B, Tc, H, K) and the dictionary as (H, K, N*N)."""
-    return torch.einsum("bthk,hkn->bthn", sel, flat_dict).unflatten(-1, (n, n))
+def _by_head(t: torch.Tensor) -> torch.Tensor:
+    """(B, T, H, ...) -> (H, B*T, ...), a view."""
+    return t.flatten(0, 1).transpose(0, 1)
+
+
+def _transposed_flat(dictionary: torch.Tensor) -> torch.Tensor:
+    """(H, K, N, N) -> (H, K, N*N) with entry [j*N + i] = M_k[i, j]."""
+    return dictionary.transpose(-1, -2).flatten(2)
+
+
+class _Workspace:
+    """Chunk buffers allocated once and re-used (fresh megabyte tensors per chunk cost more in page faults than
+    the arithmetic on them). view(name, *shape) is the first numel elements of buffer `name`, contiguous."""
+
+    def __init__(self, numel: int, device, names: dict):
+        self.bufs = {name: torch.empty(numel, dtype=dtype, device=device) for name, dtype in names.items()}
+
+    def view(self, name: str, *shape) -> torch.Tensor:
+        return self.bufs[name][: math.prod(shape)].view(shape)
+
+
+def _first_argmax_last(m: torch.Tensor, lanes: torch.Tensor) -> torch.Tensor:
+    """argmax over the last axis of m (..., N), the first of tied maxima like torch.argmax, in float (exact for
+    N < 2^24), from in-place passes (torch.argmax over a short last axis is several times slower on CPU).
+    Overwrites m: m - max >= 0 exactly at the maxima, so index - N * [maximum] is smallest at the first one."""
+    n = m.shape[-1]
+    m.sub_(torch.amax(m, -1, keepdim=True)).ge_(0).mul_(-n).add_(lanes)
+    return torch.amin(m, -1).add_(n)
 
 
 def dictionary_indices(sel, dictionary, mask=None):
-    """idx (B, T, H, N) = argmax_i M_t[i, j], computed a chunk of time steps at a time."""
+    """idx (B, T, H, N) = argmax_i M_t[i, j] with M_t = sum_k sel[..., k] dictionary[h, k], a chunk at a time."""
     batch, steps, heads, _ = sel.shape
     n = dictionary.shape[-1]
-    flat = dictionary.flatten(2)
-    idx = torch.empty(batch, steps, heads, n, dtype=torch.long, device=sel.device)
-    tc = _gen_chunk(batch, heads, n)
-    for t0 in range(0, steps, tc):
-        idx[:, t0 : t0 + tc] = _soft_matrices(sel[:, t0 : t0 + tc], flat, n).argmax(dim=-2)
+    flat_t = _transposed_flat(dictionary)
+    sel_h = _by_head(sel)
+    idx = torch.empty(heads, batch * steps, n, dtype=torch.long, device=sel.device)
+    rows = min(_gen_rows(heads, n), batch * steps)
+    ws = _Workspace(heads * rows * n * n, sel.device, {"m": torch.float32})
+    lanes = torch.arange(n, dtype=torch.float32, device=sel.device)
+    for r0 in range(0, batch * steps, rows):
+        sl = slice(r0, r0 + rows)
+        rc = min(rows, batch * steps - r0)
+        m = torch.matmul(sel_h[:, sl], flat_t, out=ws.view("m", heads, rc, n * n))
+        idx[:, sl] = _first_argmax_last(m.view(heads, rc, n, n), lanes)
+    idx = idx.transpose(0, 1).reshape(batch, steps, heads, n)
     return _identity_where_masked(idx, mask)
 
 
 def _dictionary_st_backward(sel, dictionary, lam, z, temperature):
     """(dL/dsel (B, T, H, K), dL/ddictionary (H, K, N, N)) of the straight-through generator, a chunk at a time.
 
-    dL/dP_t = G_t = Re(conj(lam_t) z_t^T) (rank 2), dL/dM_t = colsoftmax'(G_t), then dL/ds_t,k = <dL/dM_t, M_k> and
-    dL/dM_k = sum_t s_t,k dL/dM_t, both as batched matrix products over the flattened N*N.
+    dL/dP_t = G_t = Re(conj(lam_t) z_t^T), G_t[i, j] = lr_i zr_j + li_i zi_j, a rank-2 product. With S_t the
+    column softmax of M_t / tau: dL/dM_t = S_t * (G_t - c_t) / tau, c_t[j] = sum_i S_t[i, j] G_t[i, j]; then
+    dL/ds_t,k = <dL/dM_t, M_k> and dL/dM_k = sum_t s_t,k dL/dM_t, batched products over the flattened N*N.
     """
-    batch, steps, heads, _ = sel.shape
+    batch, steps, heads, k = sel.shape
     n = dictionary.shape[-1]
-    flat = dictionary.flatten(2)
-    grad_sel = torch.empty_like(sel)
-    grad_flat = torch.zeros_like(flat)
-    tc = _gen_chunk(batch, heads, n)
-    for t0 in range(0, steps, tc):
-        sl = slice(t0, t0 + tc)
-        s = torch.softmax(_soft_matrices(sel[:, sl], flat, n).div_(temperature), dim=-2)
-        gm = _column_softmax_backward(s, _outer_re(lam[:, sl], z[:, sl]), temperature).flatten(-2)
-        grad_sel[:, sl] = torch.einsum("bthn,hkn->bthk", gm, flat)
-        grad_flat += torch.einsum("bthk,bthn->hkn", sel[:, sl], gm)
-    return grad_sel, grad_flat.view_as(dictionary)
+    flat_t = _transposed_flat(dictionary)
+    scaled = flat_t / temperature
+    sel_h = _by_head(sel)
+    lam_h = _by_head(torch.view_as_real(lam))  # (H, R, N, 2)
+    z_h = _by_head(torch.view_as_real(z))
+    grad_sel = sel.new_empty(heads, batch * steps, k)
+    grad_flat = torch.zeros_like(flat_t)
+    rows = min(_gen_rows(heads, n), batch * steps)
+    f32 = torch.float32
+    ws = _Workspace(heads * rows * n * n, sel.device, {"m": f32, "s": f32, "g": f32})
+    for r0 in range(0, batch * steps, rows):
+        sl = slice(r0, r0 + rows)
+        rc = min(rows, batch * steps - r0)
+        s_c = sel_h[:, sl]
+        mt = torch.matmul(s_c, scaled, out=ws.view("m", heads, rc, n * n)).view(heads, rc, n, n)
+        st = torch.softmax(mt, -1, out=ws.view("s", heads, rc, n, n))  # st[j, i] = S_t[i, j], a contiguous softmax
+        gt = torch.matmul(z_h[:, sl], lam_h[:, sl].transpose(-1, -2), out=ws.view("g", heads, rc, n, n))  # G^T
+        c = torch.sum(torch.mul(gt, st, out=mt), -1, keepdim=True)
+        g = gt.sub_(c).mul_(st).view(heads, rc, n * n)  # tau dL/dM_t^T
+        grad_sel[:, sl] = g @ flat_t.transpose(-1, -2)
+        grad_flat.baddbmm_(s_c.transpose(-1, -2), g)
+    grad_sel = grad_sel.div_(temperature).transpose(0, 1).reshape(batch, steps, heads, k)
+    grad_dict = grad_flat.div_(temperature).unflatten(-1, (n, n)).transpose(-1, -2)
+    return grad_sel, grad_dict
 
 
 class _DictionaryScan(torch.autograd.Function):
