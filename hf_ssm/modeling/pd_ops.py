@@ -311,11 +311,7 @@ class _BankScan(torch.autograd.Function):
                 z = z * mask.view(*mask.shape, 1, 1)
             k = scores.shape[1]
             if ctx.needs_input_grad[0]:
-                # dL/de_t,k = <G_t, P_k> = sum_j Re(conj(lam_t[bank_k[j]]) z_t[j]); then the softmax(logits / tau) Jacobian
-                lam_r, z_r = torch.view_as_real(lam), torch.view_as_real(z)
-                grad_e = torch.stack(
-                    [(lam_r.gather(-2, _pair_index(bank[:, kk], lam_r)) * z_r).sum((-1, -2)) for kk in range(k)], -1
-                )
+                grad_e = _bank_choice_grad(lam, z, bank)
                 p = torch.softmax(logits / tau, dim=-1)
                 grad_logits = p * (grad_e - (p * grad_e).sum(-1, keepdim=True)) / tau
             if ctx.needs_input_grad[1]:
@@ -324,9 +320,18 @@ class _BankScan(torch.autograd.Function):
         return grad_logits, grad_scores, grad_dv, lam, grad_x0, None, None
 
 
-def _pair_index(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """rows (H, N) expanded to the (B, T, H, N, 2) index of a gather over the N axis of real pairs."""
-    return rows.unsqueeze(-1).expand(like.shape)
+def _bank_choice_grad(lam: torch.Tensor, z: torch.Tensor, bank: torch.Tensor) -> torch.Tensor:
+    """dL/de_t,k = <G_t, P_k> = sum_j Re(conj(lam_t[bank_k[j]]) z_t[j]): (B, T, H, K), one index gather of N
+    entries per token and bank entry."""
+    batch, steps, heads, n = lam.shape
+    lam_r = torch.view_as_real(lam).reshape(batch, steps, heads * n, 2)
+    z_r = torch.view_as_real(z).reshape(batch, steps, heads, 2 * n)
+    rows = bank + n * torch.arange(heads, device=bank.device).view(heads, 1, 1)  # (H, K, N) into the H*N axis
+    out = lam_r.new_empty(batch, steps, heads, bank.shape[1])
+    for kk in range(bank.shape[1]):
+        picked = lam_r.index_select(2, rows[:, kk].reshape(-1)).view(batch, steps, heads, 2 * n)
+        out[..., kk] = picked.mul_(z_r).sum(-1)
+    return out
 
 
 def _torch_bank(logits, scores, dv, b, x0, mask, temperature):
