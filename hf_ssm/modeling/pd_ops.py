@@ -23,6 +23,7 @@ idx, and the backward recomputes M_t and its column softmax chunk by chunk. Its 
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import torch
@@ -283,6 +284,27 @@ def _bank_outer_sums(lam, z, choice, k):
     return out
 
 
+def bank_straight_through_grads(logits, scores, choice, lam, z, mask, temperature, need_logits=True, need_scores=True):
+    """(dL/dlogits (B, T, H, K) or None, dL/dscores (H, K, N, N) or None) of the bank transitions, given the
+    adjoint lam_t = dL/dx_t and z_t = dv_t * x_{t-1} (B, T, H, N) complex, choice = argmax logits (B, T, H).
+
+    With G_t = Re(conj(lam_t) z_t^T) = dL/dP_t: dL/de_t,k = <G_t, P_k> goes through the softmax(logits / tau)
+    Jacobian, and dL/dP_k = sum_{t: k_t = k} G_t through the column softmax of scores_k / tau. Padded steps
+    (mask False) pass nothing. Shared by the torch op and the Triton kernel's backward.
+    """
+    if mask is not None:
+        z = z * mask.view(*mask.shape, 1, 1)
+    grad_logits = grad_scores = None
+    if need_logits:
+        grad_e = _bank_choice_grad(lam, z, bank_indices(scores))
+        p = torch.softmax(logits / temperature, dim=-1)
+        grad_logits = p * (grad_e - (p * grad_e).sum(-1, keepdim=True)) / temperature
+    if need_scores:
+        s = torch.softmax(scores / temperature, dim=-2)
+        grad_scores = _column_softmax_backward(s, _bank_outer_sums(lam, z, choice, scores.shape[1]), temperature)
+    return grad_logits, grad_scores
+
+
 class _BankScan(torch.autograd.Function):
     """Bank selection (argmax of the logits, a gather from the column argmax of each score matrix), scan and
     straight-through backward in one node."""
@@ -294,29 +316,19 @@ class _BankScan(torch.autograd.Function):
         idx = _identity_where_masked(gather_bank(bank, choice), mask)
         chunk = default_chunk_size(idx.shape[1])
         states = _scatter_scan_chunked(idx, dv, b, x0, chunk)
-        ctx.save_for_backward(logits, scores, bank, choice, idx, dv, x0, states, mask)
+        ctx.save_for_backward(logits, scores, choice, idx, dv, x0, states, mask)
         ctx.chunk, ctx.temperature = chunk, temperature
         return states, states[:, -1].clone()
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_states, grad_final):
-        logits, scores, bank, choice, idx, dv, x0, states, mask = ctx.saved_tensors
+        logits, scores, choice, idx, dv, x0, states, mask = ctx.saved_tensors
         tau = ctx.temperature
         lam, grad_dv, grad_x0, x_prev = pd_scan_backward(idx, dv, x0, states, grad_states, grad_final, ctx.chunk)
-        grad_logits = grad_scores = None
-        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
-            z = dv * x_prev
-            if mask is not None:
-                z = z * mask.view(*mask.shape, 1, 1)
-            k = scores.shape[1]
-            if ctx.needs_input_grad[0]:
-                grad_e = _bank_choice_grad(lam, z, bank)
-                p = torch.softmax(logits / tau, dim=-1)
-                grad_logits = p * (grad_e - (p * grad_e).sum(-1, keepdim=True)) / tau
-            if ctx.needs_input_grad[1]:
-                s = torch.softmax(scores / tau, dim=-2)
-                grad_scores = _column_softmax_backward(s, _bank_outer_sums(lam, z, choice, k), tau)
+        grad_logits, grad_scores = bank_straight_through_grads(
+            logits, scores, choice, lam, dv * x_prev, mask, tau, ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        )
         return grad_logits, grad_scores, grad_dv, lam, grad_x0, None, None
 
 
@@ -371,7 +383,8 @@ def _triton_dictionary(selection, matrices, dv, b, initial_state=None, mask=None
 
 
 def _triton_bank(selection, matrices, dv, b, initial_state=None, mask=None, temperature=1.0, cu_seqlens=None):
-    return _load_kernels()[0].pd_bank_scan(
+    kernels = importlib.import_module(_load_kernels()[0].__name__ + ".pd_scan")
+    return kernels.pd_bank_scan(
         selection, matrices, dv, b, initial_state, temperature=temperature, mask=mask, cu_seqlens=cu_seqlens
     )
 
@@ -550,6 +563,7 @@ def pd_bank_reference(logits, scores, dv, b, initial_state=None, mask=None, temp
 __all__ = [
     "TRANSITIONS",
     "bank_indices",
+    "bank_straight_through_grads",
     "bind_pd_op",
     "bound_op_key",
     "dictionary_indices",
