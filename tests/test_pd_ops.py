@@ -190,6 +190,25 @@ def test_mixer_decode_steps_equal_full_forward(transition):
 
 
 @pytest.mark.parametrize("transition", ["dictionary", "bank"])
+@torch.no_grad()
+def test_decode_step_is_one_state_update_without_the_chunked_scan(transition, monkeypatch):
+    """A T = 1 step without gradient is a single x = P D x + b update: the chunked scan is never entered."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the chunked scan ran for a single decode step")
+
+    monkeypatch.setattr(pd_ops, "_scatter_scan_chunked", refuse)
+    layer = pd_mixer(transition).eval()
+    state = torch.randn(2, 2, 5, dtype=torch.complex64)
+    u = torch.randn(2, 1, 32)
+    y, new_state = layer(u, state=state)
+    idx, dv = layer.transitions(u)
+    b = torch.view_as_complex(layer.input_proj(u).view(2, 1, 2, 5, 2))
+    expected = torch.zeros_like(state).scatter_add_(-1, idx[:, 0], dv[:, 0] * state) + b[:, 0]
+    assert torch.allclose(new_state, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("transition", ["dictionary", "bank"])
 def test_cached_decode_equals_full_forward(transition):
     assert max_cached_decode_error(tiny_config("PAP", pd_ssm_transition=transition)) < 1e-4
 

@@ -3,7 +3,7 @@
     op(selection, matrices, dv, b, initial_state=None, mask=None, *, temperature=1.0, backend="auto",
        cu_seqlens=None) -> (states (B, T, H, N) complex64, final state (B, H, N) complex64)
 
-- ``pd_dictionary_scan``: selection = the weights s_t (B, T, H, K) of a dictionary matrices = M (H, K, N, N);
+- ``pd_dictionary_scan``: selection = the weights s_t (B, T, H, K), matrices = the dictionary M (H, K, N, N);
   P_t = column argmax of M_t = sum_k s_t,k M_k (the paper).
 - ``pd_bank_scan``: selection = logits (B, T, H, K), matrices = score matrices (H, K, N, N); P_k = column argmax of
   score_k once per call, P_t = P_{argmax_k logits_t,k} (after Flash PD-SSM, arXiv 2605.19150).
@@ -16,8 +16,10 @@ its P; it is applied once, inside each implementation. The torch implementations
 (``hf_ssm.kernels``, optional) are picked by ``scan_dispatch.resolve_backend``; ``bind_pd_op`` returns the
 implementation for a device once, for a mixer to keep.
 
-The torch dictionary op never holds more than a chunk of time steps' N x N matrices: the forward keeps only
-idx, and the backward recomputes M_t and its column softmax chunk by chunk. Its memory is Theta(T H (N + K)).
+The torch dictionary op never holds more than one chunk of tokens' N x N matrices: the forward keeps only idx,
+and the backward recomputes M_t and its column softmax chunk by chunk, so its memory is Theta(T H (N + K)). The
+torch bank op computes the K column argmaxes once per call and gathers idx_t from them. A single step without
+gradient (decode) is one O(H N) update.
 ``pd_dictionary_reference`` / ``pd_bank_reference`` are dense plain-autograd loops, for tests only.
 """
 
@@ -28,11 +30,11 @@ import math
 
 import torch
 
+from .configuration_hybrid_ssm import PD_SSM_TRANSITIONS, check_choice
 from .scan_dispatch import _load_kernels, requested_backend, resolve_backend, varlen_torch
 from .scan_pd import _apply_pd, _scatter_scan_chunked, default_chunk_size, pd_scan_backward
 from .scan_pd import pd_scan as torch_pd_scan
 
-TRANSITIONS = ("dictionary", "bank")
 # Elements of one chunk of (H, rows, N, N) matrices in the dictionary op (1 MiB of float32, cache-sized).
 GEN_CHUNK_ELEMENTS = 1 << 18
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -408,8 +410,7 @@ def bind_pd_op(transition: str, setting: str | None, device: torch.device | str)
     """The implementation of the `transition` op ("dictionary" or "bank") that `setting` (a scan_backend value,
     overridden by HF_SSM_SCAN_BACKEND) selects on `device`; called as op(selection, matrices, dv, b, initial_state,
     mask, temperature)."""
-    if transition not in TRANSITIONS:
-        raise ValueError(f"`pd_ssm_transition` must be one of {list(TRANSITIONS)}, got {transition!r}")
+    check_choice("pd_ssm_transition", transition, PD_SSM_TRANSITIONS)
     return _IMPLS[transition, resolve_backend(setting, device)]
 
 
@@ -561,7 +562,6 @@ def pd_bank_reference(logits, scores, dv, b, initial_state=None, mask=None, temp
 
 
 __all__ = [
-    "TRANSITIONS",
     "bank_indices",
     "bank_straight_through_grads",
     "bind_pd_op",
