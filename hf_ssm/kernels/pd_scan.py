@@ -21,6 +21,11 @@ dL/dM_t[i, j] = p[i, j] (G[i, j] - sum_i' p[i', j] G[i', j]) / tau with p the co
 G[i, j] = Re(conj(lambda_t[i]) dv_t[j] x_{t-1}[j]), and reduces it straight into dL/ds (B, T, H, K) and
 dL/dM (H, K, N, N). Neither the soft matrices M_t nor p nor G (B, T, H, N, N) is ever stored: each program
 recomputes one column j of M_t for a block of time steps (a (BT x K) @ (K x N) product) and keeps it on chip.
+
+``pd_bank_scan`` (bank transitions, after Flash PD-SSM): the bank idx_k = column argmax of score matrix k (H, K, N) is
+computed once per call; the scan kernels read the selection logits of each step, take k_t = argmax_k, and gather
+idx_t = bank[h, k_t] on chip, forward and backward. The straight-through gradients of the logits and the score
+matrices are formed from lambda and z in torch (``hf_ssm.modeling.pd_ops.bank_straight_through_grads``).
 """
 
 from __future__ import annotations
