@@ -72,7 +72,7 @@ def make_problem(family, batch, steps, heads, n, m, k, device):
     import torch
 
     from hf_ssm import kernels
-    from hf_ssm.modeling import scan_dispatch
+    from hf_ssm.modeling import pd_ops
     from hf_ssm.modeling.scan_block import block_scan, companion_matrices
     from hf_ssm.modeling.scan_diag import diag_scan
     from hf_ssm.modeling.scan_pd import pd_scan
@@ -140,7 +140,7 @@ def make_problem(family, batch, steps, heads, n, m, k, device):
         return kernels.pd_generated_scan(sel, dictionary, dv, b)
 
     def reference(sel, dictionary, dv, b):
-        return scan_dispatch.pd_generated_scan(sel, dictionary, dv, b, backend="torch")
+        return pd_ops.pd_dictionary_scan(sel, dictionary, dv, b, backend="torch")
 
     # the fused kernel's minimum traffic: sel, dictionary, dv, b in, states out (no (T, N, N) tensor)
     fwd = _nbytes(sel, dictionary, dv, b) + x_bytes

@@ -26,7 +26,7 @@ if not _ok:
     pytest.skip(f"Triton kernels cannot run on {DEVICE}: {_why}", allow_module_level=True)
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM  # noqa: E402
-from hf_ssm.modeling import scan_dispatch  # noqa: E402
+from hf_ssm.modeling import pd_ops, scan_dispatch  # noqa: E402
 from hf_ssm.modeling.scan_block import block_scan as torch_block_scan  # noqa: E402
 from hf_ssm.modeling.scan_diag import diag_scan as torch_diag_scan  # noqa: E402
 from hf_ssm.modeling.scan_diag import diag_scan_adjoint as torch_diag_scan_adjoint  # noqa: E402
@@ -341,7 +341,7 @@ def test_pd_scan_varlen_matches_per_sequence_torch(scatter):
     inputs, ref_inputs = [_leaf(t) for t in (dv, b, x0, p)], [_leaf(t) for t in (dv, b, x0, p)]
     _compare(
         lambda dv, b, x0, p: kernels.pd_scan(idx, dv, b, x0, p, chunk_size=2, cu_seqlens=_cu(), scatter=scatter),
-        lambda dv, b, x0, p: scan_dispatch.pd_scan(idx, dv, b, x0, p, backend="torch", cu_seqlens=_cu()),
+        lambda dv, b, x0, p: pd_ops.pd_scan(idx, dv, b, x0, p, backend="torch", cu_seqlens=_cu()),
         inputs,
         ref_inputs,
         2e-5,
@@ -372,7 +372,7 @@ def test_pd_generated_scan_matches_reference(dtype, batch, steps, chunk, masked,
     inputs = [_leaf(sel, dtype), _leaf(dictionary, dtype), _leaf(dv), _leaf(b), _leaf(x0)]
     ref_inputs = [_leaf(t.detach().float()) for t in inputs[:2]] + [_leaf(t) for t in inputs[2:]]
     temperature = 0.7
-    idx_ref, _ = scan_dispatch.pd_transitions_reference(ref_inputs[0], ref_inputs[1], temperature, mask)
+    idx_ref = pd_ops.dictionary_indices(ref_inputs[0].detach(), ref_inputs[1].detach(), mask)
     assert torch.equal(kernels.pd_select(inputs[0], inputs[1], mask), idx_ref)
 
     def run(sel, dictionary, dv, b, x0):
@@ -381,7 +381,7 @@ def test_pd_generated_scan_matches_reference(dtype, batch, steps, chunk, masked,
         )
 
     def ref(sel, dictionary, dv, b, x0):
-        return scan_dispatch.pd_generated_scan(
+        return pd_ops.pd_dictionary_scan(
             sel, dictionary, dv, b, x0, temperature=temperature, mask=mask, backend="torch", cu_seqlens=cu
         )
 

@@ -6,9 +6,8 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-import hf_ssm.modeling.mixer_pd_ssm as mixer_pd_ssm
+import hf_ssm.modeling.pd_ops as pd_ops
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
-from hf_ssm.modeling.scan_pd import pd_scan_sequential
 from model_checks import BLOCKED_LOAD, max_cached_decode_error, packed_batch, tiny_config
 
 # Cached decode, left padding, packing, reload and remote-code loading for every mixer (next to attention) are in
@@ -109,26 +108,28 @@ def test_auto_classes_resolve_after_import(tmp_path):
 
 
 def test_bfloat16_autocast_keeps_scan_in_complex64(monkeypatch):
-    """Under bf16 autocast the PD scan still receives complex64, and parallel == sequential for the whole model."""
-    model = HybridSSMForCausalLM(tiny_config("SASA")).train()
+    """Under bf16 autocast the PD op still receives float32 / complex64, and the fused op == the dense reference
+    loop (pd_ops.pd_dictionary_reference) for the whole model."""
     ids = torch.randint(1, 37, (2, 33))
     seen = []
 
-    def run(scan):
-        def spy(idx, dv, b, x0=None, p_soft=None):
-            seen.append((dv.dtype, b.dtype, None if p_soft is None else p_soft.dtype))
-            return scan(idx, dv, b, x0, p_soft)
+    def run(op):
+        def spy(sel, matrices, dv, b, x0=None, mask=None, temperature=1.0):
+            seen.append((sel.dtype, dv.dtype, b.dtype))
+            with torch.autocast("cpu", enabled=False):
+                return op(sel, matrices, dv, b, x0, mask, temperature)
 
-        monkeypatch.setattr(mixer_pd_ssm, "pd_scan", spy)
-        model.zero_grad()
+        monkeypatch.setitem(pd_ops._IMPLS, ("dictionary", "torch"), spy)
+        torch.manual_seed(0)
+        model = HybridSSMForCausalLM(tiny_config("SASA")).train()  # a new model binds the spied op
         with torch.autocast("cpu", dtype=torch.bfloat16):
             out = model(ids, labels=ids, use_cache=False)
         out.loss.backward()
         return out.logits.float(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
-    logits_par, grads_par = run(mixer_pd_ssm.pd_scan)
-    logits_seq, grads_seq = run(pd_scan_sequential)
-    assert set(seen) == {(torch.complex64, torch.complex64, torch.float32)}
+    logits_par, grads_par = run(pd_ops._IMPLS["dictionary", "torch"])
+    logits_seq, grads_seq = run(pd_ops.pd_dictionary_reference)
+    assert set(seen) == {(torch.float32, torch.complex64, torch.complex64)}
     assert torch.allclose(logits_par, logits_seq, atol=1e-2)
     for name in grads_par:
         assert torch.allclose(grads_par[name], grads_seq[name], atol=1e-3, rtol=1e-2), name

@@ -11,15 +11,23 @@ from model_checks import tiny_config
 START = 0  # token index of the start symbol (one-hot input channel 0)
 
 
-def automaton_mixer(permutations: list[list[int]]) -> PDSSMMixer:
-    """A one-head PD-SSM whose dictionary entry k is the permutation matrix of symbol k.
+def automaton_mixer(permutations: list[list[int]], transition: str = "dictionary") -> PDSSMMixer:
+    """A one-head PD-SSM whose dictionary entry (bank mode: score matrix) k is the permutation matrix of symbol k,
+    selected by a one-hot selection (logit 50 for the symbol's entry, 0 for the others).
 
     Input channel 0 is the start symbol (sets x = e_0 from x_0 = 0), channel k + 1 is symbol k. The output's
     first N channels read Re(x), so argmax of the output is the automaton state.
     """
     n, symbols = len(permutations[0]), len(permutations)
     d = max(8, symbols + 1, n)
-    config = tiny_config("P", hidden_size=d, pd_ssm_num_heads=1, pd_ssm_state_size=n, pd_ssm_dict_size=symbols)
+    config = tiny_config(
+        "P",
+        hidden_size=d,
+        pd_ssm_num_heads=1,
+        pd_ssm_state_size=n,
+        pd_ssm_dict_size=symbols,
+        pd_ssm_transition=transition,
+    )
     mixer = PDSSMMixer(config, layer_idx=0)
     with torch.no_grad():
         for p in mixer.parameters():
@@ -50,10 +58,12 @@ PARITY = [[0, 1], [1, 0]]  # a keeps, b flips
 S5 = [[1, 2, 3, 4, 0], [1, 0, 2, 3, 4]]  # a 5-cycle and a transposition generate S5 (non-abelian)
 
 
+@pytest.mark.parametrize("transition", ["dictionary", "bank"])
 @pytest.mark.parametrize("permutations", [CYCLE5, PARITY, S5], ids=["cycle5", "parity", "s5"])
-def test_hand_set_pd_ssm_tracks_automaton_for_1000_steps(permutations):
-    """argmax of the layer output equals the true automaton state at every one of 1000 steps, with unit margin."""
-    mixer = automaton_mixer(permutations)
+def test_hand_set_pd_ssm_tracks_automaton_for_1000_steps(permutations, transition):
+    """argmax of the layer output equals the true automaton state at every one of 1000 steps, with unit margin, in
+    both transition modes."""
+    mixer = automaton_mixer(permutations, transition)
     n, symbols = len(permutations[0]), len(permutations)
     seq = torch.randint(0, symbols, (1000,))
     u = torch.zeros(1, 1001, mixer.skip.shape[0])

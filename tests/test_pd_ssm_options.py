@@ -101,7 +101,7 @@ def test_unit_diagonal_with_one_hot_start_is_a_pure_permutation_automaton():
     layer = mixer(pd_ssm_diagonal="unit", pd_ssm_initial_state="one_hot")
     layer.input_proj.weight.zero_()
     u = torch.randn(1, 9, 32)
-    idx, _, _ = layer.transitions(u)
+    idx, _ = layer.transitions(u)
     _, final = layer(u)
     for head in range(2):
         where = 0
@@ -117,7 +117,7 @@ def test_dictionary_diagonal_init_starts_every_transition_at_the_identity():
     """A large diagonal added to every dictionary matrix makes P = I for any input at initialisation."""
     model = HybridSSMForCausalLM(tiny_config("S", pd_ssm_dictionary_diagonal_init=10.0))
     layer = model.model.layers[0].mixer
-    idx, _, _ = layer.transitions(torch.randn(2, 8, 32))
+    idx, _ = layer.transitions(torch.randn(2, 8, 32))
     assert torch.equal(idx, torch.arange(5).expand_as(idx))
     default = HybridSSMForCausalLM(tiny_config("S")).model.layers[0].mixer
     assert not torch.equal(default.transitions(torch.randn(2, 8, 32))[0], idx)

@@ -21,6 +21,11 @@ dL/dM_t[i, j] = p[i, j] (G[i, j] - sum_i' p[i', j] G[i', j]) / tau with p the co
 G[i, j] = Re(conj(lambda_t[i]) dv_t[j] x_{t-1}[j]), and reduces it straight into dL/ds (B, T, H, K) and
 dL/dM (H, K, N, N). Neither the soft matrices M_t nor p nor G (B, T, H, N, N) is ever stored: each program
 recomputes one column j of M_t for a block of time steps (a (BT x K) @ (K x N) product) and keeps it on chip.
+
+``pd_bank_scan`` (bank transitions, after Flash PD-SSM): the bank idx_k = column argmax of score matrix k (H, K, N) is
+computed once per call; the scan kernels read the selection logits of each step, take k_t = argmax_k, and gather
+idx_t = bank[h, k_t] on chip, forward and backward. The straight-through gradients of the logits and the score
+matrices are formed from lambda and z in torch (``hf_ssm.modeling.pd_ops.bank_straight_through_grads``).
 """
 
 from __future__ import annotations
@@ -113,9 +118,29 @@ def _chunk_bounds(cu_ptr, seq, c, L):
 
 
 @triton.jit
-def _pd_summary_kernel(
-    idx_ptr, dv_ptr, g_ptr, cu_ptr, cidx_ptr, cdv_ptr, loc_ptr, scratch_ptr, H, N, L, max_chunks,
-    REVERSE: tl.constexpr, ONEHOT: tl.constexpr, NP: tl.constexpr,
+def _step_idx(idx_ptr, logit_ptr, keep_ptr, t, h, e, lanes, lm, H, K, N,
+              BANK: tl.constexpr, HAS_KEEP: tl.constexpr, KP: tl.constexpr):  # fmt: skip
+    """idx_t of head h. Stored indices (idx_ptr at e), or bank mode: k_t = argmax_k logits[t, h, k] (first maximum)
+    and idx = bank[h, k_t] (idx_ptr is the (H, K, N) bank), the identity where keep[t] is 0."""
+    if BANK:
+        kk = tl.arange(0, KP)
+        row = tl.load(logit_ptr + (t.to(tl.int64) * H + h) * K + kk, mask=kk < K, other=float("-inf"))
+        kt = tl.argmax(row, 0)
+        idx = tl.load(idx_ptr + (h * K + kt) * N + lanes, mask=lm, other=0).to(tl.int32)
+        idx = tl.where(lm, idx, lanes)
+        if HAS_KEEP:
+            keep = tl.load(keep_ptr + t + lanes * 0)
+            idx = tl.where(keep != 0, idx, lanes)
+    else:
+        idx = _load_idx(idx_ptr, e, lanes, lm)
+    return idx
+
+
+@triton.jit
+def _pd_summary_body(
+    idx_ptr, logit_ptr, keep_ptr, dv_ptr, g_ptr, cu_ptr, cidx_ptr, cdv_ptr, loc_ptr, scratch_ptr, H, N, L,
+    max_chunks, K, REVERSE: tl.constexpr, ONEHOT: tl.constexpr, NP: tl.constexpr, BANK: tl.constexpr,
+    HAS_KEEP: tl.constexpr, KP: tl.constexpr,
 ):  # fmt: skip
     """Per (sequence, chunk, head): the chunk's composed transition and local end state from a zero start.
 
@@ -141,7 +166,7 @@ def _pd_summary_kernel(
         else:
             t = t0 + s
         e = (t.to(tl.int64) * H + h) * N + lanes
-        idx = _load_idx(idx_ptr, e, lanes, lm)
+        idx = _step_idx(idx_ptr, logit_ptr, keep_ptr, t, h, e, lanes, lm, H, K, N, BANK, HAS_KEEP, KP)
         dr, di = _load_pair(dv_ptr, e, lm)
         gr, gi = _load_pair(g_ptr, e, lm)
         if REVERSE:  # nu <- conj(dv) (nu + g)[idx]; map <- conj(dv) map[idx]
@@ -165,6 +190,27 @@ def _pd_summary_kernel(
     tl.store(cidx_ptr + e, ck, mask=lm)
     _store_pair(cdv_ptr, e, cr, ci, lm)
     _store_pair(loc_ptr, e, lr, li, lm)
+
+
+@triton.jit
+def _pd_summary_kernel(
+    idx_ptr, dv_ptr, g_ptr, cu_ptr, cidx_ptr, cdv_ptr, loc_ptr, scratch_ptr, H, N, L, max_chunks,
+    REVERSE: tl.constexpr, ONEHOT: tl.constexpr, NP: tl.constexpr,
+):  # fmt: skip
+    """Chunk summaries of stored transitions idx (total, H, N)."""
+    _pd_summary_body(idx_ptr, idx_ptr, idx_ptr, dv_ptr, g_ptr, cu_ptr, cidx_ptr, cdv_ptr, loc_ptr, scratch_ptr, H, N,
+                     L, max_chunks, 1, REVERSE, ONEHOT, NP, False, False, 1)  # fmt: skip
+
+
+@triton.jit
+def _pd_bank_summary_kernel(
+    bank_ptr, logit_ptr, keep_ptr, dv_ptr, g_ptr, cu_ptr, cidx_ptr, cdv_ptr, loc_ptr, scratch_ptr, H, N, L,
+    max_chunks, K, REVERSE: tl.constexpr, ONEHOT: tl.constexpr, NP: tl.constexpr, HAS_KEEP: tl.constexpr,
+    KP: tl.constexpr,
+):  # fmt: skip
+    """Chunk summaries of bank transitions: idx_t = bank[h, argmax_k logits[t, h, k]] selected in the kernel."""
+    _pd_summary_body(bank_ptr, logit_ptr, keep_ptr, dv_ptr, g_ptr, cu_ptr, cidx_ptr, cdv_ptr, loc_ptr, scratch_ptr,
+                     H, N, L, max_chunks, K, REVERSE, ONEHOT, NP, True, HAS_KEEP, KP)  # fmt: skip
 
 
 @triton.jit
@@ -205,10 +251,11 @@ def _pd_carry_kernel(
 
 
 @triton.jit
-def _pd_apply_kernel(
-    idx_ptr, dv_ptr, g_ptr, cu_ptr, starts_ptr, out_ptr, final_ptr, states_ptr, x0_ptr, grad_dv_ptr, z_ptr,
-    scratch_ptr, H, N, L, max_chunks,
+def _pd_apply_body(
+    idx_ptr, logit_ptr, keep_ptr, dv_ptr, g_ptr, cu_ptr, starts_ptr, out_ptr, final_ptr, states_ptr, x0_ptr,
+    grad_dv_ptr, z_ptr, scratch_ptr, H, N, L, max_chunks, K,
     REVERSE: tl.constexpr, HAS_X0: tl.constexpr, WRITE_Z: tl.constexpr, ONEHOT: tl.constexpr, NP: tl.constexpr,
+    BANK: tl.constexpr, HAS_KEEP: tl.constexpr, KP: tl.constexpr,
 ):  # fmt: skip
     """Per (sequence, chunk, head). Forward: states and the final state. Reverse: lambda, grad_dv, optionally
     z_t = dv_t * x_{t-1} (for the gradient of P), and grad_x0."""
@@ -227,7 +274,7 @@ def _pd_apply_kernel(
         else:
             t = t0 + s
         e = (t.to(tl.int64) * H + h) * N + lanes
-        idx = _load_idx(idx_ptr, e, lanes, lm)
+        idx = _step_idx(idx_ptr, logit_ptr, keep_ptr, t, h, e, lanes, lm, H, K, N, BANK, HAS_KEEP, KP)
         dr, di = _load_pair(dv_ptr, e, lm)
         gr, gi = _load_pair(g_ptr, e, lm)
         if REVERSE:
@@ -259,6 +306,32 @@ def _pd_apply_kernel(
     else:
         last = tl.maximum(tl.cdiv(end - start, L) - 1, 0)
     _store_pair(final_ptr, (seq.to(tl.int64) * H + h) * N + lanes, xr, xi, lm & (tl.zeros_like(lanes) + c == last))
+
+
+@triton.jit
+def _pd_apply_kernel(
+    idx_ptr, dv_ptr, g_ptr, cu_ptr, starts_ptr, out_ptr, final_ptr, states_ptr, x0_ptr, grad_dv_ptr, z_ptr,
+    scratch_ptr, H, N, L, max_chunks,
+    REVERSE: tl.constexpr, HAS_X0: tl.constexpr, WRITE_Z: tl.constexpr, ONEHOT: tl.constexpr, NP: tl.constexpr,
+):  # fmt: skip
+    """Per (sequence, chunk, head). Forward: states and the final state. Reverse: lambda, grad_dv, optionally
+    z_t = dv_t * x_{t-1} (for the gradient of P), and grad_x0. Stored transitions idx (total, H, N)."""
+    _pd_apply_body(idx_ptr, idx_ptr, idx_ptr, dv_ptr, g_ptr, cu_ptr, starts_ptr, out_ptr, final_ptr, states_ptr,
+                   x0_ptr, grad_dv_ptr, z_ptr, scratch_ptr, H, N, L, max_chunks, 1, REVERSE, HAS_X0, WRITE_Z, ONEHOT,
+                   NP, False, False, 1)  # fmt: skip
+
+
+@triton.jit
+def _pd_bank_apply_kernel(
+    bank_ptr, logit_ptr, keep_ptr, dv_ptr, g_ptr, cu_ptr, starts_ptr, out_ptr, final_ptr, states_ptr, x0_ptr,
+    grad_dv_ptr, z_ptr, scratch_ptr, H, N, L, max_chunks, K,
+    REVERSE: tl.constexpr, HAS_X0: tl.constexpr, WRITE_Z: tl.constexpr, ONEHOT: tl.constexpr, NP: tl.constexpr,
+    HAS_KEEP: tl.constexpr, KP: tl.constexpr,
+):  # fmt: skip
+    """_pd_apply_kernel for bank transitions, selected in the kernel (see _step_idx)."""
+    _pd_apply_body(bank_ptr, logit_ptr, keep_ptr, dv_ptr, g_ptr, cu_ptr, starts_ptr, out_ptr, final_ptr, states_ptr,
+                   x0_ptr, grad_dv_ptr, z_ptr, scratch_ptr, H, N, L, max_chunks, K, REVERSE, HAS_X0, WRITE_Z, ONEHOT,
+                   NP, True, HAS_KEEP, KP)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -361,13 +434,21 @@ def _scatter_mode(n: int, scatter: str) -> bool:
 
 
 @on_tensor_device
-def _run(idx, dv, g, layout: Layout, chunk, init, onehot, reverse, states=None, x0=None, write_z=False):
+def _run(idx, dv, g, layout: Layout, chunk, init, onehot, reverse, states=None, x0=None, write_z=False, bank=None):
     """One chunked pass over packed data: idx (total, H, N), dv / g (total, H, N, 2). No autograd.
 
+    bank = (logits (total, H, K) float32, keep (total,) int32 or None): idx is then the (H, K, N) int32 bank and
+    the kernels select idx_t = bank[h, argmax_k logits[t, h, k]] themselves (the identity where keep is 0).
     Returns float32 (out, final, grad_dv, z): forward: states (total, H, N, 2), final (S, H, N, 2); reverse: lambda,
     grad_x0, grad_dv and (write_z) z = dv * x_prev.
     """
-    total, H, N = idx.shape
+    total, H, N = dv.shape[:3]
+    if bank is not None:
+        logits, keep = bank
+        K = logits.shape[-1]
+        bank_args = (idx, logits, keep if keep is not None else logits)
+        bank_tail = (K,)
+        bank_flags = dict(HAS_KEEP=keep is not None, KP=next_pow2(K))
     S, C = layout.num_seqs, layout.chunks(chunk)
     NP = next_pow2(N)
     warps = 8 if NP >= 128 else 4  # the (NP, NP) one-hot tile of N = 128 needs ~220 registers a thread at 4 warps
@@ -380,24 +461,16 @@ def _run(idx, dv, g, layout: Layout, chunk, init, onehot, reverse, states=None, 
         loc = torch.empty_like(cdv)
         if not onehot:
             scratch = torch.empty(S * C * H * 2 * NP, dtype=f32, device=dev)
-        _pd_summary_kernel[(S * C, H)](
-            idx,
-            dv,
-            g,
-            layout.cu,
-            cidx,
-            cdv,
-            loc,
-            scratch,
-            H,
-            N,
-            chunk,
-            C,
-            REVERSE=reverse,
-            ONEHOT=onehot,
-            NP=NP,
-            num_warps=warps,
-        )
+        if bank is None:
+            _pd_summary_kernel[(S * C, H)](
+                idx, dv, g, layout.cu, cidx, cdv, loc, scratch, H, N, chunk, C,
+                REVERSE=reverse, ONEHOT=onehot, NP=NP, num_warps=warps,
+            )  # fmt: skip
+        else:
+            _pd_bank_summary_kernel[(S * C, H)](
+                *bank_args, dv, g, layout.cu, cidx, cdv, loc, scratch, H, N, chunk, C, *bank_tail,
+                REVERSE=reverse, ONEHOT=onehot, NP=NP, **bank_flags, num_warps=warps,
+            )  # fmt: skip
         starts = torch.empty_like(cdv)
         _pd_carry_kernel[(S, H)](
             cidx, cdv, loc, init if init is not None else loc, starts, scratch, H, N, C,
@@ -411,12 +484,14 @@ def _run(idx, dv, g, layout: Layout, chunk, init, onehot, reverse, states=None, 
     final = torch.empty(S, H, N, 2, dtype=f32, device=dev)
     grad_dv = torch.empty_like(out) if reverse else out
     z = torch.empty_like(out) if write_z else out
-    _pd_apply_kernel[(S * C, H)](
-        idx, dv, g, layout.cu, starts, out, final,
-        states if states is not None else out, x0 if x0 is not None else out, grad_dv, z, scratch,
-        H, N, chunk, C, REVERSE=reverse, HAS_X0=x0 is not None, WRITE_Z=write_z, ONEHOT=onehot, NP=NP,
-        num_warps=warps,
-    )  # fmt: skip
+    tail = (states if states is not None else out, x0 if x0 is not None else out, grad_dv, z, scratch, H, N, chunk, C)
+    flags = dict(REVERSE=reverse, HAS_X0=x0 is not None, WRITE_Z=write_z, ONEHOT=onehot, NP=NP, num_warps=warps)
+    if bank is None:
+        _pd_apply_kernel[(S * C, H)](idx, dv, g, layout.cu, starts, out, final, *tail, **flags)
+    else:
+        _pd_bank_apply_kernel[(S * C, H)](
+            *bank_args, dv, g, layout.cu, starts, out, final, *tail, *bank_tail, **flags, **bank_flags
+        )
     return out, final, (grad_dv if reverse else None), (z if write_z else None)
 
 
@@ -462,12 +537,12 @@ def _flat(t: torch.Tensor, total: int) -> torch.Tensor:
     return t.reshape(total, *t.shape[2:]).contiguous()
 
 
-def _backward_core(ctx, grad_states, grad_final, write_z):
+def _backward_core(ctx, grad_states, grad_final, write_z, bank=None):
     idx, dv, x0, states = ctx.saved_tensors[:4]
     layout = ctx.layout
     g = torch.zeros_like(states) if grad_states is None else _flat(grad_states, layout.total).to(torch.float32)
     gf = None if grad_final is None else grad_final.to(torch.float32).contiguous()
-    return _run(idx, dv, g, layout, ctx.chunk, gf, ctx.onehot, True, states=states, x0=x0, write_z=write_z)
+    return _run(idx, dv, g, layout, ctx.chunk, gf, ctx.onehot, True, states=states, x0=x0, write_z=write_z, bank=bank)
 
 
 class _PDScanFunction(torch.autograd.Function):
@@ -541,6 +616,56 @@ class _PDGeneratedScanFunction(torch.autograd.Function):
         return (
             grad_sel,
             grad_dict,
+            grad_dv.view(shape).to(dv_dtype),
+            lam.view(shape).to(b_dtype),
+            None if x0_dtype is None else grad_x0.to(x0_dtype),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+
+
+class _PDBankScanFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, scores, dv, b, x0, keep, temperature, layout, chunk, onehot):
+        total = layout.total
+        logits_f = _flat(logits, total).float()
+        keep_f = None if keep is None else keep.reshape(total).to(torch.int32).contiguous()
+        bank = scores.float().argmax(dim=-2).to(torch.int32).contiguous()  # (H, K, N), once per call
+        dv_f, b_f = _flat(dv, total), _flat(b, total)
+        x0_f = None if x0 is None else x0.contiguous()
+        states, final, _, _ = _run(bank, dv_f, b_f, layout, chunk, x0_f, onehot, False, bank=(logits_f, keep_f))
+        ctx.save_for_backward(bank, dv_f, x0_f, states, logits_f, scores, keep_f)
+        ctx.layout, ctx.chunk, ctx.onehot, ctx.temperature = layout, chunk, onehot, temperature
+        ctx.meta = (logits.shape, logits.dtype, dv.shape, dv.dtype, b.dtype, None if x0 is None else x0.dtype)
+        return states.view(*dv.shape[:2], *states.shape[1:]), final
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_states, grad_final):
+        logits_f, scores, keep_f = ctx.saved_tensors[4:]
+        logits_shape, logits_dtype, shape, dv_dtype, b_dtype, x0_dtype = ctx.meta
+        need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        lam, grad_x0, grad_dv, z = _backward_core(ctx, grad_states, grad_final, any(need), bank=(logits_f, keep_f))
+        grad_logits = grad_scores = None
+        if any(need):  # the straight-through gradients, from lambda and z, in torch (shared with the torch op)
+            from hf_ssm.modeling.pd_ops import bank_straight_through_grads
+
+            batch, steps = shape[:2]
+            lam_c = torch.view_as_complex(lam).view(batch, steps, *lam.shape[1:3])
+            z_c = torch.view_as_complex(z).view(batch, steps, *z.shape[1:3])
+            mask = None if keep_f is None else keep_f.view(batch, steps).bool()
+            logits = logits_f.view(logits_shape)
+            grad_logits, grad_scores = bank_straight_through_grads(
+                logits, scores.float(), logits.argmax(dim=-1), lam_c, z_c, mask, ctx.temperature, *need
+            )
+            grad_logits = None if grad_logits is None else grad_logits.to(logits_dtype)
+            grad_scores = None if grad_scores is None else grad_scores.to(scores.dtype)
+        return (
+            grad_logits,
+            grad_scores,
             grad_dv.view(shape).to(dv_dtype),
             lam.view(shape).to(b_dtype),
             None if x0_dtype is None else grad_x0.to(x0_dtype),
@@ -626,6 +751,15 @@ def pd_select(sel: torch.Tensor, dictionary: torch.Tensor, mask: torch.Tensor | 
     return idx.view(batch, steps, heads, -1)
 
 
+def _mask_pairs(dv_r: torch.Tensor, b_r: torch.Tensor, mask: torch.Tensor | None):
+    """Padded steps (mask False): dv = 1 + 0i and b = 0, on (B, T, H, N, 2) pairs; the kernels set P = identity."""
+    if mask is None:
+        return dv_r, b_r
+    keep = mask.view(*mask.shape, 1, 1, 1)
+    one = torch.tensor([1.0, 0.0], dtype=dv_r.dtype, device=dv_r.device)
+    return torch.where(keep, dv_r, one), torch.where(keep, b_r, torch.zeros((), dtype=b_r.dtype, device=b_r.device))
+
+
 def _check_generation(sel, dictionary, mask):
     if sel.dim() != 4:
         raise ValueError(f"sel must have shape (B, T, H, K), got {tuple(sel.shape)}")
@@ -658,7 +792,8 @@ def pd_generated_scan(
     """P generation + PD scan in one autograd node, never storing a (B, T, H, N, N) tensor.
 
     Equal to: M_t = einsum(sel, dictionary); idx = argmax over rows of M_t; p_soft = softmax(M_t / temperature) down
-    each column (zero where mask is False, where idx is also the identity); ``pd_scan(idx, dv, b, x0, p_soft)``.
+    each column; ``pd_scan(idx, dv, b, x0, p_soft)``. Where mask (B, T) is False the step is the identity with zero
+    input (idx = j, dv = 1, b = 0) and passes no gradient to sel or the dictionary.
     Gradients flow to sel (B, T, H, K), dictionary (H, K, N, N), dv, b and x0.
     Returns (states (B, T, H, N) complex64, final (num_seqs, H, N) complex64).
     """
@@ -671,10 +806,48 @@ def pd_generated_scan(
         )
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    dv_r, b_r = _mask_pairs(dv_r, b_r, mask)
     states, final = _PDGeneratedScanFunction.apply(
         sel, dictionary, dv_r, b_r, x0_r, mask, float(temperature), layout, chunk, onehot
     )
     return torch.view_as_complex(states), torch.view_as_complex(final)
 
 
-__all__ = ["ONEHOT_MAX_N", "pd_generated_scan", "pd_scan", "pd_select"]
+def pd_bank_scan(
+    logits: torch.Tensor,
+    scores: torch.Tensor,
+    dv: torch.Tensor,
+    b: torch.Tensor,
+    x0: torch.Tensor | None = None,
+    *,
+    temperature: float = 1.0,
+    mask: torch.Tensor | None = None,
+    chunk_size: int | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+    scatter: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bank-mode PD scan: P_t = P_{k_t}, k_t = argmax_k logits[..., k], P_k = column argmax of scores[h, k].
+
+    The bank (H, K, N) is computed once per call; the selection of k_t and the gather of its indices run inside the
+    scan kernels, so no (B, T, H, N) index tensor is ever written. Backward: straight-through through
+    softmax(logits / temperature) and the column softmax of scores / temperature (``pd_ops.pd_bank_scan``).
+    logits (B, T, H, K); scores (H, K, N, N); mask (B, T) bool, False = identity with zero input.
+    Returns (states (B, T, H, N) complex64, final (num_seqs, H, N) complex64).
+    """
+    dv_r, b_r, x0_r, layout, chunk, onehot = _prepare(dv, b, x0, cu_seqlens, chunk_size, scatter)
+    _check_generation(logits, scores, mask)
+    if tuple(logits.shape[:3]) != tuple(dv_r.shape[:3]) or scores.shape[-1] != dv_r.shape[3]:
+        raise ValueError(
+            f"logits (B, T, H, K) and scores (H, K, N, N) must match dv (B, T, H, N) = {tuple(dv_r.shape[:4])}; "
+            f"got {tuple(logits.shape)} and {tuple(scores.shape)}"
+        )
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    dv_r, b_r = _mask_pairs(dv_r, b_r, mask)
+    states, final = _PDBankScanFunction.apply(
+        logits, scores, dv_r, b_r, x0_r, mask, float(temperature), layout, chunk, onehot
+    )
+    return torch.view_as_complex(states), torch.view_as_complex(final)
+
+
+__all__ = ["ONEHOT_MAX_N", "pd_bank_scan", "pd_generated_scan", "pd_scan", "pd_select"]

@@ -1,15 +1,18 @@
 """PD-SSM mixer (DESIGN §4): transition A_t = P_t D_t, P column-one-hot, D complex diagonal.
 
-Per head (H heads, state N each), with u_t the layer input (B, T, d):
-  s_t   = softmax(W_s u_t)                   selection over a dictionary of K matrices
-  M_t   = sum_k s_{t,k} M_k                  soft N x N matrix
-  P_t   = hardmax of M_t down each column    forward; backward: softmax(M_t / tau) down each column
+Per head (H heads, state N each), with u_t the layer input (B, T, d) and K matrices per head:
+  dictionary mode (config.pd_ssm_transition = "dictionary", the paper):
+    s_t = softmax(W_s u_t),  P_t = hardmax down each column of M_t = sum_k s_{t,k} M_k
+  bank mode ("bank", after Flash PD-SSM): P_k = hardmax down each column of score matrix k (once per call),
+    P_t = P_{k_t} with k_t = argmax_k (W_s u_t)_k
+  backward (both): straight-through, softmax(. / tau) in place of each hardmax
   |D_t| = sigmoid(MLP_mag(u_t)), arg D_t = 2 pi sigmoid(MLP_phase(u_t))
           (config.pd_ssm_diagonal: "complex" as here; "magnitude": arg D_t = 0; "unit": D_t = 1)
   x_t   = P_t D_t x_{t-1} + B u_t,   y_t = Re(C x_t) + D_skip * u_t
 
-The scan sees P only as indices (idx_t[j] = argmax_i M_t[i, j]); Re(C x) is a real linear map of
-[Re x, Im x]. Everything from the selection logits on runs in float32 / complex64, also under bf16 autocast.
+The mixer computes the op's inputs, calls its op (pd_ops.py: torch or Triton, bound once per device and backend)
+and projects; Re(C x) is a real linear map of [Re x, Im x]. Under autocast the projections run in the autocast
+dtype; the scan, its inputs from the selection on and the state stay float32 / complex64.
 """
 
 from __future__ import annotations
@@ -20,8 +23,7 @@ import torch
 from torch import nn
 
 from .configuration_hybrid_ssm import HybridSSMConfig
-from .scan_dispatch import pd_generated_scan, resolve_backend
-from .scan_pd import pd_scan
+from .pd_ops import bank_indices, bind_pd_op, bound_op_key, dictionary_indices, gather_bank
 
 
 class HeadwiseMLP(nn.Module):
@@ -47,6 +49,7 @@ class PDSSMMixer(nn.Module):
         -> (output (B, T, d), final state (B, H, N) complex64)
     Masked-out positions (padding) get the identity transition and zero input, so they never change the state.
     state None starts from `initial_state` (config.pd_ssm_initial_state: zeros, e_0 per head, or a learned x_0).
+    `dictionary` (H, K, N, N) holds the dictionary M_k (dictionary mode) or the score matrices (bank mode).
     """
 
     state_dtype = torch.complex64
@@ -59,7 +62,9 @@ class PDSSMMixer(nn.Module):
         self.state_size = n = config.pd_ssm_state_size
         self.dict_size = k = config.pd_ssm_dict_size
         self.temperature = config.pd_ssm_temperature
+        self.transition = getattr(config, "pd_ssm_transition", "dictionary")
         self.scan_backend = getattr(config, "scan_backend", "auto")
+        self._ops = {}  # (device, requested backend) -> the bound op
         self.initial_state_kind = getattr(config, "pd_ssm_initial_state", "zeros")
         if self.initial_state_kind == "learned":
             # x_0 as [real, imag] pairs (H, N, 2); starts at e_0 (also when HybridSSMPreTrainedModel re-initialises it)
@@ -96,22 +101,14 @@ class PDSSMMixer(nn.Module):
         pairs = self.learned_initial_state if self.initial_state_kind == "learned" else self.one_hot_initial_state()
         return torch.view_as_complex(pairs.float().to(device).contiguous()).expand(shape)
 
-    def transitions(self, u: torch.Tensor):
-        """Sparse transitions of input u (B, T, d).
-
-        Returns idx (B, T, H, N) int64, dv (B, T, H, N) complex64, and p_soft (B, T, H, N, N), the
-        straight-through softmax columns (None when no gradient is needed).
-        """
-        sel = self.selection_weights(u)
-        soft = torch.einsum("bthk,hkij->bthij", sel, self.dictionary.float())
-        idx = soft.argmax(dim=-2)
-        p_soft = torch.softmax(soft / self.temperature, dim=-2) if soft.requires_grad else None
-        return idx, self.diagonal(u), p_soft
+    def selection_logits(self, u: torch.Tensor) -> torch.Tensor:
+        """W_s u_t: (B, T, H, K) float32 (the projection itself runs in the autocast dtype)."""
+        batch, steps, _ = u.shape
+        return self.selection(u).float().view(batch, steps, self.num_heads, self.dict_size)
 
     def selection_weights(self, u: torch.Tensor) -> torch.Tensor:
         """s_t = softmax(W_s u_t) over the dictionary: (B, T, H, K) float32."""
-        batch, steps, _ = u.shape
-        return torch.softmax(self.selection(u).float().view(batch, steps, self.num_heads, self.dict_size), dim=-1)
+        return torch.softmax(self.selection_logits(u), dim=-1)
 
     def diagonal(self, u: torch.Tensor) -> torch.Tensor:
         """D_t: (B, T, H, N) complex64, |D| = sigmoid(MLP_mag(u)), arg D = 2 pi sigmoid(MLP_phase(u))."""
@@ -124,45 +121,37 @@ class PDSSMMixer(nn.Module):
         angle = (2 * math.pi) * torch.sigmoid(self.phase(u).float())
         return torch.polar(magnitude, angle)
 
-    def _generated_scan(self, u: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None):
-        """The Triton path: P generation, straight-through gradient and scan fused (pd_generated_scan),
-        never storing the (B, T, H, N, N) soft matrices; equal to the torch path below."""
-        batch, steps, _ = u.shape
-        dv = self.diagonal(u)
-        b = torch.view_as_complex(self.input_proj(u).float().view(batch, steps, self.num_heads, self.state_size, 2))
-        if mask is not None:
-            keep = mask.view(batch, steps, 1, 1)
-            dv = torch.where(keep, dv, torch.ones((), dtype=dv.dtype, device=u.device))
-            b = torch.where(keep, b, torch.zeros((), dtype=b.dtype, device=u.device))
-        sel, tau = self.selection_weights(u), self.temperature
-        return pd_generated_scan(sel, self.dictionary, dv, b, x0, temperature=tau, mask=mask, backend="triton")
+    @torch.no_grad()
+    def transitions(self, u: torch.Tensor):
+        """The transitions the layer applies to input u (B, T, d), for inspection: idx (B, T, H, N) int64 (row of
+        the 1 in each column of P_t) and dv (B, T, H, N) complex64 (the diagonal of D_t)."""
+        matrices = self.dictionary.float()
+        if self.transition == "bank":
+            idx = gather_bank(bank_indices(matrices), self.selection_logits(u).argmax(dim=-1))
+        else:
+            idx = dictionary_indices(self.selection_weights(u), matrices)
+        return idx, self.diagonal(u)
+
+    def scan_op(self, device: torch.device):
+        """This mixer's op (pd_ops.py) on `device`, bound on first use for each device and requested backend."""
+        key = bound_op_key(self.scan_backend, device)
+        op = self._ops.get(key)
+        if op is None:
+            op = self._ops[key] = bind_pd_op(self.transition, self.scan_backend, device)
+        return op
 
     def forward(self, hidden_states: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         batch, steps, _ = hidden_states.shape
-        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
-            # Under autocast the input may be bf16 while the weights are float32: run this layer in the weights' dtype.
-            u = hidden_states.to(self.selection.weight.dtype)
-            if state is None and self.initial_state_kind != "zeros":
-                state = self.initial_state(batch, u.device)
-            if resolve_backend(self.scan_backend, u.device) == "triton":
-                x0 = None if state is None else state.to(self.state_dtype)
-                states, final = self._generated_scan(u, x0, mask)
-                features = torch.cat([states.real, states.imag], dim=-1).reshape(batch, steps, -1)
-                y = self.output_proj(features.to(self.output_proj.weight.dtype)) + self.skip * u
-                return y.to(hidden_states.dtype), final
-            idx, dv, p_soft = self.transitions(u)
-            b = torch.view_as_complex(self.input_proj(u).float().view(batch, steps, self.num_heads, self.state_size, 2))
-            if mask is not None:
-                keep = mask.view(batch, steps, 1, 1)
-                eye = torch.arange(self.state_size, device=u.device)
-                idx = torch.where(keep, idx, eye)
-                dv = torch.where(keep, dv, torch.ones((), dtype=dv.dtype, device=u.device))
-                b = torch.where(keep, b, torch.zeros((), dtype=b.dtype, device=u.device))
-                if p_soft is not None:
-                    p_soft = p_soft * keep.unsqueeze(-1)
-            x0 = None if state is None else state.to(self.state_dtype)
-            states, final = pd_scan(idx, dv, b, x0=x0, p_soft=p_soft)
-            features = torch.cat([states.real, states.imag], dim=-1).reshape(batch, steps, -1)
-            # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
-            y = self.output_proj(features.to(self.output_proj.weight.dtype)) + self.skip * u
+        u = hidden_states
+        if state is None and self.initial_state_kind != "zeros":
+            state = self.initial_state(batch, u.device)
+        x0 = None if state is None else state.to(self.state_dtype)
+        logits = self.selection_logits(u)
+        selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
+        b = torch.view_as_complex(self.input_proj(u).float().view(batch, steps, self.num_heads, self.state_size, 2))
+        op = self.scan_op(u.device)
+        states, final = op(selection, self.dictionary, self.diagonal(u), b, x0, mask, self.temperature)
+        features = torch.cat([states.real, states.imag], dim=-1).reshape(batch, steps, -1)
+        # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
+        y = self.output_proj(features.to(self.output_proj.weight.dtype)) + self.skip * u
         return y.to(hidden_states.dtype), final

@@ -30,7 +30,6 @@ from .scan_block import companion_matrices
 from .scan_diag import diag_scan as torch_diag_scan
 from .scan_diag import diag_scan_adjoint as torch_diag_scan_adjoint
 from .scan_diag import diag_scan_forward as torch_diag_scan_forward
-from .scan_pd import pd_scan as torch_pd_scan
 
 ENV_VAR = "HF_SSM_SCAN_BACKEND"
 # Largest block size / order of the Triton block scans.
@@ -269,90 +268,6 @@ def companion_scan(
     )
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# PD scans
-
-
-def _as_complex(t: torch.Tensor | None) -> torch.Tensor | None:
-    """complex, or real (..., 2) pairs -> complex64."""
-    if t is None or t.is_complex():
-        return t
-    return torch.view_as_complex(t.float().contiguous())
-
-
-def pd_scan(
-    idx: torch.Tensor,
-    dv: torch.Tensor,
-    b: torch.Tensor,
-    x0: torch.Tensor | None = None,
-    p_soft: torch.Tensor | None = None,
-    *,
-    backend: str | None = "auto",
-    cu_seqlens: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """PD scan with autograd: (states (B, T, H, N) complex64, final), see ``scan_pd.pd_scan``. dv, b, x0 may also be
-    real (..., 2) pairs (e.g. bfloat16)."""
-    problem = None if dv.dtype in (*_TRITON_REAL, torch.complex64) else f"dtype {dv.dtype}"
-    if resolve_backend(backend, dv.device, problem) == "triton":
-        return _load_kernels()[0].pd_scan(idx, dv, b, x0, p_soft, cu_seqlens=cu_seqlens)
-    dv, b, x0 = _as_complex(dv), _as_complex(b), _as_complex(x0)
-    if cu_seqlens is None:
-        return torch_pd_scan(idx, dv, b, x0, p_soft)
-
-    def scan(idx_, dv_, b_, p_, x0_):
-        return torch_pd_scan(idx_, dv_, b_, x0_, p_)
-
-    return varlen_torch(scan, cu_seqlens, (idx, dv, b, p_soft), x0, lambda: torch.zeros_like(b[:, 0]))
-
-
-def pd_transitions_reference(
-    sel: torch.Tensor, dictionary: torch.Tensor, temperature: float = 1.0, mask: torch.Tensor | None = None
-):
-    """idx (B, T, H, N) and p_soft (B, T, H, N, N) of the PD-SSM generator (DESIGN §4), in plain torch.
-
-    M_t = sum_k sel[..., k] dictionary[h, k]; idx = argmax down each column; p_soft = softmax(M_t / temperature) down
-    each column (None without gradient). Where mask is False: identity indices and zero p_soft.
-    """
-    soft = torch.einsum("bthk,hkij->bthij", sel.float(), dictionary.float())
-    idx = soft.argmax(dim=-2)
-    p_soft = torch.softmax(soft / temperature, dim=-2) if soft.requires_grad else None
-    if mask is not None:
-        keep = mask.view(*mask.shape, 1, 1)
-        idx = torch.where(keep, idx, torch.arange(idx.shape[-1], device=idx.device))
-        if p_soft is not None:
-            p_soft = p_soft * keep.unsqueeze(-1)
-    return idx, p_soft
-
-
-def pd_generated_scan(
-    sel: torch.Tensor,
-    dictionary: torch.Tensor,
-    dv: torch.Tensor,
-    b: torch.Tensor,
-    x0: torch.Tensor | None = None,
-    *,
-    temperature: float = 1.0,
-    mask: torch.Tensor | None = None,
-    backend: str | None = "auto",
-    cu_seqlens: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """P generation (straight-through) + PD scan: ``pd_scan(*pd_transitions_reference(...), dv, b, x0)``.
-
-    sel (B, T, H, K) selection weights, dictionary (H, K, N, N). The Triton path fuses the two and never stores a
-    (B, T, H, N, N) tensor (the memory cost of PD-SSM's straight-through backward). mask only selects identity
-    transitions for P: the caller sets dv = 1 and b = 0 at masked steps itself.
-    """
-    problem = _real_dtype_problem(sel, dictionary) or (
-        None if dv.dtype in (*_TRITON_REAL, torch.complex64) else f"dtype {dv.dtype}"
-    )
-    if resolve_backend(backend, dv.device, problem) == "triton":
-        return _load_kernels()[0].pd_generated_scan(
-            sel, dictionary, dv, b, x0, temperature=temperature, mask=mask, cu_seqlens=cu_seqlens
-        )
-    idx, p_soft = pd_transitions_reference(sel, dictionary, temperature, mask)
-    return pd_scan(idx, dv, b, x0, p_soft, backend="torch", cu_seqlens=cu_seqlens)
-
-
 __all__ = [
     "ENV_VAR",
     "SCAN_BACKENDS",
@@ -361,9 +276,6 @@ __all__ = [
     "diag_scan",
     "diag_scan_adjoint",
     "diag_scan_forward",
-    "pd_generated_scan",
-    "pd_scan",
-    "pd_transitions_reference",
     "requested_backend",
     "resolve_backend",
     "triton_status",

@@ -133,42 +133,65 @@ def _scatter_scan_chunked(idx, dv, b, x0, chunk):
     return states.view(batch, chunks * chunk, heads, n)[:, :steps]
 
 
-def _gather_scan_chunked(k, c, g, chunk):
-    """Recurrence y_s = G_s y_{s-1} + g_s, y_{-1} = 0, (G y)[j] = c[j] y[k[j]], along dim 1 of (B, S, H, N).
+def _adjoint_scan_chunked(idx, dv, g, chunk):
+    """The adjoint recurrence lam_t = g_t + A_{t+1}^H lam_{t+1} (lam_T = 0), (A^H l)[j] = conj(dv[j]) l[idx[j]],
+    along dim 1 of (B, T, H, N), in the forward scan's three phases with time reversed; every step is a gather.
 
-    Used for the adjoint (reverse-time) recurrence of the PD scan; same three phases as the forward,
-    but every step is a gather, so there are no write collisions at all.
+    1. inside each chunk, from its last step back: local adjoints from a zero start after the chunk, and the
+       cumulative gather map (ck, cc) with lam_t = local_t + cc_t * lam_next[ck_t], lam_next the adjoint at the
+       next chunk's first step (the transition after a chunk's last step is the next chunk's first);
+    2. across chunks, from the last: lam at every chunk's first step (C sequential steps on (B, H, N));
+    3. fix-up: one gather over the whole sequence.
     """
-    batch, steps, heads, n = k.shape
+    batch, steps, heads, n = idx.shape
     chunks = -(-steps // chunk)
     pad = chunks * chunk - steps
-    k = _pad_index(k, pad).view(batch, chunks, chunk, heads, n)
-    c = _pad_time(c, pad, 1.0).view(batch, chunks, chunk, heads, n)
+    idx = _pad_index(idx, pad).view(batch, chunks, chunk, heads, n)
+    dv = _pad_time(dv, pad, 1.0).view(batch, chunks, chunk, heads, n)
     g = _pad_time(g, pad, 0.0).view(batch, chunks, chunk, heads, n)
+    eye = torch.arange(n, device=idx.device).expand(batch, chunks, heads, n)
+    after_idx = torch.cat([idx[:, 1:, 0], eye[:, :1]], dim=1)  # (B, C, H, N): identity after the sequence
+    after_dv = torch.cat([dv[:, 1:, 0], torch.ones_like(dv[:, :1, 0])], dim=1)
 
     loc = torch.zeros_like(g[:, :, 0])
-    ck = torch.arange(n, device=k.device).expand(batch, chunks, heads, n)
-    cc = torch.ones_like(c[:, :, 0])
-    locals_, cum_k, cum_c = [], [], []
-    for step in range(chunk):
-        k_l, c_l = k[:, :, step], c[:, :, step]
-        loc = c_l * loc.gather(-1, k_l) + g[:, :, step]
-        cc = c_l * cc.gather(-1, k_l)
-        ck = ck.gather(-1, k_l)
-        locals_.append(loc)
-        cum_k.append(ck)
-        cum_c.append(cc)
+    ck, cc = eye, torch.ones_like(loc)
+    locals_, cum_k, cum_c = [None] * chunk, [None] * chunk, [None] * chunk
+    for step in reversed(range(chunk)):
+        k_n, c_n = (idx[:, :, step + 1], dv[:, :, step + 1]) if step + 1 < chunk else (after_idx, after_dv)
+        c_n = c_n.conj()
+        loc = c_n * loc.gather(-1, k_n) + g[:, :, step]
+        cc = c_n * cc.gather(-1, k_n)
+        ck = ck.gather(-1, k_n)
+        locals_[step], cum_k[step], cum_c[step] = loc, ck, cc
 
-    starts = []
+    starts = [None] * chunks
     carry = torch.zeros_like(loc[:, 0])
-    for ci in range(chunks):
-        starts.append(carry)
-        carry = cum_c[-1][:, ci] * carry.gather(-1, cum_k[-1][:, ci]) + locals_[-1][:, ci]
+    for c in reversed(range(chunks)):
+        starts[c] = carry
+        carry = cum_c[0][:, c] * carry.gather(-1, cum_k[0][:, c]) + locals_[0][:, c]
     starts = torch.stack(starts, dim=1).unsqueeze(2)  # (B, C, 1, H, N)
 
     local = torch.stack(locals_, dim=2)
     out = torch.stack(cum_c, dim=2) * starts.expand_as(local).gather(-1, torch.stack(cum_k, dim=2)) + local
     return out.view(batch, chunks * chunk, heads, n)[:, :steps]
+
+
+def pd_scan_backward(idx, dv, x0, states, grad_states, grad_final, chunk):
+    """Adjoint pass of the PD scan x_t = P_t D_t x_{t-1} + b_t, all (B, T, H, N); x0 (B, H, N) (not None).
+
+    Returns (lam, grad_dv, grad_x0, x_prev): lam_t = dL/dx_t = dL/db_t, from the reverse recurrence
+    lam_t = g_t + A_{t+1}^H lam_{t+1} with (A^H l)[j] = conj(dv[j]) l[idx[j]]; grad_dv_t[j] = lam_t[idx_t[j]]
+    conj(x_{t-1}[j]); grad_x0 = A_0^H lam_0; x_prev the states shifted by one step (x_{-1} = x0).
+    """
+    g = torch.zeros_like(states) if grad_states is None else grad_states.clone()
+    if grad_final is not None:
+        g[:, -1] += grad_final
+    lam = _adjoint_scan_chunked(idx, dv, g, chunk)
+    x_prev = torch.cat([x0.unsqueeze(1), states[:, :-1]], dim=1)
+    lam_at_target = lam.gather(-1, idx)  # lambda_t[idx_t[j]]
+    grad_dv = lam_at_target * x_prev.conj()
+    grad_x0 = dv[:, 0].conj() * lam_at_target[:, 0]
+    return lam, grad_dv, grad_x0, x_prev
 
 
 class _PDScanFunction(torch.autograd.Function):
@@ -182,19 +205,7 @@ class _PDScanFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_states, grad_final):
         idx, dv, x0, states = ctx.saved_tensors
-        batch, steps, heads, n = idx.shape
-        g = torch.zeros_like(states) if grad_states is None else grad_states.clone()
-        if grad_final is not None:
-            g[:, -1] += grad_final
-        # lambda_t = g_t + A_{t+1}^H lambda_{t+1}, (A^H l)[j] = conj(dv[j]) l[idx[j]]; run it in reversed time.
-        k = torch.cat([torch.arange(n, device=idx.device).expand(batch, 1, heads, n), idx[:, 1:].flip(1)], dim=1)
-        c = torch.cat([torch.ones_like(dv[:, :1]), dv[:, 1:].flip(1).conj()], dim=1)
-        lam = _gather_scan_chunked(k, c, g.flip(1), ctx.chunk).flip(1)
-
-        x_prev = torch.cat([x0.unsqueeze(1), states[:, :-1]], dim=1)
-        lam_at_target = lam.gather(-1, idx)  # lambda_t[idx_t[j]]
-        grad_dv = lam_at_target * x_prev.conj()
-        grad_x0 = dv[:, 0].conj() * lam_at_target[:, 0]
+        lam, grad_dv, grad_x0, x_prev = pd_scan_backward(idx, dv, x0, states, grad_states, grad_final, ctx.chunk)
         grad_p = None
         if ctx.has_p:  # straight-through: dL/dP_t[i, j] = Re(conj(lambda_t[i]) z_t[j]), z = dv * x_prev
             grad_p = (lam.conj().unsqueeze(-1) * (dv * x_prev).unsqueeze(-2)).real

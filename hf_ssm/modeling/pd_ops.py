@@ -1,0 +1,576 @@
+"""PD-SSM's scan ops (docs/design.md §4): one public function per way of making P_t, one signature each.
+
+    op(selection, matrices, dv, b, initial_state=None, mask=None, *, temperature=1.0, backend="auto",
+       cu_seqlens=None) -> (states (B, T, H, N) complex64, final state (B, H, N) complex64)
+
+- ``pd_dictionary_scan``: selection = the weights s_t (B, T, H, K), matrices = the dictionary M (H, K, N, N);
+  P_t = column argmax of M_t = sum_k s_t,k M_k (the paper).
+- ``pd_bank_scan``: selection = logits (B, T, H, K), matrices = score matrices (H, K, N, N); P_k = column argmax of
+  score_k once per call, P_t = P_{argmax_k logits_t,k} (after Flash PD-SSM, arXiv 2605.19150).
+- ``pd_scan``: P_t given as indices (B, T, H, N) (with an optional dense ``p_soft`` receiving its gradient).
+
+Both generated ops are straight-through: the hard choices in the forward, the gradients of softmax(. / tau) (down
+each column of an N x N matrix, across the K logits) in the backward. dv, b, initial_state are complex (or real
+(..., 2) pairs). mask (B, T) bool: a False step is the identity transition with zero input and passes no gradient to
+its P; it is applied once, inside each implementation. The torch implementations are the references; the Triton ones
+(``hf_ssm.kernels``, optional) are picked by ``scan_dispatch.resolve_backend``; ``bind_pd_op`` returns the
+implementation for a device once, for a mixer to keep.
+
+The torch dictionary op never holds more than one chunk of tokens' N x N matrices: the forward keeps only idx,
+and the backward recomputes M_t and its column softmax chunk by chunk, so its memory is Theta(T H (N + K)). The
+torch bank op computes the K column argmaxes once per call and gathers idx_t from them. A single step without
+gradient (decode) is one O(H N) update.
+``pd_dictionary_reference`` / ``pd_bank_reference`` are dense plain-autograd loops, for tests only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import torch
+
+from .configuration_hybrid_ssm import PD_SSM_TRANSITIONS, check_choice
+from .scan_dispatch import _load_kernels, requested_backend, resolve_backend, varlen_torch
+from .scan_pd import _apply_pd, _scatter_scan_chunked, default_chunk_size, pd_scan_backward
+from .scan_pd import pd_scan as torch_pd_scan
+
+# Elements of one chunk of (H, rows, N, N) matrices in the dictionary op (1 MiB of float32, cache-sized).
+GEN_CHUNK_ELEMENTS = 1 << 18
+_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# shared pieces
+
+
+def _as_complex(t: torch.Tensor | None) -> torch.Tensor | None:
+    """complex64, from complex or from real (..., 2) pairs."""
+    if t is None:
+        return None
+    if t.is_complex():
+        return t.to(torch.complex64)
+    return torch.view_as_complex(t.float().contiguous())
+
+
+def _mask_inputs(dv: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None):
+    """Padded steps: dv = 1, b = 0 (with the identity P, set by each implementation, the state is unchanged)."""
+    if mask is None:
+        return dv, b
+    keep = mask.view(*mask.shape, 1, 1)
+    one, zero = (torch.full((), v, dtype=dv.dtype, device=dv.device) for v in (1, 0))
+    return torch.where(keep, dv, one), torch.where(keep, b, zero)
+
+
+def _identity_where_masked(idx: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    if mask is None:
+        return idx
+    return torch.where(mask.view(*mask.shape, 1, 1), idx, torch.arange(idx.shape[-1], device=idx.device))
+
+
+def _check(name: str, selection, matrices, dv, b, x0, mask, temperature, num_seqs=None):
+    if selection.dim() != 4:
+        raise ValueError(f"{name}: the selection must have shape (B, T, H, K), got {tuple(selection.shape)}")
+    batch, steps, heads, k = selection.shape
+    if matrices.dim() != 4 or tuple(matrices.shape[:2]) != (heads, k) or matrices.shape[2] != matrices.shape[3]:
+        raise ValueError(
+            f"{name}: matrices must have shape (H, K, N, N) = ({heads}, {k}, N, N), got {tuple(matrices.shape)}"
+        )
+    n = matrices.shape[-1]
+    for label, t in (("dv", dv), ("b", b)):
+        if tuple(t.shape) != (batch, steps, heads, n):
+            raise ValueError(
+                f"{name}: {label} must have shape (B, T, H, N) = {(batch, steps, heads, n)}, got {tuple(t.shape)}"
+            )
+    rows = batch if num_seqs is None else num_seqs
+    if x0 is not None and tuple(x0.shape) != (rows, heads, n):
+        raise ValueError(f"{name}: initial_state must have shape {(rows, heads, n)}, got {tuple(x0.shape)}")
+    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != (batch, steps)):
+        raise ValueError(
+            f"{name}: mask must be a bool tensor of shape (B, T) = {(batch, steps)}, got {mask.dtype} {tuple(mask.shape)}"
+        )
+    if steps == 0:
+        raise ValueError(f"{name}: needs at least one time step (T >= 1)")
+    if not temperature > 0:
+        raise ValueError(f"{name}: temperature must be > 0, got {temperature!r}")
+
+
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _scan_no_grad(idx, dv, b, x0):
+    """Forward only; a single step (decode) is one O(H N) update without the chunked schedule."""
+    if idx.shape[1] == 1:
+        x = _apply_pd(idx[:, 0], dv[:, 0], x0) + b[:, 0]
+        return x.unsqueeze(1), x
+    states = _scatter_scan_chunked(idx, dv, b, x0, default_chunk_size(idx.shape[1]))
+    return states, states[:, -1]
+
+
+def _column_softmax_backward(s: torch.Tensor, g: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Gradient w.r.t. M of softmax(M / tau) down each column (dim -2), given s = that softmax and its gradient g.
+    Overwrites g."""
+    g.sub_((s * g).sum(-2, keepdim=True)).mul_(s)
+    return g.div_(temperature) if temperature != 1.0 else g
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# dictionary mode, torch
+#
+# The generator works on the tokens r = (b, t) flattened, a chunk of them at a time, with every N x N matrix
+# transposed (row j = column j of M_t) so that the argmax and the softmax down a column run over contiguous memory:
+# Mt (H, R, N, N) = sel (H, R, K) @ dictionary^T (H, K, N*N). A chunk (GEN_CHUNK_ELEMENTS) stays in cache through
+# its few passes.
+
+
+def _gen_rows(heads: int, n: int) -> int:
+    return max(1, GEN_CHUNK_ELEMENTS // (heads * n * n))
+
+
+def _by_head(t: torch.Tensor) -> torch.Tensor:
+    """(B, T, H, ...) -> (H, B*T, ...), a view."""
+    return t.flatten(0, 1).transpose(0, 1)
+
+
+def _transposed_flat(dictionary: torch.Tensor) -> torch.Tensor:
+    """(H, K, N, N) -> (H, K, N*N) with entry [j*N + i] = M_k[i, j]."""
+    return dictionary.transpose(-1, -2).flatten(2)
+
+
+class _Workspace:
+    """Chunk buffers allocated once and re-used (fresh megabyte tensors per chunk cost more in page faults than
+    the arithmetic on them). view(name, *shape) is the first numel elements of buffer `name`, contiguous."""
+
+    def __init__(self, numel: int, device, names: dict):
+        self.bufs = {name: torch.empty(numel, dtype=dtype, device=device) for name, dtype in names.items()}
+
+    def view(self, name: str, *shape) -> torch.Tensor:
+        return self.bufs[name][: math.prod(shape)].view(shape)
+
+
+def _first_argmax_last(m: torch.Tensor, lanes: torch.Tensor) -> torch.Tensor:
+    """argmax over the last axis of m (..., N), the first of tied maxima like torch.argmax, in float (exact for
+    N < 2^24), from in-place passes (torch.argmax over a short last axis is several times slower on CPU).
+    Overwrites m: m - max >= 0 exactly at the maxima, so index - N * [maximum] is smallest at the first one."""
+    n = m.shape[-1]
+    m.sub_(torch.amax(m, -1, keepdim=True)).ge_(0).mul_(-n).add_(lanes)
+    return torch.amin(m, -1).add_(n)
+
+
+def dictionary_indices(sel, dictionary, mask=None):
+    """idx (B, T, H, N) = argmax_i M_t[i, j] with M_t = sum_k sel[..., k] dictionary[h, k], a chunk at a time."""
+    batch, steps, heads, _ = sel.shape
+    n = dictionary.shape[-1]
+    flat_t = _transposed_flat(dictionary)
+    sel_h = _by_head(sel)
+    idx = torch.empty(heads, batch * steps, n, dtype=torch.long, device=sel.device)
+    rows = min(_gen_rows(heads, n), batch * steps)
+    ws = _Workspace(heads * rows * n * n, sel.device, {"m": torch.float32})
+    lanes = torch.arange(n, dtype=torch.float32, device=sel.device)
+    for r0 in range(0, batch * steps, rows):
+        sl = slice(r0, r0 + rows)
+        rc = min(rows, batch * steps - r0)
+        m = torch.matmul(sel_h[:, sl], flat_t, out=ws.view("m", heads, rc, n * n))
+        idx[:, sl] = _first_argmax_last(m.view(heads, rc, n, n), lanes)
+    idx = idx.transpose(0, 1).reshape(batch, steps, heads, n)
+    return _identity_where_masked(idx, mask)
+
+
+def _dictionary_st_backward(sel, dictionary, lam, z, temperature):
+    """(dL/dsel (B, T, H, K), dL/ddictionary (H, K, N, N)) of the straight-through generator, a chunk at a time.
+
+    dL/dP_t = G_t = Re(conj(lam_t) z_t^T), G_t[i, j] = lr_i zr_j + li_i zi_j, a rank-2 product. With S_t the
+    column softmax of M_t / tau: dL/dM_t = S_t * (G_t - c_t) / tau, c_t[j] = sum_i S_t[i, j] G_t[i, j]; then
+    dL/ds_t,k = <dL/dM_t, M_k> and dL/dM_k = sum_t s_t,k dL/dM_t, batched products over the flattened N*N.
+    """
+    batch, steps, heads, k = sel.shape
+    n = dictionary.shape[-1]
+    flat_t = _transposed_flat(dictionary)
+    scaled = flat_t / temperature
+    sel_h = _by_head(sel)
+    lam_h = _by_head(torch.view_as_real(lam))  # (H, R, N, 2)
+    z_h = _by_head(torch.view_as_real(z))
+    grad_sel = sel.new_empty(heads, batch * steps, k)
+    grad_flat = torch.zeros_like(flat_t)
+    rows = min(_gen_rows(heads, n), batch * steps)
+    f32 = torch.float32
+    ws = _Workspace(heads * rows * n * n, sel.device, {"m": f32, "s": f32, "g": f32})
+    for r0 in range(0, batch * steps, rows):
+        sl = slice(r0, r0 + rows)
+        rc = min(rows, batch * steps - r0)
+        s_c = sel_h[:, sl]
+        mt = torch.matmul(s_c, scaled, out=ws.view("m", heads, rc, n * n)).view(heads, rc, n, n)
+        st = torch.softmax(mt, -1, out=ws.view("s", heads, rc, n, n))  # st[j, i] = S_t[i, j], a contiguous softmax
+        gt = torch.matmul(z_h[:, sl], lam_h[:, sl].transpose(-1, -2), out=ws.view("g", heads, rc, n, n))  # G^T
+        c = torch.sum(torch.mul(gt, st, out=mt), -1, keepdim=True)
+        g = gt.sub_(c).mul_(st).view(heads, rc, n * n)  # tau dL/dM_t^T
+        grad_sel[:, sl] = g @ flat_t.transpose(-1, -2)
+        grad_flat.baddbmm_(s_c.transpose(-1, -2), g)
+    grad_sel = grad_sel.div_(temperature).transpose(0, 1).reshape(batch, steps, heads, k)
+    grad_dict = grad_flat.div_(temperature).unflatten(-1, (n, n)).transpose(-1, -2)
+    return grad_sel, grad_dict
+
+
+class _DictionaryScan(torch.autograd.Function):
+    """Generation (column argmax of sum_k s_k M_k), scan and straight-through backward in one node."""
+
+    @staticmethod
+    def forward(ctx, sel, dictionary, dv, b, x0, mask, temperature):
+        idx = dictionary_indices(sel, dictionary, mask)
+        chunk = default_chunk_size(idx.shape[1])
+        states = _scatter_scan_chunked(idx, dv, b, x0, chunk)
+        ctx.save_for_backward(sel, dictionary, idx, dv, x0, states, mask)
+        ctx.chunk, ctx.temperature = chunk, temperature
+        return states, states[:, -1].clone()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_states, grad_final):
+        sel, dictionary, idx, dv, x0, states, mask = ctx.saved_tensors
+        lam, grad_dv, grad_x0, x_prev = pd_scan_backward(idx, dv, x0, states, grad_states, grad_final, ctx.chunk)
+        grad_sel = grad_dict = None
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+            z = dv * x_prev
+            if mask is not None:  # a padded step's P is the identity, not generated: no gradient
+                z = z * mask.view(*mask.shape, 1, 1)
+            grad_sel, grad_dict = _dictionary_st_backward(sel, dictionary, lam, z, ctx.temperature)
+        return grad_sel, grad_dict, grad_dv, lam, grad_x0, None, None
+
+
+def _torch_dictionary(sel, dictionary, dv, b, x0, mask, temperature):
+    batch, _, heads, _ = sel.shape
+    with torch.autocast(device_type=dv.device.type, enabled=False):
+        sel, dictionary = sel.float(), dictionary.float()
+        dv, b = _mask_inputs(_as_complex(dv), _as_complex(b), mask)
+        x0 = torch.zeros_like(b[:, 0]) if x0 is None else _as_complex(x0)
+        if not _needs_grad(sel, dictionary, dv, b, x0):
+            return _scan_no_grad(dictionary_indices(sel, dictionary, mask), dv, b, x0)
+        return _DictionaryScan.apply(sel, dictionary, dv, b, x0, mask, float(temperature))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# bank mode, torch
+
+
+def bank_indices(scores: torch.Tensor) -> torch.Tensor:
+    """The bank (H, K, N) int64: column j of P_k has its 1 in row bank[h, k, j] = argmax_i scores[h, k, i, j]."""
+    return scores.argmax(dim=-2)
+
+
+def gather_bank(bank: torch.Tensor, choice: torch.Tensor) -> torch.Tensor:
+    """idx (B, T, H, N) = bank[h, choice[b, t, h]], an index gather from the (H*K, N) table."""
+    heads, k, n = bank.shape
+    rows = choice + k * torch.arange(heads, device=choice.device)
+    return bank.reshape(heads * k, n)[rows.reshape(-1)].view(*choice.shape, n)
+
+
+def _bank_outer_sums(lam, z, choice, k):
+    """dL/dP_k = sum over steps with choice = k of Re(conj(lam_t) z_t^T): (H, K, N, N), Theta(T N^2) in all.
+
+    Steps are grouped by their choice (a stable sort per head), and each group is one (N x 2n) @ (2n x N) product.
+    """
+    batch, steps, heads, n = lam.shape
+    lam_r = torch.view_as_real(lam).transpose(-1, -2)  # (B, T, H, 2, N)
+    z_r = torch.view_as_real(z).transpose(-1, -2)
+    out = lam_r.new_zeros(heads, k, n, n)
+    for h in range(heads):
+        ch = choice[:, :, h].reshape(-1)
+        order = torch.argsort(ch, stable=True)
+        counts = torch.bincount(ch, minlength=k).tolist()
+        lh = lam_r[:, :, h].reshape(-1, 2, n)[order].split(counts)
+        zh = z_r[:, :, h].reshape(-1, 2, n)[order].split(counts)
+        for kk in range(k):
+            if counts[kk]:
+                out[h, kk] = lh[kk].reshape(-1, n).T @ zh[kk].reshape(-1, n)
+    return out
+
+
+def bank_straight_through_grads(logits, scores, choice, lam, z, mask, temperature, need_logits=True, need_scores=True):
+    """(dL/dlogits (B, T, H, K) or None, dL/dscores (H, K, N, N) or None) of the bank transitions, given the
+    adjoint lam_t = dL/dx_t and z_t = dv_t * x_{t-1} (B, T, H, N) complex, choice = argmax logits (B, T, H).
+
+    With G_t = Re(conj(lam_t) z_t^T) = dL/dP_t: dL/de_t,k = <G_t, P_k> goes through the softmax(logits / tau)
+    Jacobian, and dL/dP_k = sum_{t: k_t = k} G_t through the column softmax of scores_k / tau. Padded steps
+    (mask False) pass nothing. Shared by the torch op and the Triton kernel's backward.
+    """
+    if mask is not None:
+        z = z * mask.view(*mask.shape, 1, 1)
+    grad_logits = grad_scores = None
+    if need_logits:
+        grad_e = _bank_choice_grad(lam, z, bank_indices(scores))
+        p = torch.softmax(logits / temperature, dim=-1)
+        grad_logits = p * (grad_e - (p * grad_e).sum(-1, keepdim=True)) / temperature
+    if need_scores:
+        s = torch.softmax(scores / temperature, dim=-2)
+        grad_scores = _column_softmax_backward(s, _bank_outer_sums(lam, z, choice, scores.shape[1]), temperature)
+    return grad_logits, grad_scores
+
+
+class _BankScan(torch.autograd.Function):
+    """Bank selection (argmax of the logits, a gather from the column argmax of each score matrix), scan and
+    straight-through backward in one node."""
+
+    @staticmethod
+    def forward(ctx, logits, scores, dv, b, x0, mask, temperature):
+        bank = bank_indices(scores)
+        choice = logits.argmax(dim=-1)
+        idx = _identity_where_masked(gather_bank(bank, choice), mask)
+        chunk = default_chunk_size(idx.shape[1])
+        states = _scatter_scan_chunked(idx, dv, b, x0, chunk)
+        ctx.save_for_backward(logits, scores, choice, idx, dv, x0, states, mask)
+        ctx.chunk, ctx.temperature = chunk, temperature
+        return states, states[:, -1].clone()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_states, grad_final):
+        logits, scores, choice, idx, dv, x0, states, mask = ctx.saved_tensors
+        tau = ctx.temperature
+        lam, grad_dv, grad_x0, x_prev = pd_scan_backward(idx, dv, x0, states, grad_states, grad_final, ctx.chunk)
+        grad_logits, grad_scores = bank_straight_through_grads(
+            logits, scores, choice, lam, dv * x_prev, mask, tau, ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        )
+        return grad_logits, grad_scores, grad_dv, lam, grad_x0, None, None
+
+
+def _bank_choice_grad(lam: torch.Tensor, z: torch.Tensor, bank: torch.Tensor) -> torch.Tensor:
+    """dL/de_t,k = <G_t, P_k> = sum_j Re(conj(lam_t[bank_k[j]]) z_t[j]): (B, T, H, K), one index gather of N
+    entries per token and bank entry."""
+    batch, steps, heads, n = lam.shape
+    lam_r = torch.view_as_real(lam).reshape(batch, steps, heads * n, 2)
+    z_r = torch.view_as_real(z).reshape(batch, steps, heads, 2 * n)
+    rows = bank + n * torch.arange(heads, device=bank.device).view(heads, 1, 1)  # (H, K, N) into the H*N axis
+    out = lam_r.new_empty(batch, steps, heads, bank.shape[1])
+    for kk in range(bank.shape[1]):
+        picked = lam_r.index_select(2, rows[:, kk].reshape(-1)).view(batch, steps, heads, 2 * n)
+        out[..., kk] = picked.mul_(z_r).sum(-1)
+    return out
+
+
+def _torch_bank(logits, scores, dv, b, x0, mask, temperature):
+    with torch.autocast(device_type=dv.device.type, enabled=False):
+        logits, scores = logits.float(), scores.float()
+        dv, b = _mask_inputs(_as_complex(dv), _as_complex(b), mask)
+        x0 = torch.zeros_like(b[:, 0]) if x0 is None else _as_complex(x0)
+        if not _needs_grad(logits, scores, dv, b, x0):
+            idx = _identity_where_masked(gather_bank(bank_indices(scores), logits.argmax(dim=-1)), mask)
+            return _scan_no_grad(idx, dv, b, x0)
+        return _BankScan.apply(logits, scores, dv, b, x0, mask, float(temperature))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# implementations and the public ops
+
+
+def _torch_impl(body):
+    def run(selection, matrices, dv, b, initial_state=None, mask=None, temperature=1.0, cu_seqlens=None):
+        if cu_seqlens is None:
+            return body(selection, matrices, dv, b, initial_state, mask, temperature)
+
+        def one(sel_, dv_, b_, mask_, x0_):
+            return body(sel_, matrices, dv_, b_, x0_, mask_, temperature)
+
+        zero = torch.zeros(1, *dv.shape[2:], dtype=torch.complex64, device=dv.device)
+        return varlen_torch(one, cu_seqlens, (selection, dv, b, mask), initial_state, lambda: zero)
+
+    run.__name__ = body.__name__
+    return run
+
+
+def _triton_dictionary(selection, matrices, dv, b, initial_state=None, mask=None, temperature=1.0, cu_seqlens=None):
+    return _load_kernels()[0].pd_generated_scan(
+        selection, matrices, dv, b, initial_state, temperature=temperature, mask=mask, cu_seqlens=cu_seqlens
+    )
+
+
+def _triton_bank(selection, matrices, dv, b, initial_state=None, mask=None, temperature=1.0, cu_seqlens=None):
+    kernels = importlib.import_module(_load_kernels()[0].__name__ + ".pd_scan")
+    return kernels.pd_bank_scan(
+        selection, matrices, dv, b, initial_state, temperature=temperature, mask=mask, cu_seqlens=cu_seqlens
+    )
+
+
+_IMPLS = {
+    ("dictionary", "torch"): _torch_impl(_torch_dictionary),
+    ("bank", "torch"): _torch_impl(_torch_bank),
+    ("dictionary", "triton"): _triton_dictionary,
+    ("bank", "triton"): _triton_bank,
+}
+
+
+def _kernel_problem(*tensors) -> str | None:
+    for t in tensors:
+        if t is not None and t.dtype not in (*_KERNEL_DTYPES, torch.complex64):
+            return f"dtype {t.dtype} (the kernels take float32 / bfloat16 / float16 / complex64)"
+    return None
+
+
+def bind_pd_op(transition: str, setting: str | None, device: torch.device | str):
+    """The implementation of the `transition` op ("dictionary" or "bank") that `setting` (a scan_backend value,
+    overridden by HF_SSM_SCAN_BACKEND) selects on `device`; called as op(selection, matrices, dv, b, initial_state,
+    mask, temperature)."""
+    check_choice("pd_ssm_transition", transition, PD_SSM_TRANSITIONS)
+    return _IMPLS[transition, resolve_backend(setting, device)]
+
+
+def bound_op_key(setting: str | None, device: torch.device | str):
+    """What a bound op depends on: the device and the requested backend (the environment override included)."""
+    return torch.device(device), requested_backend(setting)[0]
+
+
+def _public(
+    transition: str, name: str, selection, matrices, dv, b, initial_state, mask, temperature, backend, cu_seqlens
+):
+    num_seqs = None if cu_seqlens is None else cu_seqlens.numel() - 1
+    _check(
+        name, selection, matrices, _as_shape(dv), _as_shape(b), _as_shape(initial_state), mask, temperature, num_seqs
+    )
+    problem = _kernel_problem(selection, matrices, dv, b, initial_state)
+    impl = _IMPLS[transition, resolve_backend(backend, dv.device, problem)]
+    return impl(selection, matrices, dv, b, initial_state, mask, temperature, cu_seqlens)
+
+
+def _as_shape(t):
+    """A shape stand-in: complex tensors as they are, real pairs without their trailing 2."""
+    if t is None or t.is_complex():
+        return t
+    if t.shape[-1] != 2:
+        raise ValueError(f"a real dv / b / initial_state must end in a (real, imag) axis of 2, got {tuple(t.shape)}")
+    return t[..., 0]
+
+
+def pd_dictionary_scan(
+    selection: torch.Tensor,
+    dictionary: torch.Tensor,
+    dv: torch.Tensor,
+    b: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    *,
+    temperature: float = 1.0,
+    backend: str | None = "auto",
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PD scan with P_t = column argmax of sum_k selection[..., k] dictionary[h, k] (straight-through).
+
+    selection (B, T, H, K) weights (softmax of the selection logits); dictionary (H, K, N, N); dv, b (B, T, H, N)
+    complex; initial_state (B, H, N) or None (zeros); mask (B, T) bool or None; cu_seqlens: int32 boundaries of
+    packed (1, total_T, ...) input, one initial / final state per sequence. Returns (states, final).
+    """
+    return _public(
+        "dictionary",
+        "pd_dictionary_scan",
+        selection,
+        dictionary,
+        dv,
+        b,
+        initial_state,
+        mask,
+        temperature,
+        backend,
+        cu_seqlens,
+    )
+
+
+def pd_bank_scan(
+    logits: torch.Tensor,
+    scores: torch.Tensor,
+    dv: torch.Tensor,
+    b: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    *,
+    temperature: float = 1.0,
+    backend: str | None = "auto",
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PD scan with P_t = P_{k_t}, k_t = argmax_k logits[..., k], P_k = column argmax of scores[h, k].
+
+    Straight-through in both choices: softmax(logits / temperature) for k_t, softmax(scores[h, k] / temperature)
+    down each column for P_k. logits (B, T, H, K); scores (H, K, N, N); the rest as ``pd_dictionary_scan``.
+    """
+    return _public("bank", "pd_bank_scan", logits, scores, dv, b, initial_state, mask, temperature, backend, cu_seqlens)
+
+
+def pd_scan(
+    idx: torch.Tensor,
+    dv: torch.Tensor,
+    b: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    p_soft: torch.Tensor | None = None,
+    *,
+    backend: str | None = "auto",
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PD scan of given transitions (idx (B, T, H, N) int64, dv, b complex or real pairs), see ``scan_pd.pd_scan``;
+    p_soft (B, T, H, N, N) optionally receives the straight-through gradient of P_t."""
+    problem = None if dv.dtype in (*_KERNEL_DTYPES, torch.complex64) else f"dtype {dv.dtype}"
+    if resolve_backend(backend, dv.device, problem) == "triton":
+        return _load_kernels()[0].pd_scan(idx, dv, b, initial_state, p_soft, cu_seqlens=cu_seqlens)
+    dv, b, x0 = _as_complex(dv), _as_complex(b), _as_complex(initial_state)
+    if cu_seqlens is None:
+        return torch_pd_scan(idx, dv, b, x0, p_soft)
+
+    def one(idx_, dv_, b_, p_, x0_):
+        return torch_pd_scan(idx_, dv_, b_, x0_, p_)
+
+    return varlen_torch(one, cu_seqlens, (idx, dv, b, p_soft), x0, lambda: torch.zeros_like(b[:, 0]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# dense plain-autograd references (tests only)
+
+
+def _straight_through(hard: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:
+    return hard + (soft - soft.detach())
+
+
+def _dense_scan(p, dv, b, x0, mask):
+    """x_t = P_t (dv_t * x_{t-1}) + b_t with dense P (B, T, H, N, N), autograd through everything."""
+    dv, b = _mask_inputs(dv, b, mask)
+    if mask is not None:
+        eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)
+        p = torch.where(mask.view(*mask.shape, 1, 1, 1), p, eye)
+    x = torch.zeros_like(b[:, 0]) if x0 is None else x0
+    states = []
+    for t in range(p.shape[1]):
+        x = (p[:, t].to(x.dtype) @ (dv[:, t] * x).unsqueeze(-1)).squeeze(-1) + b[:, t]
+        states.append(x)
+    return torch.stack(states, dim=1), x
+
+
+def _column_one_hot(m: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(m).scatter_(-2, m.argmax(dim=-2, keepdim=True), 1.0)
+
+
+def pd_dictionary_reference(selection, dictionary, dv, b, initial_state=None, mask=None, temperature=1.0):
+    """``pd_dictionary_scan`` as a dense loop: P_t = onehot + softmax - softmax.detach() of M_t down each column."""
+    m = torch.einsum("bthk,hkij->bthij", selection.float(), dictionary.float())
+    p = _straight_through(_column_one_hot(m), torch.softmax(m / temperature, dim=-2))
+    return _dense_scan(p, dv, b, initial_state, mask)
+
+
+def pd_bank_reference(logits, scores, dv, b, initial_state=None, mask=None, temperature=1.0):
+    """``pd_bank_scan`` as a dense loop: e_t = straight-through one-hot of argmax logits (softmax(logits / tau)),
+    P_k = straight-through column one-hot of scores_k (column softmax), P_t = sum_k e_t,k P_k."""
+    logits, scores = logits.float(), scores.float()
+    hard_e = torch.zeros_like(logits).scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
+    e = _straight_through(hard_e, torch.softmax(logits / temperature, dim=-1))
+    bank = _straight_through(_column_one_hot(scores), torch.softmax(scores / temperature, dim=-2))
+    return _dense_scan(torch.einsum("bthk,hkij->bthij", e, bank), dv, b, initial_state, mask)
+
+
+__all__ = [
+    "bank_indices",
+    "bank_straight_through_grads",
+    "bind_pd_op",
+    "bound_op_key",
+    "dictionary_indices",
+    "gather_bank",
+    "pd_bank_reference",
+    "pd_bank_scan",
+    "pd_dictionary_reference",
+    "pd_dictionary_scan",
+    "pd_scan",
+]
