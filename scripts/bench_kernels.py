@@ -73,7 +73,7 @@ def make_problem(family, batch, steps, heads, n, m, k, device):
 
     from hf_ssm import kernels
     from hf_ssm.modeling import scan_dispatch
-    from hf_ssm.modeling.scan_block import block_scan, companion_matrices
+    from hf_ssm.modeling.scan_block import block_scan, companion_scan
     from hf_ssm.modeling.scan_diag import diag_scan
     from hf_ssm.modeling.scan_pd import pd_scan
 
@@ -112,12 +112,9 @@ def make_problem(family, batch, steps, heads, n, m, k, device):
         v = rand(batch, steps, blocks)
         inputs = [a.requires_grad_(), v.requires_grad_()]
 
-        def torch_companion(a, v):
-            return block_scan(companion_matrices(a), torch.nn.functional.pad(v.unsqueeze(-1), (0, m - 1)))
-
         fwd = _nbytes(a, v) + h_bytes
         bwd = h_bytes + _nbytes(a) + h_bytes + _nbytes(a, v)
-        return inputs, kernels.companion_scan, torch_companion, fwd, bwd, desc
+        return inputs, kernels.companion_scan, companion_scan, fwd, bwd, desc
     # PD
     idx = torch.randint(0, n, (batch, steps, heads, n), generator=g).to(device)
     dv = torch.polar(

@@ -23,7 +23,8 @@ from hf_ssm.modeling.deer import (
     sequential_rollout,
 )
 from hf_ssm.modeling.mixer_lrc import LRC_MIXER_CLASSES
-from hf_ssm.modeling.scan_diag import diag_scan, diag_scan_forward, diag_scan_sequential
+from hf_ssm.modeling.scan_diag import diag_scan, diag_scan_sequential
+from hf_ssm.modeling.scan_dispatch import scan_ops
 from model_checks import max_cached_decode_error, reload_is_bit_identical, tiny_config
 
 MIXERS = list(LRC_MIXER_CLASSES)
@@ -66,7 +67,7 @@ def test_diag_scan_chunk_size_does_not_change_result(chunk):
     """Any chunk length (padding, recursion, a single chunk) gives the same states."""
     a, b = _coefficients((2, 300, 4), torch.float64), torch.randn(2, 300, 4, dtype=torch.float64)
     ref, _ = diag_scan_sequential(a, b)
-    assert torch.allclose(diag_scan_forward(a, b, chunk_size=chunk), ref, atol=1e-12)
+    assert torch.allclose(diag_scan(a, b, chunk_size=chunk)[0], ref, atol=1e-12)
 
 
 def test_diag_scan_bfloat16_accumulates_in_float32():
@@ -80,14 +81,16 @@ def test_diag_scan_bfloat16_accumulates_in_float32():
 
 
 def test_diag_scan_bad_inputs_raise():
-    """Mismatched shapes, dtypes, a wrong x0 or T = 0 raise a clear error."""
+    """Mismatched shapes, dtypes, a wrong initial state, a wrong mask or T = 0 raise a clear error."""
     a = torch.rand(2, 5, 3)
     with pytest.raises(ValueError, match="share the shape"):
         diag_scan(a, torch.rand(2, 5, 4))
     with pytest.raises(TypeError, match="dtype"):
         diag_scan(a, a.double())
-    with pytest.raises(ValueError, match="x0"):
+    with pytest.raises(ValueError, match="initial_state"):
         diag_scan(a, a, torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="mask must be a bool tensor"):
+        diag_scan(a, a, mask=torch.ones(2, 5))
     with pytest.raises(ValueError, match="T >= 1"):
         diag_scan(a[:, :0], a[:, :0])
 
@@ -200,7 +203,7 @@ def test_diverging_newton_step_is_caught_and_damped_to_convergence():
     x0 = torch.zeros_like(x0)
     guess = torch.zeros(2, 2048, 8)
     fx, jac = mixer.cell.step_and_jacobian(_shift(guess, x0), inputs, weights)
-    first = _linear_scan(jac, fx - jac * _shift(guess, x0), x0, 1)
+    first = _linear_scan(jac, fx - jac * _shift(guess, x0), x0, 1, scan_ops("torch", "cpu"))
     assert not (first.abs().max() < 1e6)  # plain Newton diverges here (inf / NaN / huge)
     states, info = deer_solve(mixer.cell, inputs, weights, x0, options=mixer.options)
     print(f"diverging case: {info}")

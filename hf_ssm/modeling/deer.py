@@ -41,7 +41,7 @@ import warnings
 
 import torch
 
-from .scan_dispatch import block_scan, diag_scan_adjoint, diag_scan_forward, requested_backend
+from .scan_dispatch import ScanOps, requested_backend, scan_ops
 
 # Damping below this is dropped (back to plain Newton) after an accepted step.
 RELAX_TO_NEWTON = 0.1
@@ -59,7 +59,7 @@ class DEEROptions:
     max_iter: int = 100
     damping: float = 0.5
     max_growth: float = 1e3
-    scan_backend: str = "auto"  # which implementation runs the linear scans (scan_dispatch)
+    scan_backend: str = "auto"  # which implementation runs the linear scans (scan_dispatch.scan_ops)
 
     def __post_init__(self):
         if not (isinstance(self.tol, (int, float)) and self.tol >= 0):
@@ -147,33 +147,28 @@ def _apply(jac: torch.Tensor, x: torch.Tensor, block: int) -> torch.Tensor:
     return (jac @ x.unsqueeze(-1)).squeeze(-1)
 
 
-def _linear_scan(
-    jac: torch.Tensor, rhs: torch.Tensor, x0: torch.Tensor, block: int, backend: str = "auto"
-) -> torch.Tensor:
-    """States of x_t = J_t x_{t-1} + rhs_t (no autograd)."""
-    if block == 1:
-        return diag_scan_forward(jac, rhs, x0, backend=backend)
-    batch, steps = rhs.shape[:2]
-    shape = rhs.shape
-    with torch.no_grad():  # block_scan wants (B, T, N, m): fold every channel axis into N
-        states, _ = block_scan(
+def _linear_scan(jac: torch.Tensor, rhs: torch.Tensor, x0: torch.Tensor | None, block: int, ops: ScanOps):
+    """States of x_t = J_t x_{t-1} + rhs_t (no autograd), by the bound diagonal or block scan op."""
+    with torch.no_grad():
+        if block == 1:
+            return ops.diag_scan(jac, rhs, x0)[0]
+        batch, steps = rhs.shape[:2]
+        # block_scan wants (B, T, N, m): fold every channel axis into N
+        states, _ = ops.block_scan(
             jac.reshape(batch, steps, -1, block, block),
             rhs.reshape(batch, steps, -1, block),
-            x0.reshape(batch, -1, block),
-            backend=backend,
+            None if x0 is None else x0.reshape(batch, -1, block),
         )
-    return states.reshape(shape)
+    return states.reshape(rhs.shape)
 
 
-def _adjoint_scan(jac: torch.Tensor, g: torch.Tensor, block: int, backend: str = "auto") -> torch.Tensor:
-    """lambda_t = g_t + J_{t+1}^T lambda_{t+1} (reverse time), no autograd."""
-    if block == 1:
-        return diag_scan_adjoint(jac, g, backend=backend)
-    # Reversed time, transposed blocks; the first reversed step has nothing before it (identity, zero start).
-    eye = torch.eye(block, dtype=jac.dtype, device=jac.device).expand_as(jac[:, :1])
-    rev = torch.cat([eye, jac[:, 1:].flip(1).transpose(-1, -2)], dim=1)
-    zero = torch.zeros_like(g[:, 0])
-    return _linear_scan(rev, g.flip(1), zero, block, backend).flip(1)
+def _adjoint_scan(jac: torch.Tensor, g: torch.Tensor, block: int, ops: ScanOps) -> torch.Tensor:
+    """lambda_t = g_t + J_{t+1}^T lambda_{t+1} (reverse time), no autograd: the forward scan on reversed time and
+    transposed blocks; the first reversed step has nothing before it (identity, zero start)."""
+    first = torch.ones_like(jac[:, :1]) if block == 1 else _identity_like(jac, block).expand_as(jac[:, :1])
+    rest = jac[:, 1:].flip(1)
+    rev = torch.cat([first, rest if block == 1 else rest.transpose(-1, -2)], dim=1)
+    return _linear_scan(rev, g.flip(1), None, block, ops).flip(1)
 
 
 def _damp(jac: torch.Tensor, k: float, block: int) -> torch.Tensor:
@@ -199,6 +194,7 @@ def newton_solve(
     """The DEER iterations, without autograd. x0 (B, *S); returns (states (B, T, *S), info)."""
     block = cell.block
     steps = inputs[0].shape[1]
+    ops = scan_ops(options.scan_backend, x0.device)
     x = x0.new_zeros((x0.shape[0], steps, *x0.shape[1:]))
     prev = _shift(x, x0)  # x_{t-1} of the current iterate; updated in place
     fx, jac = _evaluate(cell, prev, inputs, weights, mask, jacobian=True)
@@ -210,7 +206,7 @@ def newton_solve(
         fx_max = _max_abs(fx)
         # rhs = F(x_{t-1}) - J x_{t-1}, built in fx's storage (fx is recomputed if this step is rejected).
         rhs = fx.addcmul_(jt, prev, value=-1) if block == 1 else fx.sub_(_apply(jt, prev, block))
-        x_new = _linear_scan(jt, rhs, x0, block, options.scan_backend)
+        x_new = _linear_scan(jt, rhs, x0, block, ops)
         # One host sync per iteration: max|x_new| (NaN if not finite), max|F|, max|x_new - x|.
         new_max, scale, step = torch.stack([_max_abs(x_new), fx_max, _max_abs(torch.sub(x_new, x, out=rhs))]).tolist()
         if not math.isfinite(new_max) or new_max > options.max_growth * (1.0 + max(scale, x_max)):
@@ -273,7 +269,7 @@ class _DEERFunction(torch.autograd.Function):
         x_prev = _shift(states, x0)
         needs = ctx.needs_input_grad[6:]
         _, jac = _evaluate(cell, x_prev, tensors[: ctx.n_inputs], tensors[ctx.n_inputs :], mask, jacobian=True)
-        lam = _adjoint_scan(jac, grad_states, block, ctx.scan_backend)
+        lam = _adjoint_scan(jac, grad_states, block, scan_ops(ctx.scan_backend, x0.device))
         grads = [None] * len(tensors)
         wanted = [i for i, need in enumerate(needs) if need]
         if wanted:

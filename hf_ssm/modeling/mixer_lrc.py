@@ -22,7 +22,8 @@ reformulation with a diagonal Jacobian would have to change the cell (e.g. gates
 keeps the standard LSTM with diagonal recurrent matrices. Its state tensor is (B, D, 2) = stack(c, h).
 
 The cells below give their Jacobians analytically (checked against forward-mode JVPs in the tests). Decoding
-(T = 1) is the exact single step; the DEER solve runs in float32, also under bf16 autocast.
+(T = 1) is the exact single step; the cell and the DEER solve run in float32, while under bf16 autocast the
+projections in_proj / out_proj run in bf16.
 """
 
 from __future__ import annotations
@@ -260,27 +261,25 @@ class DiagonalRNNMixer(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         batch, steps, _ = hidden_states.shape
+        # The projections run in the weights' dtype, or in bf16 under autocast; the cell and its solver in float32.
+        inputs, weights = self.cell_arguments(hidden_states.to(self.in_proj.weight.dtype))
+        weights = tuple(w.float() for w in weights)
+        if state is None:
+            x0 = self.initial_state(batch, hidden_states.device)
+        elif tuple(state.shape) != (batch, *self.state_shape):
+            raise ValueError(
+                f"`state` must have shape (B, *state) = {(batch, *self.state_shape)}, got {tuple(state.shape)}"
+            )
+        else:
+            x0 = state.to(self.state_dtype)
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
-            # Under autocast the input may be bf16 while the weights are float32: run this layer in the weights'
-            # dtype, and the cell and its solver in float32 whatever that is.
-            u = hidden_states.to(self.in_proj.weight.dtype)
-            inputs, weights = self.cell_arguments(u)
-            weights = tuple(w.float() for w in weights)
-            if state is None:
-                x0 = self.initial_state(batch, u.device)
-            elif tuple(state.shape) != (batch, *self.state_shape):
-                raise ValueError(
-                    f"`state` must have shape (B, *state) = {(batch, *self.state_shape)}, got {tuple(state.shape)}"
-                )
-            else:
-                x0 = state.to(self.state_dtype)
             if steps == 1 or self.solver == "sequential":  # decoding: the exact single step, no iterations
                 states = sequential_rollout(self.cell, inputs, weights, x0, mask)
                 self.last_solve_info = None
             else:
                 states, self.last_solve_info = deer_solve(self.cell, inputs, weights, x0, mask, self.options)
-            # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
-            y = self.out_proj(self.readout(states).to(self.out_proj.weight.dtype))
+        # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
+        y = self.out_proj(self.readout(states).to(self.out_proj.weight.dtype))
         return y.to(hidden_states.dtype), states[:, -1].clone()
 
 

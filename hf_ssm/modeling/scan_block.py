@@ -1,18 +1,22 @@
 """Scans over dense m x m blocks: h_t = A_t h_{t-1} + b_t, independently for each of N blocks (DESIGN §3, §5).
 
-This is the recurrence of BD-LRU (A_t^{(n)} the normalised gate block) and of H-LRU (A_t^{(n)} the companion
-matrix of channel n); with m = 1 it is the diagonal selective LRU. Every function here is plain PyTorch and
-takes plain tensors, so a fused kernel can replace ``block_scan`` without changing its callers:
+This is the recurrence of BD-LRU (A_t^{(n)} the normalised gate block), of H-LRU (A_t^{(n)} the companion
+matrix of channel n) and of the LSTM's DEER step (2 x 2 blocks); with m = 1 it is the diagonal selective LRU.
+These are the torch implementations of the block-scan family, the references of the Triton kernels
+(hf_ssm.kernels.block_scan); models reach either through ``scan_dispatch.scan_ops``. One signature:
 
-    A  (B, T, N, m, m)   transitions, row i of a block is output i: h[i] = sum_j A[i, j] h_prev[j] + b[i]
-    b  (B, T, N, m)      inputs
-    h0 (B, N, m) or None initial state (zeros if None)
+    A             (B, T, N, m, m)  transitions, row i of a block is output i: h[i] = sum_j A[i, j] h_prev[j] + b[i]
+    b             (B, T, N, m)     inputs
+    initial_state (B, N, m)        or None (zeros)
+    mask          (B, T) bool      or None; a False step (padding) is the identity with zero input
     -> states (B, T, N, m), final state (B, N, m)
 
 - ``block_scan_sequential``: a plain loop with autograd. The reference the parallel scan is tested against.
 - ``block_scan``: chunked parallel scan with a hand-written backward (the adjoint recurrence, which is again a
-  block scan), the default on every device. About 2*sqrt(T) sequential steps instead of T, each composing
-  m x m blocks over all chunks and blocks at once.
+  block scan). About 2*sqrt(T) sequential steps instead of T, each composing m x m blocks over all chunks and
+  blocks at once.
+- ``companion_scan``: H-LRU's form, the companion first rows a (B, T, N, m) and the slot-0 input v (B, T, N).
+- ``block_step`` / ``companion_step``: one time step (T = 1, decoding): a single O(N m^2) / O(N m) update.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.nn.functional import pad as nn_pad
 
 
-def _check_inputs(A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None) -> None:
+def _check_inputs(A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
     if b.dim() != 4:
         raise ValueError(f"b must have shape (B, T, N, m), got {tuple(b.shape)}")
     if tuple(A.shape) != (*b.shape, b.shape[-1]):
@@ -34,22 +39,45 @@ def _check_inputs(A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None) -> 
     batch, _, blocks, m = b.shape
     if h0 is not None:
         if tuple(h0.shape) != (batch, blocks, m):
-            raise ValueError(f"h0 must have shape (B, N, m) = {(batch, blocks, m)}, got {tuple(h0.shape)}")
+            raise ValueError(f"initial_state must have shape (B, N, m) = {(batch, blocks, m)}, got {tuple(h0.shape)}")
         if h0.dtype != b.dtype:
-            raise TypeError(f"h0 must have the dtype of b ({b.dtype}), got {h0.dtype}")
+            raise TypeError(f"initial_state must have the dtype of b ({b.dtype}), got {h0.dtype}")
+    check_mask(mask, batch, b.shape[1])
+
+
+def check_mask(mask: torch.Tensor | None, batch: int, steps: int) -> None:
+    """mask must be None or a (B, T) bool tensor."""
+    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != (batch, steps)):
+        raise ValueError(
+            f"mask must be a bool tensor of shape (B, T) = {(batch, steps)}, got {mask.dtype} {tuple(mask.shape)}"
+        )
+
+
+def _masked(A: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Padding = the identity transition with zero input: (A, b) with I and 0 where mask is False."""
+    if mask is None:
+        return A, b
+    keep = mask.view(*mask.shape, 1, 1)
+    eye = torch.eye(b.shape[-1], dtype=A.dtype, device=A.device)
+    return torch.where(keep.unsqueeze(-1), A, eye), torch.where(keep, b, 0.0)
 
 
 def block_scan_sequential(
-    A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None = None
+    A: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference loop, differentiable by autograd. Returns (states (B, T, N, m), final state (B, N, m))."""
-    _check_inputs(A, b, h0)
+    """Reference loop, differentiable by autograd. Returns (states (B, T, N, m), final state (B, N, m)).
+
+    A masked step keeps the previous state (written independently of ``_masked``, so the tests compare two forms).
+    """
+    _check_inputs(A, b, initial_state, mask)
     batch, _, blocks, m = b.shape
-    h = torch.zeros(batch, blocks, m, dtype=b.dtype, device=b.device) if h0 is None else h0
+    h = torch.zeros(batch, blocks, m, dtype=b.dtype, device=b.device) if initial_state is None else initial_state
+    keep = [None] * b.shape[1] if mask is None else mask.view(*mask.shape, 1, 1).unbind(1)
     states = []
     # unbind once: indexing A[:, t] inside the loop would make every step's backward write a full-size gradient
-    for A_t, b_t in zip(A.unbind(1), b.unbind(1)):
-        h = (A_t @ h.unsqueeze(-1)).squeeze(-1) + b_t
+    for A_t, b_t, keep_t in zip(A.unbind(1), b.unbind(1), keep):
+        new = (A_t @ h.unsqueeze(-1)).squeeze(-1) + b_t
+        h = new if keep_t is None else torch.where(keep_t, new, h)
         states.append(h)
     return torch.stack(states, dim=1), h
 
@@ -198,7 +226,9 @@ class _BlockScanFunction(torch.autograd.Function):
 def block_scan(
     A: torch.Tensor,
     b: torch.Tensor,
-    h0: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    *,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Chunked parallel block scan. Returns (states (B, T, N, m), final state (B, N, m)).
@@ -206,14 +236,16 @@ def block_scan(
     Args:
         A: (B, T, N, m, m) transitions (row i = output i).
         b: (B, T, N, m) inputs, same dtype as A.
-        h0: (B, N, m) initial state, zeros if None.
+        initial_state: (B, N, m), zeros if None.
+        mask: (B, T) bool or None; a False step is the identity with zero input.
         chunk_size: time chunk; a power of two near sqrt(T) if None.
     """
-    _check_inputs(A, b, h0)
+    _check_inputs(A, b, initial_state, mask)
     chunk = default_chunk_size(b.shape[1]) if chunk_size is None else int(chunk_size)
     if chunk < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    return _BlockScanFunction.apply(A, b, h0, chunk)
+    A, b = _masked(A, b, mask)
+    return _BlockScanFunction.apply(A, b, initial_state, chunk)
 
 
 def companion_matrices(a: torch.Tensor) -> torch.Tensor:
@@ -227,4 +259,69 @@ def companion_matrices(a: torch.Tensor) -> torch.Tensor:
     return torch.cat([a.unsqueeze(-2), shift], dim=-2)
 
 
-__all__ = ["block_scan", "block_scan_sequential", "companion_matrices", "default_chunk_size"]
+def companion_scan(
+    a: torch.Tensor,
+    v: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    *,
+    chunk_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """H-LRU's scan S_t = C(a_t) S_{t-1} + [v_t, 0, ..., 0] with S_t = [h_t, ..., h_{t-m+1}] (B, T, N, m).
+
+    a (B, T, N, m) companion first rows, v (B, T, N) slot-0 inputs; the rest as ``block_scan``, which this is
+    on the m x m companion matrices (the Triton kernel never builds them).
+    """
+    if a.dim() != 4 or tuple(v.shape) != tuple(a.shape[:3]):
+        raise ValueError(f"a must be (B, T, N, m) and v (B, T, N); got {tuple(a.shape)} and {tuple(v.shape)}")
+    b = nn_pad(v.unsqueeze(-1), (0, a.shape[-1] - 1))
+    return block_scan(companion_matrices(a), b, initial_state, mask, chunk_size=chunk_size)
+
+
+def _single_step(new: torch.Tensor, h: torch.Tensor, mask: torch.Tensor | None):
+    """(states (B, 1, N, m), final (B, N, m)) of one step whose update is `new`; a masked step keeps h."""
+    if mask is not None:
+        new = torch.where(mask.view(-1, 1, 1), new, h)
+    return new.unsqueeze(1), new
+
+
+def block_step(
+    A: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``block_scan`` for T = 1 (decoding): the single update h = A_0 h0 + b_0, O(N m^2), no chunk machinery."""
+    _check_inputs(A, b, initial_state, mask)
+    if b.shape[1] != 1:
+        raise ValueError(f"block_step takes one time step (T = 1), got T = {b.shape[1]}")
+    A0, b0 = A[:, 0], b[:, 0]
+    if initial_state is None:
+        return _single_step(b0, torch.zeros_like(b0), mask)
+    return _single_step(torch.einsum("bnij,bnj->bni", A0, initial_state) + b0, initial_state, mask)
+
+
+def companion_step(
+    a: torch.Tensor, v: torch.Tensor, initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``companion_scan`` for T = 1 (decoding): h_t = a . S + v, the older slots shift down; O(N m)."""
+    if a.dim() != 4 or tuple(v.shape) != tuple(a.shape[:3]) or a.shape[1] != 1:
+        raise ValueError(f"a must be (B, 1, N, m) and v (B, 1, N); got {tuple(a.shape)} and {tuple(v.shape)}")
+    a0, v0 = a[:, 0], v[:, 0]
+    S = torch.zeros_like(a0) if initial_state is None else initial_state
+    if tuple(S.shape) != tuple(a0.shape) or S.dtype != a.dtype:
+        raise ValueError(
+            f"initial_state must be {a.dtype} of shape (B, N, m) = {tuple(a0.shape)}, got {S.dtype} {tuple(S.shape)}"
+        )
+    check_mask(mask, a.shape[0], 1)
+    h = (a0 * S).sum(-1, keepdim=True) + v0.unsqueeze(-1)
+    return _single_step(torch.cat([h, S[..., :-1]], dim=-1), S, mask)
+
+
+__all__ = [
+    "block_scan",
+    "block_scan_sequential",
+    "block_step",
+    "check_mask",
+    "companion_matrices",
+    "companion_scan",
+    "companion_step",
+    "default_chunk_size",
+]
