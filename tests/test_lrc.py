@@ -134,13 +134,18 @@ def test_analytic_jacobian_equals_forward_mode_jvp(name, stiff):
     x = 2.0 * torch.randn(2, 7, *mixer.state_shape)
     fx, jac = mixer.cell.step_and_jacobian(x, inputs, weights)
     fx_ref, jac_ref = jacobian_by_jvp(mixer.cell, x, inputs, weights)
-    assert jac.shape == ((2, 7, 8) if mixer.cell.block == 1 else (2, 7, 8, 2, 2))
+    assert jac.shape == ((2, 7, 8) if mixer.cell.block == 1 else (2, 7, 2, 2, 8))  # planar LSTM blocks
     assert torch.allclose(fx, fx_ref, atol=1e-6)
     assert torch.allclose(jac, jac_ref, atol=1e-5, rtol=1e-5)
     # The JVP of a diagonal cell really is the full Jacobian: no channel feeds another (checked densely).
     dense = torch.autograd.functional.jacobian(lambda v: mixer.cell.step(v, inputs, weights)[0, 0], x[0, 0])
-    dense = dense.reshape(8 * mixer.cell.block, 8 * mixer.cell.block)
-    blocks = torch.block_diag(*(jac_ref[0, 0].reshape(8, mixer.cell.block, mixer.cell.block)))
+    m = mixer.cell.block
+    if m == 1:
+        blocks = torch.diag(jac_ref[0, 0])
+    else:  # planar (slot, channel) order -> (channel, slot), where the blocks sit on the diagonal
+        dense = dense.reshape(m, 8, m, 8).permute(1, 0, 3, 2)
+        blocks = torch.block_diag(*jac_ref[0, 0].permute(2, 0, 1))
+    dense = dense.reshape(8 * m, 8 * m)
     assert torch.allclose(dense, blocks, atol=1e-6)
 
 
@@ -387,12 +392,12 @@ def test_padding_leaves_state_unchanged():
 
 
 def test_state_shapes_solve_info_and_bad_state():
-    """Cache states are (B, D) ((B, D, 2) for the LSTM); a DEER forward exposes its SolveInfo; a wrong state raises."""
+    """Cache states are (B, D) ((B, 2, D) for the LSTM, planar); a DEER forward exposes its SolveInfo; a wrong state raises."""
     model = HybridSSMForCausalLM(tiny_config("LR", lrc_state_size=8)).eval()
     with torch.no_grad():
         cache = model(torch.randint(1, 37, (3, 20)), use_cache=True).cache
     assert cache.layers[0].recurrent_states[0].shape == (3, 8)
-    assert cache.layers[1].recurrent_states[0].shape == (3, 8, 2)
+    assert cache.layers[1].recurrent_states[0].shape == (3, 2, 8)
     info = model.model.layers[0].mixer.last_solve_info
     assert info.converged and 1 <= info.iterations <= 20 and info.residual < 1e-4
     with pytest.raises(ValueError, match="`state`"):

@@ -105,9 +105,14 @@ def _to_chunks(dst: torch.Tensor, src: torch.Tensor) -> None:
 
 
 def _from_chunks(states: torch.Tensor, steps: int) -> torch.Tensor:
-    """Step-major states (L, m, B, C, N) -> time-major (B, T, N, m), the first `steps` times."""
+    """Step-major states (L, m, B, C, N) -> time-major (B, T, N, m), the first `steps` times.
+
+    The copy writes planar memory (B, T, m, N), N innermost on both sides, and the result is its transposed view:
+    a planar caller (the LSTM's DEER) then reads it without any further copy.
+    """
     chunk, m, batch, chunks, blocks = states.shape
-    return states.permute(2, 3, 0, 4, 1).reshape(batch, chunks * chunk, blocks, m)[:, :steps]
+    planar = states.permute(2, 3, 0, 1, 4).reshape(batch, chunks * chunk, m, blocks)[:, :steps]
+    return planar.transpose(-1, -2)
 
 
 def _elements(A: torch.Tensor, b: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -190,8 +195,8 @@ class _BlockScanFunction(torch.autograd.Function):
         steps, m = b.shape[1], b.shape[-1]
         E = _elements(A, b, chunk)
         # keep the step-major transitions for the adjoint pass: a plain copy now is far cheaper than a second
-        # transposing copy out of the time-major A later
-        A_steps = E[:, :, :m].clone()
+        # transposing copy out of the time-major A later (not needed without gradients, e.g. DEER's iterations)
+        A_steps = E[:, :, :m].clone() if any(ctx.needs_input_grad) else None
         states = _from_chunks(_scan_elements(E, h0), steps)
         ctx.save_for_backward(A_steps, h0, states)
         ctx.h0_is_none = h0 is None
