@@ -157,6 +157,16 @@ def _apply(jac: torch.Tensor, x: torch.Tensor, block: int) -> torch.Tensor:
     return (jac * x.unsqueeze(-3)).sum(-2)
 
 
+def _subtract_apply_(out: torch.Tensor, jac: torch.Tensor, x: torch.Tensor, block: int) -> torch.Tensor:
+    """out -= J x, in place: one addcmul per diagonal plane, or per block entry (m^2 of them, no temporaries)."""
+    if block == 1:
+        return out.addcmul_(jac, x, value=-1)
+    for i in range(block):
+        for j in range(block):
+            out[..., i, :].addcmul_(jac[..., i, j, :], x[..., j, :], value=-1)
+    return out
+
+
 def _linear_scan(jac: torch.Tensor, rhs: torch.Tensor, x0: torch.Tensor | None, block: int, ops: ScanOps):
     """States of x_t = J_t x_{t-1} + rhs_t (no autograd), by the bound diagonal or block scan op."""
     with torch.no_grad():
@@ -213,7 +223,7 @@ def newton_solve(
         jt = _damp(jac, k, block)
         fx_max = _max_abs(fx)
         # rhs = F(x_{t-1}) - J x_{t-1}, built in fx's storage (fx is recomputed if this step is rejected).
-        rhs = fx.addcmul_(jt, prev, value=-1) if block == 1 else fx.sub_(_apply(jt, prev, block))
+        rhs = _subtract_apply_(fx, jt, prev, block)
         x_new = _linear_scan(jt, rhs, x0, block, ops)
         # One host sync per iteration: max|x_new| (NaN if not finite), max|F|, max|x_new - x|.
         new_max, scale, step = torch.stack([_max_abs(x_new), fx_max, _max_abs(torch.sub(x_new, x, out=rhs))]).tolist()

@@ -153,19 +153,52 @@ def _adjoint_elements(A: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return E
 
 
+def _step_sources(A: torch.Tensor, b: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step-major A (L, m, m, B, C, N) and b (L, m, B, C, N) for the forward scan, which only reads them.
+
+    When T is a multiple of the chunk these are views of the inputs (no copy: the scan reads every step slice in
+    place); otherwise the identity-padded copy of ``_elements``.
+    """
+    batch, steps, blocks, m = b.shape
+    if steps % chunk == 0:
+        chunks = steps // chunk
+        return (
+            A.unflatten(1, (chunks, chunk)).permute(2, 4, 5, 0, 1, 3),
+            b.unflatten(1, (chunks, chunk)).permute(2, 4, 0, 1, 3),
+        )
+    E = _elements(A, b, chunk)
+    return E[:, :, :m], E[:, :, m]
+
+
+def _scan_forward(A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None) -> torch.Tensor:
+    """States of h_t = A_t h_{t-1} + b_t from step-major A (L, m, m, B, C, N) and b (L, m, B, C, N), which are
+    only read. No autograd. Returns states (L, m, B, C, N).
+
+    Inside each chunk (all chunks at once) E_s = [A_s | b_s] o E_{s-1}, the map from the chunk's incoming state to
+    its s-th state, [A2 | b2] o [A1 | b1] = [A2 A1 | A2 b1 + b2]: a sum over j of column j of A2 times row j of
+    E_{s-1}, written straight into E_s. Then ``_carry_and_fix_up``.
+    """
+    chunk, m = A.shape[:2]
+    E = torch.empty(chunk, m, m + 1, *A.shape[3:], dtype=b.dtype, device=b.device)
+    E[0, :, :m] = A[0]
+    E[0, :, m] = b[0]
+    for s in range(1, chunk):
+        cur, prev, out = A[s], E[s - 1], E[s]
+        torch.mul(cur[:, :1], prev[:1], out=out)
+        for j in range(1, m):
+            out.addcmul_(cur[:, j : j + 1], prev[j : j + 1])
+        out[:, m] += b[s]
+    return _carry_and_fix_up(E, h0, reverse=False)
+
+
 def _scan_elements(E: torch.Tensor, h0: torch.Tensor | None, reverse: bool = False) -> torch.Tensor:
     """States of h_t = A_t h_{t-1} + b_t for step-major elements E (L, m, m+1, B, C, N). No autograd.
 
     E is overwritten (it is a private buffer). With reverse=True the recurrence runs from the last time to the
     first, h_t = A_t h_{t+1} + b_t, and h0 (B, N, m) enters after the last time. Returns states (L, m, B, C, N).
-
-    1. inside each chunk (all chunks at once): E_s <- E_s o E_{s-1}, the map from the chunk's incoming
-       state to its s-th state: [A2 | b2] o [A1 | b1] = [A2 A1 | A2 b1 + b2], a sum over j of column j of A2
-       times row j of [A1 | b1];
-    2. across chunks: the true incoming state of every chunk (C sequential steps on (m, B, N));
-    3. fix-up: h = A_cum h_in + b_cum over the whole sequence, m multiply-adds.
+    Inside each chunk E_s <- E_s o E_{s-1} (see ``_scan_forward``), then ``_carry_and_fix_up``.
     """
-    chunk, m, _, batch, chunks, blocks = E.shape
+    chunk, m = E.shape[:2]
     for s in range(chunk - 2, -1, -1) if reverse else range(1, chunk):
         cur, prev = E[s], E[s + 1] if reverse else E[s - 1]
         out = cur[:, :1] * prev[:1]
@@ -173,8 +206,15 @@ def _scan_elements(E: torch.Tensor, h0: torch.Tensor | None, reverse: bool = Fal
             out.addcmul_(cur[:, j : j + 1], prev[j : j + 1])
         out[:, m] += cur[:, m]
         E[s] = out
-    total = E[0] if reverse else E[-1]  # (m, m+1, B, C, N): each whole chunk
+    return _carry_and_fix_up(E, h0, reverse)
 
+
+def _carry_and_fix_up(E: torch.Tensor, h0: torch.Tensor | None, reverse: bool) -> torch.Tensor:
+    """From the in-chunk maps E (L, m, m+1, B, C, N): the true incoming state of every chunk (C sequential steps
+    on (m, B, N)), then h = A_cum h_in + b_cum over the whole sequence (m multiply-adds, in E's b column).
+    Returns states (L, m, B, C, N), a view of E."""
+    chunk, m, _, batch, chunks, blocks = E.shape
+    total = E[0] if reverse else E[-1]  # (m, m+1, B, C, N): each whole chunk
     carry = torch.zeros(m, batch, blocks, dtype=E.dtype, device=E.device) if h0 is None else h0.permute(2, 0, 1)
     incoming = [None] * chunks
     for c in range(chunks - 1, -1, -1) if reverse else range(chunks):
@@ -183,7 +223,7 @@ def _scan_elements(E: torch.Tensor, h0: torch.Tensor | None, reverse: bool = Fal
         carry = (step[:, :m] * carry).sum(1) + step[:, m]
     incoming = torch.stack(incoming, dim=-2)  # (m, B, C, N)
 
-    states = E[:, :, m].clone()
+    states = E[:, :, m]  # fixed up in place: E is not read again
     for j in range(m):
         states.addcmul_(E[:, :, j], incoming[j])
     return states
@@ -192,12 +232,13 @@ def _scan_elements(E: torch.Tensor, h0: torch.Tensor | None, reverse: bool = Fal
 class _BlockScanFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, A, b, h0, chunk):
-        steps, m = b.shape[1], b.shape[-1]
-        E = _elements(A, b, chunk)
-        # keep the step-major transitions for the adjoint pass: a plain copy now is far cheaper than a second
+        steps = b.shape[1]
+        A_src, b_src = _step_sources(A, b, chunk)
+        # keep the step-major transitions for the adjoint pass: one copy now is far cheaper than a second
         # transposing copy out of the time-major A later (not needed without gradients, e.g. DEER's iterations)
-        A_steps = E[:, :, :m].clone() if any(ctx.needs_input_grad) else None
-        states = _from_chunks(_scan_elements(E, h0), steps)
+        needs_grad = any(ctx.needs_input_grad)
+        A_steps = A_src.clone(memory_format=torch.contiguous_format) if needs_grad else None
+        states = _from_chunks(_scan_forward(A_src, b_src, h0), steps)
         ctx.save_for_backward(A_steps, h0, states)
         ctx.h0_is_none = h0 is None
         return states, states[:, -1].clone()
