@@ -55,7 +55,7 @@ FAMILIES = {
 
 def _values_and_grads(fn, tensors, mask):
     leaves = [t.detach().clone().requires_grad_() for t in tensors]
-    states, final = fn(*leaves[:-1], leaves[-1], mask)
+    states, final = fn(*leaves, mask) if mask is not None else fn(*leaves)
     w = torch.randn(states.shape, dtype=states.dtype, generator=torch.Generator().manual_seed(1))
     grads = torch.autograd.grad((states * w).sum() + final.square().sum(), leaves)
     return states.detach(), final.detach(), grads
@@ -259,3 +259,26 @@ def test_autocast_runs_projections_in_bf16_and_scan_in_float32(name, monkeypatch
     assert final.dtype == torch.float32
     y32, final32 = mixer(u)
     torch.testing.assert_close(final, final32, atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.parametrize("steps", [16, 13])
+def test_block_scan_on_planar_views_equals_contiguous_input(steps):
+    """Slot-major (planar) inputs, passed as transposed views as DEER passes them, give the states, final state
+    and gradients of the same values stored (B, T, N, m); T a multiple of the chunk (read in place) or not."""
+    A, b = _block_inputs(2, steps, blocks=5, m=2)
+    h0 = torch.randn(2, 5, 2, dtype=torch.float64)
+    planar = (A.permute(0, 1, 3, 4, 2).contiguous(), b.transpose(-1, -2).contiguous())
+
+    def as_views(Ap, bp, h):
+        return scan_block.block_scan(Ap.permute(0, 1, 4, 2, 3), bp.transpose(-1, -2), h, chunk_size=4)
+
+    def contiguous(A_, b_, h):
+        return scan_block.block_scan(A_, b_, h, chunk_size=4)
+
+    got = _values_and_grads(as_views, (*planar, h0), None)
+    want = _values_and_grads(contiguous, (A, b, h0), None)
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1])
+    torch.testing.assert_close(got[2][0].permute(0, 1, 4, 2, 3), want[2][0])
+    torch.testing.assert_close(got[2][1].transpose(-1, -2), want[2][1])
+    torch.testing.assert_close(got[2][2], want[2][2])

@@ -104,15 +104,21 @@ def _to_chunks(dst: torch.Tensor, src: torch.Tensor) -> None:
         dst[:rem, ..., full, :] = src[:, full * chunk :].permute(1, *range(3, 3 + inner), 0, 2)
 
 
-def _from_chunks(states: torch.Tensor, steps: int) -> torch.Tensor:
+def _from_chunks(states: torch.Tensor, steps: int, planar: bool = False) -> torch.Tensor:
     """Step-major states (L, m, B, C, N) -> time-major (B, T, N, m), the first `steps` times.
 
-    The copy writes planar memory (B, T, m, N), N innermost on both sides, and the result is its transposed view:
-    a planar caller (the LSTM's DEER) then reads it without any further copy.
+    planar: write planar memory (B, T, m, N), N innermost on both sides, and return its transposed view, for a
+    planar caller (the LSTM's DEER), which then reads it without any further copy.
     """
     chunk, m, batch, chunks, blocks = states.shape
-    planar = states.permute(2, 3, 0, 1, 4).reshape(batch, chunks * chunk, m, blocks)[:, :steps]
-    return planar.transpose(-1, -2)
+    if not planar:
+        return states.permute(2, 3, 0, 4, 1).reshape(batch, chunks * chunk, blocks, m)[:, :steps]
+    return states.permute(2, 3, 0, 1, 4).reshape(batch, chunks * chunk, m, blocks)[:, :steps].transpose(-1, -2)
+
+
+def _is_planar(b: torch.Tensor) -> bool:
+    """Whether b (B, T, N, m) is stored slot-major, N innermost (a transposed view of (B, T, m, N) memory)."""
+    return b.shape[-1] > 1 and b.stride(-2) == 1
 
 
 def _elements(A: torch.Tensor, b: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -156,11 +162,12 @@ def _adjoint_elements(A: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
 def _step_sources(A: torch.Tensor, b: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Step-major A (L, m, m, B, C, N) and b (L, m, B, C, N) for the forward scan, which only reads them.
 
-    When T is a multiple of the chunk these are views of the inputs (no copy: the scan reads every step slice in
-    place); otherwise the identity-padded copy of ``_elements``.
+    For planar inputs (N innermost) whose T is a multiple of the chunk these are views of the inputs (no copy:
+    the scan reads every step slice in place, N contiguous); otherwise the identity-padded copy of ``_elements``
+    (reading (B, T, N, m) blocks slice by slice would stride through memory).
     """
     batch, steps, blocks, m = b.shape
-    if steps % chunk == 0:
+    if steps % chunk == 0 and (m == 1 or (_is_planar(b) and A.stride(2) == 1)):
         chunks = steps // chunk
         return (
             A.unflatten(1, (chunks, chunk)).permute(2, 4, 5, 0, 1, 3),
@@ -238,7 +245,7 @@ class _BlockScanFunction(torch.autograd.Function):
         # transposing copy out of the time-major A later (not needed without gradients, e.g. DEER's iterations)
         needs_grad = any(ctx.needs_input_grad)
         A_steps = A_src.clone(memory_format=torch.contiguous_format) if needs_grad else None
-        states = _from_chunks(_scan_forward(A_src, b_src, h0), steps)
+        states = _from_chunks(_scan_forward(A_src, b_src, h0), steps, planar=_is_planar(b))
         ctx.save_for_backward(A_steps, h0, states)
         ctx.h0_is_none = h0 is None
         return states, states[:, -1].clone()
