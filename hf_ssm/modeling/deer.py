@@ -10,7 +10,9 @@ J (B, T, m, m, D) with J[..., i, j, :] = dx_i / dx_prev_j, e.g. the diagonal LST
 ``diag_scan`` or ``block_scan``. Block states are planar (slot axis before the channels): every slot and every
 Jacobian entry is a contiguous (B, T, D) plane, so the cells and the Newton updates are plain elementwise
 passes, never strided gathers or interleaving copies (on CPU those cost more than the arithmetic). The
-Jacobian is exact (the cell's analytic one, or forward-mode JVPs with one-hot-per-slot tangents).
+Jacobian is exact (the cell's analytic one, or forward-mode JVPs with one-hot-per-slot tangents). The linear
+scans are the ops of ``scan_dispatch.scan_ops`` (bound once per solve and backward). Padding is the identity at the
+cell (F = x_prev, J = I, in ``_evaluate``), so every linear step and the adjoint keep the state there too.
 
 - Stopping: max|x^(i+1) - x^(i)| < tol on an undamped step, or max_iter (then a RuntimeWarning, and the last
   iterate is returned). Independently of tol, T accepted iterations are exact: after i iterations the first i
