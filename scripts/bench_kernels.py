@@ -9,6 +9,9 @@ move at least, over the measured time; the same byte count for both implementati
     block_companion            H-LRU companion blocks (first rows only), (H*N / m) channels of order m
     pd                         PD scan (idx, dv, b), H heads of N complex states
     pd_generated               P generation (dictionary of K matrices, straight-through) + PD scan, fused
+    pd_mixer_dictionary        one PD-SSM mixer layer (d = H*N), scan_backend "triton" vs "torch"
+    pd_mixer_bank              the same with pd_ssm_transition = "bank", when this version's config has that mode
+                               (otherwise the row says it was skipped; not an error)
 
 Needs a CUDA GPU. The acceptance targets (B=8, T=4096, H=8, N=64, m=4): every kernel's forward+backward at least
 10x its torch parallel scan, and PD within 3x of the complex diagonal scan at equal state width; the "targets"
@@ -34,7 +37,25 @@ import statistics
 import sys
 import time
 
-FAMILIES = ("diag_real", "diag_complex", "block_dense", "block_companion", "pd", "pd_generated")
+FAMILIES = (
+    "diag_real",
+    "diag_complex",
+    "block_dense",
+    "block_companion",
+    "pd",
+    "pd_generated",
+    "pd_mixer_dictionary",
+    "pd_mixer_bank",
+)
+MIXER_FAMILIES = {"pd_mixer_dictionary": "dictionary", "pd_mixer_bank": "bank"}
+SKIPPED_BANK = "this version's config has no pd_ssm_transition (bank mode): skipped"
+
+
+def bank_mode_available() -> bool:
+    """Whether this version's config has the PD-SSM bank transition mode (pd_ssm_transition = "bank")."""
+    from hf_ssm import HybridSSMConfig
+
+    return getattr(HybridSSMConfig(), "pd_ssm_transition", None) is not None
 
 
 def parse_args(argv=None):
@@ -67,13 +88,59 @@ def _nbytes(*tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
+def make_mixer_problem(family, batch, steps, heads, n, k, device):
+    """One PD-SSM mixer layer, scan_backend "triton" vs "torch" (same weights): the problem tuple of make_problem,
+    or None where this version has no bank mode."""
+    import torch
+
+    from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
+
+    transition = MIXER_FAMILIES[family]
+    extra = {}
+    if getattr(HybridSSMConfig(), "pd_ssm_transition", None) is not None:
+        extra["pd_ssm_transition"] = transition
+    elif transition != "dictionary":
+        return None
+    mixers = []
+    for backend in ("triton", "torch"):
+        torch.manual_seed(0)  # the model's own init (post_init), identical for both backends
+        config = HybridSSMConfig(
+            vocab_size=32,
+            hidden_size=heads * n,
+            intermediate_size=4 * heads * n,
+            num_hidden_layers=1,
+            mixers=["pd_ssm"],
+            pd_ssm_num_heads=heads,
+            pd_ssm_state_size=n,
+            pd_ssm_dict_size=k,
+            scan_backend=backend,
+            **extra,
+        )
+        mixers.append(HybridSSMForCausalLM(config).model.layers[0].mixer.to(device))
+    u = torch.randn(batch, steps, heads * n, device=device, requires_grad=True)
+
+    def run(mixer):
+        def fn(u):
+            y, _ = mixer(u)
+            return y, y[:, -1]
+
+        return fn
+
+    desc = dict(family=family, B=batch, T=steps, H=heads, N=n, K=k, transition=transition)
+    io = 2 * _nbytes(u)  # u in, y out: the layer's own traffic is far larger; GB/s here is only a floor
+    return [u], run(mixers[0]), run(mixers[1]), io, 2 * io, desc
+
+
 def make_problem(family, batch, steps, heads, n, m, k, device):
     """(inputs requiring grad, triton fn, torch fn, forward bytes, extra backward bytes, shape description)."""
     import torch
 
+    if family in MIXER_FAMILIES:
+        return make_mixer_problem(family, batch, steps, heads, n, k, device)
+
     from hf_ssm import kernels
     from hf_ssm.modeling import pd_ops
-    from hf_ssm.modeling.scan_block import block_scan, companion_matrices
+    from hf_ssm.modeling.scan_block import block_scan, companion_scan
     from hf_ssm.modeling.scan_diag import diag_scan
     from hf_ssm.modeling.scan_pd import pd_scan
 
@@ -112,12 +179,9 @@ def make_problem(family, batch, steps, heads, n, m, k, device):
         v = rand(batch, steps, blocks)
         inputs = [a.requires_grad_(), v.requires_grad_()]
 
-        def torch_companion(a, v):
-            return block_scan(companion_matrices(a), torch.nn.functional.pad(v.unsqueeze(-1), (0, m - 1)))
-
         fwd = _nbytes(a, v) + h_bytes
         bwd = h_bytes + _nbytes(a) + h_bytes + _nbytes(a, v)
-        return inputs, kernels.companion_scan, torch_companion, fwd, bwd, desc
+        return inputs, kernels.companion_scan, companion_scan, fwd, bwd, desc
     # PD
     idx = torch.randint(0, n, (batch, steps, heads, n), generator=g).to(device)
     dv = torch.polar(
@@ -197,6 +261,8 @@ def run_gpu(args):
                         for m in args.blocks if family.startswith("block") else [None]:
                             problem = make_problem(family, batch, steps, heads, n, m, args.dict_size, "cuda")
                             if problem is None:
+                                if family == "pd_mixer_bank" and not any(r["family"] == family for r in rows):
+                                    rows.append({"family": family, "skipped": SKIPPED_BANK})
                                 continue
                             inputs, fast, ref, fwd_bytes, bwd_bytes, desc = problem
                             row = dict(desc)
@@ -224,13 +290,15 @@ def targets(rows):
 
     def find(family, **extra):
         for r in rows:
-            if r["family"] == family and (r["B"], r["T"], r["H"], r["N"]) == (8, 4096, 8, 64) and "error" not in r:
+            if r["family"] != family or "skipped" in r or "error" in r:
+                continue
+            if (r["B"], r["T"], r["H"], r["N"]) == (8, 4096, 8, 64):
                 if all(r.get(k) == v for k, v in extra.items()):
                     return r
         return None
 
     out = {}
-    for family in FAMILIES:
+    for family in (f for f in FAMILIES if f not in MIXER_FAMILIES):  # the 10x target is per kernel
         r = find(family, m=4) if family.startswith("block") else find(family)
         if r is not None:
             out[f"{family}_fwdbwd_speedup_vs_torch"] = r["speedup_fwdbwd"]
@@ -239,6 +307,9 @@ def targets(rows):
     if pd is not None and diag is not None:
         out["pd_over_diag_complex_fwdbwd"] = pd["triton_fwdbwd_s"] / diag["triton_fwdbwd_s"]
         out["pd_within_3x_of_diag"] = out["pd_over_diag_complex_fwdbwd"] <= 3
+    dictionary, bank = find("pd_mixer_dictionary"), find("pd_mixer_bank")
+    if dictionary is not None and bank is not None:
+        out["pd_mixer_bank_over_dictionary_fwdbwd"] = bank["triton_fwdbwd_s"] / dictionary["triton_fwdbwd_s"]
     return out
 
 
@@ -247,6 +318,10 @@ def run_cpu_sanity(args):
     rows = []
     for family in args.kernels:
         problem = make_problem(family, 1, 20, 1, 4, 2, 3, "cpu")  # T = 20: two chunks of 16
+        if problem is None:
+            rows.append({"family": family, "skipped": SKIPPED_BANK, "ok": True})
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            continue
         inputs, fast, ref, _, _, desc = problem
         row = dict(desc)
         row["max_abs_error"] = max_error(fast, ref, inputs)

@@ -23,7 +23,7 @@ import torch
 
 from hf_ssm import HybridSSMConfig
 from hf_ssm.modeling.modeling_hybrid_ssm import SSM_MIXER_CLASSES
-from hf_ssm.modeling.scan_block import block_scan, block_scan_sequential
+from hf_ssm.modeling.scan_block import block_scan, block_scan_sequential, companion_matrices
 
 # (mixer, m); pd_ssm has no block size (its state width is heads x N, see make_mixer)
 CASES = [("diag_lru", 1), ("bd_lru", 2), ("bd_lru", 4), ("bd_lru", 8), ("h_lru", 2), ("h_lru", 4), ("pd_ssm", None)]
@@ -91,7 +91,9 @@ def run(args) -> list[dict]:
         if name != "pd_ssm":
             row["N"] = mixer.num_blocks
             with torch.no_grad():
-                A, b = mixer.transitions(u)
+                A, b = mixer.scan_inputs(u)
+                if mixer.scan_op == "companion_scan":  # the dense blocks the torch path scans
+                    A, b = companion_matrices(A), torch.nn.functional.pad(b.unsqueeze(-1), (0, mixer.block_size - 1))
             row["scan_parallel_s"] = timed(lambda A=A, b=b: scan_forward_backward(block_scan, A, b), args.scan_repeats)
             row["scan_sequential_s"] = timed(
                 lambda A=A, b=b: scan_forward_backward(block_scan_sequential, A, b), args.seq_repeats

@@ -29,8 +29,6 @@ from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM  # noqa: E402
 from hf_ssm.modeling import pd_ops, scan_dispatch  # noqa: E402
 from hf_ssm.modeling.scan_block import block_scan as torch_block_scan  # noqa: E402
 from hf_ssm.modeling.scan_diag import diag_scan as torch_diag_scan  # noqa: E402
-from hf_ssm.modeling.scan_diag import diag_scan_adjoint as torch_diag_scan_adjoint  # noqa: E402
-from hf_ssm.modeling.scan_diag import diag_scan_forward as torch_diag_scan_forward  # noqa: E402
 from hf_ssm.modeling.scan_pd import pd_scan as torch_pd_scan  # noqa: E402
 from model_checks import tiny_config  # noqa: E402
 
@@ -133,20 +131,9 @@ def test_diag_scan_varlen_matches_per_sequence_torch(dtype):
         return kernels.diag_scan(a, b, x0, chunk_size=2, cu_seqlens=_cu())
 
     def ref(a, b, x0):
-        return scan_dispatch.diag_scan(a, b, x0, backend="torch", cu_seqlens=_cu())
+        return scan_dispatch.scan_ops("torch", DEVICE).diag_scan(a, b, x0, cu_seqlens=_cu())
 
     _compare(run, ref, inputs, ref_inputs, 2e-5)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
-def test_diag_forward_and_adjoint_match_torch(dtype):
-    """The autograd-free passes DEER runs every iteration."""
-    a, b, x0 = _diag_inputs(2, 11, dtype)
-    _assert_close(kernels.diag_scan_forward(a, b, x0, chunk_size=4), torch_diag_scan_forward(a, b, x0), 2e-5)
-    _assert_close(kernels.diag_scan_adjoint(a, b, chunk_size=4), torch_diag_scan_adjoint(a, b), 2e-5)
-    packed_a, packed_g = a[:1, :9], b[:1, :9]
-    ref = scan_dispatch.diag_scan_adjoint(packed_a, packed_g, backend="torch", cu_seqlens=_cu())
-    _assert_close(kernels.diag_scan_adjoint(packed_a, packed_g, chunk_size=2, cu_seqlens=_cu()), ref, 2e-5)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -187,7 +174,7 @@ def test_block_scan_matches_torch(m, dtype, batch, steps, chunk):
 
 
 def _companion_reference(a, v, h0, mask=None, cu_seqlens=None):
-    return scan_dispatch.companion_scan(a, v, h0, mask=mask, backend="torch", cu_seqlens=cu_seqlens)
+    return scan_dispatch.scan_ops("torch", DEVICE).companion_scan(a, v, h0, mask, cu_seqlens=cu_seqlens)
 
 
 @pytest.mark.parametrize(
@@ -227,7 +214,7 @@ def test_block_scans_with_padding_mask(companion):
         run = kernels.block_scan
 
         def ref(A, b, h0, mask):
-            return scan_dispatch.block_scan(A, b, h0, mask=mask, backend="torch")
+            return scan_dispatch.scan_ops("torch", DEVICE).block_scan(A, b, h0, mask)
 
     ref_inputs = [_leaf(t) for t in inputs]
     _compare(lambda *t: run(*t, mask=mask, chunk_size=4), lambda *t: ref(*t, mask=mask), inputs, ref_inputs, 2e-5)
@@ -249,10 +236,58 @@ def test_block_scans_varlen_match_per_sequence_torch(companion):
         run = kernels.block_scan
 
         def ref(A, b, h0):
-            return scan_dispatch.block_scan(A, b, h0, backend="torch", cu_seqlens=_cu())
+            return scan_dispatch.scan_ops("torch", DEVICE).block_scan(A, b, h0, cu_seqlens=_cu())
 
     inputs, ref_inputs = [_leaf(t) for t in tensors], [_leaf(t) for t in tensors]
     _compare(lambda *t: run(*t, chunk_size=2, cu_seqlens=_cu()), ref, inputs, ref_inputs, 2e-5)
+
+
+OPS_CASES = {
+    # op: (inputs of (batch, steps) -> tuple of leaves, initial state shape)
+    "block_scan": lambda B, T: (*_block_inputs(B, T, 2, 3)[:2], _rand(B, 2, 3)),
+    "companion_scan": lambda B, T: (
+        torch.softmax(_rand(B, T, 2, 4), dim=-1)[..., :3],
+        _rand(B, T, 2),
+        _rand(B, 2, 3),
+    ),
+    "diag_scan": lambda B, T: _diag_inputs(B, T, torch.float32),
+}
+
+
+@pytest.mark.parametrize("steps", [1, 11])
+@pytest.mark.parametrize("op", list(OPS_CASES))
+def test_triton_op_equals_torch_op_with_mask(op, steps, monkeypatch):
+    """scan_ops("triton") == scan_ops("torch") for every block / diagonal op through the one public signature,
+    with a padding mask and an initial state, values and gradients; T = 1 is the decoding step on both."""
+    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    tensors = OPS_CASES[op](2, steps)
+    mask = torch.rand(2, steps, device=DEVICE) > 0.3
+    mask[0, -1] = False  # a masked last step: the final state is the one before it
+    inputs, ref_inputs = [_leaf(t) for t in tensors], [_leaf(t) for t in tensors]
+    fast = getattr(scan_dispatch.scan_ops("triton", DEVICE), op)
+    ref = getattr(scan_dispatch.scan_ops("torch", DEVICE), op)
+    _compare(lambda *t: fast(*t, mask), lambda *t: ref(*t, mask), inputs, ref_inputs, 2e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pattern,kernel", [("B", "block_scan"), ("H", "companion_scan"), ("L", "diag_scan")])
+def test_lru_and_deer_models_route_through_the_kernels(pattern, kernel, monkeypatch):
+    """scan_backend="triton" sends the LRU and DEER mixers' scans to the kernels; "torch" never calls them."""
+    calls = []
+    real = getattr(kernels, kernel)
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, kernel, spy)
+    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    ids = torch.randint(1, 37, (1, 6), device=DEVICE)
+    for backend, expected in (("triton", True), ("torch", False)):
+        calls.clear()
+        config = tiny_config(pattern, scan_backend=backend, lru_state_size=6, lru_block_size=3, lrc_state_size=4)
+        HybridSSMForCausalLM(config).to(DEVICE)(ids)
+        assert bool(calls) == expected, backend
 
 
 def test_block_scan_rejects_large_blocks():
@@ -449,8 +484,8 @@ def test_triton_rejects_unsupported_dtype(monkeypatch):
     monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
     a = torch.rand(1, 4, 3, dtype=torch.float64, device=DEVICE)
     with pytest.raises(ValueError, match="float64"):
-        scan_dispatch.diag_scan(a, a, backend="triton")
-    states, _ = scan_dispatch.diag_scan(a, a, backend="auto")  # auto: the torch scan
+        scan_dispatch.scan_ops("triton", DEVICE).diag_scan(a, a)
+    states, _ = scan_dispatch.scan_ops("auto", DEVICE).diag_scan(a, a)  # auto: the torch scan
     assert states.dtype == torch.float64
 
 

@@ -23,7 +23,8 @@ from hf_ssm.modeling.deer import (
     sequential_rollout,
 )
 from hf_ssm.modeling.mixer_lrc import LRC_MIXER_CLASSES
-from hf_ssm.modeling.scan_diag import diag_scan, diag_scan_forward, diag_scan_sequential
+from hf_ssm.modeling.scan_diag import diag_scan, diag_scan_sequential
+from hf_ssm.modeling.scan_dispatch import scan_ops
 from model_checks import max_cached_decode_error, reload_is_bit_identical, tiny_config
 
 MIXERS = list(LRC_MIXER_CLASSES)
@@ -66,7 +67,7 @@ def test_diag_scan_chunk_size_does_not_change_result(chunk):
     """Any chunk length (padding, recursion, a single chunk) gives the same states."""
     a, b = _coefficients((2, 300, 4), torch.float64), torch.randn(2, 300, 4, dtype=torch.float64)
     ref, _ = diag_scan_sequential(a, b)
-    assert torch.allclose(diag_scan_forward(a, b, chunk_size=chunk), ref, atol=1e-12)
+    assert torch.allclose(diag_scan(a, b, chunk_size=chunk)[0], ref, atol=1e-12)
 
 
 def test_diag_scan_bfloat16_accumulates_in_float32():
@@ -80,14 +81,16 @@ def test_diag_scan_bfloat16_accumulates_in_float32():
 
 
 def test_diag_scan_bad_inputs_raise():
-    """Mismatched shapes, dtypes, a wrong x0 or T = 0 raise a clear error."""
+    """Mismatched shapes, dtypes, a wrong initial state, a wrong mask or T = 0 raise a clear error."""
     a = torch.rand(2, 5, 3)
     with pytest.raises(ValueError, match="share the shape"):
         diag_scan(a, torch.rand(2, 5, 4))
     with pytest.raises(TypeError, match="dtype"):
         diag_scan(a, a.double())
-    with pytest.raises(ValueError, match="x0"):
+    with pytest.raises(ValueError, match="initial_state"):
         diag_scan(a, a, torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="mask must be a bool tensor"):
+        diag_scan(a, a, mask=torch.ones(2, 5))
     with pytest.raises(ValueError, match="T >= 1"):
         diag_scan(a[:, :0], a[:, :0])
 
@@ -131,13 +134,18 @@ def test_analytic_jacobian_equals_forward_mode_jvp(name, stiff):
     x = 2.0 * torch.randn(2, 7, *mixer.state_shape)
     fx, jac = mixer.cell.step_and_jacobian(x, inputs, weights)
     fx_ref, jac_ref = jacobian_by_jvp(mixer.cell, x, inputs, weights)
-    assert jac.shape == ((2, 7, 8) if mixer.cell.block == 1 else (2, 7, 8, 2, 2))
+    assert jac.shape == ((2, 7, 8) if mixer.cell.block == 1 else (2, 7, 2, 2, 8))  # planar LSTM blocks
     assert torch.allclose(fx, fx_ref, atol=1e-6)
     assert torch.allclose(jac, jac_ref, atol=1e-5, rtol=1e-5)
     # The JVP of a diagonal cell really is the full Jacobian: no channel feeds another (checked densely).
     dense = torch.autograd.functional.jacobian(lambda v: mixer.cell.step(v, inputs, weights)[0, 0], x[0, 0])
-    dense = dense.reshape(8 * mixer.cell.block, 8 * mixer.cell.block)
-    blocks = torch.block_diag(*(jac_ref[0, 0].reshape(8, mixer.cell.block, mixer.cell.block)))
+    m = mixer.cell.block
+    if m == 1:
+        blocks = torch.diag(jac_ref[0, 0])
+    else:  # planar (slot, channel) order -> (channel, slot), where the blocks sit on the diagonal
+        dense = dense.reshape(m, 8, m, 8).permute(1, 0, 3, 2)
+        blocks = torch.block_diag(*jac_ref[0, 0].permute(2, 0, 1))
+    dense = dense.reshape(8 * m, 8 * m)
     assert torch.allclose(dense, blocks, atol=1e-6)
 
 
@@ -200,7 +208,7 @@ def test_diverging_newton_step_is_caught_and_damped_to_convergence():
     x0 = torch.zeros_like(x0)
     guess = torch.zeros(2, 2048, 8)
     fx, jac = mixer.cell.step_and_jacobian(_shift(guess, x0), inputs, weights)
-    first = _linear_scan(jac, fx - jac * _shift(guess, x0), x0, 1)
+    first = _linear_scan(jac, fx - jac * _shift(guess, x0), x0, 1, scan_ops("torch", "cpu"))
     assert not (first.abs().max() < 1e6)  # plain Newton diverges here (inf / NaN / huge)
     states, info = deer_solve(mixer.cell, inputs, weights, x0, options=mixer.options)
     print(f"diverging case: {info}")
@@ -384,12 +392,12 @@ def test_padding_leaves_state_unchanged():
 
 
 def test_state_shapes_solve_info_and_bad_state():
-    """Cache states are (B, D) ((B, D, 2) for the LSTM); a DEER forward exposes its SolveInfo; a wrong state raises."""
+    """Cache states are (B, D) ((B, 2, D) for the LSTM, planar); a DEER forward exposes its SolveInfo; a wrong state raises."""
     model = HybridSSMForCausalLM(tiny_config("LR", lrc_state_size=8)).eval()
     with torch.no_grad():
         cache = model(torch.randint(1, 37, (3, 20)), use_cache=True).cache
     assert cache.layers[0].recurrent_states[0].shape == (3, 8)
-    assert cache.layers[1].recurrent_states[0].shape == (3, 8, 2)
+    assert cache.layers[1].recurrent_states[0].shape == (3, 2, 8)
     info = model.model.layers[0].mixer.last_solve_info
     assert info.converged and 1 <= info.iterations <= 20 and info.residual < 1e-4
     with pytest.raises(ValueError, match="`state`"):

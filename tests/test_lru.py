@@ -92,7 +92,7 @@ def test_block_scan_rejects_bad_shapes():
     A, b, h0 = random_scan_inputs(1, 5, 2, 3)
     with pytest.raises(ValueError, match="A must have shape"):
         block_scan(A[..., :2], b)
-    with pytest.raises(ValueError, match="h0 must have shape"):
+    with pytest.raises(ValueError, match="initial_state must have shape"):
         block_scan(A, b, h0[:, :1])
     with pytest.raises(ValueError, match="T >= 1"):
         block_scan(A[:, :0], b[:, :0])
@@ -120,8 +120,8 @@ def test_h_lru_literal_loop_equals_companion_scan(m):
     expected = mixer.output_proj(torch.stack(features, dim=1).flatten(2))
     torch.testing.assert_close(mixer(u)[0], expected, atol=1e-5, rtol=1e-5)
 
-    A, b = mixer.transitions(u)
-    wrong, _ = block_scan(A.transpose(-1, -2), b)
+    a, v = mixer.scan_inputs(u)
+    wrong, _ = block_scan(companion_matrices(a).transpose(-1, -2), nn.functional.pad(v.unsqueeze(-1), (0, m - 1)))
     assert not torch.allclose(mixer.output_proj(wrong.flatten(2)), expected, atol=1e-3)
 
 
@@ -157,7 +157,7 @@ def test_m1_is_the_diagonal_lru():
     """diag_lru is BD-LRU with m = 1 (a subclass, not a copy), and with m = 1 BD-LRU and H-LRU both compute
     h_t = a_t h_{t-1} + (1 - a_t) v_t (softmax gates), so with the same weights all three agree."""
     assert issubclass(DiagonalLRUMixer, BlockDiagonalLRUMixer)
-    assert "forward" not in vars(DiagonalLRUMixer) and "transitions" not in vars(DiagonalLRUMixer)
+    assert "forward" not in vars(DiagonalLRUMixer) and "scan_inputs" not in vars(DiagonalLRUMixer)
     diag = make_mixer("diag_lru", lru_state_size=6)
     assert (diag.num_blocks, diag.block_size) == (6, 1)
     bd = make_mixer("bd_lru", lru_state_size=6, lru_block_size=1)

@@ -2,12 +2,13 @@
 
 - ``pd_scan``: PD transitions x_t = P_t D_t x_{t-1} + b_t, plus ``pd_generated_scan`` (P generation fused in, no
   (T, N, N) tensor stored for its backward) and ``pd_select``;
-- ``block_scan`` / ``companion_scan``: dense m x m blocks (BD-LRU) and companion blocks (H-LRU), m <= 8;
-- ``diag_scan`` / ``diag_scan_forward`` / ``diag_scan_adjoint``: real or complex diagonal scans (diag_lru, DEER).
+- ``block_scan`` / ``companion_scan``: dense m x m blocks (BD-LRU, diag_lru with m = 1, the LSTM's DEER step) and
+  companion blocks (H-LRU), m <= 8;
+- ``diag_scan``: real or complex diagonal scans (the DEER steps of the lrc / gru / mgu mixers).
 
 Each is a ``torch.autograd.Function`` whose torch twin in ``hf_ssm.modeling`` is the reference; each takes packed
-variable-length input (``cu_seqlens``) and initial / final states. The model reaches these through
-``hf_ssm.modeling.scan_dispatch`` (``scan_backend`` in the config, or ``HF_SSM_SCAN_BACKEND``).
+variable-length input (``cu_seqlens``) and initial / final states. The model reaches the block and diagonal scans
+through ``hf_ssm.modeling.scan_dispatch.scan_ops`` (``scan_backend`` in the config, or ``HF_SSM_SCAN_BACKEND``).
 
 On CPU the kernels run only under the Triton interpreter: set ``TRITON_INTERPRET=1`` before this package (and
 triton) is imported. Importing this package never fails for a missing triton: ``AVAILABLE`` is False then and
@@ -28,7 +29,7 @@ except Exception as exc:  # ImportError, or a broken install raising something e
     UNAVAILABLE_REASON = f"triton cannot be imported ({type(exc).__name__}: {exc})"
 else:
     from .block_scan import MAX_BLOCK, block_scan, companion_scan
-    from .diag_scan import _diag_apply_kernel, diag_scan, diag_scan_adjoint, diag_scan_forward
+    from .diag_scan import _diag_apply_kernel, diag_scan
     from .pd_scan import ONEHOT_MAX_N, pd_generated_scan, pd_scan, pd_select
 
     AVAILABLE = True
@@ -61,8 +62,6 @@ if AVAILABLE:
         "block_scan",
         "companion_scan",
         "diag_scan",
-        "diag_scan_adjoint",
-        "diag_scan_forward",
         "pd_generated_scan",
         "pd_scan",
         "pd_select",

@@ -3,7 +3,7 @@
 Two families share one set of kernels:
 
 - dense blocks (BD-LRU), the kernel twin of ``hf_ssm.modeling.scan_block.block_scan``:
-      A (B, T, N, m, m) (row i = output i), b (B, T, N, m), h0 (B, N, m) -> states (B, T, N, m), final (B, N, m);
+      A (B, T, N, m, m) (row i = output i), b (B, T, N, m), initial state (B, N, m) -> states (B, T, N, m), final (B, N, m);
 - companion blocks (H-LRU): only the first row a (B, T, N, m) of each companion matrix and the input v (B, T, N) of
   slot 0 are read (m + 1 numbers per step instead of m^2 + m); the matrix is rebuilt on chip. The reference is
   ``block_scan(companion_matrices(a), pad(v))``.
@@ -334,9 +334,9 @@ def _prepare(b_like: torch.Tensor, m: int, h0, cu_seqlens, chunk_size) -> tuple[
     if h0 is not None:
         if tuple(h0.shape) != (layout.num_seqs, blocks, m):
             raise ValueError(
-                f"h0 must have shape (num_seqs, N, m) = {(layout.num_seqs, blocks, m)}, got {tuple(h0.shape)}"
+                f"initial_state must have shape (num_seqs, N, m) = {(layout.num_seqs, blocks, m)}, got {tuple(h0.shape)}"
             )
-        check_float_dtype("h0", h0)
+        check_float_dtype("initial_state", h0)
     chunk = default_chunk_size(layout.max_len) if chunk_size is None else int(chunk_size)
     if chunk < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -346,9 +346,9 @@ def _prepare(b_like: torch.Tensor, m: int, h0, cu_seqlens, chunk_size) -> tuple[
 def block_scan(
     A: torch.Tensor,
     b: torch.Tensor,
-    h0: torch.Tensor | None = None,
-    *,
+    initial_state: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
+    *,
     chunk_size: int | None = None,
     cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -357,7 +357,7 @@ def block_scan(
     Args:
         A: (B, T, N, m, m) transitions (row i = output i), m <= 8; or packed (1, total_T, N, m, m).
         b: (B, T, N, m) inputs (float32 / bfloat16 / float16; A may differ in dtype, both accumulate in float32).
-        h0: (B, N, m) initial state (packed: (num_seqs, N, m)), zeros if None.
+        initial_state: (B, N, m) (packed: (num_seqs, N, m)), zeros if None.
         mask: optional (B, T) bool; a False step is the identity with zero input (padding).
         chunk_size: time chunk of the schedule; a power of two near sqrt(T) if None.
         cu_seqlens: int32 (num_seqs + 1,) boundaries of a packed input; the state restarts at each.
@@ -368,17 +368,17 @@ def block_scan(
         raise ValueError(f"A must have shape (B, T, N, m, m) = {(*b.shape, b.shape[-1])}, got {tuple(A.shape)}")
     check_float_dtype("A", A)
     check_float_dtype("b", b)
-    layout, chunk = _prepare(b, b.shape[-1], h0, cu_seqlens, chunk_size)
-    states, final = _BlockScanFunction.apply(A, b, h0, _keep(mask, layout), layout, chunk, False)
+    layout, chunk = _prepare(b, b.shape[-1], initial_state, cu_seqlens, chunk_size)
+    states, final = _BlockScanFunction.apply(A, b, initial_state, _keep(mask, layout), layout, chunk, False)
     return states.to(b.dtype), final.to(b.dtype)
 
 
 def companion_scan(
     a: torch.Tensor,
     v: torch.Tensor,
-    h0: torch.Tensor | None = None,
-    *,
+    initial_state: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
+    *,
     chunk_size: int | None = None,
     cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -387,7 +387,7 @@ def companion_scan(
     Args:
         a: (B, T, N, m) first rows of the companion matrices (a_{t,1} .. a_{t,m}), m <= 8; or packed.
         v: (B, T, N) input of slot 0 (h_t's input term).
-        h0: (B, N, m) initial state [h_0, h_{-1}, ...] (packed: (num_seqs, N, m)), zeros if None.
+        initial_state: (B, N, m), [h_0, h_{-1}, ...] (packed: (num_seqs, N, m)), zeros if None.
         mask: optional (B, T) bool; a False step is the identity with zero input (padding), which the companion
             form itself cannot express.
     Returns (states (B, T, N, m), final (num_seqs, N, m)) in v's dtype; states[..., 0] is h_t.
@@ -396,8 +396,8 @@ def companion_scan(
         raise ValueError(f"a must be (B, T, N, m) and v (B, T, N); got {tuple(a.shape)} and {tuple(v.shape)}")
     check_float_dtype("a", a)
     check_float_dtype("v", v)
-    layout, chunk = _prepare(a, a.shape[-1], h0, cu_seqlens, chunk_size)
-    states, final = _BlockScanFunction.apply(a, v, h0, _keep(mask, layout), layout, chunk, True)
+    layout, chunk = _prepare(a, a.shape[-1], initial_state, cu_seqlens, chunk_size)
+    states, final = _BlockScanFunction.apply(a, v, initial_state, _keep(mask, layout), layout, chunk, True)
     return states.to(v.dtype), final.to(v.dtype)
 
 

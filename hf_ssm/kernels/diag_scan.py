@@ -1,7 +1,8 @@
 """Triton diagonal scan x_t = a_t * x_{t-1} + b_t, real or complex (DESIGN §3, §6).
 
-The kernel twin of ``hf_ssm.modeling.scan_diag``: every channel is an independent scalar recurrence (the scan of
-``diag_lru`` and the inner step of every DEER iteration). Layout (B, T, *S) for a, b and the states, (B, *S) for the
+The kernel twin of ``hf_ssm.modeling.scan_diag``: every channel is an independent scalar recurrence (the inner step
+of every DEER iteration of the lrc / gru / mgu mixers; ``diag_lru`` runs the block scan with m = 1). Padding masks
+are applied before the kernel, by ``scan_dispatch.ScanOps.diag_scan``. Layout (B, T, *S) for a, b and the states, (B, *S) for the
 initial / final states; or packed (1, total_T, *S) with ``cu_seqlens`` and (num_seqs, *S) states. Inputs float32,
 bfloat16 or float16 (accumulated in float32), or complex64.
 
@@ -282,9 +283,9 @@ def _check(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, cu_seqlens
     expected = (layout.num_seqs, *a.shape[2:])
     if x0 is not None:
         if tuple(x0.shape) != expected:
-            raise ValueError(f"x0 must have shape (num_seqs, ...) = {expected}, got {tuple(x0.shape)}")
+            raise ValueError(f"initial_state must have shape (num_seqs, ...) = {expected}, got {tuple(x0.shape)}")
         if x0.dtype != a.dtype:
-            raise TypeError(f"x0 must have the dtype of a and b ({a.dtype}), got {x0.dtype}")
+            raise TypeError(f"initial_state must have the dtype of a and b ({a.dtype}), got {x0.dtype}")
     chunk = default_chunk_size(layout.max_len) if chunk_size is None else int(chunk_size)
     if chunk < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -294,7 +295,7 @@ def _check(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, cu_seqlens
 def diag_scan(
     a: torch.Tensor,
     b: torch.Tensor,
-    x0: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
     *,
     chunk_size: int | None = None,
     cu_seqlens: torch.Tensor | None = None,
@@ -304,47 +305,13 @@ def diag_scan(
     Args:
         a, b: (B, T, *S) coefficients and inputs (float32 / bfloat16 / float16 / complex64, one dtype), or packed
             (1, total_T, *S) with cu_seqlens.
-        x0: (B, *S) (packed: (num_seqs, *S)) initial states, zeros if None.
+        initial_state: (B, *S) (packed: (num_seqs, *S)), zeros if None.
         chunk_size: time chunk of the schedule; a power of two near sqrt(T) if None.
         cu_seqlens: int32 (num_seqs + 1,) sequence boundaries of a packed input; the state restarts at each.
     """
-    layout, chunk = _check(a, b, x0, cu_seqlens, chunk_size)
-    states, final = _DiagScanFunction.apply(a, b, x0, layout, chunk)
+    layout, chunk = _check(a, b, initial_state, cu_seqlens, chunk_size)
+    states, final = _DiagScanFunction.apply(a, b, initial_state, layout, chunk)
     return states.to(a.dtype), final.to(a.dtype)
 
 
-def diag_scan_forward(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    x0: torch.Tensor | None = None,
-    *,
-    chunk_size: int | None = None,
-    cu_seqlens: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """States (float32, or complex64) without autograd: the forward pass DEER runs every iteration."""
-    layout, chunk = _check(a, b, x0, cu_seqlens, chunk_size)
-    complex_ = a.is_complex()
-    with torch.no_grad():
-        out, _, _ = _run(
-            _flat(a, complex_), _flat(b, complex_), layout, chunk, _flat_state(x0, complex_), complex_, False
-        )
-    shape = a.shape
-    return _unflat(out, shape, complex_)
-
-
-def diag_scan_adjoint(
-    a: torch.Tensor,
-    g: torch.Tensor,
-    *,
-    chunk_size: int | None = None,
-    cu_seqlens: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """lambda_t = g_t + conj(a_{t+1}) lambda_{t+1} within each sequence (float32 / complex64), no autograd."""
-    layout, chunk = _check(a, g, None, cu_seqlens, chunk_size)
-    complex_ = a.is_complex()
-    with torch.no_grad():
-        lam, _, _ = _run(_flat(a, complex_), _flat(g, complex_), layout, chunk, None, complex_, True)
-    return _unflat(lam, a.shape, complex_)
-
-
-__all__ = ["diag_scan", "diag_scan_adjoint", "diag_scan_forward"]
+__all__ = ["diag_scan"]

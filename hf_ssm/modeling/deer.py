@@ -5,9 +5,14 @@ Newton on the residual r_t = x_t - F(x_{t-1}) linearises every step around the c
     x^(i+1)_t = J_t x^(i+1)_{t-1} + F(x^(i)_{t-1}) - J_t x^(i)_{t-1},    J_t = dF/dx at x^(i)_{t-1}
 
 which is one linear scan per iteration. The cells used here have a Jacobian that is diagonal (block = 1: state
-(B, T, D), J (B, T, D)) or block-diagonal with small m x m blocks per channel (block = m: state (B, T, D, m),
-J (B, T, D, m, m), e.g. the diagonal LSTM's (c, h)); so the scan is ``diag_scan`` or ``block_scan``, and the
-Jacobian is exact (the cell's analytic one, or forward-mode JVPs with one-hot-per-slot tangents).
+(B, T, D), J (B, T, D)) or block-diagonal with small m x m blocks per channel (block = m: state (B, T, m, D),
+J (B, T, m, m, D) with J[..., i, j, :] = dx_i / dx_prev_j, e.g. the diagonal LSTM's (c, h)); so the scan is
+``diag_scan`` or ``block_scan``. Block states are planar (slot axis before the channels): every slot and every
+Jacobian entry is a contiguous (B, T, D) plane, so the cells and the Newton updates are plain elementwise
+passes, never strided gathers or interleaving copies (on CPU those cost more than the arithmetic). The
+Jacobian is exact (the cell's analytic one, or forward-mode JVPs with one-hot-per-slot tangents). The linear
+scans are the ops of ``scan_dispatch.scan_ops`` (bound once per solve and backward). Padding is the identity at the
+cell (F = x_prev, J = I, in ``_evaluate``), so every linear step and the adjoint keep the state there too.
 
 - Stopping: max|x^(i+1) - x^(i)| < tol on an undamped step, or max_iter (then a RuntimeWarning, and the last
   iterate is returned). Independently of tol, T accepted iterations are exact: after i iterations the first i
@@ -41,7 +46,7 @@ import warnings
 
 import torch
 
-from .scan_dispatch import block_scan, diag_scan_adjoint, diag_scan_forward, requested_backend
+from .scan_dispatch import ScanOps, requested_backend, scan_ops
 
 # Damping below this is dropped (back to plain Newton) after an accepted step.
 RELAX_TO_NEWTON = 0.1
@@ -59,7 +64,7 @@ class DEEROptions:
     max_iter: int = 100
     damping: float = 0.5
     max_growth: float = 1e3
-    scan_backend: str = "auto"  # which implementation runs the linear scans (scan_dispatch)
+    scan_backend: str = "auto"  # which implementation runs the linear scans (scan_dispatch.scan_ops)
 
     def __post_init__(self):
         if not (isinstance(self.tol, (int, float)) and self.tol >= 0):
@@ -102,15 +107,21 @@ def _keep(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
 
 
 def _identity_like(jac: torch.Tensor, block: int) -> torch.Tensor:
+    """The identity Jacobian, broadcastable against J (B, T, D) or (B, T, m, m, D)."""
     if block == 1:
         return torch.ones((), dtype=jac.dtype, device=jac.device)
-    return torch.eye(block, dtype=jac.dtype, device=jac.device)
+    return torch.eye(block, dtype=jac.dtype, device=jac.device).unsqueeze(-1)
+
+
+def _transpose(jac: torch.Tensor) -> torch.Tensor:
+    """J^T of planar blocks (..., m, m, D)."""
+    return jac.transpose(-3, -2)
 
 
 def jacobian_by_jvp(cell, x_prev: torch.Tensor, inputs, weights) -> tuple[torch.Tensor, torch.Tensor]:
     """(F(x_prev), J) by forward-mode AD. Exact for these cells: the Jacobian couples nothing across channels, so
     one JVP with a tangent of ones (block = 1) returns the diagonal, and for m x m blocks the tangent that is one
-    in slot j of every channel returns column j of every block (m JVPs)."""
+    in slot j of every channel returns column j of every block (m JVPs). x_prev (..., D) or (..., m, D)."""
 
     def f(x):
         return cell.step(x, inputs, weights)
@@ -120,10 +131,10 @@ def jacobian_by_jvp(cell, x_prev: torch.Tensor, inputs, weights) -> tuple[torch.
     columns = []
     for j in range(cell.block):
         tangent = torch.zeros_like(x_prev)
-        tangent[..., j] = 1
+        tangent[..., j, :] = 1
         fx, col = torch.func.jvp(f, (x_prev,), (tangent,))
-        columns.append(col)
-    return fx, torch.stack(columns, dim=-1)
+        columns.append(col)  # (..., m, D): column j of every block
+    return fx, torch.stack(columns, dim=-2)
 
 
 def _evaluate(cell, x_prev, inputs, weights, mask, jacobian: bool):
@@ -142,38 +153,42 @@ def _evaluate(cell, x_prev, inputs, weights, mask, jacobian: bool):
 
 
 def _apply(jac: torch.Tensor, x: torch.Tensor, block: int) -> torch.Tensor:
+    """J x: elementwise (block = 1), or (J x)_i = sum_j J[..., i, j, :] x[..., j, :] over planar blocks."""
     if block == 1:
         return jac * x
-    return (jac @ x.unsqueeze(-1)).squeeze(-1)
+    return (jac * x.unsqueeze(-3)).sum(-2)
 
 
-def _linear_scan(
-    jac: torch.Tensor, rhs: torch.Tensor, x0: torch.Tensor, block: int, backend: str = "auto"
-) -> torch.Tensor:
-    """States of x_t = J_t x_{t-1} + rhs_t (no autograd)."""
+def _subtract_apply_(out: torch.Tensor, jac: torch.Tensor, x: torch.Tensor, block: int) -> torch.Tensor:
+    """out -= J x, in place: one addcmul per diagonal plane, or per block entry (m^2 of them, no temporaries)."""
     if block == 1:
-        return diag_scan_forward(jac, rhs, x0, backend=backend)
-    batch, steps = rhs.shape[:2]
-    shape = rhs.shape
-    with torch.no_grad():  # block_scan wants (B, T, N, m): fold every channel axis into N
-        states, _ = block_scan(
-            jac.reshape(batch, steps, -1, block, block),
-            rhs.reshape(batch, steps, -1, block),
-            x0.reshape(batch, -1, block),
-            backend=backend,
+        return out.addcmul_(jac, x, value=-1)
+    for i in range(block):
+        for j in range(block):
+            out[..., i, :].addcmul_(jac[..., i, j, :], x[..., j, :], value=-1)
+    return out
+
+
+def _linear_scan(jac: torch.Tensor, rhs: torch.Tensor, x0: torch.Tensor | None, block: int, ops: ScanOps):
+    """States of x_t = J_t x_{t-1} + rhs_t (no autograd), by the bound diagonal or block scan op."""
+    with torch.no_grad():
+        if block == 1:
+            return ops.diag_scan(jac, rhs, x0)[0]
+        # block_scan takes (B, T, N, m[, m]): the planar blocks as transposed views, no copy here (the torch scan
+        # reads them slot by slot and returns a view of planar memory, so the transpose back is free as well)
+        states, _ = ops.block_scan(
+            jac.permute(0, 1, 4, 2, 3), rhs.transpose(-1, -2), None if x0 is None else x0.transpose(-1, -2)
         )
-    return states.reshape(shape)
+    return states.transpose(-1, -2)
 
 
-def _adjoint_scan(jac: torch.Tensor, g: torch.Tensor, block: int, backend: str = "auto") -> torch.Tensor:
-    """lambda_t = g_t + J_{t+1}^T lambda_{t+1} (reverse time), no autograd."""
-    if block == 1:
-        return diag_scan_adjoint(jac, g, backend=backend)
-    # Reversed time, transposed blocks; the first reversed step has nothing before it (identity, zero start).
-    eye = torch.eye(block, dtype=jac.dtype, device=jac.device).expand_as(jac[:, :1])
-    rev = torch.cat([eye, jac[:, 1:].flip(1).transpose(-1, -2)], dim=1)
-    zero = torch.zeros_like(g[:, 0])
-    return _linear_scan(rev, g.flip(1), zero, block, backend).flip(1)
+def _adjoint_scan(jac: torch.Tensor, g: torch.Tensor, block: int, ops: ScanOps) -> torch.Tensor:
+    """lambda_t = g_t + J_{t+1}^T lambda_{t+1} (reverse time), no autograd: the forward scan on reversed time and
+    transposed blocks; the first reversed step has nothing before it (identity, zero start)."""
+    first = torch.ones_like(jac[:, :1]) if block == 1 else _identity_like(jac, block).expand_as(jac[:, :1])
+    rest = jac[:, 1:].flip(1)
+    rev = torch.cat([first, rest if block == 1 else _transpose(rest)], dim=1)
+    return _linear_scan(rev, g.flip(1), None, block, ops).flip(1)
 
 
 def _damp(jac: torch.Tensor, k: float, block: int) -> torch.Tensor:
@@ -183,8 +198,8 @@ def _damp(jac: torch.Tensor, k: float, block: int) -> torch.Tensor:
     jac = (1.0 - k) * jac
     if block == 1:
         return jac.clamp(-1.0, 1.0)
-    norm = jac.abs().sum(-1).amax(-1, keepdim=True).unsqueeze(-1)  # (..., 1, 1)
-    return jac / norm.clamp(min=1.0)
+    norm = jac.abs().sum(-2).amax(-2)  # (..., D): max over rows i of sum_j |J[i, j]|
+    return jac / norm.clamp(min=1.0)[..., None, None, :]
 
 
 def _max_abs(t: torch.Tensor) -> torch.Tensor:
@@ -199,6 +214,7 @@ def newton_solve(
     """The DEER iterations, without autograd. x0 (B, *S); returns (states (B, T, *S), info)."""
     block = cell.block
     steps = inputs[0].shape[1]
+    ops = scan_ops(options.scan_backend, x0.device)
     x = x0.new_zeros((x0.shape[0], steps, *x0.shape[1:]))
     prev = _shift(x, x0)  # x_{t-1} of the current iterate; updated in place
     fx, jac = _evaluate(cell, prev, inputs, weights, mask, jacobian=True)
@@ -209,8 +225,8 @@ def newton_solve(
         jt = _damp(jac, k, block)
         fx_max = _max_abs(fx)
         # rhs = F(x_{t-1}) - J x_{t-1}, built in fx's storage (fx is recomputed if this step is rejected).
-        rhs = fx.addcmul_(jt, prev, value=-1) if block == 1 else fx.sub_(_apply(jt, prev, block))
-        x_new = _linear_scan(jt, rhs, x0, block, options.scan_backend)
+        rhs = _subtract_apply_(fx, jt, prev, block)
+        x_new = _linear_scan(jt, rhs, x0, block, ops)
         # One host sync per iteration: max|x_new| (NaN if not finite), max|F|, max|x_new - x|.
         new_max, scale, step = torch.stack([_max_abs(x_new), fx_max, _max_abs(torch.sub(x_new, x, out=rhs))]).tolist()
         if not math.isfinite(new_max) or new_max > options.max_growth * (1.0 + max(scale, x_max)):
@@ -273,7 +289,7 @@ class _DEERFunction(torch.autograd.Function):
         x_prev = _shift(states, x0)
         needs = ctx.needs_input_grad[6:]
         _, jac = _evaluate(cell, x_prev, tensors[: ctx.n_inputs], tensors[ctx.n_inputs :], mask, jacobian=True)
-        lam = _adjoint_scan(jac, grad_states, block, ctx.scan_backend)
+        lam = _adjoint_scan(jac, grad_states, block, scan_ops(ctx.scan_backend, x0.device))
         grads = [None] * len(tensors)
         wanted = [i for i, need in enumerate(needs) if need]
         if wanted:
@@ -285,7 +301,7 @@ class _DEERFunction(torch.autograd.Function):
                 grads[i] = g if g is not None else torch.zeros_like(tensors[i])
         grad_x0 = None
         if ctx.needs_input_grad[4]:  # dL/dx0 = J_0^T lambda_0
-            grad_x0 = _apply(jac[:, 0].transpose(-1, -2) if block > 1 else jac[:, 0], lam[:, 0], block)
+            grad_x0 = _apply(_transpose(jac[:, 0]) if block > 1 else jac[:, 0], lam[:, 0], block)
         return None, None, None, None, grad_x0, None, *grads
 
 
@@ -303,7 +319,7 @@ def deer_solve(
         cell: see the module docstring.
         inputs: per-step tensors, each (B, T, ...) broadcastable against the state.
         weights: per-channel tensors broadcastable against the state (the same at every step).
-        x0: (B, *S) initial state; the states are (B, T, *S) with S = (D,) or (D, m).
+        x0: (B, *S) initial state; the states are (B, T, *S) with S = (D,) or (m, D).
         mask: optional (B, T) bool, False = padding: that step is the identity (the state does not change).
         options: DEEROptions (defaults if None).
     Returns (states (B, T, *S), SolveInfo).
@@ -339,9 +355,9 @@ def _check(cell, inputs, x0, mask) -> None:
     batch, steps = inputs[0].shape[:2]
     if steps == 0:
         raise ValueError("the input sequence is empty (T = 0)")
-    if x0.shape[0] != batch or (cell.block > 1 and x0.shape[-1] != cell.block):
+    if x0.shape[0] != batch or (cell.block > 1 and (x0.dim() != 3 or x0.shape[1] != cell.block)):
         raise ValueError(
-            f"x0 must have shape (B, D) or (B, D, m) with B = {batch}, m = {cell.block}; got {tuple(x0.shape)}"
+            f"x0 must have shape (B, D) or (B, m, D) with B = {batch}, m = {cell.block}; got {tuple(x0.shape)}"
         )
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != (batch, steps)):
         raise ValueError(

@@ -17,12 +17,14 @@ iterations that are one diagonal linear scan each. Per layer, with u_t the layer
 
 The LSTM's state is (c, h): c_t depends on c (diag) and on h (through the gates), and h_t on both through c_t,
 so its Jacobian is a 2 x 2 block per channel, not diagonal. **[choice]** It is solved as it is: DEER's linear
-step becomes a block-diagonal scan over 2 x 2 blocks (scan_block.block_scan), still exact and O(T D) work. A
+step becomes a block-diagonal scan over 2 x 2 blocks (the block-scan op), still exact and O(T D) work. A
 reformulation with a diagonal Jacobian would have to change the cell (e.g. gates fed by c instead of h); this
-keeps the standard LSTM with diagonal recurrent matrices. Its state tensor is (B, D, 2) = stack(c, h).
+keeps the standard LSTM with diagonal recurrent matrices. Its state tensor is planar, (B, 2, D) = stack(c, h)
+along dim 1, so c and h are contiguous (B, D) planes (and the Jacobian (B, T, 2, 2, D) four contiguous planes).
 
 The cells below give their Jacobians analytically (checked against forward-mode JVPs in the tests). Decoding
-(T = 1) is the exact single step; the DEER solve runs in float32, also under bf16 autocast.
+(T = 1) is the exact single step; the cell and the DEER solve run in float32, while under bf16 autocast the
+projections in_proj / out_proj run in bf16.
 """
 
 from __future__ import annotations
@@ -162,7 +164,7 @@ class MGUCell:
 
 
 class LSTMCell:
-    """State (..., D, 2) = (c, h). inputs: (ii, fi, gi, oi) = W u + b per gate; weights: (v_i, v_f, v_g, v_o).
+    """State (..., 2, D) = (c, h), planar. inputs: (ii, fi, gi, oi) = W u + b per gate; weights: (v_i, v_f, v_g, v_o).
 
     Jacobian per channel, rows (c_t, h_t), columns (c, h):
         [[f,                   dc/dh                                ],
@@ -175,16 +177,16 @@ class LSTMCell:
     def step(x, inputs, weights):
         ii, fi, gi, oi = inputs
         v_i, v_f, v_g, v_o = weights
-        c, h = x[..., 0], x[..., 1]
+        c, h = x[..., 0, :], x[..., 1, :]
         c_new = torch.sigmoid(fi + v_f * h) * c + torch.sigmoid(ii + v_i * h) * _tanh(gi + v_g * h)
-        return torch.stack([c_new, torch.sigmoid(oi + v_o * h) * _tanh(c_new)], dim=-1)
+        return torch.stack([c_new, torch.sigmoid(oi + v_o * h) * _tanh(c_new)], dim=-2)
 
     @staticmethod
     @torch.no_grad()
     def step_and_jacobian(x, inputs, weights):
         ii, fi, gi, oi = inputs
         v_i, v_f, v_g, v_o = weights
-        c, h = x[..., 0], x[..., 1]
+        c, h = x[..., 0, :], x[..., 1, :]
         i = torch.addcmul(ii, v_i, h).sigmoid_()
         f = torch.addcmul(fi, v_f, h).sigmoid_()
         g = _tanh_(torch.addcmul(gi, v_g, h))
@@ -195,14 +197,15 @@ class LSTMCell:
         dc_dh.addcmul_(_dsigmoid_(i.clone()).mul_(v_i), g).addcmul_(i, g.mul_(g).neg_().add_(1).mul_(v_g))
         o_dt = torch.mul(t_c, t_c).neg_().add_(1).mul_(o)  # o tanh'(c_t)
         j_hh = _dsigmoid_(o.clone()).mul_(v_o).mul_(t_c).addcmul_(o_dt, dc_dh)
-        jac = torch.stack([f, dc_dh, o_dt.mul(f), j_hh], dim=-1).unflatten(-1, (2, 2))
-        return torch.stack([c_new, o.mul_(t_c)], dim=-1), jac
+        # planar (..., 2, 2, D): four contiguous planes, stacked without interleaving
+        jac = torch.stack([f, dc_dh, o_dt.mul(f), j_hh], dim=-2).unflatten(-2, (2, 2))
+        return torch.stack([c_new, o.mul_(t_c)], dim=-2), jac
 
 
 class DiagonalRNNMixer(nn.Module):
     """Shared frame of the four mixers: gates = in_proj(u) + bias; solve the cell over T; out_proj.
 
-    forward(hidden_states (B, T, d), state (B, D) [(B, D, 2) for the LSTM] float32 or None, mask (B, T) bool or
+    forward(hidden_states (B, T, d), state (B, D) [(B, 2, D) for the LSTM] float32 or None, mask (B, T) bool or
     None) -> (output (B, T, d), final state). Masked-out steps (padding) are the identity: the state is kept.
     `last_solve_info` holds the last DEER solve's SolveInfo (iterations, residual, ...), None after a loop.
     """
@@ -234,7 +237,7 @@ class DiagonalRNNMixer(nn.Module):
 
     @property
     def state_shape(self) -> tuple[int, ...]:
-        return (self.state_size,) if self.cell.block == 1 else (self.state_size, self.cell.block)
+        return (self.state_size,) if self.cell.block == 1 else (self.cell.block, self.state_size)
 
     def initial_state(self, batch_size: int, device=None) -> torch.Tensor:
         return torch.zeros(batch_size, *self.state_shape, dtype=self.state_dtype, device=device)
@@ -260,27 +263,25 @@ class DiagonalRNNMixer(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         batch, steps, _ = hidden_states.shape
+        # The projections run in the weights' dtype, or in bf16 under autocast; the cell and its solver in float32.
+        inputs, weights = self.cell_arguments(hidden_states.to(self.in_proj.weight.dtype))
+        weights = tuple(w.float() for w in weights)
+        if state is None:
+            x0 = self.initial_state(batch, hidden_states.device)
+        elif tuple(state.shape) != (batch, *self.state_shape):
+            raise ValueError(
+                f"`state` must have shape (B, *state) = {(batch, *self.state_shape)}, got {tuple(state.shape)}"
+            )
+        else:
+            x0 = state.to(self.state_dtype)
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
-            # Under autocast the input may be bf16 while the weights are float32: run this layer in the weights'
-            # dtype, and the cell and its solver in float32 whatever that is.
-            u = hidden_states.to(self.in_proj.weight.dtype)
-            inputs, weights = self.cell_arguments(u)
-            weights = tuple(w.float() for w in weights)
-            if state is None:
-                x0 = self.initial_state(batch, u.device)
-            elif tuple(state.shape) != (batch, *self.state_shape):
-                raise ValueError(
-                    f"`state` must have shape (B, *state) = {(batch, *self.state_shape)}, got {tuple(state.shape)}"
-                )
-            else:
-                x0 = state.to(self.state_dtype)
             if steps == 1 or self.solver == "sequential":  # decoding: the exact single step, no iterations
                 states = sequential_rollout(self.cell, inputs, weights, x0, mask)
                 self.last_solve_info = None
             else:
                 states, self.last_solve_info = deer_solve(self.cell, inputs, weights, x0, mask, self.options)
-            # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
-            y = self.out_proj(self.readout(states).to(self.out_proj.weight.dtype))
+        # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
+        y = self.out_proj(self.readout(states).to(self.out_proj.weight.dtype))
         return y.to(hidden_states.dtype), states[:, -1].clone()
 
 
@@ -366,14 +367,14 @@ class MguSSMMixer(_GatedMixer):
 
 
 class LstmSSMMixer(_GatedMixer):
-    """Diagonal-recurrence LSTM, `lstm_ssm`; state (B, D, 2) = (c, h), output read from h. Forget bias +1."""
+    """Diagonal-recurrence LSTM, `lstm_ssm`; state (B, 2, D) = (c, h), output read from h. Forget bias +1."""
 
     cell = LSTMCell()
     gate_names = ("i", "f", "g", "o")
     initial_bias = {"f": 1.0}
 
     def readout(self, states):
-        return states[..., 1]
+        return states[..., 1, :]
 
 
 LRC_MIXER_CLASSES: dict[str, type[DiagonalRNNMixer]] = {

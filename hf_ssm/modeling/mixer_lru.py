@@ -18,8 +18,8 @@ Stability: with every normalisation but `none`, |h_t[i]| <= sum_j |A_t[i, j]| |h
 <= max(||h_{t-1}||_inf, |v_t[i]|), so the state never exceeds max |v| seen so far. `none` uses the raw gates
 and is unbounded (the state can grow geometrically).
 
-The cached state is S (B, N, m) in float32 (for H-LRU: the last m values of h per channel); the scan always
-runs in float32, also under bf16 autocast. Every parameter is an nn.Linear, so the model's `_init_weights` gives
+The cached state is S (B, N, m) in float32 (for H-LRU: the last m values of h per channel); the gates and the
+scan always run in float32, while under bf16 autocast the projections run in bf16. Every parameter is an nn.Linear, so the model's `_init_weights` gives
 the DESIGN §5 init: weights N(0, config.initializer_range = 0.02), zero gate bias.
 """
 
@@ -29,8 +29,7 @@ import torch
 from torch import nn
 
 from .configuration_hybrid_ssm import LRU_NORMALIZATIONS, HybridSSMConfig
-from .scan_block import companion_matrices
-from .scan_dispatch import block_problem, block_scan, companion_scan, resolve_backend
+from .scan_dispatch import scan_ops
 
 # Floor of the L1 denominators of `tanh_l1` and `relu_l1`: when every gate of a row is (near) zero the row
 # stays near zero instead of dividing 0 by 0. Flooring the denominator only shrinks the row, keeping sum |p| <= 1.
@@ -60,15 +59,18 @@ def normalize_gates(g: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 class _NormalisedLRU(nn.Module):
-    """What BD-LRU and H-LRU share: the state layout (B, N, m), the masked float32 scan, the output projection.
+    """What BD-LRU and H-LRU share: the state layout (B, N, m), the float32 scan, the output projection.
 
     forward(hidden_states (B, T, d), state (B, N, m) float32 or None, mask (B, T) bool or None)
         -> (output (B, T, d), final state (B, N, m) float32)
-    Masked-out positions (padding) get the identity transition and zero input, so they never change the state.
-    Subclasses define `gates` and `transitions`.
+    The projections run in the weights' dtype (bf16 under autocast); the gates are normalised and scanned in
+    float32. The scan is the op named by `scan_op` on the ScanOps bound to this input's device (scan_dispatch):
+    masked-out positions (padding) are the identity there, and T = 1 (decoding) is one O(N m^2) update.
+    Subclasses define `gates` and `scan_inputs`.
     """
 
     state_dtype = torch.float32
+    scan_op = "block_scan"
 
     def __init__(self, config: HybridSSMConfig, layer_idx: int, block_size: int):
         super().__init__()
@@ -83,30 +85,24 @@ class _NormalisedLRU(nn.Module):
     def initial_state(self, batch_size: int, device=None) -> torch.Tensor:
         return torch.zeros(batch_size, self.num_blocks, self.block_size, dtype=self.state_dtype, device=device)
 
-    def transitions(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A (B, T, N, m, m) and b (B, T, N, m) in float32 for input u (B, T, d)."""
+    def scan_inputs(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The float32 per-step inputs of the scan op for input u (B, T, d)."""
         raise NotImplementedError
 
     def states(
         self, u: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Recurrent states (B, T, N, m) and the final state (B, N, m) for input u (B, T, d)."""
-        A, b = self.transitions(u)
-        if mask is not None:
-            keep = mask.view(*mask.shape, 1, 1)
-            eye = torch.eye(self.block_size, dtype=A.dtype, device=A.device)
-            A = torch.where(keep.unsqueeze(-1), A, eye)
-            b = torch.where(keep, b, torch.zeros((), dtype=b.dtype, device=b.device))
+        """Recurrent states (B, T, N, m) and the final state (B, N, m), float32, for input u (B, T, d)."""
+        scan = getattr(scan_ops(self.scan_backend, u.device), self.scan_op)
         h0 = None if state is None else state.to(self.state_dtype)
-        return block_scan(A, b, h0, backend=self.scan_backend)
+        return scan(*self.scan_inputs(u), h0, mask)
 
     def forward(self, hidden_states: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         batch, steps, _ = hidden_states.shape
-        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
-            # Under autocast the input may be bf16 while the weights are float32: run this layer in the weights' dtype.
-            u = hidden_states.to(self.output_proj.weight.dtype)
-            states, final = self.states(u, state, mask)
-            y = self.output_proj(states.reshape(batch, steps, -1).to(u.dtype))
+        # The projections run in the weights' dtype, or in bf16 under autocast; gates and scan in float32.
+        states, final = self.states(hidden_states.to(self.output_proj.weight.dtype), state, mask)
+        # float32 states into the projection's dtype (under autocast the matmul itself runs in bf16)
+        y = self.output_proj(states.reshape(batch, steps, -1).to(self.output_proj.weight.dtype))
         return y.to(hidden_states.dtype), final
 
 
@@ -127,7 +123,8 @@ class BlockDiagonalLRUMixer(_NormalisedLRU):
         v = self.value_proj(u).float().unflatten(-1, (n, m))
         return normalize_gates(g, self.normalization), v
 
-    def transitions(self, u):
+    def scan_inputs(self, u):
+        """A (B, T, N, m, m) and b (B, T, N, m) of block_scan."""
         p, v = self.gates(u)
         m = self.block_size
         return p[..., :m], p[..., m] * v
@@ -142,6 +139,8 @@ class DiagonalLRUMixer(BlockDiagonalLRUMixer):
 
 class HigherOrderLRUMixer(_NormalisedLRU):
     """H-LRU: N channels, each an order-m recurrence over its own last m values, per-channel normalised gates."""
+
+    scan_op = "companion_scan"
 
     def __init__(self, config: HybridSSMConfig, layer_idx: int):
         super().__init__(config, layer_idx, config.lru_block_size)
@@ -158,21 +157,12 @@ class HigherOrderLRUMixer(_NormalisedLRU):
         g = self.gate_proj(u).float().unflatten(-1, (n, m + 1))
         return normalize_gates(g, self.normalization), self.value_proj(u).float()
 
-    def states(self, u, state=None, mask=None):
-        """On the Triton backend the companion-form kernel reads only the first rows a_t, never m x m matrices."""
-        m = self.block_size
-        if resolve_backend(self.scan_backend, u.device, block_problem(m)) != "triton":
-            return super().states(u, state, mask)
-        p, v = self.gates(u)
-        h0 = None if state is None else state.to(self.state_dtype)
-        return companion_scan(p[..., :m], p[..., m] * v, h0, mask=mask, backend="triton")
-
-    def transitions(self, u):
+    def scan_inputs(self, u):
+        """Companion first rows a (B, T, N, m) and slot-0 inputs beta * v (B, T, N) of companion_scan: only h_t
+        receives input, the older slots are shifted copies."""
         p, v = self.gates(u)
         m = self.block_size
-        # only h_t (slot 0 of S_t) receives input; the older slots are shifted copies
-        b = nn.functional.pad((p[..., m] * v).unsqueeze(-1), (0, m - 1))
-        return companion_matrices(p[..., :m]), b
+        return p[..., :m], p[..., m] * v
 
 
 __all__ = ["BlockDiagonalLRUMixer", "DiagonalLRUMixer", "HigherOrderLRUMixer", "normalize_gates"]

@@ -1,18 +1,22 @@
 """Scans over dense m x m blocks: h_t = A_t h_{t-1} + b_t, independently for each of N blocks (DESIGN §3, §5).
 
-This is the recurrence of BD-LRU (A_t^{(n)} the normalised gate block) and of H-LRU (A_t^{(n)} the companion
-matrix of channel n); with m = 1 it is the diagonal selective LRU. Every function here is plain PyTorch and
-takes plain tensors, so a fused kernel can replace ``block_scan`` without changing its callers:
+This is the recurrence of BD-LRU (A_t^{(n)} the normalised gate block), of H-LRU (A_t^{(n)} the companion
+matrix of channel n) and of the LSTM's DEER step (2 x 2 blocks); with m = 1 it is the diagonal selective LRU.
+These are the torch implementations of the block-scan family, the references of the Triton kernels
+(hf_ssm.kernels.block_scan); models reach either through ``scan_dispatch.scan_ops``. One signature:
 
-    A  (B, T, N, m, m)   transitions, row i of a block is output i: h[i] = sum_j A[i, j] h_prev[j] + b[i]
-    b  (B, T, N, m)      inputs
-    h0 (B, N, m) or None initial state (zeros if None)
+    A             (B, T, N, m, m)  transitions, row i of a block is output i: h[i] = sum_j A[i, j] h_prev[j] + b[i]
+    b             (B, T, N, m)     inputs
+    initial_state (B, N, m)        or None (zeros)
+    mask          (B, T) bool      or None; a False step (padding) is the identity with zero input
     -> states (B, T, N, m), final state (B, N, m)
 
 - ``block_scan_sequential``: a plain loop with autograd. The reference the parallel scan is tested against.
 - ``block_scan``: chunked parallel scan with a hand-written backward (the adjoint recurrence, which is again a
-  block scan), the default on every device. About 2*sqrt(T) sequential steps instead of T, each composing
-  m x m blocks over all chunks and blocks at once.
+  block scan). About 2*sqrt(T) sequential steps instead of T, each composing m x m blocks over all chunks and
+  blocks at once.
+- ``companion_scan``: H-LRU's form, the companion first rows a (B, T, N, m) and the slot-0 input v (B, T, N).
+- ``block_step`` / ``companion_step``: one time step (T = 1, decoding): a single O(N m^2) / O(N m) update.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.nn.functional import pad as nn_pad
 
 
-def _check_inputs(A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None) -> None:
+def _check_inputs(A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
     if b.dim() != 4:
         raise ValueError(f"b must have shape (B, T, N, m), got {tuple(b.shape)}")
     if tuple(A.shape) != (*b.shape, b.shape[-1]):
@@ -34,22 +39,45 @@ def _check_inputs(A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None) -> 
     batch, _, blocks, m = b.shape
     if h0 is not None:
         if tuple(h0.shape) != (batch, blocks, m):
-            raise ValueError(f"h0 must have shape (B, N, m) = {(batch, blocks, m)}, got {tuple(h0.shape)}")
+            raise ValueError(f"initial_state must have shape (B, N, m) = {(batch, blocks, m)}, got {tuple(h0.shape)}")
         if h0.dtype != b.dtype:
-            raise TypeError(f"h0 must have the dtype of b ({b.dtype}), got {h0.dtype}")
+            raise TypeError(f"initial_state must have the dtype of b ({b.dtype}), got {h0.dtype}")
+    check_mask(mask, batch, b.shape[1])
+
+
+def check_mask(mask: torch.Tensor | None, batch: int, steps: int) -> None:
+    """mask must be None or a (B, T) bool tensor."""
+    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != (batch, steps)):
+        raise ValueError(
+            f"mask must be a bool tensor of shape (B, T) = {(batch, steps)}, got {mask.dtype} {tuple(mask.shape)}"
+        )
+
+
+def _masked(A: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Padding = the identity transition with zero input: (A, b) with I and 0 where mask is False."""
+    if mask is None:
+        return A, b
+    keep = mask.view(*mask.shape, 1, 1)
+    eye = torch.eye(b.shape[-1], dtype=A.dtype, device=A.device)
+    return torch.where(keep.unsqueeze(-1), A, eye), torch.where(keep, b, 0.0)
 
 
 def block_scan_sequential(
-    A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None = None
+    A: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference loop, differentiable by autograd. Returns (states (B, T, N, m), final state (B, N, m))."""
-    _check_inputs(A, b, h0)
+    """Reference loop, differentiable by autograd. Returns (states (B, T, N, m), final state (B, N, m)).
+
+    A masked step keeps the previous state (written independently of ``_masked``, so the tests compare two forms).
+    """
+    _check_inputs(A, b, initial_state, mask)
     batch, _, blocks, m = b.shape
-    h = torch.zeros(batch, blocks, m, dtype=b.dtype, device=b.device) if h0 is None else h0
+    h = torch.zeros(batch, blocks, m, dtype=b.dtype, device=b.device) if initial_state is None else initial_state
+    keep = [None] * b.shape[1] if mask is None else mask.view(*mask.shape, 1, 1).unbind(1)
     states = []
     # unbind once: indexing A[:, t] inside the loop would make every step's backward write a full-size gradient
-    for A_t, b_t in zip(A.unbind(1), b.unbind(1)):
-        h = (A_t @ h.unsqueeze(-1)).squeeze(-1) + b_t
+    for A_t, b_t, keep_t in zip(A.unbind(1), b.unbind(1), keep):
+        new = (A_t @ h.unsqueeze(-1)).squeeze(-1) + b_t
+        h = new if keep_t is None else torch.where(keep_t, new, h)
         states.append(h)
     return torch.stack(states, dim=1), h
 
@@ -76,10 +104,21 @@ def _to_chunks(dst: torch.Tensor, src: torch.Tensor) -> None:
         dst[:rem, ..., full, :] = src[:, full * chunk :].permute(1, *range(3, 3 + inner), 0, 2)
 
 
-def _from_chunks(states: torch.Tensor, steps: int) -> torch.Tensor:
-    """Step-major states (L, m, B, C, N) -> time-major (B, T, N, m), the first `steps` times."""
+def _from_chunks(states: torch.Tensor, steps: int, planar: bool = False) -> torch.Tensor:
+    """Step-major states (L, m, B, C, N) -> time-major (B, T, N, m), the first `steps` times.
+
+    planar: write planar memory (B, T, m, N), N innermost on both sides, and return its transposed view, for a
+    planar caller (the LSTM's DEER), which then reads it without any further copy.
+    """
     chunk, m, batch, chunks, blocks = states.shape
-    return states.permute(2, 3, 0, 4, 1).reshape(batch, chunks * chunk, blocks, m)[:, :steps]
+    if not planar:
+        return states.permute(2, 3, 0, 4, 1).reshape(batch, chunks * chunk, blocks, m)[:, :steps]
+    return states.permute(2, 3, 0, 1, 4).reshape(batch, chunks * chunk, m, blocks)[:, :steps].transpose(-1, -2)
+
+
+def _is_planar(b: torch.Tensor) -> bool:
+    """Whether b (B, T, N, m) is stored slot-major, N innermost (a transposed view of (B, T, m, N) memory)."""
+    return b.shape[-1] > 1 and b.stride(-2) == 1
 
 
 def _elements(A: torch.Tensor, b: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -120,19 +159,53 @@ def _adjoint_elements(A: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return E
 
 
+def _step_sources(A: torch.Tensor, b: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step-major A (L, m, m, B, C, N) and b (L, m, B, C, N) for the forward scan, which only reads them.
+
+    For planar inputs (N innermost) whose T is a multiple of the chunk these are views of the inputs (no copy:
+    the scan reads every step slice in place, N contiguous); otherwise the identity-padded copy of ``_elements``
+    (reading (B, T, N, m) blocks slice by slice would stride through memory).
+    """
+    batch, steps, blocks, m = b.shape
+    if steps % chunk == 0 and (m == 1 or (_is_planar(b) and A.stride(2) == 1)):
+        chunks = steps // chunk
+        return (
+            A.unflatten(1, (chunks, chunk)).permute(2, 4, 5, 0, 1, 3),
+            b.unflatten(1, (chunks, chunk)).permute(2, 4, 0, 1, 3),
+        )
+    E = _elements(A, b, chunk)
+    return E[:, :, :m], E[:, :, m]
+
+
+def _scan_forward(A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None) -> torch.Tensor:
+    """States of h_t = A_t h_{t-1} + b_t from step-major A (L, m, m, B, C, N) and b (L, m, B, C, N), which are
+    only read. No autograd. Returns states (L, m, B, C, N).
+
+    Inside each chunk (all chunks at once) E_s = [A_s | b_s] o E_{s-1}, the map from the chunk's incoming state to
+    its s-th state, [A2 | b2] o [A1 | b1] = [A2 A1 | A2 b1 + b2]: a sum over j of column j of A2 times row j of
+    E_{s-1}, written straight into E_s. Then ``_carry_and_fix_up``.
+    """
+    chunk, m = A.shape[:2]
+    E = torch.empty(chunk, m, m + 1, *A.shape[3:], dtype=b.dtype, device=b.device)
+    E[0, :, :m] = A[0]
+    E[0, :, m] = b[0]
+    for s in range(1, chunk):
+        cur, prev, out = A[s], E[s - 1], E[s]
+        torch.mul(cur[:, :1], prev[:1], out=out)
+        for j in range(1, m):
+            out.addcmul_(cur[:, j : j + 1], prev[j : j + 1])
+        out[:, m] += b[s]
+    return _carry_and_fix_up(E, h0, reverse=False)
+
+
 def _scan_elements(E: torch.Tensor, h0: torch.Tensor | None, reverse: bool = False) -> torch.Tensor:
     """States of h_t = A_t h_{t-1} + b_t for step-major elements E (L, m, m+1, B, C, N). No autograd.
 
     E is overwritten (it is a private buffer). With reverse=True the recurrence runs from the last time to the
     first, h_t = A_t h_{t+1} + b_t, and h0 (B, N, m) enters after the last time. Returns states (L, m, B, C, N).
-
-    1. inside each chunk (all chunks at once): E_s <- E_s o E_{s-1}, the map from the chunk's incoming
-       state to its s-th state: [A2 | b2] o [A1 | b1] = [A2 A1 | A2 b1 + b2], a sum over j of column j of A2
-       times row j of [A1 | b1];
-    2. across chunks: the true incoming state of every chunk (C sequential steps on (m, B, N));
-    3. fix-up: h = A_cum h_in + b_cum over the whole sequence, m multiply-adds.
+    Inside each chunk E_s <- E_s o E_{s-1} (see ``_scan_forward``), then ``_carry_and_fix_up``.
     """
-    chunk, m, _, batch, chunks, blocks = E.shape
+    chunk, m = E.shape[:2]
     for s in range(chunk - 2, -1, -1) if reverse else range(1, chunk):
         cur, prev = E[s], E[s + 1] if reverse else E[s - 1]
         out = cur[:, :1] * prev[:1]
@@ -140,8 +213,15 @@ def _scan_elements(E: torch.Tensor, h0: torch.Tensor | None, reverse: bool = Fal
             out.addcmul_(cur[:, j : j + 1], prev[j : j + 1])
         out[:, m] += cur[:, m]
         E[s] = out
-    total = E[0] if reverse else E[-1]  # (m, m+1, B, C, N): each whole chunk
+    return _carry_and_fix_up(E, h0, reverse)
 
+
+def _carry_and_fix_up(E: torch.Tensor, h0: torch.Tensor | None, reverse: bool) -> torch.Tensor:
+    """From the in-chunk maps E (L, m, m+1, B, C, N): the true incoming state of every chunk (C sequential steps
+    on (m, B, N)), then h = A_cum h_in + b_cum over the whole sequence (m multiply-adds, in E's b column).
+    Returns states (L, m, B, C, N), a view of E."""
+    chunk, m, _, batch, chunks, blocks = E.shape
+    total = E[0] if reverse else E[-1]  # (m, m+1, B, C, N): each whole chunk
     carry = torch.zeros(m, batch, blocks, dtype=E.dtype, device=E.device) if h0 is None else h0.permute(2, 0, 1)
     incoming = [None] * chunks
     for c in range(chunks - 1, -1, -1) if reverse else range(chunks):
@@ -150,7 +230,7 @@ def _scan_elements(E: torch.Tensor, h0: torch.Tensor | None, reverse: bool = Fal
         carry = (step[:, :m] * carry).sum(1) + step[:, m]
     incoming = torch.stack(incoming, dim=-2)  # (m, B, C, N)
 
-    states = E[:, :, m].clone()
+    states = E[:, :, m]  # fixed up in place: E is not read again
     for j in range(m):
         states.addcmul_(E[:, :, j], incoming[j])
     return states
@@ -159,12 +239,13 @@ def _scan_elements(E: torch.Tensor, h0: torch.Tensor | None, reverse: bool = Fal
 class _BlockScanFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, A, b, h0, chunk):
-        steps, m = b.shape[1], b.shape[-1]
-        E = _elements(A, b, chunk)
-        # keep the step-major transitions for the adjoint pass: a plain copy now is far cheaper than a second
-        # transposing copy out of the time-major A later
-        A_steps = E[:, :, :m].clone()
-        states = _from_chunks(_scan_elements(E, h0), steps)
+        steps = b.shape[1]
+        A_src, b_src = _step_sources(A, b, chunk)
+        # keep the step-major transitions for the adjoint pass: one copy now is far cheaper than a second
+        # transposing copy out of the time-major A later (not needed without gradients, e.g. DEER's iterations)
+        needs_grad = any(ctx.needs_input_grad)
+        A_steps = A_src.clone(memory_format=torch.contiguous_format) if needs_grad else None
+        states = _from_chunks(_scan_forward(A_src, b_src, h0), steps, planar=_is_planar(b))
         ctx.save_for_backward(A_steps, h0, states)
         ctx.h0_is_none = h0 is None
         return states, states[:, -1].clone()
@@ -198,7 +279,9 @@ class _BlockScanFunction(torch.autograd.Function):
 def block_scan(
     A: torch.Tensor,
     b: torch.Tensor,
-    h0: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    *,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Chunked parallel block scan. Returns (states (B, T, N, m), final state (B, N, m)).
@@ -206,14 +289,16 @@ def block_scan(
     Args:
         A: (B, T, N, m, m) transitions (row i = output i).
         b: (B, T, N, m) inputs, same dtype as A.
-        h0: (B, N, m) initial state, zeros if None.
+        initial_state: (B, N, m), zeros if None.
+        mask: (B, T) bool or None; a False step is the identity with zero input.
         chunk_size: time chunk; a power of two near sqrt(T) if None.
     """
-    _check_inputs(A, b, h0)
+    _check_inputs(A, b, initial_state, mask)
     chunk = default_chunk_size(b.shape[1]) if chunk_size is None else int(chunk_size)
     if chunk < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    return _BlockScanFunction.apply(A, b, h0, chunk)
+    A, b = _masked(A, b, mask)
+    return _BlockScanFunction.apply(A, b, initial_state, chunk)
 
 
 def companion_matrices(a: torch.Tensor) -> torch.Tensor:
@@ -227,4 +312,69 @@ def companion_matrices(a: torch.Tensor) -> torch.Tensor:
     return torch.cat([a.unsqueeze(-2), shift], dim=-2)
 
 
-__all__ = ["block_scan", "block_scan_sequential", "companion_matrices", "default_chunk_size"]
+def companion_scan(
+    a: torch.Tensor,
+    v: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    *,
+    chunk_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """H-LRU's scan S_t = C(a_t) S_{t-1} + [v_t, 0, ..., 0] with S_t = [h_t, ..., h_{t-m+1}] (B, T, N, m).
+
+    a (B, T, N, m) companion first rows, v (B, T, N) slot-0 inputs; the rest as ``block_scan``, which this is
+    on the m x m companion matrices (the Triton kernel never builds them).
+    """
+    if a.dim() != 4 or tuple(v.shape) != tuple(a.shape[:3]):
+        raise ValueError(f"a must be (B, T, N, m) and v (B, T, N); got {tuple(a.shape)} and {tuple(v.shape)}")
+    b = nn_pad(v.unsqueeze(-1), (0, a.shape[-1] - 1))
+    return block_scan(companion_matrices(a), b, initial_state, mask, chunk_size=chunk_size)
+
+
+def _single_step(new: torch.Tensor, h: torch.Tensor, mask: torch.Tensor | None):
+    """(states (B, 1, N, m), final (B, N, m)) of one step whose update is `new`; a masked step keeps h."""
+    if mask is not None:
+        new = torch.where(mask.view(-1, 1, 1), new, h)
+    return new.unsqueeze(1), new
+
+
+def block_step(
+    A: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``block_scan`` for T = 1 (decoding): the single update h = A_0 h0 + b_0, O(N m^2), no chunk machinery."""
+    _check_inputs(A, b, initial_state, mask)
+    if b.shape[1] != 1:
+        raise ValueError(f"block_step takes one time step (T = 1), got T = {b.shape[1]}")
+    A0, b0 = A[:, 0], b[:, 0]
+    if initial_state is None:
+        return _single_step(b0, torch.zeros_like(b0), mask)
+    return _single_step(torch.einsum("bnij,bnj->bni", A0, initial_state) + b0, initial_state, mask)
+
+
+def companion_step(
+    a: torch.Tensor, v: torch.Tensor, initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``companion_scan`` for T = 1 (decoding): h_t = a . S + v, the older slots shift down; O(N m)."""
+    if a.dim() != 4 or tuple(v.shape) != tuple(a.shape[:3]) or a.shape[1] != 1:
+        raise ValueError(f"a must be (B, 1, N, m) and v (B, 1, N); got {tuple(a.shape)} and {tuple(v.shape)}")
+    a0, v0 = a[:, 0], v[:, 0]
+    S = torch.zeros_like(a0) if initial_state is None else initial_state
+    if tuple(S.shape) != tuple(a0.shape) or S.dtype != a.dtype:
+        raise ValueError(
+            f"initial_state must be {a.dtype} of shape (B, N, m) = {tuple(a0.shape)}, got {S.dtype} {tuple(S.shape)}"
+        )
+    check_mask(mask, a.shape[0], 1)
+    h = (a0 * S).sum(-1, keepdim=True) + v0.unsqueeze(-1)
+    return _single_step(torch.cat([h, S[..., :-1]], dim=-1), S, mask)
+
+
+__all__ = [
+    "block_scan",
+    "block_scan_sequential",
+    "block_step",
+    "check_mask",
+    "companion_matrices",
+    "companion_scan",
+    "companion_step",
+    "default_chunk_size",
+]

@@ -2,16 +2,17 @@
 
 Every channel is an independent scalar recurrence, so ``a`` is just a tensor of the states' shape. The scan is
 the inner step of DEER (each Newton iteration is one of these, with a_t a Jacobian diagonal that may be 0,
-negative or > 1) and of any diagonal SSM; a Triton kernel will replace ``diag_scan`` on GPU.
+negative or > 1) and of any diagonal SSM. This is the torch implementation of the diagonal-scan family, the
+reference of the Triton kernel (hf_ssm.kernels.diag_scan); models reach either through ``scan_dispatch.scan_ops``.
 
-Layout: ``a``, ``b`` and the returned states are ``(B, T, *S)`` (S any channel shape: (D,), (H, N), ...); the
-initial and final states are ``(B, *S)``. Real and complex dtypes; half / bfloat16 inputs are accumulated in
-float32 and the result is cast back to the inputs' dtype.
+One signature: ``diag_scan(a, b, initial_state=None, mask=None) -> (states, final_state)``; ``a``, ``b`` and the
+states are ``(B, T, *S)`` (S any channel shape: (D,), (H, N), ...), the initial and final states ``(B, *S)``,
+mask (B, T) bool (a False step, padding, is the identity with zero input). Real and complex dtypes; half /
+bfloat16 inputs are accumulated in float32 and the result is cast back to the inputs' dtype.
 
 - ``diag_scan_sequential``: a plain loop with autograd. The reference the parallel scan is tested against.
-- ``diag_scan``: chunked parallel scan with a hand-written backward (the adjoint recurrence), the default.
-- ``diag_scan_forward``: the same parallel forward without autograd, for callers that build their own
-  backward (the DEER solver).
+- ``diag_scan``: chunked parallel scan with a hand-written backward (the adjoint recurrence).
+- ``diag_step``: one time step (T = 1, decoding).
 
 The parallel form never divides: cumulative transitions are plain cumulative products inside a chunk, so a_t
 = 0 or a_t < 0 is as safe as any other value (a log-space cumsum would need log|a| and a sign count, and breaks
@@ -30,7 +31,7 @@ import torch
 MAX_CHUNK = 64
 
 
-def _check_inputs(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None) -> None:
+def _check_inputs(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
     if a.dim() < 2:
         raise ValueError(f"a must have shape (B, T, ...), got {tuple(a.shape)}")
     if a.shape != b.shape:
@@ -42,9 +43,21 @@ def _check_inputs(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None) -> 
     expected = (a.shape[0], *a.shape[2:])
     if x0 is not None:
         if tuple(x0.shape) != expected:
-            raise ValueError(f"x0 must have shape (B, ...) = {expected}, got {tuple(x0.shape)}")
+            raise ValueError(f"initial_state must have shape (B, ...) = {expected}, got {tuple(x0.shape)}")
         if x0.dtype != a.dtype:
-            raise TypeError(f"x0 must have the dtype of a and b ({a.dtype}), got {x0.dtype}")
+            raise TypeError(f"initial_state must have the dtype of a and b ({a.dtype}), got {x0.dtype}")
+    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(a.shape[:2])):
+        raise ValueError(
+            f"mask must be a bool tensor of shape (B, T) = {tuple(a.shape[:2])}, got {mask.dtype} {tuple(mask.shape)}"
+        )
+
+
+def mask_steps(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Padding = the identity transition with zero input: (a, b) with 1 and 0 where mask is False."""
+    if mask is None:
+        return a, b
+    keep = mask.view(*mask.shape, *([1] * (a.dim() - 2)))
+    return torch.where(keep, a, 1.0), torch.where(keep, b, 0.0)
 
 
 def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -52,14 +65,15 @@ def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def diag_scan_sequential(
-    a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None = None
+    a: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference loop. Returns (states (B, T, *S), final state (B, *S))."""
-    _check_inputs(a, b, x0)
-    x = torch.zeros_like(b[:, 0]) if x0 is None else x0
+    """Reference loop. Returns (states (B, T, *S), final state (B, *S)); a masked step keeps the state."""
+    _check_inputs(a, b, initial_state, mask)
+    x = torch.zeros_like(b[:, 0]) if initial_state is None else initial_state
     states = []
     for t in range(a.shape[1]):
-        x = a[:, t] * x + b[:, t]
+        new = a[:, t] * x + b[:, t]
+        x = new if mask is None else torch.where(mask[:, t].view(-1, *([1] * (x.dim() - 1))), new, x)
         states.append(x)
     return torch.stack(states, dim=1), x
 
@@ -113,18 +127,6 @@ def _scan_chunked(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor, chunk: int
     return states.reshape(batch, chunks * chunk, *states.shape[3:])[:, :steps]
 
 
-def diag_scan_forward(
-    a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None = None, chunk_size: int | None = None
-) -> torch.Tensor:
-    """Parallel forward without autograd: states (B, T, *S), accumulated in float32 for half inputs."""
-    _check_inputs(a, b, x0)
-    dtype = _accumulation_dtype(a.dtype)
-    a, b = a.to(dtype), b.to(dtype)
-    x0 = torch.zeros_like(b[:, 0]) if x0 is None else x0.to(dtype)
-    with torch.no_grad():
-        return _scan_chunked(a, b, x0, chunk_size)
-
-
 def diag_scan_adjoint(a: torch.Tensor, g: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
     """Reverse-time recurrence lambda_t = g_t + conj(a_{t+1}) * lambda_{t+1}, lambda_{T-1} = g_{T-1}.
 
@@ -161,24 +163,45 @@ class _DiagScanFunction(torch.autograd.Function):
 
 
 def diag_scan(
-    a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None = None, chunk_size: int | None = None
+    a: torch.Tensor,
+    b: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    *,
+    chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Chunked parallel diagonal scan with autograd. Returns (states (B, T, *S), final state (B, *S)).
 
     Args:
         a: (B, T, *S) transition coefficients (any real or complex value, including 0 and negatives).
         b: (B, T, *S) inputs, same dtype as ``a``.
-        x0: (B, *S) initial state, zeros if None.
+        initial_state: (B, *S), zeros if None.
+        mask: (B, T) bool or None; a False step is the identity with zero input.
         chunk_size: inner chunk length; ``default_chunk_size(T)`` if None.
     """
-    _check_inputs(a, b, x0)
+    _check_inputs(a, b, initial_state, mask)
     if chunk_size is not None and int(chunk_size) < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     in_dtype = a.dtype
     dtype = _accumulation_dtype(in_dtype)
-    x0 = torch.zeros_like(b[:, 0]) if x0 is None else x0
+    a, b = mask_steps(a, b, mask)
+    x0 = torch.zeros_like(b[:, 0]) if initial_state is None else initial_state
     states, final = _DiagScanFunction.apply(a.to(dtype), b.to(dtype), x0.to(dtype), chunk_size)
     return states.to(in_dtype), final.to(in_dtype)
 
 
-__all__ = ["diag_scan", "diag_scan_adjoint", "diag_scan_forward", "diag_scan_sequential", "default_chunk_size"]
+def diag_step(
+    a: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``diag_scan`` for T = 1 (decoding): the single update x = a_0 x0 + b_0, no chunk machinery."""
+    _check_inputs(a, b, initial_state, mask)
+    if a.shape[1] != 1:
+        raise ValueError(f"diag_step takes one time step (T = 1), got T = {a.shape[1]}")
+    x0 = torch.zeros_like(b[:, 0]) if initial_state is None else initial_state
+    new = a[:, 0] * x0 + b[:, 0]
+    if mask is not None:
+        new = torch.where(mask.view(-1, *([1] * (new.dim() - 1))), new, x0)
+    return new.unsqueeze(1), new
+
+
+__all__ = ["diag_scan", "diag_scan_adjoint", "diag_scan_sequential", "diag_step", "default_chunk_size", "mask_steps"]

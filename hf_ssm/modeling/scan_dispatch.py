@@ -1,7 +1,7 @@
 """Which implementation runs a scan: the Triton kernels of ``hf_ssm.kernels`` or the PyTorch scans of this folder.
 
 The setting is the config's ``scan_backend`` (``"auto"``, ``"torch"`` or ``"triton"``); a non-empty environment
-variable ``HF_SSM_SCAN_BACKEND`` overrides it. It is resolved at every call from the tensors' device:
+variable ``HF_SSM_SCAN_BACKEND`` overrides it. With the tensors' device it gives the backend:
 
 - ``"torch"``: always the PyTorch scans (``scan_pd``, ``scan_block``, ``scan_diag``), the references;
 - ``"auto"``: the Triton kernels on CUDA tensors when triton imports and the dtype is supported, else torch;
@@ -13,23 +13,30 @@ This file belongs to the portable modeling code (copied next to checkpoints for 
 imported lazily inside a try block, so a checkpoint still loads, on the torch scans, where hf_ssm or triton is
 missing.
 
-Every function also takes packed variable-length input, ``cu_seqlens`` (int32, (num_seqs + 1,)) with tensors
+The block / companion and diagonal scans are one op per family on a ``ScanOps``, bound once per (setting, device)
+by ``scan_ops``: a mixer asks for its ops, computes the op's inputs, calls it and projects; padding (the identity
+transition) and the T = 1 decoding step live inside the ops.
+
+Every op also takes packed variable-length input, ``cu_seqlens`` (int32, (num_seqs + 1,)) with tensors
 (1, total_T, ...) and per-sequence initial / final states; its torch path (a loop over the sequences) is the
 reference of the kernels' variable-length mode.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
 
 from .configuration_hybrid_ssm import SCAN_BACKENDS
 from .scan_block import block_scan as torch_block_scan
-from .scan_block import companion_matrices
+from .scan_block import block_step as torch_block_step
+from .scan_block import companion_scan as torch_companion_scan
+from .scan_block import companion_step as torch_companion_step
 from .scan_diag import diag_scan as torch_diag_scan
-from .scan_diag import diag_scan_adjoint as torch_diag_scan_adjoint
-from .scan_diag import diag_scan_forward as torch_diag_scan_forward
+from .scan_diag import diag_step as torch_diag_step
+from .scan_diag import mask_steps
 
 ENV_VAR = "HF_SSM_SCAN_BACKEND"
 # Largest block size / order of the Triton block scans.
@@ -144,140 +151,128 @@ def varlen_torch(scan, cu_seqlens: torch.Tensor, per_step: tuple, x0: torch.Tens
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# diagonal scan
+# block / companion and diagonal scans: one op per family, bound once per (backend, device)
 
 
-def diag_scan(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    x0: torch.Tensor | None = None,
-    *,
-    backend: str | None = "auto",
-    cu_seqlens: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """x_t = a_t x_{t-1} + b_t with autograd: (states (B, T, *S), final (B, *S)), see ``scan_diag.diag_scan``."""
-    if resolve_backend(backend, a.device, _real_dtype_problem(a, b, x0)) == "triton":
-        return _load_kernels()[0].diag_scan(a, b, x0, cu_seqlens=cu_seqlens)
-    if cu_seqlens is None:
-        return torch_diag_scan(a, b, x0)
-    return varlen_torch(torch_diag_scan, cu_seqlens, (a, b), x0, lambda: torch.zeros_like(b[:, 0]))
-
-
-def diag_scan_forward(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    x0: torch.Tensor | None = None,
-    *,
-    backend: str | None = "auto",
-    cu_seqlens: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """States without autograd (float32 for half inputs), see ``scan_diag.diag_scan_forward``."""
-    if resolve_backend(backend, a.device, _real_dtype_problem(a, b, x0)) == "triton":
-        return _load_kernels()[0].diag_scan_forward(a, b, x0, cu_seqlens=cu_seqlens)
-    if cu_seqlens is None:
-        return torch_diag_scan_forward(a, b, x0)
-
-    def scan(a_, b_, x0_):
-        states = torch_diag_scan_forward(a_, b_, x0_)
-        return states, states[:, -1]
-
-    return varlen_torch(scan, cu_seqlens, (a, b), x0, lambda: torch.zeros_like(b[:, 0]))[0]
-
-
-def diag_scan_adjoint(
-    a: torch.Tensor, g: torch.Tensor, *, backend: str | None = "auto", cu_seqlens: torch.Tensor | None = None
-) -> torch.Tensor:
-    """lambda_t = g_t + conj(a_{t+1}) lambda_{t+1} within each sequence, no autograd."""
-    if resolve_backend(backend, a.device, _real_dtype_problem(a, g)) == "triton":
-        return _load_kernels()[0].diag_scan_adjoint(a, g, cu_seqlens=cu_seqlens)
-    if cu_seqlens is None:
-        return torch_diag_scan_adjoint(a, g)
-
-    def scan(a_, g_, _x0):
-        lam = torch_diag_scan_adjoint(a_, g_)
-        return lam, lam[:, 0]
-
-    return varlen_torch(scan, cu_seqlens, (a, g), None, lambda: torch.zeros_like(g[:, 0]))[0]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# block scans
-
-
-def block_problem(m: int, *tensors) -> str | None:
-    if m > TRITON_MAX_BLOCK:
+def _kernel_problem(m: int | None, *tensors: torch.Tensor | None) -> str | None:
+    """Why the Triton block / diagonal scans cannot take these inputs (None if they can); m: block size, None for
+    the diagonal scan."""
+    if m is not None and m > TRITON_MAX_BLOCK:
         return f"block size m = {m} (the kernels take m <= {TRITON_MAX_BLOCK})"
     problem = _real_dtype_problem(*tensors)
-    if problem is None and any(t is not None and t.is_complex() for t in tensors):
+    if problem is None and m is not None and any(t is not None and t.is_complex() for t in tensors):
         return "complex blocks"
     return problem
 
 
-def _masked_blocks(A: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None):
-    if mask is None:
-        return A, b
-    keep = mask.view(*mask.shape, 1, 1)
-    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
-    zero = torch.zeros((), dtype=b.dtype, device=b.device)
-    return torch.where(keep.unsqueeze(-1), A, eye), torch.where(keep, b, zero)
+class ScanOps:
+    """The block / companion / diagonal scan ops of one backend on one device; build it with ``scan_ops``.
 
+    Every op has one signature, ``op(inputs..., initial_state=None, mask=None, *, cu_seqlens=None) -> (states,
+    final_state)`` with autograd:
 
-def block_scan(
-    A: torch.Tensor,
-    b: torch.Tensor,
-    h0: torch.Tensor | None = None,
-    *,
-    mask: torch.Tensor | None = None,
-    backend: str | None = "auto",
-    cu_seqlens: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """h_t = A_t h_{t-1} + b_t over (B, T, N, m) blocks with autograd, see ``scan_block.block_scan``.
+    - ``block_scan(A (B, T, N, m, m), b (B, T, N, m), initial_state (B, N, m))``: BD-LRU, diag_lru, LSTM DEER;
+    - ``companion_scan(a (B, T, N, m), v (B, T, N), initial_state (B, N, m))``: H-LRU;
+    - ``diag_scan(a (B, T, *S), b (B, T, *S), initial_state (B, *S))``: the DEER linear steps.
 
-    mask: optional (B, T) bool, a False step is the identity with zero input.
+    mask (B, T) bool: a False step (padding) is the identity transition with zero input. T = 1 (decoding) is one
+    O(state) update on either backend, never the chunked machinery. cu_seqlens: packed variable-length input
+    (tensors (1, total_T, ...), one initial / final state per sequence). The torch implementations
+    (scan_block, scan_diag) are the references; on the Triton backend an input the kernels cannot take (float64,
+    m > 8) runs on torch where the setting is "auto" and raises a ValueError where it is "triton".
     """
-    if resolve_backend(backend, b.device, block_problem(b.shape[-1], A, b, h0)) == "triton":
-        return _load_kernels()[0].block_scan(A, b, h0, mask=mask, cu_seqlens=cu_seqlens)
-    A, b = _masked_blocks(A, b, mask)
-    if cu_seqlens is None:
-        return torch_block_scan(A, b, h0)
-    return varlen_torch(torch_block_scan, cu_seqlens, (A, b), h0, lambda: torch.zeros_like(b[:, 0]))
+
+    def __init__(self, backend: str, source: str, strict: bool):
+        self.backend, self.source, self.strict = backend, source, strict
+        self._kernels = _load_kernels()[0] if backend == "triton" else None
+
+    def __repr__(self) -> str:
+        return f"ScanOps(backend={self.backend!r}, from {self.source})"
+
+    def _use_kernels(self, m: int | None, *tensors) -> bool:
+        if self._kernels is None:
+            return False
+        problem = _kernel_problem(m, *tensors)
+        if problem is not None and self.strict:
+            raise ValueError(
+                f"{self.source}: the Triton scans cannot take these inputs: {problem}; use 'auto' or 'torch'"
+            )
+        return problem is None
+
+    def block_scan(self, A, b, initial_state=None, mask=None, *, cu_seqlens=None):
+        with _no_autocast(b):  # the scans and states stay in float32, also under autocast
+            if cu_seqlens is None and b.dim() == 4 and b.shape[1] == 1:
+                return torch_block_step(A, b, initial_state, mask)
+            if self._use_kernels(b.shape[-1], A, b, initial_state):
+                return self._kernels.block_scan(A, b, initial_state, mask, cu_seqlens=cu_seqlens)
+            if cu_seqlens is None:
+                return torch_block_scan(A, b, initial_state, mask)
+            zero = functools.partial(torch.zeros_like, b[:, 0])
+            return varlen_torch(_torch_varlen(torch_block_scan), cu_seqlens, (A, b, mask), initial_state, zero)
+
+    def companion_scan(self, a, v, initial_state=None, mask=None, *, cu_seqlens=None):
+        with _no_autocast(v):
+            if cu_seqlens is None and a.dim() == 4 and a.shape[1] == 1:
+                return torch_companion_step(a, v, initial_state, mask)
+            if self._use_kernels(a.shape[-1], a, v, initial_state):
+                return self._kernels.companion_scan(a, v, initial_state, mask, cu_seqlens=cu_seqlens)
+            if cu_seqlens is None:
+                return torch_companion_scan(a, v, initial_state, mask)
+            zero = functools.partial(torch.zeros_like, a[:, 0])
+            return varlen_torch(_torch_varlen(torch_companion_scan), cu_seqlens, (a, v, mask), initial_state, zero)
+
+    def diag_scan(self, a, b, initial_state=None, mask=None, *, cu_seqlens=None):
+        with _no_autocast(b):
+            if cu_seqlens is None and a.dim() >= 2 and a.shape[1] == 1:
+                return torch_diag_step(a, b, initial_state, mask)
+            if self._use_kernels(None, a, b, initial_state):
+                a, b = mask_steps(a, b, mask)
+                return self._kernels.diag_scan(a, b, initial_state, cu_seqlens=cu_seqlens)
+            if cu_seqlens is None:
+                return torch_diag_scan(a, b, initial_state, mask)
+            zero = functools.partial(torch.zeros_like, b[:, 0])
+            return varlen_torch(_torch_varlen(torch_diag_scan), cu_seqlens, (a, b, mask), initial_state, zero)
 
 
-def companion_scan(
-    a: torch.Tensor,
-    v: torch.Tensor,
-    h0: torch.Tensor | None = None,
-    *,
-    mask: torch.Tensor | None = None,
-    backend: str | None = "auto",
-    cu_seqlens: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """H-LRU's scan S_t = C(a_t) S_{t-1} + [v_t, 0, ...] from the companion first rows a (B, T, N, m) and the
-    slot-0 input v (B, T, N); S = [h_t, ..., h_{t-m+1}] (B, T, N, m). The Triton kernel never builds the m x m
-    matrices; the torch path is ``block_scan(companion_matrices(a), pad(v))``."""
-    m = a.shape[-1]
-    if resolve_backend(backend, v.device, block_problem(m, a, v, h0)) == "triton":
-        return _load_kernels()[0].companion_scan(a, v, h0, mask=mask, cu_seqlens=cu_seqlens)
-    return block_scan(
-        companion_matrices(a),
-        torch.nn.functional.pad(v.unsqueeze(-1), (0, m - 1)),
-        h0,
-        mask=mask,
-        backend="torch",
-        cu_seqlens=cu_seqlens,
-    )
+def _no_autocast(t: torch.Tensor):
+    return torch.autocast(device_type=t.device.type, enabled=False)
+
+
+def _torch_varlen(op):
+    """op(x, y, initial_state, mask) as varlen_torch's scan(x_i, y_i, mask_i, initial_state_i)."""
+
+    def scan(x, y, mask, initial_state):
+        return op(x, y, initial_state, mask)
+
+    return scan
+
+
+_bound_ops: dict = {}
+
+
+def scan_ops(setting: str | None, device: torch.device | str) -> ScanOps:
+    """The ScanOps of `setting` ("auto" / "torch" / "triton", overridden by HF_SSM_SCAN_BACKEND) on `device`.
+
+    The backend is resolved once per (setting, device) and the result kept: a mixer calls this at every forward
+    for the price of a dictionary lookup. A "triton" setting where the kernels cannot run raises a RuntimeError.
+    """
+    choice, source = requested_backend(setting)
+    device = torch.device(device)
+    key = (choice, source, device)
+    ops = _bound_ops.get(key)
+    if ops is None:
+        ops = ScanOps(resolve_backend(choice, device), source, strict=choice == "triton")
+        _bound_ops[key] = ops
+    return ops
 
 
 __all__ = [
     "ENV_VAR",
     "SCAN_BACKENDS",
-    "block_scan",
-    "companion_scan",
-    "diag_scan",
-    "diag_scan_adjoint",
-    "diag_scan_forward",
+    "ScanOps",
     "requested_backend",
     "resolve_backend",
+    "scan_ops",
     "triton_status",
     "varlen_torch",
 ]
