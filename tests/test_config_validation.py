@@ -95,6 +95,14 @@ def test_a_bad_assignment_raises_naming_the_field_and_leaves_the_config_unchange
     assert config.to_dict() == before
 
 
+def test_fields_of_an_unused_mixer_are_checked_once_a_layer_uses_it():
+    """A pure-attention config does not look at pd_ssm_ fields, but switching a layer to pd_ssm validates them."""
+    config = tiny_config(mixers="AA", pd_ssm_state_size=-3)
+    with pytest.raises(ValueError, match="`pd_ssm_state_size` must be an integer >= 1, got -3"):
+        config.mixers = "PA"
+    assert config.mixers == ["attention", "attention"]
+
+
 def test_update_changes_dependent_fields_together():
     """`update` applies several fields at once, then validates: layers and pattern can change together."""
     config = tiny_config(mixers="SA")
@@ -162,7 +170,6 @@ def test_a_config_json_as_saved_by_earlier_versions_loads_and_takes_overrides(tm
         (dict(initializer_range=float("nan")), "`initializer_range` must be a finite number"),
         (dict(use_cache="yes"), "`use_cache` must be True or False"),
         (dict(hidden_act="swishy"), "`hidden_act` must be one of"),
-        (dict(mixers="AA", pd_ssm_state_size=-3), "`pd_ssm_state_size` must be an integer >= 1"),  # unused mixer
         (dict(pd_ssm_stat_size=4), "`pd_ssm_stat_size` is not a HybridSSMConfig field; did you mean "),
         (dict(pd_ssm_diagnal="unit"), "did you mean `pd_ssm_diagonal`"),
         (dict(lru_blok_size=2), "did you mean `lru_block_size`"),

@@ -349,34 +349,23 @@ class HybridSSMConfig(PretrainedConfig):
         return mixers
 
     def _check_values(self) -> None:
-        """Each field on its own: type, range, accepted values (whether or not a layer uses it)."""
+        """The fields every model uses, each on its own: type, range, accepted values."""
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                     "max_position_embeddings", "pd_ssm_num_heads", "pd_ssm_state_size", "pd_ssm_dict_size",
-                     "lrc_state_size", "deer_max_iter", "lru_state_size", "lru_block_size"):  # fmt: skip
+                     "max_position_embeddings"):  # fmt: skip
             _positive_int(name, getattr(self, name))
-        for name in ("num_key_value_heads", "head_dim", "pd_ssm_mlp_width", "input_channels"):
+        for name in ("num_key_value_heads", "head_dim", "input_channels"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
-        for name in ("use_cache", "tie_word_embeddings", "attention_bias", "lrc_input_term"):
+        for name in ("use_cache", "tie_word_embeddings", "attention_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}")
         check_choice("ssm_mixer", self.ssm_mixer, SSM_MIXERS)
         check_choice("hidden_act", self.hidden_act, sorted(ACT2FN))
         check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLING)
         check_choice("scan_backend", self.scan_backend, SCAN_BACKENDS)
-        check_choice("pd_ssm_diagonal", self.pd_ssm_diagonal, PD_SSM_DIAGONALS)
-        check_choice("pd_ssm_initial_state", self.pd_ssm_initial_state, PD_SSM_INITIAL_STATES)
-        check_choice("lrc_solver", self.lrc_solver, LRC_SOLVERS)
-        check_choice("lru_normalization", self.lru_normalization, LRU_NORMALIZATIONS)
         _number("rms_norm_eps", self.rms_norm_eps, low=0, low_open=True)
         _number("initializer_range", self.initializer_range, low=0)
         _number("attention_dropout", self.attention_dropout, low=0, high=1, high_open=True)
-        _number("pd_ssm_temperature", self.pd_ssm_temperature, low=0, low_open=True)
-        for name in ("pd_ssm_magnitude_bias_init", "pd_ssm_phase_bias_init", "pd_ssm_dictionary_diagonal_init"):
-            _number(name, getattr(self, name))
-        _number("deer_tol", self.deer_tol, low=0)
-        _number("deer_damping", self.deer_damping, low=0, high=1, low_open=True)
-        _number("deer_max_growth", self.deer_max_growth, low=1, low_open=True)
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             value = getattr(self, name)
             ids = value if isinstance(value, list) and name == "eos_token_id" else [value]
@@ -390,7 +379,8 @@ class HybridSSMConfig(PretrainedConfig):
                     )
 
     def _validate(self) -> None:
-        """Constraints between fields, for the mixers the layers use."""
+        """The fields of the mixer families the layers use (checked again whenever `mixers` changes), and the
+        constraints between fields."""
         if ATTENTION in self.mixers:
             if self.num_attention_heads % self.num_key_value_heads:
                 raise ValueError(
@@ -399,11 +389,32 @@ class HybridSSMConfig(PretrainedConfig):
                 )
             if self.head_dim % 2:
                 raise ValueError(f"`head_dim` must be even for RoPE, got {self.head_dim}")
-        if any(m in self.mixers for m in ("bd_lru", "h_lru")) and self.lru_state_size % self.lru_block_size:
-            raise ValueError(
-                f"`lru_state_size` ({self.lru_state_size}) must be divisible by `lru_block_size` "
-                f"({self.lru_block_size}): the state is split into lru_state_size / lru_block_size groups"
-            )
+        if "pd_ssm" in self.mixers:
+            for name in ("pd_ssm_num_heads", "pd_ssm_state_size", "pd_ssm_dict_size", "pd_ssm_mlp_width"):
+                _positive_int(name, getattr(self, name))
+            check_choice("pd_ssm_diagonal", self.pd_ssm_diagonal, PD_SSM_DIAGONALS)
+            check_choice("pd_ssm_initial_state", self.pd_ssm_initial_state, PD_SSM_INITIAL_STATES)
+            _number("pd_ssm_temperature", self.pd_ssm_temperature, low=0, low_open=True)
+            for name in ("pd_ssm_magnitude_bias_init", "pd_ssm_phase_bias_init", "pd_ssm_dictionary_diagonal_init"):
+                _number(name, getattr(self, name))
+        if any(m in self.mixers for m in LRC_MIXERS):
+            _positive_int("lrc_state_size", self.lrc_state_size)
+            _positive_int("deer_max_iter", self.deer_max_iter)
+            if not isinstance(self.lrc_input_term, bool):
+                raise ValueError(f"`lrc_input_term` must be True or False, got {self.lrc_input_term!r}")
+            check_choice("lrc_solver", self.lrc_solver, LRC_SOLVERS)
+            _number("deer_tol", self.deer_tol, low=0)
+            _number("deer_damping", self.deer_damping, low=0, high=1, low_open=True)
+            _number("deer_max_growth", self.deer_max_growth, low=1, low_open=True)
+        if any(m in self.mixers for m in LRU_MIXERS):
+            _positive_int("lru_state_size", self.lru_state_size)
+            _positive_int("lru_block_size", self.lru_block_size)
+            check_choice("lru_normalization", self.lru_normalization, LRU_NORMALIZATIONS)
+            if any(m in self.mixers for m in ("bd_lru", "h_lru")) and self.lru_state_size % self.lru_block_size:
+                raise ValueError(
+                    f"`lru_state_size` ({self.lru_state_size}) must be divisible by `lru_block_size` "
+                    f"({self.lru_block_size}): the state is split into lru_state_size / lru_block_size groups"
+                )
 
     @property
     def ssm_layer_indices(self) -> list[int]:
