@@ -16,6 +16,8 @@ SSM_MIXERS = ("pd_ssm", "lrc_ssm", "gru_ssm", "mgu_ssm", "lstm_ssm", "bd_lru", "
 # What the PD-SSM diagonal D may be: both magnitude and phase learnt, magnitude only (arg D = 0), or D = 1.
 PD_SSM_DIAGONALS = ("complex", "magnitude", "unit")
 PD_SSM_INITIAL_STATES = ("zeros", "one_hot", "learned")
+# How PD-SSM makes P_t: mix a dictionary per token (the paper) or pick one of a bank of fixed matrices (Flash PD-SSM).
+PD_SSM_TRANSITIONS = ("dictionary", "bank")
 # Short pattern letters: "A" is attention, "S" the config's `ssm_mixer`; the rest name a mixer directly.
 PATTERN_LETTERS = {
     "A": ATTENTION,
@@ -154,6 +156,11 @@ class HybridSSMConfig(PretrainedConfig):
             (default 0: DESIGN's N(0, 1/N)). About 1 makes P start as the identity for every input, so the layer
             starts as a plain memory and inputs learn to move the state away from it (an exact, non-drifting
             permutation) instead of rotating it with the phase of D.
+        pd_ssm_transition: how P_t is made. `"dictionary"` (default, DESIGN §4): column argmax of the token's mix
+            M_t = sum_k s_t,k M_k of K trainable matrices, Theta(K N^2) per token. `"bank"` (after Flash PD-SSM,
+            arXiv 2605.19150): K trainable score matrices give K fixed column-one-hot matrices once per forward,
+            and every token picks one by the argmax of its selection logits, Theta(d K + N) per token.
+            Straight-through gradients in both modes.
         lrc_state_size: state channels D of lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm (LSTM: (c, h) per channel).
         lrc_input_term: keep the input term W_eps u in the LRC elastance eps (the released code drops it).
         lrc_solver: `"deer"` (Newton over the whole sequence, default) or `"sequential"` (a plain loop of exact
@@ -213,6 +220,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_dictionary_diagonal_init: float = 0.0
     pd_ssm_diagonal: str = "complex"
     pd_ssm_initial_state: str = "zeros"
+    pd_ssm_transition: str = "dictionary"
     lrc_state_size: int = 64
     lrc_input_term: bool = True
     lrc_solver: str = "deer"
@@ -394,7 +402,9 @@ class HybridSSMConfig(PretrainedConfig):
                 _positive_int(name, getattr(self, name))
             check_choice("pd_ssm_diagonal", self.pd_ssm_diagonal, PD_SSM_DIAGONALS)
             check_choice("pd_ssm_initial_state", self.pd_ssm_initial_state, PD_SSM_INITIAL_STATES)
-            _number("pd_ssm_temperature", self.pd_ssm_temperature, low=0, low_open=True)
+            check_choice("pd_ssm_transition", self.pd_ssm_transition, PD_SSM_TRANSITIONS)
+            if not self.pd_ssm_temperature > 0:
+                raise ValueError(f"`pd_ssm_temperature` must be > 0, got {self.pd_ssm_temperature!r}")
             for name in ("pd_ssm_magnitude_bias_init", "pd_ssm_phase_bias_init", "pd_ssm_dictionary_diagonal_init"):
                 _number(name, getattr(self, name))
         if any(m in self.mixers for m in LRC_MIXERS):
