@@ -3,7 +3,8 @@
 Ids: 0 `<pad>`, 1 `<bos>`, 2 `<eos>`, 3 `<unk>`, then byte b -> 4 + b (260 ids in all). Text is encoded as UTF-8,
 so every string round-trips exactly; decoding replaces an incomplete UTF-8 sequence (e.g. a generation cut in the
 middle of a character) with U+FFFD. No special token is added by `__call__`/`encode`; the data pipeline puts
-`<eos>` between packed documents itself. Raw text is always read as bytes (`split_special_tokens=True`): a literal
+`<eos>` between packed documents itself. Batches are padded on the left (`padding_side="left"`, what
+decoder-only generation needs). Raw text is always read as bytes (`split_special_tokens=True`): a literal
 "<eos>" inside a document does not become the end-of-document id.
 
 The module imports only `transformers`, so `save_pretrained` copies it next to `tokenizer_config.json` (with an
@@ -35,6 +36,9 @@ class ByteTokenizer(PreTrainedTokenizer):
         kwargs.setdefault("clean_up_tokenization_spaces", False)
         # Raw text is always bytes: a literal "<eos>" in a document is 5 byte tokens, not the end-of-document id.
         kwargs.setdefault("split_special_tokens", True)
+        # Decoder-only generation continues from the last position of every row, so a padded batch of prompts
+        # must be padded on the left (transformers' generate warns otherwise); saved with the tokenizer.
+        kwargs.setdefault("padding_side", "left")
         super().__init__(pad_token=pad_token, bos_token=bos_token, eos_token=eos_token, unk_token=unk_token, **kwargs)
 
     @property

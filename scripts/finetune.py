@@ -26,6 +26,7 @@ from pathlib import Path
 
 from hf_ssm.training.finetune import FinetuneSettings, finetune, prepare_finetuning
 from hf_ssm.training.lm import (
+    RESUME_SAFE_SETTINGS,
     add_run_folder_arguments,
     add_settings_arguments,
     check_run_folder_arguments,
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         parser.error(str(err))
     try:
-        check_run_folder_arguments(args.resume, args.output_dir)
+        check_run_folder_arguments(args.resume, args.output_dir, settings, RESUME_SAFE_SETTINGS)
         configure_cpu_threads(args.cpu_threads)
     except ValueError as err:
         parser.error(str(err))

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from hf_ssm.training.lm import (
+    RESUME_SAFE_SETTINGS,
     PretrainSettings,
     add_run_folder_arguments,
     add_settings_arguments,
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, argparse.ArgumentTypeError) as err:
         parser.error(str(err))
     try:
-        check_run_folder_arguments(args.resume, args.output_dir)
+        check_run_folder_arguments(args.resume, args.output_dir, settings, RESUME_SAFE_SETTINGS)
         configure_cpu_threads(args.cpu_threads)
     except ValueError as err:
         parser.error(str(err))

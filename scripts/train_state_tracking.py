@@ -8,8 +8,13 @@ selective LRU), offline, a few minutes on a 2-core CPU. Examples:
     python scripts/train_state_tracking.py --suite --tasks parity,even_pairs --mixers pd_ssm,bd_lru,attention
     accelerate launch scripts/train_state_tracking.py --task parity
 
+--pattern gives one layer per letter, HybridSSMConfig's letters with S = --mixer (e.g. --pattern SA: the mixer,
+then attention; --pattern BA: bd_lru then attention). --num_generators applies to a5 / s5 only.
+
 Each run writes <output_dir>/<task>_<mixer>/ with settings.json, results.json, accuracy_vs_length.png, the
-model (save_pretrained) and resumable checkpoints; a suite also writes comparison.{md,json,png}.
+model (save_pretrained) and resumable checkpoints; a suite also writes comparison.{md,json,png}. --resume
+continues every run with the settings it was trained with (changed ones are refused, naming them, apart from
+those declared safe: how often it evaluates / checkpoints, when it stops, how many restarts, the test size).
 
 Model selection (hf_ssm/training/state_tracking.py): every --eval_every steps the model is scored on held-out
 validation sequences at the test lengths (--validation_lengths test, the default; "train" selects on the
@@ -24,13 +29,17 @@ import argparse
 import json
 import sys
 import time
+import typing
 from dataclasses import fields
 from pathlib import Path
 
 from hf_ssm.data import TASK_NAMES
-from hf_ssm.modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS
+from hf_ssm.modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS, SSM_MIXERS
+from hf_ssm.training.checkpointing import check_run_folder_arguments
 from hf_ssm.training.state_tracking import (
+    RESUME_SAFE_SETTINGS,
     StateTrackingSettings,
+    check_resume_runs,
     plot_accuracy_vs_length,
     results_table,
     train_with_restarts,
@@ -38,6 +47,10 @@ from hf_ssm.training.state_tracking import (
 
 DEFAULT_TASKS = ["parity", "cycle_navigation"]
 DEFAULT_MIXERS = ["pd_ssm", "diag_lru"]
+HELP = {
+    "pattern": f"one layer per letter: S = the mixer, {', '.join(f'{k} {v}' for k, v in PATTERN_LETTERS.items())} ",
+    "num_generators": "generators of the a5 / s5 word problems (default 2; refused for the other tasks) ",
+}
 
 
 def comma_list(text: str) -> list[str]:
@@ -53,18 +66,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mixers", type=comma_list, help="comma-separated mixers (a suite)")
     parser.add_argument("--suite", action="store_true", help="run every task x mixer and write one comparison")
     parser.add_argument("--output_dir", default=None, help="run folder (default runs/state_tracking/<time>)")
-    parser.add_argument("--resume", action="store_true", help="continue each run from its latest checkpoint")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue each run from its latest checkpoint (with the same settings, apart from "
+        f"{', '.join(sorted(RESUME_SAFE_SETTINGS))})",
+    )
     parser.add_argument(
         "--config",
         type=json.loads,
         default={},
         help="extra HybridSSMConfig fields as JSON, e.g. '{\"pd_ssm_magnitude_bias_init\": 3.0}'",
     )
+    hints = typing.get_type_hints(StateTrackingSettings)
     for f in fields(StateTrackingSettings):
         if f.name in ("task", "mixer", "extra_config"):
             continue
         value = getattr(defaults, f.name)
-        parser.add_argument(f"--{f.name}", type=type(value), default=value, help=f"(default {value})")
+        kind = next((t for t in typing.get_args(hints[f.name]) if t is not type(None)), hints[f.name])
+        parser.add_argument(f"--{f.name}", type=kind, default=value, help=HELP.get(f.name, "") + f"(default {value})")
     return parser
 
 
@@ -83,16 +103,20 @@ def main(argv: list[str] | None = None) -> int:
     skip = ("task", "mixer", "extra_config")
     common = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings) if f.name not in skip}
     runs = [StateTrackingSettings(task=t, mixer=m, extra_config=args.config, **common) for t in tasks for m in mixers]
-    for settings in runs:
-        try:
-            settings.validate()
-        except ValueError as err:
-            parser.error(str(err))
-
     out = Path(args.output_dir or f"runs/state_tracking/{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dirs = [out / f"{settings.task}_{settings.mixer}" if suite else out for settings in runs]
+    try:
+        for settings in runs:
+            settings.validate()
+        check_run_folder_arguments(args.resume, args.output_dir)
+        for settings, run_dir in zip(runs, run_dirs):
+            if args.resume:  # refuse changed settings before any run trains or rewrites its settings.json
+                check_resume_runs(settings, run_dir)
+    except ValueError as err:
+        parser.error(str(err))
+
     all_results = []
-    for settings in runs:
-        run_dir = out / f"{settings.task}_{settings.mixer}" if suite else out
+    for settings, run_dir in zip(runs, run_dirs):
         all_results.append(train_with_restarts(settings, run_dir, resume=args.resume))
         print(f"\n{settings.task} / {settings.mixer}: written to {run_dir}")
         print(results_table(all_results[-1:]))

@@ -31,7 +31,9 @@ from pathlib import Path
 
 from hf_ssm.data.timeseries import MISSING_POLICIES, SPLIT_MODES, load_timeseries
 from hf_ssm.modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS
+from hf_ssm.training.checkpointing import check_resume, check_run_folder_arguments
 from hf_ssm.training.timeseries import (
+    RESUME_SAFE_SETTINGS,
     TimeSeriesSettings,
     load_data,
     plot_curves,
@@ -80,7 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--missing_indicators", action="store_true", help="append the observed mask as channels")
     parser.add_argument("--extra_config", type=json_object, default={}, help="more HybridSSMConfig fields (JSON)")
     parser.add_argument("--output_dir", default=None, help="run folder (default runs/timeseries/<time>)")
-    parser.add_argument("--resume", action="store_true", help="continue each run from its latest checkpoint")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue each run from its latest checkpoint (with the same settings, apart from "
+        f"{', '.join(sorted(RESUME_SAFE_SETTINGS))})",
+    )
     for f in fields(TimeSeriesSettings):
         if f.name in _SPECIAL:
             continue
@@ -100,21 +107,28 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown mixer {mixer!r}; choose from {', '.join((*SSM_MIXERS, ATTENTION))}")
     common = {f.name: getattr(args, f.name) for f in fields(TimeSeriesSettings) if f.name not in ("mixer", "seed")}
     runs = [TimeSeriesSettings(mixer=m, seed=s, **common) for m in mixers for s in seeds]
-    for settings in runs:
-        try:
+    try:
+        for settings in runs:
             settings.validate()
-        except ValueError as err:
-            parser.error(str(err))
+        check_run_folder_arguments(args.resume, args.output_dir)
+    except ValueError as err:
+        parser.error(str(err))
     try:  # fail before any training when the data cannot be found or parsed
-        load_timeseries(args.dataset, args.data_dir, split=args.split, missing=args.missing)
+        name = load_timeseries(args.dataset, args.data_dir, split=args.split, missing=args.missing).name
     except ValueError as err:
         parser.error(str(err))
 
     out = Path(args.output_dir or f"runs/timeseries/{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dirs = [out / f"{name}_{s.label.replace(':', '_')}" / f"seed_{s.seed}" for s in runs]
+    if args.resume:  # refuse changed settings before any run trains or rewrites its settings.json
+        try:
+            for settings, run_dir in zip(runs, run_dirs):
+                check_resume(settings, run_dir, RESUME_SAFE_SETTINGS)
+        except ValueError as err:
+            parser.error(str(err))
     all_results = []
-    for settings in runs:
+    for settings, run_dir in zip(runs, run_dirs):
         data = load_data(settings)  # the split (and so the normalisation) depends on the seed
-        run_dir = out / f"{data.name}_{settings.label.replace(':', '_')}" / f"seed_{settings.seed}"
         result = train_timeseries(settings, run_dir, resume=args.resume, data=data)
         all_results.append(result)
         print(

@@ -151,6 +151,19 @@ def test_lora_resume_reproduces_the_uninterrupted_run(base_dir, tmp_path, monkey
     assert [h["loss"] for h in resumed["history"]] == pytest.approx([h["loss"] for h in full["history"]], rel=1e-6)
 
 
+def test_resume_with_changed_settings_is_refused(base_dir, tmp_path):
+    """finetune(resume=True) shares pretraining's check: a changed LoRA rank is refused, naming the field, before
+    settings.json is rewritten."""
+    settings = dict(model=str(base_dir), lora=True, **SMALL)
+    finetune(FinetuneSettings(**settings), tmp_path)
+    recorded = (tmp_path / "settings.json").read_text()
+    with pytest.raises(ValueError, match="lora_r 8 -> 4"):
+        finetune(FinetuneSettings(**{**settings, "lora_r": 4}), tmp_path, resume=True)
+    assert (tmp_path / "settings.json").read_text() == recorded
+    assert not (tmp_path / "model" / "checkpoint_complete.json").exists()
+    assert not (tmp_path / "adapter" / "checkpoint_complete.json").exists()
+
+
 def _script():
     spec = importlib.util.spec_from_file_location("_script_finetune", ROOT / "scripts" / "finetune.py")
     module = importlib.util.module_from_spec(spec)

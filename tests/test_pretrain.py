@@ -112,6 +112,18 @@ def test_byte_tokenizer_round_trips_and_keeps_specials_out_of_text(tmp_path):
     assert out.stdout.strip() == "260"
 
 
+def test_byte_tokenizer_pads_prompts_on_the_left_for_generation(tmp_path):
+    """Decoder-only generation continues every row from its last position: the byte tokenizer pads on the left
+    (it padded on the right, which transformers' generate warns about), also once saved and reloaded."""
+    tok = ByteTokenizer()
+    batch = tok(["a", "abc"], padding=True)
+    assert batch["input_ids"][0] == [tok.pad_token_id, tok.pad_token_id, ord("a") + BYTE_OFFSET]
+    assert batch["attention_mask"][0] == [0, 0, 1]
+    tok.save_pretrained(tmp_path)
+    assert ByteTokenizer.from_pretrained(tmp_path).padding_side == "left"
+    assert ByteTokenizer(padding_side="right").padding_side == "right"  # still a choice
+
+
 def test_packing_puts_eos_between_documents_and_restarts_positions():
     tok = ByteTokenizer()
     ids, starts = pack_documents(tok, ["ab", "cde", "f", "ghij"], block_size=5)
@@ -339,6 +351,7 @@ def test_loss_falls_and_run_folder_is_complete(tmp_path):
                  "model/tokenizer_config.json", "model/tokenization.py", "model/README.md",
                  "model/modeling_hybrid_ssm.py"):  # fmt: skip
         assert (tmp_path / name).is_file(), name
+    assert not (tmp_path / "model" / "checkpoint_complete.json").exists()  # an exported model, not a checkpoint
     assert metrics["sample"]["text"].startswith("Once upon a time,")
 
 
@@ -365,6 +378,8 @@ def _script_module(name: str):
         (["--train_files", __file__], "known extensions"),
         (["--config", "/no/such/config.json"], "--config: file not found"),
         (["--override", "hidden_size"], "KEY=VALUE"),
+        (["--override", "hiden_size=100"], "--override: 'hiden_size' is not a HybridSSMConfig field; did you mean"),
+        (["--override", "pd_ssm_stat_size=4"], "did you mean `pd_ssm_state_size`"),
     ],
 )
 def test_bad_arguments_exit_with_a_clear_message(args, message, tmp_path, capsys, monkeypatch):
@@ -405,3 +420,49 @@ def test_local_jsonl_and_text_files_train(tmp_path):
     bad = CorpusSpec(dataset=None, train_files=[str(jsonl)], text_column="text")
     with pytest.raises(ValueError, match="no text column 'text'"):
         DocumentSource(bad)
+
+
+def test_a_config_file_with_a_misspelt_field_is_refused(tmp_path, capsys):
+    """--config JSON keys are config fields: a misspelling is refused with the closest name, not ignored."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"hidden_size": 32, "num_hidden_layers": 2, "mixers": "SA", "hiden_act": "silu"}))
+    with pytest.raises(SystemExit) as exit_info:
+        _script_module("pretrain").main(["--config", str(path), "--output_dir", str(tmp_path / "run")])
+    assert exit_info.value.code == 2
+    assert "'hiden_act' is not a HybridSSMConfig field; did you mean `hidden_act`" in capsys.readouterr().err
+
+
+def test_resume_with_changed_settings_is_refused_before_the_run_folder_changes(tmp_path, capsys):
+    """pretrain(resume=True) and scripts/pretrain.py --resume compare the settings with the checkpoint's: a new
+    learning rate or model override is refused naming the fields (it was silently ignored / failed later), while
+    fields declared safe (eval_every) may change."""
+    from hf_ssm.training.checkpointing import check_resume
+    from hf_ssm.training.lm import RESUME_SAFE_SETTINGS
+
+    run = tmp_path / "run"
+    pretrain(tiny(max_steps=4, eval_every=2, save_every=2), run)
+    recorded = (run / "settings.json").read_text()
+    changed = tiny(max_steps=4, eval_every=2, save_every=2, learning_rate=2e-2)
+    with pytest.raises(ValueError, match="learning_rate 0.01 -> 0.02"):
+        pretrain(changed, run, resume=True)
+    with pytest.raises(SystemExit) as exit_info:
+        _script_module("pretrain").main(
+            [
+                *TINY_ARGS,
+                "--max_steps",
+                "4",
+                "--eval_every",
+                "2",
+                "--save_every",
+                "2",
+                "--override",
+                "hidden_size=64",
+                "--output_dir",
+                str(run),
+                "--resume",
+            ]  # fmt: skip
+        )
+    assert exit_info.value.code == 2
+    assert "override {'hidden_size': 32" in capsys.readouterr().err
+    assert (run / "settings.json").read_text() == recorded
+    assert check_resume(tiny(max_steps=4, eval_every=1, save_every=2), run, RESUME_SAFE_SETTINGS).name == "step_2"

@@ -42,6 +42,8 @@ def test_smoke_run_writes_run_folder_and_loadable_checkpoint(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     for name in ("settings.json", "results.json", "accuracy_vs_length.png", "model/model.safetensors"):
         assert (tmp_path / name).is_file(), name
+    for model_dir in (tmp_path / "model", tmp_path / "seed_0" / "model"):  # an exported model, not a checkpoint
+        assert not (model_dir / "checkpoint_complete.json").exists()
     results = json.loads((tmp_path / "results.json").read_text())
     assert [b["min_length"] for b in results["test"]["buckets"]] == [12, 22]
     assert all(0.0 <= b["accuracy"] <= 1.0 for b in results["test"]["buckets"])
@@ -72,12 +74,35 @@ def test_suite_writes_comparison(tmp_path):
         (["--task", "parity", "--mixer", "lstm"], "unknown mixer"),
         (["--task", "parity", "--validation_lengths", "all"], "validation_lengths"),
         (["--task", "parity", "--pd_ssm_initial_state", "ones"], "pd_ssm_initial_state"),
+        # HybridSSMConfig's pattern letters (any other letter used to mean the mixer): S, A, P, B, H, D, L, G, M, R
+        (["--task", "parity", "--pattern", "SXA"], "unknown letters ['X']"),
+        (["--task", "parity", "--pattern", "sa"], "unknown letters ['a', 's']"),
+        (["--task", "parity", "--num_generators", "3"], "num_generators only applies to the group tasks"),
+        (["--task", "parity", "--config", '{"pd_ssm_diagnal": "unit"}'], "did you mean `pd_ssm_diagonal`"),
+        (["--task", "parity", "--config", '{"hiden_size": 8}'], "did you mean `hidden_size`"),
     ],
 )
 def test_bad_arguments_exit_with_clear_message(args, message, tmp_path):
+    """Refused (exit 2) before any training, naming the problem; none is silently ignored."""
     result = run_script(*args, "--output_dir", str(tmp_path))
     assert result.returncode == 2
     assert message in result.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_pattern_letters_mean_what_they_mean_in_the_config():
+    """--pattern uses HybridSSMConfig's letters with S = --mixer: B is bd_lru (it used to mean the mixer), and
+    every SSM family in the pattern gets its state width matched to PD-SSM's 2 N H."""
+    from hf_ssm.training.state_tracking import model_config
+
+    base = dict(task="parity", hidden_size=16, state_size=4, num_heads=1)
+    config = model_config(StateTrackingSettings(**base, mixer="pd_ssm", pattern="BA"))
+    assert config.mixers == ["bd_lru", "attention"] and config.lru_state_size == 8
+    config = model_config(StateTrackingSettings(**base, mixer="diag_lru", pattern="SAL"))
+    assert config.mixers == ["diag_lru", "attention", "lrc_ssm"] and config.lrc_state_size == 8
+    config = model_config(StateTrackingSettings(**base, mixer="attention", pattern="SP"))
+    assert config.mixers == ["attention", "pd_ssm"]  # an attention baseline turns S into A only
+    assert model_config(StateTrackingSettings(task="a5", num_generators=3)).vocab_size == 4
 
 
 def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkeypatch):
@@ -213,3 +238,85 @@ def test_restarts_stop_once_validation_reaches_the_target(tmp_path, monkeypatch)
     results = train_with_restarts(StateTrackingSettings(**RESTART_SETTINGS), tmp_path)
     assert results["seed"] == 6 and [r["seed"] for r in results["restarts"]] == [5, 6]
     assert not (tmp_path / "seed_7").exists()
+
+
+def _interrupted_run(run_dir: Path, monkeypatch, **overrides) -> dict:
+    """Train 8 steps with checkpoints every 2, killed at the step-6 evaluation (latest checkpoint: step 4)."""
+    import hf_ssm.training.state_tracking as st
+
+    settings = dict(
+        task="parity", hidden_size=16, state_size=4, dict_size=4, batch_size=8, eval_every=2, save_every=2,
+        num_buckets=1, eval_samples_per_bucket=8, train_max_length=12, test_min_length=12, test_max_length=20,
+        target_accuracy=1.0, max_steps=8, **overrides,
+    )  # fmt: skip
+    real_evaluate, calls = st.evaluate, []
+
+    def evaluate_then_die(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(st, "evaluate", evaluate_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train_state_tracking(StateTrackingSettings(**settings), run_dir)
+    monkeypatch.setattr(st, "evaluate", real_evaluate)
+    return settings
+
+
+def test_resume_refuses_changed_settings_before_touching_the_run_folder(tmp_path, monkeypatch):
+    """--resume with a new learning rate (silently ignored before), hidden size or task (a raw state_dict error
+    after settings.json was overwritten): refused, naming each field, and settings.json is left as it was."""
+    settings = _interrupted_run(tmp_path, monkeypatch)
+    recorded = (tmp_path / "settings.json").read_text()
+    with pytest.raises(ValueError, match="learning_rate 0.01 -> 0.02") as info:
+        train_state_tracking(StateTrackingSettings(**{**settings, "learning_rate": 0.02}), tmp_path, resume=True)
+    assert "settings that may change on resume" in str(info.value)
+    with pytest.raises(ValueError, match="task 'parity' -> 'even_pairs'; hidden_size 16 -> 32"):
+        train_state_tracking(
+            StateTrackingSettings(**{**settings, "task": "even_pairs", "hidden_size": 32}), tmp_path, resume=True
+        )
+    assert (tmp_path / "settings.json").read_text() == recorded
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_2", "step_4"]
+
+
+def test_resume_accepts_safe_changes_and_counts_the_time_before_the_interruption(tmp_path, monkeypatch):
+    """A setting declared safe (here save_every) may change; train_seconds of the resumed run includes the
+    training time recorded in the checkpoint, not only the time after the restart."""
+    from hf_ssm.training.checkpointing import read_metadata
+    from hf_ssm.training.state_tracking import RESUME_SAFE_SETTINGS
+
+    settings = _interrupted_run(tmp_path, monkeypatch)
+    before = read_metadata(tmp_path / "checkpoints" / "step_4")["train_seconds"]
+    assert before > 0 and "save_every" in RESUME_SAFE_SETTINGS
+    resumed = train_state_tracking(StateTrackingSettings(**{**settings, "save_every": 3}), tmp_path, resume=True)
+    assert [h["step"] for h in resumed["history"]] == [2, 4, 6, 8]
+    assert resumed["train_seconds"] > before
+    assert json.loads((tmp_path / "settings.json").read_text())["save_every"] == 3
+
+
+def _script_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_state_tracking_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_script_resume_checks_every_restart_before_training(tmp_path, monkeypatch, capsys):
+    """The script compares the settings of every restart (finished or interrupted) before any run starts; --resume
+    needs --output_dir (it used to start a fresh time-stamped run)."""
+    _scripted_validation(monkeypatch, {5: 0.4, 6: 0.5, 7: 0.6})
+    train_with_restarts(StateTrackingSettings(**RESTART_SETTINGS), tmp_path)
+    script = _script_module()
+    args = [f"--{k}={v}" for k, v in RESTART_SETTINGS.items() if k not in ("task", "learning_rate")]
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--task", "parity", "--mixer", "pd_ssm", *args, "--learning_rate", "0.5", "--output_dir",
+                     str(tmp_path), "--resume"])  # fmt: skip
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "learning_rate 0.01 -> 0.5" in err and "seed_5" in err
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--task", "parity", "--resume"])
+    assert exit_info.value.code == 2 and "--resume needs --output_dir" in capsys.readouterr().err

@@ -382,6 +382,30 @@ def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkey
     assert resumed["test_accuracy"] == full["test_accuracy"] and resumed["best_epoch"] == full["best_epoch"]
 
 
+def test_resume_with_changed_settings_is_refused_and_safe_ones_may_change(tmp_path):
+    """train_timeseries(resume=True) compares the settings with the checkpoint's: a new hidden size is refused
+    naming the field before settings.json is rewritten; patience (declared safe) may change."""
+    from hf_ssm.training.timeseries import RESUME_SAFE_SETTINGS
+
+    g = torch.Generator().manual_seed(4)
+    write_ts(tmp_path / "data", "Res_TRAIN", "a b", random_rows(16, 2, g))
+    write_ts(tmp_path / "data", "Res_TEST", "a b", random_rows(6, 2, g))
+    settings = dict(
+        dataset="Res", data_dir=str(tmp_path / "data"), mixer="diag_lru", hidden_size=8, state_size=4,
+        batch_size=4, max_epochs=3, patience=10, save_every=2,
+    )  # fmt: skip
+    run = tmp_path / "run"
+    train_timeseries(TimeSeriesSettings(**settings), run)
+    recorded = (run / "settings.json").read_text()
+    with pytest.raises(ValueError, match="hidden_size 8 -> 16"):
+        train_timeseries(TimeSeriesSettings(**{**settings, "hidden_size": 16}), run, resume=True)
+    assert (run / "settings.json").read_text() == recorded
+    assert "patience" in RESUME_SAFE_SETTINGS
+    resumed = train_timeseries(TimeSeriesSettings(**{**settings, "patience": 12}), run, resume=True)
+    assert [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
+    assert not (run / "model" / "checkpoint_complete.json").exists()  # an exported model, not a checkpoint
+
+
 def run_script(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     return subprocess.run(
@@ -427,6 +451,8 @@ def test_script_smoke_run_on_basicmotions(tmp_path):
         (["--dataset", "NoSuchData", "--data_dir", "."], "not found"),
         (["--pattern", "SX"], "unknown letters"),
         (["--split", "random"], "invalid choice"),
+        (["--extra_config", '{"lru_blok_size": 2}'], "did you mean `lru_block_size`"),
+        (["--extra_config", '{"hiden_size": 8}'], "did you mean `hidden_size`"),
     ],
 )
 def test_script_bad_arguments_exit_with_clear_message(args, message, tmp_path, capsys):

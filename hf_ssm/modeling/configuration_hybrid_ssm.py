@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import math
 
 from transformers import PretrainedConfig
+from transformers.activations import ACT2FN
 from transformers.modeling_rope_utils import RopeParameters
 
 ATTENTION = "attention"
@@ -45,6 +48,11 @@ ATTENTION_LAYER_TYPE = "full_attention"
 SSM_LAYER_TYPE = "linear_attention"
 
 
+# Fields of these mixer families start with one of these prefixes; an unknown keyword with such a prefix is a
+# misspelt field and is refused (other unknown keywords stay PretrainedConfig extras, as transformers passes many).
+MIXER_FIELD_PREFIXES = ("pd_ssm_", "lru_", "lrc_", "deer_")
+
+
 def _positive_int(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
@@ -58,6 +66,55 @@ def check_choice(name: str, value, accepted) -> None:
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _number(name: str, value, low=None, high=None, low_open=False, high_open=False) -> None:
+    """ValueError naming `name` unless `value` is a finite real number in the given (open or closed) range."""
+    ok = _is_number(value) and math.isfinite(value)
+    ok = ok and (low is None or (value > low if low_open else value >= low))
+    ok = ok and (high is None or (value < high if high_open else value <= high))
+    if not ok:
+        lo = "" if low is None else f"{'>' if low_open else '>='} {low}"
+        hi = "" if high is None else f"{'<' if high_open else '<='} {high}"
+        where = " and ".join(part for part in (lo, hi) if part)
+        raise ValueError(f"`{name}` must be a finite number{' ' + where if where else ''}, got {value!r}")
+
+
+def _closest(name: str, candidates) -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean `{close[0]}`?" if close else ""
+
+
+def config_field_names(config_class=None) -> list[str]:
+    """Every field a config class declares (its own and PretrainedConfig's), sorted; default HybridSSMConfig."""
+    return sorted(f.name for f in dataclasses.fields(config_class or HybridSSMConfig))
+
+
+def check_config_keys(keys, source: str = "config", config_class=None) -> None:
+    """ValueError unless every key is a declared field of the config class (default HybridSSMConfig).
+
+    For option values that can only mean config fields (`--override KEY=VALUE`, a `--config` JSON object): a
+    misspelt key is refused with the closest valid name instead of becoming an ignored PretrainedConfig extra.
+    """
+    valid = config_field_names(config_class)
+    accepted = {*valid, "num_labels"}  # num_labels: PretrainedConfig's property that sets id2label
+    for key in keys:
+        if key not in accepted:
+            raise ValueError(
+                f"{source}: {key!r} is not a {(config_class or HybridSSMConfig).__name__} field{_closest(key, valid)}"
+                " (list the fields with hf_ssm.modeling.configuration_hybrid_ssm.config_field_names())"
+            )
+
+
+def _reject_misspelt_mixer_fields(config_class, keys) -> None:
+    """ValueError for a keyword that looks like a mixer field (MIXER_FIELD_PREFIXES) but is not a declared one."""
+    valid = config_field_names(config_class)
+    for key in keys:
+        if key.startswith(MIXER_FIELD_PREFIXES) and key not in valid:
+            prefix = next(p for p in MIXER_FIELD_PREFIXES if key.startswith(p))
+            same_prefix = [name for name in valid if name.startswith(prefix)]
+            hint = _closest(key, same_prefix) or f"; its fields with this prefix: {same_prefix}"
+            raise ValueError(f"`{key}` is not a {config_class.__name__} field{hint}")
 
 
 class HybridSSMConfig(PretrainedConfig):
@@ -181,24 +238,99 @@ class HybridSSMConfig(PretrainedConfig):
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
 
+    # Validation holds however the config is built or changed (DESIGN §7). transformers' own mechanism, the
+    # `@strict` decorator of huggingface_hub, checks annotated types on assignment and runs `validate_*` methods at
+    # construction and save, but raises StrictDataclass*Error (neither ValueError nor TypeError) and refuses an int
+    # for a float field (`--override pd_ssm_magnitude_bias_init=3`), so this class checks in `__post_init__` and
+    # re-checks every later change of one of its fields (`__setattr__`, `update`, `from_pretrained(path, **kw)`),
+    # re-deriving `mixers` / `layer_types`; a change that fails leaves the config as it was.
+
     def __post_init__(self, **kwargs):
+        _reject_misspelt_mixer_fields(type(self), kwargs)
+        self._check_values()
+        self.mixers = self._resolve_mixers(self.mixers)
         if self.rope_parameters is None:
             self.rope_parameters = {"rope_type": "default", "rope_theta": 10000.0}
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
         if self.head_dim is None:
-            self.head_dim = self.hidden_size // self.num_attention_heads
+            if ATTENTION in self.mixers and self.hidden_size % self.num_attention_heads:
+                raise ValueError(
+                    f"`hidden_size` ({self.hidden_size}) must be divisible by `num_attention_heads` "
+                    f"({self.num_attention_heads}), or give `head_dim` explicitly"
+                )
+            # max(1, .): a model without attention layers never uses head_dim, but a saved config must reload
+            self.head_dim = max(1, self.hidden_size // self.num_attention_heads)
         if self.pd_ssm_mlp_width is None:
             self.pd_ssm_mlp_width = 2 * self.pd_ssm_state_size
-        self.mixers = self._resolve_mixers(self.mixers)
-        # layer_types is derived from mixers (it tells DynamicCache which layers keep KV and which a state).
-        self.layer_types = [ATTENTION_LAYER_TYPE if m == ATTENTION else SSM_LAYER_TYPE for m in self.mixers]
+        self.layer_types = self._derived_layer_types(self.layer_types)
         self._validate()
         super().__post_init__(**kwargs)
 
+    def __setattr__(self, key, value):
+        if key in _OWN_FIELDS and self.__dict__.get("_post_init_done"):
+            self._apply_changes({key: value})
+        else:
+            super().__setattr__(key, value)
+
+    def update(self, config_dict: dict) -> None:
+        """Like PretrainedConfig.update, but this class's fields change together, then are validated once: use it
+        to change fields that depend on each other, e.g. `config.update({"num_hidden_layers": 2, "mixers": "SA"})`."""
+        own = {k: v for k, v in config_dict.items() if k in _OWN_FIELDS}
+        _reject_misspelt_mixer_fields(type(self), config_dict)
+        super().update({k: v for k, v in config_dict.items() if k not in own})
+        self._apply_changes(own)
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """PretrainedConfig.from_dict; keyword overrides of this class's fields (`from_pretrained(path,
+        mixers="SA")`) are applied together and validated, and a misspelt mixer field is refused."""
+        _reject_misspelt_mixer_fields(cls, kwargs)
+        own = {k: kwargs.pop(k) for k in list(kwargs) if k in _OWN_FIELDS}
+        result = super().from_dict(config_dict, **kwargs)
+        config = result[0] if isinstance(result, tuple) else result
+        if own:
+            config._apply_changes(own)
+        return result
+
+    def _apply_changes(self, changes: dict) -> None:
+        """Set fields of this class after construction, re-derive `mixers` / `layer_types` and validate; on any
+        error the config keeps its previous values."""
+        before = dict(self.__dict__)
+        set_raw = super().__setattr__
+        try:
+            for key, value in changes.items():
+                set_raw(key, value)
+            self._check_values()
+            if "ssm_mixer" in changes and "mixers" not in changes:
+                new = changes["ssm_mixer"]
+                if new != before["ssm_mixer"] and before["ssm_mixer"] in self.mixers:
+                    raise ValueError(
+                        f"`ssm_mixer` is what the letter S of a `mixers` pattern stands for, and this config's "
+                        f"layers are already resolved ({self.mixers}): give `mixers` in the same change, e.g. "
+                        f"config.update({{'ssm_mixer': {new!r}, 'mixers': {'S' * self.num_hidden_layers!r}}}) or "
+                        f"from_pretrained(path, ssm_mixer={new!r}, mixers=...)"
+                    )
+            if "mixers" in changes or "num_hidden_layers" in changes or "ssm_mixer" in changes:
+                set_raw("mixers", self._resolve_mixers(self.mixers))
+            set_raw("layer_types", self._derived_layer_types(changes.get("layer_types")))
+            self._validate()
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
+
+    def _derived_layer_types(self, given) -> list[str]:
+        """`layer_types` from `mixers` (DynamicCache reads it); a given value must be the same list."""
+        derived = [ATTENTION_LAYER_TYPE if m == ATTENTION else SSM_LAYER_TYPE for m in self.mixers]
+        if given is not None and list(given) != derived:
+            raise ValueError(
+                f"`layer_types` is derived from `mixers` ({derived} for {self.mixers}), got {given!r}: "
+                "change `mixers` instead"
+            )
+        return derived
+
     def _resolve_mixers(self, mixers) -> list[str]:
-        check_choice("ssm_mixer", self.ssm_mixer, SSM_MIXERS)
-        _positive_int("num_hidden_layers", self.num_hidden_layers)
         if mixers is None:
             return [self.ssm_mixer] * self.num_hidden_layers
         if isinstance(mixers, str):
@@ -209,6 +341,8 @@ class HybridSSMConfig(PretrainedConfig):
                     f"`mixers` pattern {mixers!r} has unknown letters {unknown}; accepted letters: {sorted(letters)}"
                 )
             mixers = [letters[ch] for ch in mixers]
+        if not isinstance(mixers, (list, tuple)):
+            raise TypeError(f"`mixers` must be a list of mixer names or a pattern string, got {type(mixers).__name__}")
         mixers = list(mixers)
         accepted = (ATTENTION, *SSM_MIXERS)
         for i, name in enumerate(mixers):
@@ -217,20 +351,45 @@ class HybridSSMConfig(PretrainedConfig):
         if len(mixers) != self.num_hidden_layers:
             raise ValueError(
                 f"`mixers` names {len(mixers)} layers but `num_hidden_layers` is {self.num_hidden_layers}; "
-                "give exactly one mixer per layer"
+                "give exactly one mixer per layer (after construction, change both in one "
+                "config.update({...}))"
             )
         return mixers
 
-    def _validate(self) -> None:
-        check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLING)
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "max_position_embeddings"):
+    def _check_values(self) -> None:
+        """The fields every model uses, each on its own: type, range, accepted values."""
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                     "max_position_embeddings"):  # fmt: skip
             _positive_int(name, getattr(self, name))
-        if self.input_channels is not None:
-            _positive_int("input_channels", self.input_channels)
-        check_choice("scan_backend", self.scan_backend, SCAN_BACKENDS)
-        if ATTENTION in self.mixers:
-            for name in ("num_attention_heads", "num_key_value_heads", "head_dim"):
+        for name in ("num_key_value_heads", "head_dim", "input_channels"):
+            if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
+        for name in ("use_cache", "tie_word_embeddings", "attention_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}")
+        check_choice("ssm_mixer", self.ssm_mixer, SSM_MIXERS)
+        check_choice("hidden_act", self.hidden_act, sorted(ACT2FN))
+        check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLING)
+        check_choice("scan_backend", self.scan_backend, SCAN_BACKENDS)
+        _number("rms_norm_eps", self.rms_norm_eps, low=0, low_open=True)
+        _number("initializer_range", self.initializer_range, low=0)
+        _number("attention_dropout", self.attention_dropout, low=0, high=1, high_open=True)
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            ids = value if isinstance(value, list) and name == "eos_token_id" else [value]
+            for token in ids:
+                if token is not None and (
+                    isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < self.vocab_size
+                ):
+                    raise ValueError(
+                        f"`{name}` must be None or a token id in [0, vocab_size - 1 = {self.vocab_size - 1}], "
+                        f"got {value!r}"
+                    )
+
+    def _validate(self) -> None:
+        """The fields of the mixer families the layers use (checked again whenever `mixers` changes), and the
+        constraints between fields."""
+        if ATTENTION in self.mixers:
             if self.num_attention_heads % self.num_key_value_heads:
                 raise ValueError(
                     f"`num_attention_heads` ({self.num_attention_heads}) must be a multiple of "
@@ -247,20 +406,16 @@ class HybridSSMConfig(PretrainedConfig):
             if not self.pd_ssm_temperature > 0:
                 raise ValueError(f"`pd_ssm_temperature` must be > 0, got {self.pd_ssm_temperature!r}")
             for name in ("pd_ssm_magnitude_bias_init", "pd_ssm_phase_bias_init", "pd_ssm_dictionary_diagonal_init"):
-                if not (_is_number(getattr(self, name)) and math.isfinite(getattr(self, name))):
-                    raise ValueError(f"`{name}` must be a finite number, got {getattr(self, name)!r}")
+                _number(name, getattr(self, name))
         if any(m in self.mixers for m in LRC_MIXERS):
             _positive_int("lrc_state_size", self.lrc_state_size)
             _positive_int("deer_max_iter", self.deer_max_iter)
             if not isinstance(self.lrc_input_term, bool):
                 raise ValueError(f"`lrc_input_term` must be True or False, got {self.lrc_input_term!r}")
             check_choice("lrc_solver", self.lrc_solver, LRC_SOLVERS)
-            if not (_is_number(self.deer_tol) and self.deer_tol >= 0):
-                raise ValueError(f"`deer_tol` must be a number >= 0, got {self.deer_tol!r}")
-            if not (_is_number(self.deer_damping) and 0 < self.deer_damping <= 1):
-                raise ValueError(f"`deer_damping` must be a number in (0, 1], got {self.deer_damping!r}")
-            if not (_is_number(self.deer_max_growth) and self.deer_max_growth > 1):
-                raise ValueError(f"`deer_max_growth` must be a number > 1, got {self.deer_max_growth!r}")
+            _number("deer_tol", self.deer_tol, low=0)
+            _number("deer_damping", self.deer_damping, low=0, high=1, low_open=True)
+            _number("deer_max_growth", self.deer_max_growth, low=1, low_open=True)
         if any(m in self.mixers for m in LRU_MIXERS):
             _positive_int("lru_state_size", self.lru_state_size)
             _positive_int("lru_block_size", self.lru_block_size)
@@ -280,4 +435,7 @@ class HybridSSMConfig(PretrainedConfig):
         return ATTENTION in self.mixers
 
 
-__all__ = ["HybridSSMConfig"]
+# The fields this class declares itself (new fields join automatically): changes to them are re-validated.
+_OWN_FIELDS = frozenset(vars(HybridSSMConfig)["__annotations__"])
+
+__all__ = ["HybridSSMConfig", "check_config_keys", "config_field_names"]

@@ -1,17 +1,24 @@
-"""Crash-safe checkpoint folders: write to a temporary sibling, then rename into place.
+"""Crash-safe checkpoint folders (write to a temporary sibling, then rename into place) and the run-folder rules.
 
 A checkpoint folder is either complete or absent: an interrupted save leaves only a `*.tmp-*` folder, which
 `latest_checkpoint` ignores and the next save removes, so a good checkpoint is never replaced by a broken one.
+Exported models (`model/`, `adapter/`) are written the same way but carry no checkpoint marker.
+
+Resuming (`check_resume`): a run continues only with the settings it was trained with, apart from the fields its
+training module declares safe to change (they change neither the model, the data nor the learning rate of any
+step, e.g. how often it evaluates or checkpoints); anything else is refused, naming the fields, before the run
+folder is touched.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 COMPLETE_MARKER = "checkpoint_complete.json"
@@ -21,7 +28,9 @@ _STEP_DIR = re.compile(r"^step_(\d+)$")
 def atomic_save_dir(target: str | os.PathLike, write: Callable[[Path], None], metadata: dict | None = None) -> Path:
     """Call `write(tmp_dir)` and move the result to `target` in one rename; returns `target`.
 
-    An older folder at `target` is replaced only after the new one is fully written.
+    An older folder at `target` is replaced only after the new one is fully written. With `metadata` (a
+    checkpoint) the folder also gets the COMPLETE_MARKER file holding it, which `latest_checkpoint` looks for;
+    without (an exported model) nothing is added to what `write` wrote.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -30,7 +39,8 @@ def atomic_save_dir(target: str | os.PathLike, write: Callable[[Path], None], me
     tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=target.parent))
     try:
         write(tmp)
-        (tmp / COMPLETE_MARKER).write_text(json.dumps(metadata or {}, indent=2))
+        if metadata is not None:
+            (tmp / COMPLETE_MARKER).write_text(json.dumps(metadata, indent=2))
         if target.exists():
             old = target.with_name(f"{target.name}.old-{os.getpid()}")
             os.replace(target, old)
@@ -71,3 +81,61 @@ def prune_checkpoints(checkpoints_dir: str | os.PathLike, keep: int) -> None:
     steps = sorted((int(m.group(1)), c) for c in root.iterdir() if (m := _STEP_DIR.match(c.name)) and is_complete(c))
     for _, folder in steps[:-keep] if keep > 0 else []:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def check_run_folder_arguments(resume: bool, output_dir: str | None, settings=None, safe: Collection[str] = ()) -> None:
+    """The --resume / --output_dir rules of the training scripts: resuming needs a folder, and a fresh run never
+    starts in a folder that holds another run's checkpoints (at any depth: suites and restarts keep theirs in
+    sub-folders). With `settings`, a resumed single run also checks them (`check_resume`). Raises ValueError."""
+    if resume and output_dir is None:
+        raise ValueError("--resume needs --output_dir (the run folder to continue)")
+    if resume and settings is not None:
+        check_resume(settings, output_dir, safe)
+    if not resume and output_dir and Path(output_dir).is_dir():
+        folders = [Path(output_dir) / "checkpoints", *Path(output_dir).rglob("checkpoints")]
+        if any(latest_checkpoint(folder) for folder in folders):
+            raise ValueError(
+                f"{output_dir} holds checkpoints of an earlier run: pass --resume, or another --output_dir"
+            )
+
+
+def _as_json(value):
+    return json.loads(json.dumps(value))
+
+
+def check_resumed_settings(settings, recorded: dict, safe: Collection[str], where: str | os.PathLike) -> None:
+    """ValueError naming every field of the dataclass `settings` that differs from `recorded` (the settings the
+    run in `where` was trained with) and is not in `safe`. A field missing from `recorded` (a run written before
+    the field existed) counts as its default."""
+    new = _as_json(dataclasses.asdict(settings))
+    defaults = _as_json(dataclasses.asdict(type(settings)()))
+    changed = [
+        f"{key} {recorded.get(key, defaults[key])!r} -> {value!r}"
+        for key, value in new.items()
+        if key not in safe and recorded.get(key, defaults[key]) != value
+    ]
+    if changed:
+        raise ValueError(
+            f"--resume: settings differ from those the run in {where} was trained with: {'; '.join(changed)}. "
+            f"Resume with the run's settings (its settings.json), or start a new run in another --output_dir; "
+            f"settings that may change on resume: {sorted(safe)}"
+        )
+
+
+def recorded_settings(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None) -> dict | None:
+    """The settings a run was trained with: those in `checkpoint`'s metadata, else the run's settings.json."""
+    if checkpoint is not None and "settings" in (meta := read_metadata(checkpoint)):
+        return meta["settings"]
+    path = Path(run_dir) / "settings.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def check_resume(settings, run_dir: str | os.PathLike, safe: Collection[str]) -> Path | None:
+    """The latest complete checkpoint of `run_dir/checkpoints` to resume from (None: the run starts afresh),
+    after refusing settings that differ from the ones it was trained with (see `check_resumed_settings`).
+
+    Call it before writing anything into `run_dir`: the run folder keeps the record of the original run."""
+    found = latest_checkpoint(Path(run_dir) / "checkpoints")
+    if found is not None and (recorded := recorded_settings(run_dir, found)) is not None:
+        check_resumed_settings(settings, recorded, safe, run_dir)
+    return found

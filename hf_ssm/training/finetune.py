@@ -29,8 +29,9 @@ from pathlib import Path
 
 import torch
 
-from .checkpointing import atomic_save_dir
+from .checkpointing import atomic_save_dir, check_resume
 from .lm import (
+    RESUME_SAFE_SETTINGS,
     DataSettings,
     TrainSettings,
     _default_prompt,
@@ -206,6 +207,8 @@ def finetune(settings: FinetuneSettings, run_dir, resume: bool = False, accelera
     accelerator = accelerator or make_accelerator(settings.mixed_precision)
     prepared = prepared or prepare_finetuning(settings, accelerator)
     run_dir = Path(run_dir)
+    if resume:
+        check_resume(settings, run_dir, RESUME_SAFE_SETTINGS)  # before settings.json is rewritten
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
@@ -251,7 +254,7 @@ def finetune(settings: FinetuneSettings, run_dir, resume: bool = False, accelera
                 unwrapped.save_pretrained(tmp)
                 (tmp / "README.md").write_text(render_model_card(base_config, metrics, adapter=lora_info, **card))
 
-            atomic_save_dir(run_dir / "adapter", write_adapter, {"step": state.step})
+            atomic_save_dir(run_dir / "adapter", write_adapter)
         if not settings.lora or settings.save in ("merged", "both"):
             if settings.lora:  # W + (alpha / r) B A into every wrapped layer (in place: the adapter is saved already)
                 full, full_state = unwrapped.merge_and_unload(), None
@@ -264,7 +267,7 @@ def finetune(settings: FinetuneSettings, run_dir, resume: bool = False, accelera
                 params = sum(p.numel() for p in full.parameters())
                 (tmp / "README.md").write_text(render_model_card(full.config, metrics, parameters=params, **card))
 
-            atomic_save_dir(run_dir / "model", write_model, {"step": state.step})
+            atomic_save_dir(run_dir / "model", write_model)
     accelerator.wait_for_everyone()
     return metrics
 

@@ -33,10 +33,23 @@ import torch
 import torch.nn.functional as F
 
 from ..data.lm_corpus import IGNORE_INDEX, CorpusSpec, build_block_sources, make_batch
-from .checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
+from .checkpointing import (
+    atomic_save_dir,
+    check_resume,
+    check_run_folder_arguments,
+    latest_checkpoint,
+    prune_checkpoints,
+    read_metadata,
+)
 from .progress import training_progress
 
 MIXED_PRECISION = ("auto", "no", "bf16", "fp16")
+# Settings a resumed run may change (checkpointing.check_resume): they change neither the model, the data nor the
+# learning rate of any step, only when it evaluates / checkpoints, what it keeps, and the sample written at the end
+# (gradient checkpointing recomputes the same activations). Everything else must match the checkpoint's run.
+RESUME_SAFE_SETTINGS = frozenset(
+    {"eval_every", "save_every", "keep_checkpoints", "sample_prompt", "sample_tokens", "gradient_checkpointing"}
+)
 
 
 def _help(text: str, **kwargs):
@@ -130,6 +143,9 @@ class PretrainSettings(DataSettings, TrainSettings):
             from ..presets import get_preset
 
             get_preset(self.preset)
+        from ..modeling.configuration_hybrid_ssm import check_config_keys
+
+        check_config_keys(self.override, "--override")  # a misspelt key would otherwise be an ignored extra
 
 
 def _validate_common(s) -> None:
@@ -222,6 +238,7 @@ def load_tokenizer(name_or_path: str, trust_remote_code: bool = False):
 def build_config(settings: PretrainSettings, tokenizer):
     """The HybridSSMConfig of a pretraining run: preset or JSON, overrides, vocabulary from the tokenizer."""
     from ..modeling import HybridSSMConfig
+    from ..modeling.configuration_hybrid_ssm import check_config_keys
     from ..presets import get_preset
 
     if settings.config is not None:
@@ -231,6 +248,7 @@ def build_config(settings: PretrainSettings, tokenizer):
             raise ValueError(f"--config: model_type {model_type!r} is not {HybridSSMConfig.model_type!r}")
         for key in ("architectures", "auto_map", "transformers_version", "dtype", "torch_dtype", "layer_types"):
             fields.pop(key, None)
+        check_config_keys(fields, f"--config {settings.config}")
     else:
         fields = get_preset(settings.preset)
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else getattr(tokenizer, "sep_token_id", None)
@@ -293,15 +311,6 @@ def add_run_folder_arguments(parser, default_output: str) -> None:
         default=0,
         help="torch threads per process on a CPU; 0 = OMP_NUM_THREADS if set, else 1 (add processes for more cores)",
     )
-
-
-def check_run_folder_arguments(resume: bool, output_dir: str | None) -> None:
-    """The --resume / --output_dir rules of the training scripts: resuming needs a folder, and a fresh run never
-    starts in a folder that holds another run's checkpoints. Raises ValueError."""
-    if resume and output_dir is None:
-        raise ValueError("--resume needs --output_dir (the run folder to continue)")
-    if not resume and output_dir and latest_checkpoint(Path(output_dir) / "checkpoints"):
-        raise ValueError(f"{output_dir} holds checkpoints of an earlier run: pass --resume, or another --output_dir")
 
 
 def configure_cpu_threads(threads: int = 0) -> int:
@@ -504,7 +513,7 @@ def train_loop(
             progress.set_postfix(loss=f"{step_loss:.3f}", lr=f"{lr:.2e}")
         if settings.save_every and state.step % settings.save_every == 0 and state.step < settings.max_steps:
             state.data = train_source.state()
-            meta = {**asdict(state), "blocks_per_step": per_step, "num_processes": world}
+            meta = {**asdict(state), "blocks_per_step": per_step, "num_processes": world, "settings": asdict(settings)}
             _save_checkpoint(accelerator, checkpoints / f"step_{state.step}", meta)
             if accelerator.is_main_process:
                 prune_checkpoints(checkpoints, keep=settings.keep_checkpoints)
@@ -630,7 +639,7 @@ def _save_model_dir(accelerator, model, tokenizer, target: Path, metrics: dict, 
             tokenizer.save_pretrained(tmp)
             (tmp / "README.md").write_text(render_model_card(unwrapped.config, metrics, **card_kwargs))
 
-        atomic_save_dir(target, write, {"step": metrics["steps"]})
+        atomic_save_dir(target, write)  # an exported model: no checkpoint marker
     accelerator.wait_for_everyone()
 
 
@@ -685,6 +694,8 @@ def pretrain(settings: PretrainSettings, run_dir, resume: bool = False, accelera
     accelerator = accelerator or make_accelerator(settings.mixed_precision)
     prepared = prepared or prepare_pretraining(settings, accelerator)
     run_dir = Path(run_dir)
+    if resume:
+        check_resume(settings, run_dir, RESUME_SAFE_SETTINGS)  # before settings.json is rewritten
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
@@ -713,12 +724,14 @@ def pretrain(settings: PretrainSettings, run_dir, resume: bool = False, accelera
 
 
 __all__ = [
+    "RESUME_SAFE_SETTINGS",
     "DataSettings",
     "PretrainSettings",
     "TrainSettings",
     "add_settings_arguments",
     "build_config",
     "check_block_size",
+    "check_run_folder_arguments",
     "configure_cpu_threads",
     "evaluate",
     "learning_rate_at",

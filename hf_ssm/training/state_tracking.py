@@ -9,6 +9,10 @@ lengths (`validation_lengths="train"`) or at the test lengths (`"test"`, the pro
 released code: the validation sequences are drawn with their own seed, never the test sequences). The weights
 with the best validation accuracy are the ones tested and saved; training stops early once validation reaches
 `target_accuracy` (after `min_steps`).
+
+Resuming (`resume=True`) continues from the latest checkpoint only with the settings it was trained with, apart
+from RESUME_SAFE_SETTINGS (checked before settings.json is rewritten); `train_seconds` includes the training time
+before the interruption.
 """
 
 from __future__ import annotations
@@ -24,12 +28,33 @@ import torch
 
 from ..data import StateTrackingDataset, collate_state_tracking, get_task
 from ..modeling import HybridSSMConfig, HybridSSMForTokenClassification
-from ..modeling.configuration_hybrid_ssm import ATTENTION, PD_SSM_INITIAL_STATES, check_choice
-from .checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
+from ..modeling.configuration_hybrid_ssm import (
+    ATTENTION,
+    LRC_MIXERS,
+    LRU_MIXERS,
+    PATTERN_LETTERS,
+    PD_SSM_INITIAL_STATES,
+    check_choice,
+    check_config_keys,
+)
+from .checkpointing import (
+    atomic_save_dir,
+    check_resume,
+    check_resumed_settings,
+    prune_checkpoints,
+    read_metadata,
+    recorded_settings,
+)
 from .progress import training_progress
 
 VALIDATION_LENGTHS = ("train", "test")
 VALIDATION_SEED, TEST_SEED = 10_000, 20_000  # disjoint data seeds: validation and test never share sequences
+# Settings a resumed run may change (checkpointing.check_resume): none changes the model, the training batches or
+# the learning rate of any step. They decide when the run evaluates, checkpoints and stops early, how many restarts
+# it tries, and how many sequences the final test scores; everything else must match the checkpoint's run.
+RESUME_SAFE_SETTINGS = frozenset(
+    {"eval_every", "save_every", "target_accuracy", "min_steps", "eval_samples_per_bucket", "restarts"}
+)
 
 
 @dataclass
@@ -37,8 +62,9 @@ class StateTrackingSettings:
     """Everything one training run depends on (saved to the run folder as settings.json)."""
 
     task: str = "parity"
-    num_generators: int = 2
+    num_generators: int | None = None  # a5 / s5 only (None: 2); refused for the other tasks
     mixer: str = "pd_ssm"
+    # One layer per letter, HybridSSMConfig's pattern letters with S = `mixer` (A attention, P pd_ssm, B bd_lru...).
     pattern: str = "S"
     hidden_size: int = 64
     state_size: int = 8
@@ -104,9 +130,14 @@ class StateTrackingSettings:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
         if not 0 < self.target_accuracy <= 1:
             raise ValueError(f"`target_accuracy` must be in (0, 1], got {self.target_accuracy}")
+        if not isinstance(self.extra_config, dict):
+            raise ValueError(f"--config must be a JSON object of HybridSSMConfig fields, got {self.extra_config!r}")
+        check_config_keys(self.extra_config, "--config")
+        model_config(self)  # the pattern letters, the sizes: HybridSSMConfig's own checks
 
     def task_kwargs(self) -> dict:
-        return {"num_generators": self.num_generators} if self.task in ("a5", "s5") else {}
+        """get_task's keywords: num_generators when given (get_task refuses it for tasks without generators)."""
+        return {} if self.num_generators is None else {"num_generators": self.num_generators}
 
 
 def length_buckets(low: int, high: int, count: int) -> list[tuple[int, int]]:
@@ -116,19 +147,21 @@ def length_buckets(low: int, high: int, count: int) -> list[tuple[int, int]]:
     return buckets or [(low, high)]
 
 
-def build_model(settings: StateTrackingSettings) -> HybridSSMForTokenClassification:
+def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
+    """The HybridSSMConfig of a run: one layer per pattern letter (HybridSSMConfig's letters, S = the mixer)."""
     task = get_task(settings.task, **settings.task_kwargs())
-    pattern = settings.pattern
-    mixers = [ATTENTION if ch == "A" else settings.mixer for ch in pattern]
-    if settings.mixer == ATTENTION:
-        mixers = [ATTENTION] * len(pattern)
+    pattern, ssm_mixer = settings.pattern, settings.mixer
+    if settings.mixer == ATTENTION:  # an attention-only baseline: every S becomes A
+        pattern, ssm_mixer = pattern.replace("S", "A"), HybridSSMConfig.ssm_mixer
+    letters = {**PATTERN_LETTERS, "S": ssm_mixer}
     config_fields = dict(
         vocab_size=task.vocab_size,
         hidden_size=settings.hidden_size,
         intermediate_size=2 * settings.hidden_size,
-        num_hidden_layers=len(mixers),
+        num_hidden_layers=len(pattern),
         num_attention_heads=max(1, settings.hidden_size // 16),
-        mixers=mixers,
+        mixers=pattern,
+        ssm_mixer=ssm_mixer,
         max_position_embeddings=max(settings.test_max_length, settings.train_max_length),
         pd_ssm_num_heads=settings.num_heads,
         pd_ssm_state_size=settings.state_size,
@@ -136,22 +169,26 @@ def build_model(settings: StateTrackingSettings) -> HybridSSMForTokenClassificat
         pd_ssm_initial_state=settings.pd_ssm_initial_state,
         num_labels=task.num_classes,
         id2label={i: str(i) for i in range(task.num_classes)},
-        **_mixer_settings(settings),
+        **_mixer_settings(settings, {letters.get(ch) for ch in pattern}),
     )
-    config = HybridSSMConfig(**{**config_fields, **settings.extra_config})  # extra_config wins
+    return HybridSSMConfig(**{**config_fields, **settings.extra_config})  # extra_config wins
+
+
+def build_model(settings: StateTrackingSettings) -> HybridSSMForTokenClassification:
+    config = model_config(settings)
     torch.manual_seed(settings.seed)
     return HybridSSMForTokenClassification(config)
 
 
-def _mixer_settings(settings: StateTrackingSettings) -> dict:
+def _mixer_settings(settings: StateTrackingSettings, mixers: set) -> dict:
     """State widths of the other mixers matched to PD-SSM's: N complex numbers ~ 2N real state channels."""
-    width = 2 * settings.state_size * settings.num_heads
-    if settings.mixer in ("bd_lru", "h_lru", "diag_lru"):
-        block = 1 if settings.mixer == "diag_lru" else settings.lru_block_size
-        return {"lru_block_size": block, "lru_state_size": -(-width // block) * block}
-    if settings.mixer in ("lrc_ssm", "gru_ssm", "mgu_ssm", "lstm_ssm"):
-        return {"lrc_state_size": width}
-    return {}
+    width, out = 2 * settings.state_size * settings.num_heads, {}
+    if mixers & set(LRU_MIXERS):
+        block = settings.lru_block_size if mixers & {"bd_lru", "h_lru"} else 1  # diag_lru alone: m = 1
+        out.update(lru_block_size=block, lru_state_size=-(-width // block) * block)
+    if mixers & set(LRC_MIXERS):
+        out.update(lrc_state_size=width)
+    return out
 
 
 def _batch(dataset: StateTrackingDataset, step: int, batch_size: int, rank: int = 0, world: int = 1) -> dict:
@@ -228,6 +265,7 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
     settings.validate()
     accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
     run_dir = Path(run_dir)
+    found = check_resume(settings, run_dir, RESUME_SAFE_SETTINGS) if resume else None  # before settings.json
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
     task = get_task(settings.task, **settings.task_kwargs())
@@ -243,12 +281,13 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
         seed=settings.seed,
     )
     checkpoints = run_dir / "checkpoints"
-    start_step, history = 0, []
+    start_step, history, seconds_before = 0, [], 0.0
     best = {"accuracy": -1.0, "step": 0, "state": None}  # the weights that will be tested and saved
-    if resume and (found := latest_checkpoint(checkpoints)) is not None:
+    if found is not None:
         accelerator.load_state(str(found))
         meta = read_metadata(found)
         start_step, history = meta["step"], meta["history"]
+        seconds_before = meta.get("train_seconds", 0.0)  # the training time before the interruption
         if (found / BEST_WEIGHTS).is_file():
             best = {**meta["best"], "state": torch.load(found / BEST_WEIGHTS, map_location="cpu")}
         accelerator.print(f"resumed from {found} at step {start_step}")
@@ -300,11 +339,17 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
                 atomic_save_dir(
                     checkpoints / f"step_{step + 1}",
                     lambda tmp, best=best: _save_training_state(accelerator, tmp, best),
-                    {"step": step + 1, "history": history, "best": {k: best[k] for k in ("accuracy", "step")}},
+                    {
+                        "step": step + 1,
+                        "history": history,
+                        "best": {k: best[k] for k in ("accuracy", "step")},
+                        "train_seconds": seconds_before + time.perf_counter() - began,
+                        "settings": asdict(settings),
+                    },
                 )
                 prune_checkpoints(checkpoints, keep=2)
     progress.close()
-    train_seconds = time.perf_counter() - began
+    train_seconds = seconds_before + time.perf_counter() - began
     steps_done = history[-1]["step"] if history else start_step
 
     final_model = accelerator.unwrap_model(model)
@@ -330,7 +375,7 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
     }
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        atomic_save_dir(run_dir / "model", lambda tmp: final_model.save_pretrained(tmp), {"step": best["step"]})
+        atomic_save_dir(run_dir / "model", lambda tmp: final_model.save_pretrained(tmp))  # no checkpoint marker
         (run_dir / "results.json").write_text(json.dumps(results, indent=2))
         plot_accuracy_vs_length([results], run_dir / "accuracy_vs_length.png")
     return results
@@ -348,12 +393,12 @@ def train_with_restarts(settings: StateTrackingSettings, run_dir: str | Path, re
 
     settings.validate()
     run_dir = Path(run_dir)
+    if resume:
+        check_resume_runs(settings, run_dir)  # every restart, before any trains
     if settings.restarts == 1:
         return train_state_tracking(settings, run_dir, resume=resume)
     runs = []
-    for offset in range(settings.restarts):
-        seeded = replace(settings, seed=settings.seed + offset, restarts=1)
-        seed_dir = run_dir / f"seed_{seeded.seed}"
+    for seeded, seed_dir in _restart_runs(settings, run_dir):
         finished = seed_dir / "results.json"
         if resume and finished.is_file() and (seed_dir / "model").is_dir():
             runs.append(json.loads(finished.read_text()))  # done before the interruption
@@ -378,13 +423,32 @@ def train_with_restarts(settings: StateTrackingSettings, run_dir: str | Path, re
     }
     if PartialState().is_main_process:
         source = run_dir / f"seed_{kept['seed']}" / "model"
-        atomic_save_dir(
-            run_dir / "model", lambda tmp: shutil.copytree(source, tmp, dirs_exist_ok=True), {"seed": kept["seed"]}
-        )
+        atomic_save_dir(run_dir / "model", lambda tmp: shutil.copytree(source, tmp, dirs_exist_ok=True))
         (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
         (run_dir / "results.json").write_text(json.dumps(results, indent=2))
         plot_accuracy_vs_length([results], run_dir / "accuracy_vs_length.png")
     return results
+
+
+def _restart_runs(settings: StateTrackingSettings, run_dir: Path) -> list[tuple[StateTrackingSettings, Path]]:
+    """(settings, folder) of every restart: seeds seed, seed+1, ... in run_dir/seed_<s>/."""
+    seeded = [replace(settings, seed=settings.seed + offset, restarts=1) for offset in range(settings.restarts)]
+    return [(s, run_dir / f"seed_{s.seed}") for s in seeded]
+
+
+def check_resume_runs(settings: StateTrackingSettings, run_dir: str | Path) -> None:
+    """ValueError unless `train_with_restarts(settings, run_dir, resume=True)` continues every restart with the
+    settings it was trained with (apart from RESUME_SAFE_SETTINGS): finished ones (kept as they are) and
+    interrupted ones (continued from their checkpoint)."""
+    run_dir = Path(run_dir)
+    if settings.restarts == 1:
+        check_resume(settings, run_dir, RESUME_SAFE_SETTINGS)
+        return
+    for seeded, seed_dir in _restart_runs(settings, run_dir):
+        if (seed_dir / "results.json").is_file() and (recorded := recorded_settings(seed_dir)) is not None:
+            check_resumed_settings(seeded, recorded, RESUME_SAFE_SETTINGS, seed_dir)
+        else:
+            check_resume(seeded, seed_dir, RESUME_SAFE_SETTINGS)
 
 
 def plot_accuracy_vs_length(all_results: list[dict], path: str | Path) -> None:

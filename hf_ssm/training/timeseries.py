@@ -21,11 +21,15 @@ from safetensors.torch import load_file, save_file
 
 from ..data.timeseries import MISSING_POLICIES, SPLIT_MODES, TimeSeriesData, TimeSeriesSplit, load_timeseries
 from ..modeling import HybridSSMConfig, HybridSSMForTimeSeriesClassification
-from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS
-from .checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
+from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
+from .checkpointing import atomic_save_dir, check_resume, prune_checkpoints, read_metadata
 from .progress import training_progress
 
 BEST_WEIGHTS = "best_model.safetensors"
+# Settings a resumed run may change (checkpointing.check_resume): when it checkpoints and how long it waits for a
+# new best epoch; neither changes the model, the batches or the learning rate of any epoch (max_epochs would: it
+# sets the length of the cosine schedule). Everything else must match the checkpoint's run.
+RESUME_SAFE_SETTINGS = frozenset({"save_every", "patience"})
 
 
 @dataclass
@@ -75,6 +79,7 @@ class TimeSeriesSettings:
                 raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}")
         if not self.learning_rate > 0:
             raise ValueError(f"`learning_rate` must be > 0, got {self.learning_rate}")
+        check_config_keys(self.extra_config, "--extra_config")
         model_config(self, input_channels=1, num_labels=2, max_length=1)  # config errors (pattern, sizes) now
 
     @property
@@ -192,6 +197,7 @@ def train_timeseries(
     settings.validate()
     accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
     run_dir = Path(run_dir)
+    found = check_resume(settings, run_dir, RESUME_SAFE_SETTINGS) if resume else None  # before settings.json
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
     data = data or load_data(settings)
@@ -210,7 +216,7 @@ def train_timeseries(
 
     checkpoints = run_dir / "checkpoints"
     start_epoch, history, best, best_state, bad_epochs, seconds_before = 0, [], None, None, 0, 0.0
-    if resume and (found := latest_checkpoint(checkpoints)) is not None:
+    if found is not None:
         accelerator.load_state(str(found))
         meta = read_metadata(found)
         start_epoch, history, best, bad_epochs = meta["epoch"], meta["history"], meta["best"], meta["bad_epochs"]
@@ -271,6 +277,7 @@ def train_timeseries(
                     "best": best,
                     "bad_epochs": bad_epochs,
                     "train_seconds": seconds_before + time.perf_counter() - began,
+                    "settings": asdict(settings),
                 }
 
                 def write(tmp: Path, best_weights: dict = best_state) -> None:
@@ -309,7 +316,7 @@ def train_timeseries(
             unwrapped.save_pretrained(tmp)
             (tmp / "normalizer.json").write_text(json.dumps(data.normalizer.to_dict(), indent=2))
 
-        atomic_save_dir(run_dir / "model", write_model, {"epoch": best["epoch"]})
+        atomic_save_dir(run_dir / "model", write_model)  # an exported model: no checkpoint marker
         (run_dir / "results.json").write_text(json.dumps(results, indent=2))
         plot_curves([results], run_dir / "curves.png")
     return results
