@@ -6,6 +6,7 @@ selective LRU), offline, a few minutes on a 2-core CPU. Examples:
     python scripts/train_state_tracking.py
     python scripts/train_state_tracking.py --task a5 --num_generators 2 --mixer pd_ssm --max_steps 3000
     python scripts/train_state_tracking.py --suite --tasks parity,even_pairs --mixers pd_ssm,bd_lru,attention
+    python scripts/train_state_tracking.py --recipe paper --task parity --max_steps 2000 --batch_size 64
     accelerate launch scripts/train_state_tracking.py --task parity
 
 Each run writes <output_dir>/<task>_<mixer>/ with settings.json, results.json, accuracy_vs_length.png, the
@@ -16,6 +17,12 @@ validation sequences at the test lengths (--validation_lengths test, the default
 training lengths instead), and the best-scoring weights are kept. --restarts R trains seeds seed..seed+R-1 in
 seed_<s>/ folders and keeps the restart with the best validation accuracy. The test sequences use their own seed
 and are scored once, at the end.
+
+Recipes (hf_ssm/training/recipes.py): --recipe default (the package's protocol, the defaults shown below) or
+--recipe paper (the PD-SSM authors' protocol: two post-norm PD-SSM blocks, d = N = 128, last-token labels, ...).
+Precedence: a flag given on the command line always wins over the recipe's value, which wins over the default.
+Every seed trained is also merged into <output_dir>/summary.json and, with --summary PATH, into PATH (e.g.
+results/state_tracking/summary.json).
 """
 
 from __future__ import annotations
@@ -27,14 +34,17 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from hf_ssm.data import TASK_NAMES
+from hf_ssm.data import TASK_NAMES, get_task
+from hf_ssm.data.automata import minimal_dfa_size
 from hf_ssm.modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS
+from hf_ssm.training.recipes import RECIPE_NAMES, RECIPES, resolve_settings
 from hf_ssm.training.state_tracking import (
     StateTrackingSettings,
     plot_accuracy_vs_length,
     results_table,
     train_with_restarts,
 )
+from hf_ssm.training.summary import merge_summary, run_records
 
 DEFAULT_TASKS = ["parity", "cycle_navigation"]
 DEFAULT_MIXERS = ["pd_ssm", "diag_lru"]
@@ -42,6 +52,14 @@ DEFAULT_MIXERS = ["pd_ssm", "diag_lru"]
 
 def comma_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def boolean(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--suite", action="store_true", help="run every task x mixer and write one comparison")
     parser.add_argument("--output_dir", default=None, help="run folder (default runs/state_tracking/<time>)")
     parser.add_argument("--resume", action="store_true", help="continue each run from its latest checkpoint")
+    parser.add_argument("--recipe", choices=RECIPE_NAMES, default="default", help="settings preset (default: default)")
+    parser.add_argument("--summary", default=None, help="also merge every seed's record into this summary.json")
     parser.add_argument(
         "--config",
         type=json.loads,
@@ -61,10 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra HybridSSMConfig fields as JSON, e.g. '{\"pd_ssm_magnitude_bias_init\": 3.0}'",
     )
     for f in fields(StateTrackingSettings):
-        if f.name in ("task", "mixer", "extra_config"):
+        if f.name in ("task", "mixer", "extra_config", "recipe"):
             continue
         value = getattr(defaults, f.name)
-        parser.add_argument(f"--{f.name}", type=type(value), default=value, help=f"(default {value})")
+        kind = boolean if isinstance(value, bool) else type(value)
+        paper = f"; paper {RECIPES['paper'][f.name]}" if f.name in RECIPES["paper"] else ""
+        # No default in the namespace: a flag present there was given explicitly and overrides the recipe.
+        parser.add_argument(f"--{f.name}", type=kind, default=argparse.SUPPRESS, help=f"(default {value}{paper})")
     return parser
 
 
@@ -80,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         if mixer not in (*SSM_MIXERS, ATTENTION):
             parser.error(f"unknown mixer {mixer!r}; choose from {', '.join((*SSM_MIXERS, ATTENTION))}")
     suite = args.suite or len(tasks) * len(mixers) > 1
-    skip = ("task", "mixer", "extra_config")
-    common = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings) if f.name not in skip}
+    skip = ("task", "mixer", "extra_config", "recipe")
+    explicit = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings) if hasattr(args, f.name)}
+    common = {k: v for k, v in resolve_settings(args.recipe, explicit).items() if k not in skip}
+    common["recipe"] = args.recipe
     runs = [StateTrackingSettings(task=t, mixer=m, extra_config=args.config, **common) for t in tasks for m in mixers]
     for settings in runs:
         try:
@@ -94,7 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     for settings in runs:
         run_dir = out / f"{settings.task}_{settings.mixer}" if suite else out
         all_results.append(train_with_restarts(settings, run_dir, resume=args.resume))
-        print(f"\n{settings.task} / {settings.mixer}: written to {run_dir}")
+        records = run_records(all_results[-1], run_dir, settings.recipe)
+        for path in (out / "summary.json", args.summary):
+            if path is not None:
+                merge_summary(path, records)
+        print(f"\n{settings.task} / {settings.mixer} (recipe {settings.recipe}): written to {run_dir}")
+        print(
+            f"best validation accuracy {100 * all_results[-1]['validation']['accuracy']:.2f}%, "
+            f"CPU {all_results[-1]['cpu_seconds']:.0f} s; {_dfa_note(settings)}"
+        )
         print(results_table(all_results[-1:]))
     if suite:
         table = results_table(all_results)
@@ -104,6 +137,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nLast-position accuracy (%) by test length; written to {out}/comparison.{{md,json,png}}\n")
         print(table)
     return 0
+
+
+def _dfa_note(settings: StateTrackingSettings) -> str:
+    try:
+        return f"minimal DFA of {settings.task}: {minimal_dfa_size(get_task(settings.task, **settings.task_kwargs()))} states"
+    except ValueError as err:  # bracketed arithmetic: no finite automaton
+        return f"minimal DFA: none ({err})"
 
 
 if __name__ == "__main__":
