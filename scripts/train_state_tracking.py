@@ -103,10 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         if mixer not in (*SSM_MIXERS, ATTENTION):
             parser.error(f"unknown mixer {mixer!r}; choose from {', '.join((*SSM_MIXERS, ATTENTION))}")
     suite = args.suite or len(tasks) * len(mixers) > 1
-    skip = ("task", "mixer", "extra_config", "recipe")
+    skip = ("task", "mixer", "extra_config")
     explicit = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings) if hasattr(args, f.name)}
     common = {k: v for k, v in resolve_settings(args.recipe, explicit).items() if k not in skip}
-    common["recipe"] = args.recipe
     runs = [StateTrackingSettings(task=t, mixer=m, extra_config=args.config, **common) for t in tasks for m in mixers]
     for settings in runs:
         try:
