@@ -6,6 +6,7 @@ selective LRU), offline, a few minutes on a 2-core CPU. Examples:
     python scripts/train_state_tracking.py
     python scripts/train_state_tracking.py --task a5 --num_generators 2 --mixer pd_ssm --max_steps 3000
     python scripts/train_state_tracking.py --suite --tasks parity,even_pairs --mixers pd_ssm,bd_lru,attention
+    python scripts/train_state_tracking.py --recipe paper --task parity --max_steps 2000 --batch_size 64
     accelerate launch scripts/train_state_tracking.py --task parity
 
 --pattern gives one layer per letter, HybridSSMConfig's letters with S = --mixer (e.g. --pattern SA: the mixer,
@@ -21,6 +22,12 @@ validation sequences at the test lengths (--validation_lengths test, the default
 training lengths instead), and the best-scoring weights are kept. --restarts R trains seeds seed..seed+R-1 in
 seed_<s>/ folders and keeps the restart with the best validation accuracy. The test sequences use their own seed
 and are scored once, at the end.
+
+Recipes (hf_ssm/training/recipes.py): --recipe default (the package's protocol, the defaults shown below) or
+--recipe paper (the PD-SSM authors' protocol: two post-norm PD-SSM blocks, d = N = 128, last-token labels, ...).
+Precedence: a flag given on the command line always wins over the recipe's value, which wins over the default.
+Every seed trained is also merged into <output_dir>/summary.json and, with --summary PATH, into PATH (e.g.
+results/state_tracking/summary.json).
 """
 
 from __future__ import annotations
@@ -33,9 +40,11 @@ import typing
 from dataclasses import fields
 from pathlib import Path
 
-from hf_ssm.data import TASK_NAMES
+from hf_ssm.data import TASK_NAMES, get_task
+from hf_ssm.data.automata import minimal_dfa_size
 from hf_ssm.modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS, SSM_MIXERS
 from hf_ssm.training.checkpointing import check_run_folder_arguments
+from hf_ssm.training.recipes import RECIPE_NAMES, RECIPES, resolve_settings
 from hf_ssm.training.state_tracking import (
     RESUME_SAFE_SETTINGS,
     StateTrackingSettings,
@@ -44,6 +53,7 @@ from hf_ssm.training.state_tracking import (
     results_table,
     train_with_restarts,
 )
+from hf_ssm.training.summary import merge_summary, run_records
 
 DEFAULT_TASKS = ["parity", "cycle_navigation"]
 DEFAULT_MIXERS = ["pd_ssm", "diag_lru"]
@@ -55,6 +65,14 @@ HELP = {
 
 def comma_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def boolean(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue each run from its latest checkpoint (with the same settings, apart from "
         f"{', '.join(sorted(RESUME_SAFE_SETTINGS))})",
     )
+    parser.add_argument("--recipe", choices=RECIPE_NAMES, default="default", help="settings preset (default: default)")
+    parser.add_argument("--summary", default=None, help="also merge every seed's record into this summary.json")
     parser.add_argument(
         "--config",
         type=json.loads,
@@ -80,11 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hints = typing.get_type_hints(StateTrackingSettings)
     for f in fields(StateTrackingSettings):
-        if f.name in ("task", "mixer", "extra_config"):
+        if f.name in ("task", "mixer", "extra_config", "recipe"):
             continue
         value = getattr(defaults, f.name)
         kind = next((t for t in typing.get_args(hints[f.name]) if t is not type(None)), hints[f.name])
-        parser.add_argument(f"--{f.name}", type=kind, default=value, help=HELP.get(f.name, "") + f"(default {value})")
+        kind = boolean if kind is bool else kind
+        paper = f"; paper {RECIPES['paper'][f.name]}" if f.name in RECIPES["paper"] else ""
+        # No default in the namespace: a flag present there was given explicitly and overrides the recipe.
+        parser.add_argument(
+            f"--{f.name}", type=kind, default=argparse.SUPPRESS, help=HELP.get(f.name, "") + f"(default {value}{paper})"
+        )
     return parser
 
 
@@ -101,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown mixer {mixer!r}; choose from {', '.join((*SSM_MIXERS, ATTENTION))}")
     suite = args.suite or len(tasks) * len(mixers) > 1
     skip = ("task", "mixer", "extra_config")
-    common = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings) if f.name not in skip}
+    explicit = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings) if hasattr(args, f.name)}
+    common = {k: v for k, v in resolve_settings(args.recipe, explicit).items() if k not in skip}
     runs = [StateTrackingSettings(task=t, mixer=m, extra_config=args.config, **common) for t in tasks for m in mixers]
     out = Path(args.output_dir or f"runs/state_tracking/{time.strftime('%Y%m%d-%H%M%S')}")
     run_dirs = [out / f"{settings.task}_{settings.mixer}" if suite else out for settings in runs]
@@ -118,7 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     all_results = []
     for settings, run_dir in zip(runs, run_dirs):
         all_results.append(train_with_restarts(settings, run_dir, resume=args.resume))
-        print(f"\n{settings.task} / {settings.mixer}: written to {run_dir}")
+        records = run_records(all_results[-1], run_dir, settings.recipe)
+        for path in (out / "summary.json", args.summary):
+            if path is not None:
+                merge_summary(path, records)
+        print(f"\n{settings.task} / {settings.mixer} (recipe {settings.recipe}): written to {run_dir}")
+        print(
+            f"best validation accuracy {100 * all_results[-1]['validation']['accuracy']:.2f}%, "
+            f"CPU {all_results[-1]['cpu_seconds']:.0f} s; {_dfa_note(settings)}"
+        )
         print(results_table(all_results[-1:]))
     if suite:
         table = results_table(all_results)
@@ -128,6 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nLast-position accuracy (%) by test length; written to {out}/comparison.{{md,json,png}}\n")
         print(table)
     return 0
+
+
+def _dfa_note(settings: StateTrackingSettings) -> str:
+    try:
+        return f"minimal DFA of {settings.task}: {minimal_dfa_size(get_task(settings.task, **settings.task_kwargs()))} states"
+    except ValueError as err:  # bracketed arithmetic: no finite automaton
+        return f"minimal DFA: none ({err})"
 
 
 if __name__ == "__main__":

@@ -42,10 +42,13 @@ __all__ = [
     "ModularArithmeticTask",
     "ParityTask",
     "PermutationGroupTask",
+    "SUPERVISIONS",
     "StateTrackingDataset",
     "Task",
     "collate_state_tracking",
     "get_task",
+    "last_token_correct",
+    "supervised_labels",
     "to_hf_dataset",
 ]
 
@@ -580,3 +583,27 @@ def to_hf_dataset(dataset: StateTrackingDataset):
         }
     )
     return datasets.Dataset.from_dict(cols, features=features)
+
+
+# Which positions a training batch supervises: every labelled prefix (the package's dense signal), or only the
+# last real token of each sequence (the PD-SSM authors' protocol, DESIGN §8.3).
+SUPERVISIONS = ("every", "last")
+
+
+def supervised_labels(batch: dict, supervision: str) -> torch.Tensor:
+    """The (B, T) training labels of a collated batch: ``batch["labels"]`` for ``"every"``; for ``"last"``,
+    IGNORE_INDEX everywhere except the last real token of each row, which holds the sequence's answer."""
+    if supervision not in SUPERVISIONS:
+        raise ValueError(f"`supervision` must be one of {list(SUPERVISIONS)}, got {supervision!r}")
+    if supervision == "every":
+        return batch["labels"]
+    labels = torch.full_like(batch["labels"], IGNORE_INDEX)
+    rows = torch.arange(labels.shape[0])
+    labels[rows, batch["length"] - 1] = batch["label"]
+    return labels
+
+
+def last_token_correct(predictions: torch.Tensor, batch: dict) -> int:
+    """How many rows of (B, T) predictions are right at their last real token (the rest is never read)."""
+    rows = torch.arange(predictions.shape[0])
+    return int((predictions[rows, batch["length"] - 1] == batch["label"]).sum())

@@ -41,6 +41,9 @@ LRU_NORMALIZATIONS = ("softmax", "sigmoid_l1", "tanh_l1", "relu_l1", "none")
 CLASSIFIER_POOLING = ("last", "mean")
 # Which implementation runs the scans (see scan_dispatch.py); the environment variable HF_SSM_SCAN_BACKEND overrides.
 SCAN_BACKENDS = ("auto", "torch", "triton")
+# What one decoder layer computes around its mixer (DESIGN §7.1): the package's pre-norm residual block with a
+# SwiGLU MLP, or the PD-SSM authors' state-tracking block (post-norm, no residual, no MLP).
+BLOCK_TYPES = ("pre_norm_residual", "post_norm_mixer")
 
 # Cache layer type of each mixer kind, as transformers' DynamicCache(config=...) understands them:
 # attention keeps keys/values, an SSM layer only its recurrent state.
@@ -186,6 +189,16 @@ class HybridSSMConfig(PretrainedConfig):
             the PyTorch scans) or `"triton"` (always the kernels; a clear error where they cannot run, e.g. CPU
             tensors without `TRITON_INTERPRET=1`). A non-empty environment variable `HF_SSM_SCAN_BACKEND` overrides
             it. Results agree to float32 rounding, so a checkpoint can be trained with one and run with the other.
+        block_type: what every decoder layer computes around its mixer (DESIGN §7.1). `"pre_norm_residual"`
+            (default): x + Mixer(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)), and a final RMSNorm after the stack.
+            `"post_norm_mixer"`, the PD-SSM authors' state-tracking block: x <- LayerNorm(Dropout(Mixer(x)) +
+            D_skip * x) with a learnt per-channel D_skip (initialised to 1) in place of the residual, no MLP and
+            no final norm (the last block ends in a LayerNorm, eps = `rms_norm_eps`). A pd_ssm mixer already adds
+            its own D_skip * u to Re(C x_t), so there the block uses that skip and drops out only Re(C x_t):
+            LayerNorm(Dropout(Re(C x_t)) + D_skip * u_t), as in the authors' code. Every other mixer and attention
+            get the block's own D_skip. `intermediate_size` and `hidden_act` are then unused.
+        block_dropout: dropout probability in [0, 1) on the mixer output of a `"post_norm_mixer"` block (the
+            authors use 0.01); must be 0 for `"pre_norm_residual"`, which has no dropout there.
     """
 
     model_type = "hybrid_ssm"
@@ -234,6 +247,8 @@ class HybridSSMConfig(PretrainedConfig):
     lru_normalization: str = "softmax"
     input_channels: int | None = None
     scan_backend: str = "auto"
+    block_type: str = "pre_norm_residual"
+    block_dropout: float = 0.0
     pad_token_id: int | None = 0
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
@@ -374,6 +389,7 @@ class HybridSSMConfig(PretrainedConfig):
         _number("rms_norm_eps", self.rms_norm_eps, low=0, low_open=True)
         _number("initializer_range", self.initializer_range, low=0)
         _number("attention_dropout", self.attention_dropout, low=0, high=1, high_open=True)
+        self._validate_block()
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             value = getattr(self, name)
             ids = value if isinstance(value, list) and name == "eos_token_id" else [value]
@@ -425,6 +441,16 @@ class HybridSSMConfig(PretrainedConfig):
                     f"`lru_state_size` ({self.lru_state_size}) must be divisible by `lru_block_size` "
                     f"({self.lru_block_size}): the state is split into lru_state_size / lru_block_size groups"
                 )
+
+    def _validate_block(self) -> None:
+        check_choice("block_type", self.block_type, BLOCK_TYPES)
+        if not (_is_number(self.block_dropout) and 0 <= self.block_dropout < 1):
+            raise ValueError(f"`block_dropout` must be a number in [0, 1), got {self.block_dropout!r}")
+        if self.block_type == "pre_norm_residual" and self.block_dropout != 0:
+            raise ValueError(
+                f"`block_dropout` = {self.block_dropout!r} applies only to block_type='post_norm_mixer'; the "
+                "'pre_norm_residual' block has no dropout there (set block_dropout=0 or change block_type)"
+            )
 
     @property
     def ssm_layer_indices(self) -> list[int]:

@@ -1,6 +1,7 @@
-"""Hybrid decoder: pre-norm residual blocks whose mixer is attention or a structured SSM (DESIGN §7).
+"""Hybrid decoder: blocks whose mixer is attention or a structured SSM (DESIGN §7).
 
-    x = x + Mixer(RMSNorm(x));  x = x + SwiGLU(RMSNorm(x))
+    pre_norm_residual (default):  x = x + Mixer(RMSNorm(x));  x = x + SwiGLU(RMSNorm(x))
+    post_norm_mixer:              x = LayerNorm(Dropout(Mixer(x)) + D_skip * x)
 
 Inference cache: transformers' `DynamicCache(config=...)` reads `config.layer_types`; attention layers get a
 key/value layer, SSM layers a recurrent-state layer that holds one tensor of fixed size (never growing with T).
@@ -53,7 +54,14 @@ SSM_MIXER_CLASSES: dict[str, type[nn.Module]] = {
 
 
 class HybridSSMDecoderLayer(GradientCheckpointingLayer):
-    """One pre-norm residual block: mixer (attention or SSM), then SwiGLU MLP."""
+    """One decoder block around a mixer (attention or SSM); `config.block_type` says which (DESIGN §7.1):
+
+        pre_norm_residual:  x <- x + Mixer(RMSNorm(x));  x <- x + SwiGLU(RMSNorm(x))
+        post_norm_mixer:    x <- LayerNorm(Dropout(Mixer(x)) + D_skip * x)   (no residual, no MLP)
+
+    In the post-norm block a pd_ssm mixer's own D_skip * u is the skip (only Re(C x_t) is dropped out); every
+    other mixer gets the block's `skip` parameter.
+    """
 
     def __init__(self, config: HybridSSMConfig, layer_idx: int):
         super().__init__()
@@ -63,9 +71,33 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
             self.mixer = HybridSSMAttention(config, layer_idx)
         else:
             self.mixer = SSM_MIXER_CLASSES[config.mixers[layer_idx]](config, layer_idx)
-        self.input_layernorm = HybridSSMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_mixer_layernorm = HybridSSMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.mlp = HybridSSMMLP(config)
+        self.post_norm = getattr(config, "block_type", "pre_norm_residual") == "post_norm_mixer"
+        if self.post_norm:
+            self.dropout = nn.Dropout(getattr(config, "block_dropout", 0.0))
+            self.output_layernorm = nn.LayerNorm(config.hidden_size, eps=config.rms_norm_eps)
+            # PDSSMMixer returns Re(C x) + D_skip * u already; the other mixers get a D_skip here.
+            self.mixer_has_skip = isinstance(self.mixer, PDSSMMixer)
+            self.skip = None if self.mixer_has_skip else nn.Parameter(torch.ones(config.hidden_size))
+        else:
+            self.input_layernorm = HybridSSMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+            self.post_mixer_layernorm = HybridSSMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+            self.mlp = HybridSSMMLP(config)
+
+    def _mix(self, hidden_states, attention_mask, ssm_mask, position_embeddings, cache, packed, **kwargs):
+        """The mixer on (B, T, d) -> (B, T, d), reading and updating this layer's cache slot."""
+        if self.is_attention:
+            return self.mixer(hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)[0]
+        if packed is not None:
+            rows, _ = self.mixer(packed.unpack(hidden_states), mask=packed.mask)
+            return packed.pack(rows)
+        state = None
+        if cache is not None:
+            slot = cache.layers[self.layer_idx]
+            state = slot.recurrent_states[0] if slot.is_recurrent_states_initialized[0] else None
+        hidden_states, final_state = self.mixer(hidden_states, state=state, mask=ssm_mask)
+        if cache is not None:
+            cache.update_recurrent_state(final_state, self.layer_idx)
+        return hidden_states
 
     def forward(
         self,
@@ -79,23 +111,20 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
     ) -> torch.Tensor:
         """hidden_states (B, T, d); attention_mask: the 4D causal mask (attention layers); ssm_mask (B, T) bool;
         packed: documents packed into rows, run by SSM layers one document per row (see packing.py)."""
-        residual = hidden_states
-        hidden_states = self.input_layernorm(hidden_states)
-        if self.is_attention:
-            hidden_states, _ = self.mixer(hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
-        elif packed is not None:
-            rows, _ = self.mixer(packed.unpack(hidden_states), mask=packed.mask)
-            hidden_states = packed.pack(rows)
-        else:
-            state = None
-            if cache is not None:
-                slot = cache.layers[self.layer_idx]
-                state = slot.recurrent_states[0] if slot.is_recurrent_states_initialized[0] else None
-            hidden_states, final_state = self.mixer(hidden_states, state=state, mask=ssm_mask)
-            if cache is not None:
-                cache.update_recurrent_state(final_state, self.layer_idx)
-        hidden_states = residual + hidden_states
+        mix_args = (attention_mask, ssm_mask, position_embeddings, cache, packed)
+        if self.post_norm:
+            return self._post_norm_forward(hidden_states, mix_args, **kwargs)
+        hidden_states = hidden_states + self._mix(self.input_layernorm(hidden_states), *mix_args, **kwargs)
         return hidden_states + self.mlp(self.post_mixer_layernorm(hidden_states))
+
+    def _post_norm_forward(self, u: torch.Tensor, mix_args, **kwargs) -> torch.Tensor:
+        y = self._mix(u, *mix_args, **kwargs)
+        if not self.mixer_has_skip:
+            y = self.dropout(y) + self.skip * u
+        elif self.training and self.dropout.p > 0:  # drop out Re(C x) only, not the mixer's D_skip * u
+            skip_term = (self.mixer.skip * u.to(self.mixer.skip.dtype)).to(y.dtype)
+            y = self.dropout(y - skip_term) + skip_term
+        return self.output_layernorm(y)
 
 
 # trust_remote_code: the Auto classes a saved token-model checkpoint names in its auto_map (file.class), so that
@@ -135,6 +164,8 @@ class HybridSSMPreTrainedModel(PreTrainedModel):
             init.copy_(module.dictionary, start + module.dictionary_diagonal_init * eye)
             if module.initial_state_kind == "learned":
                 init.copy_(module.learned_initial_state, module.one_hot_initial_state(module.dictionary.device))
+            init.ones_(module.skip)
+        elif isinstance(module, HybridSSMDecoderLayer) and module.post_norm and module.skip is not None:
             init.ones_(module.skip)
         elif isinstance(module, HeadwiseMLP):
             init.normal_(module.down_weight, mean=0.0, std=self.config.initializer_range)
@@ -179,7 +210,9 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
         self.layers = nn.ModuleList(HybridSSMDecoderLayer(config, i) for i in range(config.num_hidden_layers))
-        self.norm = HybridSSMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        # The post-norm block already ends in a LayerNorm: embedding -> blocks -> head, no final norm.
+        post_norm = getattr(config, "block_type", "pre_norm_residual") == "post_norm_mixer"
+        self.norm = nn.Identity() if post_norm else HybridSSMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = HybridSSMRotaryEmbedding(config) if config.has_attention else None
         self.gradient_checkpointing = False
         self.post_init()

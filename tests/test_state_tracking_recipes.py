@@ -1,0 +1,258 @@
+"""Issue 14: the `paper` recipe builds the documented model and optimizer, explicit flags override recipe values,
+last-token supervision ignores every other position, summary.json merges runs, and the minimal DFA sizes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_ssm.data import StateTrackingDataset, collate_state_tracking, get_task
+from hf_ssm.data.automata import minimal_dfa_size, task_automaton
+from hf_ssm.data.state_tracking import last_token_correct, supervised_labels
+from hf_ssm.training.optimization import build_optimizer, build_scheduler
+from hf_ssm.training.recipes import resolve_settings
+from hf_ssm.training.state_tracking import StateTrackingSettings, build_model
+from hf_ssm.training.summary import merge_summary, run_record
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "train_state_tracking.py"
+
+
+def paper_settings(**explicit) -> StateTrackingSettings:
+    return StateTrackingSettings(**resolve_settings("paper", {"task": "parity", **explicit}))
+
+
+def test_paper_recipe_builds_two_post_norm_pd_ssm_blocks_of_the_documented_sizes():
+    """--recipe paper: 2 post-norm mixer-only PD-SSM blocks, d = N = 128, one head, K = 8, x_0 = e_0, dropout 0.01."""
+    model = build_model(paper_settings())
+    config = model.config
+    assert config.mixers == ["pd_ssm", "pd_ssm"] and config.num_hidden_layers == 2
+    assert (config.block_type, config.block_dropout) == ("post_norm_mixer", 0.01)
+    assert (config.hidden_size, config.pd_ssm_state_size, config.pd_ssm_num_heads) == (128, 128, 1)
+    assert (config.pd_ssm_dict_size, config.pd_ssm_initial_state) == (8, "one_hot")
+    assert not any(".mlp." in name for name, _ in model.named_parameters())
+
+
+def test_paper_recipe_protocol_values():
+    """Last-token labels, batch 256, no clipping, validation on 8 x 1,024 sequences at 40-256, stop at 99.95%."""
+    s = paper_settings()
+    assert (s.supervision, s.batch_size, s.grad_clip, s.restarts) == ("last", 256, 0.0, 1)
+    assert (s.validation_lengths, s.test_min_length, s.test_max_length) == ("test", 40, 256)
+    assert s.num_buckets * s.val_samples_per_bucket == 8192 and s.target_accuracy == 0.9995
+    assert (s.train_min_length, s.train_max_length, s.max_steps, s.eval_every) == (3, 40, 100_000, 5_000)
+
+
+def test_paper_optimizer_has_no_weight_decay_on_the_embedding_and_warms_up_then_decays_to_1e_5():
+    """AdamW lr 2e-3, weight decay 0.01 on all but the embedding; linear warm-up over 10% of the steps, then
+    cosine to 1e-5 at the last step."""
+    s = paper_settings(max_steps=100)
+    model = build_model(s)
+    optimizer = build_optimizer(model, s)
+    assert isinstance(optimizer, torch.optim.AdamW)
+    embedding = model.get_input_embeddings().weight
+    (no_decay,) = [g for g in optimizer.param_groups if g["weight_decay"] == 0.0]
+    (decay,) = [g for g in optimizer.param_groups if g["weight_decay"] == 0.01]
+    assert len(no_decay["params"]) == 1 and no_decay["params"][0] is embedding
+    assert len(decay["params"]) == len(list(model.parameters())) - 1
+    assert s.warmup_steps == 10
+    scheduler = build_scheduler(optimizer, s)
+    lrs = []
+    for _ in range(100):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[0] == 0.0 and lrs[5] == pytest.approx(1e-3) and lrs[10] == pytest.approx(2e-3)
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-5)
+
+
+def test_default_recipe_keeps_the_package_defaults():
+    """--recipe default changes nothing: the settings equal StateTrackingSettings() (recipe label aside)."""
+    assert StateTrackingSettings(**resolve_settings("default", {})) == StateTrackingSettings()
+
+
+def test_explicit_values_override_the_recipe_and_the_warmup_follows_max_steps():
+    """An explicit value wins over the recipe's; the paper warm-up is 10% of the final max_steps unless
+    warmup_steps is given."""
+    s = paper_settings(learning_rate=1e-3, max_steps=50, supervision="every")
+    assert (s.learning_rate, s.max_steps, s.warmup_steps, s.supervision) == (1e-3, 50, 5, "every")
+    assert paper_settings(max_steps=50, warmup_steps=7).warmup_steps == 7
+    with pytest.raises(ValueError, match=r"`recipe` must be one of \['default', 'paper'\]"):
+        resolve_settings("papers", {})
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("train_state_tracking_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_command_line_flags_override_the_recipe(monkeypatch, tmp_path):
+    """`--recipe paper --learning_rate 1e-3 --decay_embedding true`: those two flags win, the rest is the recipe."""
+    script = _load_script()
+    seen = []
+
+    def fake_train(settings, run_dir, resume=False):
+        seen.append(settings)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(script, "train_with_restarts", fake_train)
+    argv = ["--recipe", "paper", "--task", "parity", "--learning_rate", "1e-3", "--decay_embedding", "true"]
+    with pytest.raises(SystemExit):
+        script.main([*argv, "--output_dir", str(tmp_path)])
+    (s,) = seen
+    assert (s.recipe, s.learning_rate, s.decay_embedding) == ("paper", 1e-3, True)
+    assert (s.block_type, s.batch_size, s.weight_decay, s.warmup_steps) == ("post_norm_mixer", 256, 0.01, 10_000)
+
+
+def test_bad_recipe_exits_with_code_2_naming_the_accepted_values(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--recipe", "authors", "--output_dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "--recipe: invalid choice: 'authors'" in result.stderr and "'default', 'paper'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"supervision": "first"}, "`supervision` must be one of ['every', 'last']"),
+        ({"block_type": "post"}, "`block_type` must be one of"),
+        ({"lr_schedule": "linear"}, "`lr_schedule` must be one of ['cosine', 'cosine_with_min_lr']"),
+        ({"min_learning_rate": 1e-5}, "needs lr_schedule='cosine_with_min_lr'"),
+    ],
+)
+def test_bad_recipe_fields_raise_a_clear_error(fields, message):
+    with pytest.raises(ValueError) as err:
+        StateTrackingSettings(**fields).validate()
+    assert message in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------ last-token labels
+
+
+def _batch(task="cycle_navigation", n=6):
+    return collate_state_tracking([StateTrackingDataset(get_task(task), n, 3, 12, seed=1)[i] for i in range(n)])
+
+
+def test_last_token_supervision_ignores_every_other_position():
+    """With supervision "last", changing the labels or the logits at any position but a row's last real token
+    changes neither the loss nor the accuracy (and under "every" the same change does move the loss)."""
+    torch.manual_seed(0)
+    batch = _batch()
+    model = build_model(StateTrackingSettings(task="cycle_navigation", hidden_size=16, state_size=4, dict_size=4))
+    labels = supervised_labels(batch, "last")
+    last = batch["length"] - 1
+    rows = torch.arange(len(last))
+    assert (labels != -100).sum() == len(last) and torch.equal(labels[rows, last], batch["label"])
+
+    other = torch.ones_like(labels, dtype=torch.bool)
+    other[rows, last] = False
+    scrambled = dict(batch, labels=torch.where(other & (batch["labels"] != -100), (batch["labels"] + 1) % 5, -100))
+    assert torch.equal(supervised_labels(scrambled, "last"), labels)
+
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    noisy = torch.where(other.unsqueeze(-1), logits + 10 * torch.randn_like(logits), logits)
+    loss = model.loss_function(logits, labels, model.config)
+    assert model.loss_function(noisy, labels, model.config) == loss
+    assert last_token_correct(noisy.argmax(-1), batch) == last_token_correct(logits.argmax(-1), batch)
+    every = batch["labels"]
+    assert model.loss_function(noisy, every, model.config) != model.loss_function(logits, every, model.config)
+
+
+def test_every_prefix_supervision_keeps_the_task_labels():
+    batch = _batch("parity")
+    assert supervised_labels(batch, "every") is batch["labels"]
+
+
+# ---------------------------------------------------------------------------------------------- summary.json
+
+
+def _results(task="parity", seed=0, accuracy=0.5):
+    return {
+        "task": task,
+        "mixer": "pd_ssm",
+        "seed": seed,
+        "steps": 10,
+        "cpu_seconds": 1.5,
+        "train_seconds": 2.0,
+        "validation": {"lengths": "test", "accuracy": accuracy},
+        "test": {"buckets": [{"min_length": 40, "max_length": 147, "accuracy": accuracy}], "mean_accuracy": accuracy},
+    }
+
+
+def test_summary_merges_runs_and_replaces_a_rewritten_run(tmp_path):
+    """Records of new runs are appended; the same (task, mixer, recipe, seed, run) replaces its old record; the
+    file is rewritten atomically (no temporary file left) and holds exactly the documented fields."""
+    path = tmp_path / "results" / "summary.json"
+    merge_summary(path, [run_record(_results(seed=0), "paper", "runs/a")])
+    merge_summary(path, [run_record(_results(seed=1), "paper", "runs/b")])
+    merged = merge_summary(path, [run_record(_results(seed=0, accuracy=0.9), "paper", "runs/a")])
+    assert json.loads(path.read_text()) == merged
+    assert [(r["seed"], r["test_mean_accuracy"]) for r in merged] == [(1, 0.5), (0, 0.9)]
+    assert set(merged[0]) >= {"task", "mixer", "recipe", "seed", "steps", "cpu_seconds", "test_accuracy_by_bucket"}
+    assert merged[1]["test_accuracy_by_bucket"] == {"40-147": 0.9} and merged[1]["recipe"] == "paper"
+    assert not [p for p in path.parent.iterdir() if p.suffix == ".tmp"]
+
+
+def test_script_run_writes_one_summary_record_per_restart_seed(tmp_path):
+    """A tiny paper-recipe run with 2 restarts (flags overriding the sizes) merges both seeds into --summary."""
+    summary = tmp_path / "summary.json"
+    tiny = [
+        "--hidden_size", "16", "--state_size", "4", "--dict_size", "4", "--batch_size", "8", "--max_steps", "4",
+        "--eval_every", "2", "--num_buckets", "2", "--eval_samples_per_bucket", "8", "--val_samples_per_bucket",
+        "4", "--train_max_length", "12", "--test_min_length", "12", "--test_max_length", "30", "--restarts", "2",
+        "--target_accuracy", "1.0",
+    ]  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--recipe", "paper", "--task", "parity", "--mixer", "pd_ssm", "--output_dir",
+         str(tmp_path / "run"),
+         "--summary", str(summary), *tiny],
+        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = json.loads(summary.read_text())
+    assert [(r["recipe"], r["seed"]) for r in records] == [("paper", 0), ("paper", 1)]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text()) == records
+    assert "minimal DFA of parity: 2 states" in result.stdout and "best validation accuracy" in result.stdout
+    settings = json.loads((tmp_path / "run" / "settings.json").read_text())
+    assert (settings["block_type"], settings["supervision"], settings["hidden_size"]) == ("post_norm_mixer", "last", 16)
+
+
+# ------------------------------------------------------------------------------------------------ minimal DFA
+
+
+def test_minimal_dfa_sizes_of_parity_and_cycle_navigation():
+    """Parity needs 2 states (even / odd), cycle navigation 5 (the positions); A5 its 60 elements."""
+    assert minimal_dfa_size(get_task("parity")) == 2
+    assert minimal_dfa_size(get_task("cycle_navigation")) == 5
+    assert minimal_dfa_size(get_task("a5")) == 60
+
+
+@pytest.mark.parametrize("task", ["parity", "even_pairs", "cycle_navigation", "modular_arithmetic", "a5", "s5"])
+def test_task_automaton_reproduces_the_generator_labels(task):
+    """The automaton whose states are counted gives Task.labels on random sequences of the task."""
+    task = get_task(task)
+    machine, rng = task_automaton(task), random.Random(0)
+    for _ in range(50):
+        tokens, labels = task.sample(rng.choice([1, 3, 7, 21]), rng)
+        assert machine.run(tokens) == labels
+
+
+def test_bracketed_arithmetic_has_no_finite_automaton():
+    with pytest.raises(ValueError, match="modular_arithmetic_brackets"):
+        task_automaton(get_task("modular_arithmetic_brackets"))
