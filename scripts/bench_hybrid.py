@@ -10,7 +10,11 @@ alternates between rounds), medians over rounds and the median of the per-round 
 The hybrid uses HybridSSMConfig's default PD-SSM settings; Qwen2 is built from a Qwen2Config of the same width,
 depth, heads (no grouping), MLP width and vocabulary; both with attn_implementation="sdpa".
 
-    python scripts/bench_hybrid.py --out results/bench_hybrid.json
+Every time is taken twice: wall clock and this process's CPU time. The default is one torch thread: on a machine
+shared with other jobs the CPU-time ratio then stays put while wall times swing with the load (with two threads
+each parallel region also waits for a descheduled thread). `--threads 0` keeps torch's default, for a quiet machine.
+
+    python scripts/bench_hybrid.py --decode-rounds 15 --out results/bench_hybrid.json   (also writes .md next to it)
 """
 
 from __future__ import annotations
