@@ -25,6 +25,7 @@ gradient (decode) is one O(H N) update.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 
@@ -38,6 +39,7 @@ from .scan_pd import pd_scan as torch_pd_scan
 # Elements of one chunk of (H, rows, N, N) matrices in the dictionary op (1 MiB of float32, cache-sized).
 GEN_CHUNK_ELEMENTS = 1 << 18
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_NO_CONTEXT = contextlib.nullcontext()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -46,11 +48,15 @@ _KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 def _as_complex(t: torch.Tensor | None) -> torch.Tensor | None:
     """complex64, from complex or from real (..., 2) pairs."""
-    if t is None:
-        return None
+    if t is None or t.dtype == torch.complex64:
+        return t
     if t.is_complex():
         return t.to(torch.complex64)
     return torch.view_as_complex(t.float().contiguous())
+
+
+def _as_float(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == torch.float32 else t.float()
 
 
 def _mask_inputs(dv: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None):
@@ -100,12 +106,29 @@ def _needs_grad(*tensors) -> bool:
 
 
 def _scan_no_grad(idx, dv, b, x0):
-    """Forward only; a single step (decode) is one O(H N) update without the chunked schedule."""
-    if idx.shape[1] == 1:
-        x = _apply_pd(idx[:, 0], dv[:, 0], x0) + b[:, 0]
-        return x.unsqueeze(1), x
+    """Forward only, T > 1 (a single step goes through ``_decode_step``)."""
     states = _scatter_scan_chunked(idx, dv, b, x0, default_chunk_size(idx.shape[1]))
     return states, states[:, -1]
+
+
+def _is_decode_step(selection, matrices, dv, b, x0) -> bool:
+    return selection.shape[1] == 1 and not _needs_grad(selection, matrices, dv, b, x0)
+
+
+def _decode_step(step_indices, selection, matrices, dv, b, x0, mask):
+    """One step without gradient (T = 1, decode): x = P D x0 + b, one O(H N) update once P is chosen, and no
+    chunk machinery. A masked-out row keeps x0 (the identity transition with zero input). step_indices maps
+    (selection (B, 1, H, K) float32, matrices (H, K, N, N) float32) to idx (B, H, N). Returns ((B, 1, H, N), (B, H, N))."""
+    # The generator runs in float32 (like the chunked ops), also inside an autocast region.
+    off = torch.autocast(dv.device.type, enabled=False) if torch.is_autocast_enabled(dv.device.type) else _NO_CONTEXT
+    with off:
+        idx = step_indices(_as_float(selection), _as_float(matrices))
+        dv, b = _as_complex(dv)[:, 0], _as_complex(b)[:, 0]
+        x0 = torch.zeros_like(b) if x0 is None else _as_complex(x0)
+        x = _apply_pd(idx, dv, x0).add_(b)
+        if mask is not None:
+            x = torch.where(mask.view(-1, 1, 1), x, x0)
+        return x.unsqueeze(1), x
 
 
 def _column_softmax_backward(s: torch.Tensor, g: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -238,8 +261,17 @@ class _DictionaryScan(torch.autograd.Function):
         return grad_sel, grad_dict, grad_dv, lam, grad_x0, None, None
 
 
+def _dictionary_step_indices(sel, dictionary):
+    """idx (B, H, N) of one step: the column argmax of M = sum_k sel[:, 0, h, k] dictionary[h, k] (the first of
+    tied maxima, as ``dictionary_indices``). The dictionary is used as stored, without the transposed copy."""
+    heads, n = dictionary.shape[0], dictionary.shape[-1]
+    m = torch.matmul(_by_head(sel), dictionary.flatten(2))  # (H, B, N*N), entry i*N + j = M[i, j]
+    return m.view(heads, -1, n, n).argmax(-2).transpose(0, 1)
+
+
 def _torch_dictionary(sel, dictionary, dv, b, x0, mask, temperature):
-    batch, _, heads, _ = sel.shape
+    if _is_decode_step(sel, dictionary, dv, b, x0):
+        return _decode_step(_dictionary_step_indices, sel, dictionary, dv, b, x0, mask)
     with torch.autocast(device_type=dv.device.type, enabled=False):
         sel, dictionary = sel.float(), dictionary.float()
         dv, b = _mask_inputs(_as_complex(dv), _as_complex(b), mask)
@@ -348,7 +380,14 @@ def _bank_choice_grad(lam: torch.Tensor, z: torch.Tensor, bank: torch.Tensor) ->
     return out
 
 
+def _bank_step_indices(logits, scores):
+    """idx (B, H, N) of one step: bank entry argmax_k logits[:, 0, h, k] of the column argmaxes of the scores."""
+    return gather_bank(bank_indices(scores), logits[:, 0].argmax(dim=-1))
+
+
 def _torch_bank(logits, scores, dv, b, x0, mask, temperature):
+    if _is_decode_step(logits, scores, dv, b, x0):
+        return _decode_step(_bank_step_indices, logits, scores, dv, b, x0, mask)
     with torch.autocast(device_type=dv.device.type, enabled=False):
         logits, scores = logits.float(), scores.float()
         dv, b = _mask_inputs(_as_complex(dv), _as_complex(b), mask)
