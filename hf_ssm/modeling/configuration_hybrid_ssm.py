@@ -30,9 +30,9 @@ PD_SSM_DIAGONALS = ("complex", "magnitude", "unit")
 PD_SSM_INITIAL_STATES = ("zeros", "one_hot", "learned")
 # How PD-SSM makes P_t: mix a dictionary per token (the paper) or pick one of a bank of fixed matrices (Flash PD-SSM).
 PD_SSM_TRANSITIONS = ("dictionary", "bank")
-# The DEER solvers of the lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm family (`lrc_` / `deer_` fields, DESIGN §6).
+# The DEER solvers of the lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm family (`lrc_` / `deer_` fields, docs/design.md §6).
 LRC_SOLVERS = ("deer", "sequential")
-# The gate normalisations of the bd_lru / h_lru / diag_lru family (`lru_` fields, DESIGN §5).
+# The gate normalisations of the bd_lru / h_lru / diag_lru family (`lru_` fields, docs/design.md §5).
 LRU_NORMALIZATIONS = ("softmax", "sigmoid_l1", "tanh_l1", "relu_l1", "none")
 
 # How HybridSSMForSequenceClassification pools over time: the last real token, or the mean of real tokens.
