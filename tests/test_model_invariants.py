@@ -1,8 +1,9 @@
-"""The model-level invariants, for every SSM mixer in SSM_MIXER_CLASSES inside a hybrid with attention:
+"""The model-level invariants, for every registered SSM mixer (SSM_MIXER_CLASSES) inside a hybrid with attention:
 cached decode = full forward, no host read in a decode step, left padding = each row alone, packing =
 documents run separately, reload bit-identical, and trust_remote_code loading where hf_ssm is not installed.
 
-A new mixer joins every check by being added to SSM_MIXER_CLASSES; mixer-specific files test the rest.
+A new mixer joins every check by its declaration in hf_ssm/modeling/mixer_registry.py (docs/design.md §12);
+mixer-specific files test the rest.
 """
 
 from __future__ import annotations
@@ -98,7 +99,14 @@ def test_remote_code_loads_every_mixer_without_hf_ssm(tmp_path):
         directory = tmp_path / mixer
         model = HybridSSMForCausalLM(hybrid_config(mixer))
         save_with_reference(model, directory, {"input_ids": torch.randint(1, 37, (2, 11))})
-        assert "modeling_hybrid_ssm.py" in os.listdir(directory)
+        # the registry and the mixer modules it loads lazily travel with the weights
+        assert {
+            "modeling_hybrid_ssm.py",
+            "mixer_registry.py",
+            "mixer_pd_ssm.py",
+            "mixer_lru.py",
+            "mixer_lrc.py",
+        } <= set(os.listdir(directory))
         jobs.append({"directory": str(directory), "auto_class": "AutoModelForCausalLM"})
     results = load_without_hf_ssm(jobs, tmp_path)
     for mixer, result in zip(MIXERS, results):

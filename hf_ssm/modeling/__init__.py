@@ -1,6 +1,7 @@
 """Portable Hugging Face modeling code (copied next to checkpoints for trust_remote_code loading)."""
 
 from .configuration_hybrid_ssm import HybridSSMConfig
+from .mixer_registry import MixerSpec, mixer_names, mixer_spec, register_mixer, unregister_mixer
 from .modeling_hybrid_ssm import (
     SSM_MIXER_CLASSES,
     HybridSSMForCausalLM,
@@ -20,4 +21,9 @@ __all__ = [
     "HybridSSMForTokenClassification",
     "HybridSSMModel",
     "HybridSSMPreTrainedModel",
+    "MixerSpec",
+    "mixer_names",
+    "mixer_spec",
+    "register_mixer",
+    "unregister_mixer",
 ]

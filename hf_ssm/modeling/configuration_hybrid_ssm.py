@@ -10,31 +10,29 @@ from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 from transformers.modeling_rope_utils import RopeParameters
 
-ATTENTION = "attention"
-# Every SSM mixer the modeling code implements. A layer's mixer is one of these or ATTENTION.
-SSM_MIXERS = ("pd_ssm", "lrc_ssm", "gru_ssm", "mgu_ssm", "lstm_ssm", "bd_lru", "h_lru", "diag_lru")
+from .mixer_registry import (
+    ATTENTION,
+    field_prefixes,
+    mixer_names,
+    mixer_spec,
+    pattern_letters,
+    registered_config_fields,
+)
+
+# Every SSM mixer's name, pattern letter, field prefixes and field checks come from its declaration in
+# mixer_registry.py (docs/design.md §12); this module reads them there, when it validates.
+# SSM_MIXERS / PATTERN_LETTERS: the mixers registered when this module was imported (for scripts' help texts);
+# use mixer_names() / pattern_letters() for the live registry, which also holds mixers registered at run time.
+SSM_MIXERS = mixer_names()
+PATTERN_LETTERS = pattern_letters()
 # What the PD-SSM diagonal D may be: both magnitude and phase learnt, magnitude only (arg D = 0), or D = 1.
 PD_SSM_DIAGONALS = ("complex", "magnitude", "unit")
 PD_SSM_INITIAL_STATES = ("zeros", "one_hot", "learned")
 # How PD-SSM makes P_t: mix a dictionary per token (the paper) or pick one of a bank of fixed matrices (Flash PD-SSM).
 PD_SSM_TRANSITIONS = ("dictionary", "bank")
-# Short pattern letters: "A" is attention, "S" the config's `ssm_mixer`; the rest name a mixer directly.
-PATTERN_LETTERS = {
-    "A": ATTENTION,
-    "P": "pd_ssm",
-    "B": "bd_lru",
-    "H": "h_lru",
-    "D": "diag_lru",
-    "L": "lrc_ssm",
-    "G": "gru_ssm",
-    "M": "mgu_ssm",
-    "R": "lstm_ssm",
-}
-# The non-linear diagonal-Jacobian mixers solved by DEER (DESIGN §6); they share the `lrc_` / `deer_` fields.
-LRC_MIXERS = ("lrc_ssm", "gru_ssm", "mgu_ssm", "lstm_ssm")
+# The DEER solvers of the lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm family (`lrc_` / `deer_` fields, docs/design.md §6).
 LRC_SOLVERS = ("deer", "sequential")
-# The normalised-gate linear recurrences (DESIGN §5); they share the `lru_` fields. diag_lru is bd_lru with m = 1.
-LRU_MIXERS = ("bd_lru", "h_lru", "diag_lru")
+# The gate normalisations of the bd_lru / h_lru / diag_lru family (`lru_` fields, docs/design.md §5).
 LRU_NORMALIZATIONS = ("softmax", "sigmoid_l1", "tanh_l1", "relu_l1", "none")
 
 # How HybridSSMForSequenceClassification pools over time: the last real token, or the mean of real tokens.
@@ -51,12 +49,8 @@ ATTENTION_LAYER_TYPE = "full_attention"
 SSM_LAYER_TYPE = "linear_attention"
 
 
-# Fields of these mixer families start with one of these prefixes; an unknown keyword with such a prefix is a
-# misspelt field and is refused (other unknown keywords stay PretrainedConfig extras, as transformers passes many).
-MIXER_FIELD_PREFIXES = ("pd_ssm_", "lru_", "lrc_", "deer_")
-
-
-def _positive_int(name: str, value) -> None:
+def check_positive_int(name: str, value) -> None:
+    """ValueError naming field `name` unless `value` is an integer >= 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
 
@@ -71,7 +65,7 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _number(name: str, value, low=None, high=None, low_open=False, high_open=False) -> None:
+def check_number(name: str, value, low=None, high=None, low_open=False, high_open=False) -> None:
     """ValueError naming `name` unless `value` is a finite real number in the given (open or closed) range."""
     ok = _is_number(value) and math.isfinite(value)
     ok = ok and (low is None or (value > low if low_open else value >= low))
@@ -110,14 +104,21 @@ def check_config_keys(keys, source: str = "config", config_class=None) -> None:
 
 
 def _reject_misspelt_mixer_fields(config_class, keys) -> None:
-    """ValueError for a keyword that looks like a mixer field (MIXER_FIELD_PREFIXES) but is not a declared one."""
-    valid = config_field_names(config_class)
+    """ValueError for a keyword that starts like a registered mixer's fields (its field prefixes) but is neither
+    a declared field nor one a registered mixer adds."""
+    prefixes = field_prefixes()
+    valid = [*config_field_names(config_class), *registered_config_fields()]
     for key in keys:
-        if key.startswith(MIXER_FIELD_PREFIXES) and key not in valid:
-            prefix = next(p for p in MIXER_FIELD_PREFIXES if key.startswith(p))
-            same_prefix = [name for name in valid if name.startswith(prefix)]
+        if key.startswith(prefixes) and key not in valid:
+            prefix = next(p for p in prefixes if key.startswith(p))
+            same_prefix = sorted(name for name in valid if name.startswith(prefix))
             hint = _closest(key, same_prefix) or f"; its fields with this prefix: {same_prefix}"
             raise ValueError(f"`{key}` is not a {config_class.__name__} field{hint}")
+
+
+def _own_fields() -> frozenset:
+    """The fields a change of which is re-validated: this class's own and those registered mixers add."""
+    return _OWN_FIELDS.union(registered_config_fields())
 
 
 class HybridSSMConfig(PretrainedConfig):
@@ -136,7 +137,7 @@ class HybridSSMConfig(PretrainedConfig):
         mixers: the mixer of every layer, as a list of names (`"attention"`, `"pd_ssm"`, ...) or a pattern
             string with one letter per layer: `A` attention, `S` the `ssm_mixer`, `P` pd_ssm. Default: all `S`.
             Also `L` lrc_ssm, `G` gru_ssm, `M` mgu_ssm, `R` lstm_ssm.
-            Also `B` bd_lru, `H` h_lru, `D` diag_lru.
+            Also `B` bd_lru, `H` h_lru, `D` diag_lru (each mixer's letter is in its mixer_registry.py declaration).
         ssm_mixer: the mixer that `S` stands for.
         pd_ssm_num_heads: PD-SSM heads H (each with its own state of size N).
         pd_ssm_state_size: PD-SSM state size N per head.
@@ -262,6 +263,8 @@ class HybridSSMConfig(PretrainedConfig):
 
     def __post_init__(self, **kwargs):
         _reject_misspelt_mixer_fields(type(self), kwargs)
+        for name, default in registered_config_fields().items():  # fields of mixers registered outside this file
+            setattr(self, name, kwargs.pop(name, default))
         self._check_values()
         self.mixers = self._resolve_mixers(self.mixers)
         if self.rope_parameters is None:
@@ -283,7 +286,7 @@ class HybridSSMConfig(PretrainedConfig):
         super().__post_init__(**kwargs)
 
     def __setattr__(self, key, value):
-        if key in _OWN_FIELDS and self.__dict__.get("_post_init_done"):
+        if key in _own_fields() and self.__dict__.get("_post_init_done"):
             self._apply_changes({key: value})
         else:
             super().__setattr__(key, value)
@@ -291,7 +294,7 @@ class HybridSSMConfig(PretrainedConfig):
     def update(self, config_dict: dict) -> None:
         """Like PretrainedConfig.update, but this class's fields change together, then are validated once: use it
         to change fields that depend on each other, e.g. `config.update({"num_hidden_layers": 2, "mixers": "SA"})`."""
-        own = {k: v for k, v in config_dict.items() if k in _OWN_FIELDS}
+        own = {k: v for k, v in config_dict.items() if k in _own_fields()}
         _reject_misspelt_mixer_fields(type(self), config_dict)
         super().update({k: v for k, v in config_dict.items() if k not in own})
         self._apply_changes(own)
@@ -301,7 +304,7 @@ class HybridSSMConfig(PretrainedConfig):
         """PretrainedConfig.from_dict; keyword overrides of this class's fields (`from_pretrained(path,
         mixers="SA")`) are applied together and validated, and a misspelt mixer field is refused."""
         _reject_misspelt_mixer_fields(cls, kwargs)
-        own = {k: kwargs.pop(k) for k in list(kwargs) if k in _OWN_FIELDS}
+        own = {k: kwargs.pop(k) for k in list(kwargs) if k in _own_fields()}
         result = super().from_dict(config_dict, **kwargs)
         config = result[0] if isinstance(result, tuple) else result
         if own:
@@ -349,7 +352,7 @@ class HybridSSMConfig(PretrainedConfig):
         if mixers is None:
             return [self.ssm_mixer] * self.num_hidden_layers
         if isinstance(mixers, str):
-            letters = {**PATTERN_LETTERS, "S": self.ssm_mixer}
+            letters = {**pattern_letters(), "S": self.ssm_mixer}
             unknown = sorted({ch for ch in mixers if ch not in letters})
             if unknown:
                 raise ValueError(
@@ -359,7 +362,7 @@ class HybridSSMConfig(PretrainedConfig):
         if not isinstance(mixers, (list, tuple)):
             raise TypeError(f"`mixers` must be a list of mixer names or a pattern string, got {type(mixers).__name__}")
         mixers = list(mixers)
-        accepted = (ATTENTION, *SSM_MIXERS)
+        accepted = (ATTENTION, *mixer_names())
         for i, name in enumerate(mixers):
             if name not in accepted:
                 raise ValueError(f"`mixers[{i}]` = {name!r} is not a known mixer; accepted: {list(accepted)}")
@@ -375,20 +378,20 @@ class HybridSSMConfig(PretrainedConfig):
         """The fields every model uses, each on its own: type, range, accepted values."""
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                      "max_position_embeddings"):  # fmt: skip
-            _positive_int(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         for name in ("num_key_value_heads", "head_dim", "input_channels"):
             if getattr(self, name) is not None:
-                _positive_int(name, getattr(self, name))
+                check_positive_int(name, getattr(self, name))
         for name in ("use_cache", "tie_word_embeddings", "attention_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}")
-        check_choice("ssm_mixer", self.ssm_mixer, SSM_MIXERS)
+        check_choice("ssm_mixer", self.ssm_mixer, mixer_names())
         check_choice("hidden_act", self.hidden_act, sorted(ACT2FN))
         check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLING)
         check_choice("scan_backend", self.scan_backend, SCAN_BACKENDS)
-        _number("rms_norm_eps", self.rms_norm_eps, low=0, low_open=True)
-        _number("initializer_range", self.initializer_range, low=0)
-        _number("attention_dropout", self.attention_dropout, low=0, high=1, high_open=True)
+        check_number("rms_norm_eps", self.rms_norm_eps, low=0, low_open=True)
+        check_number("initializer_range", self.initializer_range, low=0)
+        check_number("attention_dropout", self.attention_dropout, low=0, high=1, high_open=True)
         self._validate_block()
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             value = getattr(self, name)
@@ -413,34 +416,10 @@ class HybridSSMConfig(PretrainedConfig):
                 )
             if self.head_dim % 2:
                 raise ValueError(f"`head_dim` must be even for RoPE, got {self.head_dim}")
-        if "pd_ssm" in self.mixers:
-            for name in ("pd_ssm_num_heads", "pd_ssm_state_size", "pd_ssm_dict_size", "pd_ssm_mlp_width"):
-                _positive_int(name, getattr(self, name))
-            check_choice("pd_ssm_diagonal", self.pd_ssm_diagonal, PD_SSM_DIAGONALS)
-            check_choice("pd_ssm_initial_state", self.pd_ssm_initial_state, PD_SSM_INITIAL_STATES)
-            check_choice("pd_ssm_transition", self.pd_ssm_transition, PD_SSM_TRANSITIONS)
-            if not self.pd_ssm_temperature > 0:
-                raise ValueError(f"`pd_ssm_temperature` must be > 0, got {self.pd_ssm_temperature!r}")
-            for name in ("pd_ssm_magnitude_bias_init", "pd_ssm_phase_bias_init", "pd_ssm_dictionary_diagonal_init"):
-                _number(name, getattr(self, name))
-        if any(m in self.mixers for m in LRC_MIXERS):
-            _positive_int("lrc_state_size", self.lrc_state_size)
-            _positive_int("deer_max_iter", self.deer_max_iter)
-            if not isinstance(self.lrc_input_term, bool):
-                raise ValueError(f"`lrc_input_term` must be True or False, got {self.lrc_input_term!r}")
-            check_choice("lrc_solver", self.lrc_solver, LRC_SOLVERS)
-            _number("deer_tol", self.deer_tol, low=0)
-            _number("deer_damping", self.deer_damping, low=0, high=1, low_open=True)
-            _number("deer_max_growth", self.deer_max_growth, low=1, low_open=True)
-        if any(m in self.mixers for m in LRU_MIXERS):
-            _positive_int("lru_state_size", self.lru_state_size)
-            _positive_int("lru_block_size", self.lru_block_size)
-            check_choice("lru_normalization", self.lru_normalization, LRU_NORMALIZATIONS)
-            if any(m in self.mixers for m in ("bd_lru", "h_lru")) and self.lru_state_size % self.lru_block_size:
-                raise ValueError(
-                    f"`lru_state_size` ({self.lru_state_size}) must be divisible by `lru_block_size` "
-                    f"({self.lru_block_size}): the state is split into lru_state_size / lru_block_size groups"
-                )
+        # each mixer's own fields, by its registered check (once per check: a family shares one)
+        checks = (mixer_spec(m).check_config for m in dict.fromkeys(self.mixers) if m != ATTENTION)
+        for check in dict.fromkeys(c for c in checks if c is not None):
+            check(self)
 
     def _validate_block(self) -> None:
         check_choice("block_type", self.block_type, BLOCK_TYPES)

@@ -32,25 +32,16 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .attention import HybridSSMAttention, HybridSSMMLP, HybridSSMRMSNorm, HybridSSMRotaryEmbedding
 from .configuration_hybrid_ssm import ATTENTION, HybridSSMConfig
-from .mixer_lrc import LRC_MIXER_CLASSES, DiagonalRNNMixer
-from .mixer_lru import BlockDiagonalLRUMixer, DiagonalLRUMixer, HigherOrderLRUMixer
-from .mixer_pd_ssm import HeadwiseMLP, PDSSMMixer
+from .mixer_registry import SSM_MIXER_CLASSES, init_hook, mixer_class, mixer_spec
 from .packing import PackedDocuments
 
 logger = logging.get_logger(__name__)
 
-# Mixer name -> class. Every SSM mixer takes (config, layer_idx) and implements
+# Every SSM mixer is declared once in mixer_registry.py (docs/design.md §12): SSM_MIXER_CLASSES is a live
+# {name: class} view of it. A mixer class takes (config, layer_idx) and implements
 #   forward(hidden_states (B, T, d), state=None, mask=None) -> (output (B, T, d), final_state)
 # where `state` is the mixer's own fixed-size recurrent state (None = the mixer's initial state, zeros unless its
-# config says otherwise) and `mask` (B, T) bool
-# marks real tokens; padding must leave the state unchanged.
-SSM_MIXER_CLASSES: dict[str, type[nn.Module]] = {
-    "pd_ssm": PDSSMMixer,
-    **LRC_MIXER_CLASSES,  # lrc_ssm, gru_ssm, mgu_ssm, lstm_ssm
-    "bd_lru": BlockDiagonalLRUMixer,
-    "h_lru": HigherOrderLRUMixer,
-    "diag_lru": DiagonalLRUMixer,  # BD-LRU with m = 1: the same code path
-}
+# config says otherwise) and `mask` (B, T) bool marks real tokens; padding must leave the state unchanged.
 
 
 class HybridSSMDecoderLayer(GradientCheckpointingLayer):
@@ -70,13 +61,14 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
         if self.is_attention:
             self.mixer = HybridSSMAttention(config, layer_idx)
         else:
-            self.mixer = SSM_MIXER_CLASSES[config.mixers[layer_idx]](config, layer_idx)
+            self.mixer = mixer_class(config.mixers[layer_idx])(config, layer_idx)
         self.post_norm = getattr(config, "block_type", "pre_norm_residual") == "post_norm_mixer"
         if self.post_norm:
             self.dropout = nn.Dropout(getattr(config, "block_dropout", 0.0))
             self.output_layernorm = nn.LayerNorm(config.hidden_size, eps=config.rms_norm_eps)
-            # PDSSMMixer returns Re(C x) + D_skip * u already; the other mixers get a D_skip here.
-            self.mixer_has_skip = isinstance(self.mixer, PDSSMMixer)
+            # A mixer declared with output_has_skip (pd_ssm) returns Re(C x) + D_skip * u already; the others get
+            # a D_skip here.
+            self.mixer_has_skip = not self.is_attention and mixer_spec(config.mixers[layer_idx]).output_has_skip
             self.skip = None if self.mixer_has_skip else nn.Parameter(torch.ones(config.hidden_size))
         else:
             self.input_layernorm = HybridSSMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -157,21 +149,11 @@ class HybridSSMPreTrainedModel(PreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
-        if isinstance(module, PDSSMMixer):
-            # One guarded copy (init.copy_ skips weights loaded from a checkpoint): N(0, 1/N) plus the diagonal.
-            eye = torch.eye(module.state_size, device=module.dictionary.device, dtype=module.dictionary.dtype)
-            start = torch.randn_like(module.dictionary) * module.state_size**-0.5
-            init.copy_(module.dictionary, start + module.dictionary_diagonal_init * eye)
-            if module.initial_state_kind == "learned":
-                init.copy_(module.learned_initial_state, module.one_hot_initial_state(module.dictionary.device))
+        if isinstance(module, HybridSSMDecoderLayer) and module.post_norm and module.skip is not None:
             init.ones_(module.skip)
-        elif isinstance(module, HybridSSMDecoderLayer) and module.post_norm and module.skip is not None:
-            init.ones_(module.skip)
-        elif isinstance(module, HeadwiseMLP):
-            init.normal_(module.down_weight, mean=0.0, std=self.config.initializer_range)
-            init.constant_(module.down_bias, module.bias_init)
-        elif isinstance(module, DiagonalRNNMixer):  # cell gains, leak terms and gate biases (mixer_lrc.py)
-            module.reset_cell_parameters(init)
+        hook = init_hook(module)  # a mixer's (or mixer part's) own parameters, as its registry entry declares
+        if hook is not None:
+            hook(module, init, self.config)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """transformers' save_pretrained; where the classes are registered for remote code (`import hf_ssm`),

@@ -13,8 +13,11 @@ other architectures):
 | `pd_ssm`    | selection (W_s), magnitude.up, phase.up (the D generators), input_proj (B), output_proj (C) | pd_ssm   |
 | `lru`       | value_proj (W_v), gate_proj (W_g), output_proj (W_o)              | bd_lru, h_lru, diag_lru             |
 | `lrc`       | in_proj (the input matrices of every gate), out_proj              | lrc_ssm, gru_ssm, mgu_ssm, lstm_ssm |
-| `ssm`       | pd_ssm + lru + lrc                                                | every SSM mixer                     |
+| `ssm`       | pd_ssm + lru + lrc (+ the group of any other registered mixer)    | every SSM mixer                     |
 | `mlp`       | gate_proj, up_proj, down_proj                                     | the SwiGLU MLP of every block       |
+
+The SSM groups are the mixers' registry declarations (`lora_group`, `lora_targets` in
+hf_ssm/modeling/mixer_registry.py), so a newly registered mixer brings its group with it.
 
 Mixer parameters that are not `nn.Linear` (the PD-SSM transition dictionary and skip, the head-wise
 output weights of its magnitude / phase MLPs, the LRC cell gains) stay frozen under LoRA; a full fine-tune trains
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from ..modeling.mixer_registry import ATTENTION, mixer_names, mixer_spec
 from .checkpointing import atomic_save_dir, check_resume
 from .lm import (
     RESUME_SAFE_SETTINGS,
@@ -48,15 +52,30 @@ from .lm import (
 )
 from .lm import _help as help_field
 
-# group -> (the mixers whose layers it applies to (None: every block's MLP), the projection names).
-LORA_TARGET_GROUPS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
-    "attention": (("attention",), ("q_proj", "k_proj", "v_proj", "o_proj")),
-    "pd_ssm": (("pd_ssm",), ("selection", "magnitude.up", "phase.up", "input_proj", "output_proj")),
-    "lru": (("bd_lru", "h_lru", "diag_lru"), ("value_proj", "gate_proj", "output_proj")),
-    "lrc": (("lrc_ssm", "gru_ssm", "mgu_ssm", "lstm_ssm"), ("in_proj", "out_proj")),
+# Groups that are not an SSM mixer's: group -> (the mixers whose layers it applies to (None: every block's MLP),
+# the projection names). The SSM groups come from the mixers' registry declarations (lora_group, lora_targets).
+_NON_SSM_GROUPS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
+    "attention": ((ATTENTION,), ("q_proj", "k_proj", "v_proj", "o_proj")),
     "mlp": (None, ("gate_proj", "up_proj", "down_proj")),
 }
-SSM_GROUPS = ("pd_ssm", "lru", "lrc")
+
+
+def lora_target_groups() -> dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]]:
+    """group -> (the mixers whose layers it applies to (None: every block's MLP), the projection names): attention,
+    mlp, and one group per `lora_group` of the registered SSM mixers (pd_ssm, lru, lrc, ...)."""
+    groups: dict = {"attention": _NON_SSM_GROUPS["attention"]}
+    for name in mixer_names():
+        spec = mixer_spec(name)
+        kinds, projections = groups.get(spec.lora_group, ((), ()))
+        groups[spec.lora_group] = ((*kinds, name), tuple(dict.fromkeys((*projections, *spec.lora_targets))))
+    return {**groups, "mlp": _NON_SSM_GROUPS["mlp"]}
+
+
+def ssm_groups() -> tuple[str, ...]:
+    """The groups `ssm` stands for: every registered SSM mixer's."""
+    return tuple(dict.fromkeys(mixer_spec(name).lora_group for name in mixer_names()))
+
+
 SAVE_MODES = ("adapter", "merged", "both")
 
 
@@ -70,14 +89,15 @@ def lora_target_modules(spec: str, model=None) -> list[str]:
     items = [item.strip() for item in spec.split(",") if item.strip()]
     if not items:
         raise ValueError("--lora_target_modules is empty")
-    known = (*LORA_TARGET_GROUPS, "ssm")
+    target_groups = lora_target_groups()
+    known = (*target_groups, "ssm")
     named = [item for item in items if item in known]
     if not named:
         return items
     if len(named) != len(items):
         unknown = [item for item in items if item not in known]
         raise ValueError(f"--lora_target_modules mixes group names and module names {unknown}; use one kind")
-    groups = [g for item in items for g in (SSM_GROUPS if item == "ssm" else (item,))]
+    groups = [g for item in items for g in (ssm_groups() if item == "ssm" else (item,))]
     if model is None:
         return items
     mixers = getattr(model.config, "mixers", None)
@@ -90,11 +110,12 @@ def lora_target_modules(spec: str, model=None) -> list[str]:
     targets = []
     for i, mixer in enumerate(mixers):
         for group in dict.fromkeys(groups):
-            kinds, projections = LORA_TARGET_GROUPS[group]
+            kinds, projections = target_groups[group]
             if kinds is None:
                 targets += [f"model.layers.{i}.mlp.{p}" for p in projections]
-            elif mixer in kinds:
-                targets += [f"model.layers.{i}.mixer.{p}" for p in projections]
+            elif mixer in kinds:  # the layer's own mixer's targets, not its whole group's
+                own = projections if mixer == ATTENTION else mixer_spec(mixer).lora_targets
+                targets += [f"model.layers.{i}.mixer.{p}" for p in own]
     targets = [t for t in dict.fromkeys(targets) if t in existing]
     if not targets:
         raise ValueError(f"--lora_target_modules {spec!r} matches no layer of this model (mixers {mixers})")
@@ -273,11 +294,11 @@ def finetune(settings: FinetuneSettings, run_dir, resume: bool = False, accelera
 
 
 __all__ = [
-    "LORA_TARGET_GROUPS",
     "FinetuneSettings",
     "add_lora",
     "finetune",
     "load_causal_lm",
+    "lora_target_groups",
     "lora_target_modules",
     "prepare_finetuning",
 ]

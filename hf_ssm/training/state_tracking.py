@@ -31,13 +31,11 @@ from ..modeling import HybridSSMConfig, HybridSSMForTokenClassification
 from ..modeling.configuration_hybrid_ssm import (
     ATTENTION,
     BLOCK_TYPES,
-    LRC_MIXERS,
-    LRU_MIXERS,
-    PATTERN_LETTERS,
     PD_SSM_INITIAL_STATES,
     check_choice,
     check_config_keys,
 )
+from ..modeling.mixer_registry import pattern_letters, width_matched_fields
 from .checkpointing import (
     atomic_save_dir,
     check_resume,
@@ -179,7 +177,7 @@ def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
     pattern, ssm_mixer = settings.pattern, settings.mixer
     if settings.mixer == ATTENTION:  # an attention-only baseline: every S becomes A
         pattern, ssm_mixer = pattern.replace("S", "A"), HybridSSMConfig.ssm_mixer
-    letters = {**PATTERN_LETTERS, "S": ssm_mixer}
+    letters = {**pattern_letters(), "S": ssm_mixer}
     config_fields = dict(
         vocab_size=task.vocab_size,
         hidden_size=settings.hidden_size,
@@ -197,8 +195,8 @@ def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
         block_dropout=settings.block_dropout,
         num_labels=task.num_classes,
         id2label={i: str(i) for i in range(task.num_classes)},
-        **_mixer_settings(settings, {letters.get(ch) for ch in pattern}),
     )
+    config_fields.update(_mixer_settings(settings, {letters.get(ch) for ch in pattern}))
     return HybridSSMConfig(**{**config_fields, **settings.extra_config})  # extra_config wins
 
 
@@ -209,14 +207,11 @@ def build_model(settings: StateTrackingSettings) -> HybridSSMForTokenClassificat
 
 
 def _mixer_settings(settings: StateTrackingSettings, mixers: set) -> dict:
-    """State widths of the other mixers matched to PD-SSM's: N complex numbers ~ 2N real state channels."""
-    width, out = 2 * settings.state_size * settings.num_heads, {}
-    if mixers & set(LRU_MIXERS):
-        block = settings.lru_block_size if mixers & {"bd_lru", "h_lru"} else 1  # diag_lru alone: m = 1
-        out.update(lru_block_size=block, lru_state_size=-(-width // block) * block)
-    if mixers & set(LRC_MIXERS):
-        out.update(lrc_state_size=width)
-    return out
+    """State widths of the other mixers matched to PD-SSM's: N complex numbers per head = 2 N H real numbers, each
+    mixer's fields from its registry declaration (`width_fields`, mixer_registry.py)."""
+    width = 2 * settings.state_size * settings.num_heads
+    chosen = {"pd_ssm_num_heads": settings.num_heads, "lru_block_size": settings.lru_block_size}
+    return width_matched_fields(sorted(m for m in mixers if m is not None), width, chosen)
 
 
 def _batch(dataset: StateTrackingDataset, step: int, batch_size: int, rank: int = 0, world: int = 1) -> dict:
