@@ -419,3 +419,75 @@ def test_frozen_mixer_parameters_stay_frozen_through_save_and_load(tmp_path):
     assert {n for n, p in reloaded.ssm_adapter.named_parameters() if not p.requires_grad} == frozen
     with pytest.raises(ValueError, match="`frozen_mixer_parameters` entry 'gamma' matches no parameter"):
         attach_ssm_adapter(tiny_base(), adapter_config(frozen_mixer_parameters=["gamma"]))
+
+
+def _padded_batch(seed: int = 5):
+    """Three left-padded rows of lengths 9, 6, 4 with collate_nl_state_tracking's mask and position ids."""
+    from hf_ssm.data.nl_state_tracking import collate_nl_state_tracking
+
+    g = torch.Generator().manual_seed(seed)
+    items = [
+        {"input_ids": torch.randint(1, VOCAB, (n,), generator=g), "label": 0, "answer_token": 0, "num_transitions": 1}
+        for n in (9, 6, 4)
+    ]
+    return collate_nl_state_tracking(items, pad_id=0)
+
+
+def _loss_and_grads(adapted, batch, use_cache_of=None):
+    from hf_ssm.adapters.feature_cache import batch_features
+
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+    adapted.zero_grad()
+    if use_cache_of is None:
+        logits = adapted(**inputs, use_cache=False).logits
+    else:
+        prefix, store = use_cache_of
+        features = batch_features(prefix, store, [10, 11, 12], batch, "cpu")
+        with prefix.replaced_by(features):
+            logits = adapted(**inputs, use_cache=False).logits
+    loss = torch.nn.functional.cross_entropy(logits[:, -3:].flatten(0, 1), batch["input_ids"][:, -3:].flatten())
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in adapted.ssm_adapter.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("layer_index", [0, 1])
+def test_frozen_prefix_cache_gives_the_full_models_loss_and_gradients(layer_index, tmp_path):
+    """Training on cached prefix features (layers 0..k skipped, layer k returning h_k from the store) gives the
+    loss and adapter gradients of the full model: to float rounding with a float32 store (in memory and
+    memory-mapped; second use = a cache hit), within bfloat16 rounding with a bfloat16 store."""
+    from hf_ssm.adapters.feature_cache import FeatureStore, FrozenPrefix
+
+    adapted = attach_ssm_adapter(tiny_base("llama", layers=3), adapter_config(layer_index=layer_index))
+    randomise(adapted, 0.1)
+    batch = _padded_batch()
+    loss, grads = _loss_and_grads(adapted, batch)
+    prefix = FrozenPrefix(adapted)
+    for store in (FeatureStore(2**20, "float32"), FeatureStore(2**20, "float32", path=tmp_path / "f.bin")):
+        for _ in range(2):  # first call computes and stores, second reads the store
+            cached_loss, cached_grads = _loss_and_grads(adapted, batch, (prefix, store))
+            torch.testing.assert_close(cached_loss, loss, rtol=1e-5, atol=1e-6)
+            for name, grad in grads.items():
+                torch.testing.assert_close(cached_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+        assert len(store) == 3 and store.nbytes == (9 + 6 + 4) * 32 * 4
+    bf16_loss, _ = _loss_and_grads(adapted, batch, (prefix, FeatureStore(2**20, "bfloat16")))
+    assert bf16_loss != loss and abs(bf16_loss - loss) < 1e-2 * loss
+    # Afterwards the layers are the model's own again: the full forward is unchanged.
+    torch.testing.assert_close(_loss_and_grads(adapted, batch)[0], loss, rtol=0, atol=0)
+
+
+def test_feature_store_limit_and_bad_arguments():
+    """Over max_bytes an example is not stored (put -> False, one warning, counted); a prefix with trainable
+    parameters (LoRA inside it) and a bad store dtype are refused with clear errors."""
+    from hf_ssm.adapters.feature_cache import FeatureStore, FrozenPrefix
+
+    store = FeatureStore(100, "float32")
+    assert store.put(0, torch.ones(5, 5))  # 100 bytes
+    with pytest.warns(UserWarning, match="feature cache full"):
+        assert not store.put(1, torch.ones(1, 1))
+    assert store.skipped == 1 and 1 not in store and torch.equal(store.get(0), torch.ones(5, 5))
+    with pytest.raises(ValueError, match="`dtype` must be one of"):
+        FeatureStore(10, "int8")
+    adapted = attach_ssm_adapter(tiny_base(), adapter_config(layer_index=0))
+    adapted.base_model.model.layers[0].mlp.up_proj.weight.requires_grad_(True)
+    with pytest.raises(ValueError, match="frozen-prefix cache needs .* layers 0..0 frozen"):
+        FrozenPrefix(adapted)
