@@ -22,7 +22,14 @@ from dataclasses import fields
 from pathlib import Path
 
 from hf_ssm.adapters.bases import NAMED_BASES
-from hf_ssm.adapters.experiment import TINY_BASE, AdapterExperimentSettings, results_table, run_experiment
+from hf_ssm.adapters.experiment import (
+    TINY_BASE,
+    AdapterExperimentSettings,
+    results_table,
+    run_experiment,
+    summary_records,
+    update_summary_json,
+)
 
 
 def _boolean(text: str) -> bool:
@@ -35,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", default=None, help="run folder (default runs/adapter/<task>-<time>)")
     parser.add_argument("--resume", action="store_true", help="reuse the base and finished methods, resume checkpoints")
+    parser.add_argument(
+        "--summary_json",
+        default="",
+        help="also merge one record per method into this JSON list (e.g. results/adapter/summary.json)",
+    )
     parser.add_argument(
         "--model_card_dir", default="model_cards", help="also write the adapter's model card here ('' to skip)"
     )
@@ -65,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     out = Path(args.output_dir or f"runs/adapter/{settings.task}-{time.strftime('%Y%m%d-%H%M%S')}")
     summary = run_experiment(settings, out, resume=args.resume, model_card_dir=args.model_card_dir or None)
+    if args.summary_json:
+        update_summary_json(args.summary_json, summary_records(summary, str(out)))
     print(f"\n{settings.task}: answer accuracy (%) by number of transitions; written to {out}")
     print(results_table(summary["results"], summary["num_classes"]))
     print(

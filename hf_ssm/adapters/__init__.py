@@ -1,6 +1,6 @@
 """SSM adapters for frozen pretrained causal LMs (DESIGN §10): attach, train, save, reload, generate."""
 
-from .bases import NAMED_BASES, load_base, named_base_folder
+from .bases import NAMED_BASES, load_base, load_tokenizer, named_base_folder
 from .config import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, SSMAdapterConfig
 from .layer import SSMAdapter
 from .lora import add_lora, lora_rank_for_budget
@@ -19,6 +19,7 @@ __all__ = [
     "find_decoder_layers",
     "load_base",
     "load_ssm_adapter",
+    "load_tokenizer",
     "lora_rank_for_budget",
     "named_base_folder",
 ]

@@ -74,23 +74,19 @@ def named_base_folder(name: str) -> Path:
     return folder
 
 
-def load_base(name_or_path: str, dtype: str = "float32", device=None):
-    """(causal LM in eval mode, tokenizer) for a named base (`NAMED_BASES`), a local folder or a hub id.
-
-    The tokenizer pads on the left (prompts end at the last position, as generation wants) and has a pad token
-    (the EOS token when the base defines none). `dtype` is one of `DTYPES`. A named base's
-    `name_or_path` (and `config._name_or_path`) is set to its name, so an adapter attached to it records `smollm2-135m`, not the
-    site-packages folder.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
-
-    if dtype not in DTYPES:
-        raise ValueError(f"`dtype` must be one of {list(DTYPES)}, got {dtype!r}")
-    kwargs = {}
-    source = name_or_path
+def _source(name_or_path: str) -> tuple[str, dict]:
+    """(from_pretrained folder or id, extra from_pretrained kwargs) of a named base, local path or hub id."""
     if name_or_path in NAMED_BASES:
-        source = str(named_base_folder(name_or_path))
-        kwargs["gguf_file"] = NAMED_BASES[name_or_path].gguf_file
+        return str(named_base_folder(name_or_path)), {"gguf_file": NAMED_BASES[name_or_path].gguf_file}
+    return name_or_path, {}
+
+
+def load_tokenizer(name_or_path: str):
+    """The base's tokenizer, padding on the left (prompts end at the last position, as generation wants), with
+    a pad token (the EOS token when the base defines none). A seconds-long load, also for a named base."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    source, kwargs = _source(name_or_path)
     tokenizer_config = Path(source) / "tokenizer_config.json"
     if (
         not kwargs
@@ -103,6 +99,21 @@ def load_base(name_or_path: str, dtype: str = "float32", device=None):
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_base(name_or_path: str, dtype: str = "float32", device=None):
+    """(causal LM in eval mode, `load_tokenizer(name_or_path)`) for a named base (`NAMED_BASES`), a local
+    folder or a hub id, through one `from_pretrained` call. `dtype` is one of `DTYPES`. A named base's
+    `name_or_path` (and `config._name_or_path`) is set to its name, so an adapter attached to it records
+    `smollm2-135m`, not the site-packages folder.
+    """
+    from transformers import AutoModelForCausalLM
+
+    if dtype not in DTYPES:
+        raise ValueError(f"`dtype` must be one of {list(DTYPES)}, got {dtype!r}")
+    source, kwargs = _source(name_or_path)
+    tokenizer = load_tokenizer(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype], **kwargs)
     if device is not None:
         model.to(device)
@@ -111,4 +122,4 @@ def load_base(name_or_path: str, dtype: str = "float32", device=None):
     return model.eval(), tokenizer
 
 
-__all__ = ["DTYPES", "NAMED_BASES", "NamedBase", "load_base", "named_base_folder"]
+__all__ = ["DTYPES", "NAMED_BASES", "NamedBase", "load_base", "load_tokenizer", "named_base_folder"]

@@ -22,6 +22,7 @@ accuracy_vs_transitions.png, the trained adapters (the SSM adapter with a model 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import time
@@ -35,6 +36,7 @@ from ..data.nl_state_tracking import (
     NL_TASK_NAMES,
     NLStateTrackingDataset,
     answer_token_ids,
+    check_sentence_tokenization,
     collate_nl_state_tracking,
     get_nl_task,
     narrative_corpus,
@@ -46,12 +48,23 @@ from ..training.progress import training_progress
 from .bases import DTYPES, NAMED_BASES
 from .bases import load_base as _load_base
 from .config import SSMAdapterConfig
+from .feature_cache import STORE_DTYPES, FeatureStore, FrozenPrefix, batch_features
 from .layer import SSMAdapter
 from .lora import add_lora, lora_parameters_per_rank, lora_rank_for_budget
-from .model import attach_ssm_adapter, find_decoder_layers
+from .model import SSMAdapterModel, attach_ssm_adapter, find_decoder_layers
 from .tiny_base import build_tiny_qwen2, build_word_tokenizer, pretrain_language_model
 
-METHODS = ("probe", "lora", "ssm", "ssm_lora")
+METHODS = ("probe", "lora", "ssm", "ssm_classifier", "ssm_lora")
+# How each method answers: the frozen LM head (logits of the answer words' first tokens) or its own classifier.
+READOUT_OF_METHOD = {
+    "probe": "probe",
+    "lora": "lm_head",
+    "ssm": "lm_head",
+    "ssm_classifier": "classifier",
+    "ssm_lora": "lm_head",
+}
+FEATURE_CACHES = ("memory", "disk", "off")
+CACHED_METHODS = ("ssm", "ssm_classifier")  # the base below the adapter is frozen: its features can be reused
 # Training signal: the answer after every transition sentence (like every-prefix labels) or only at the end.
 SUPERVISION = ("dense", "final")
 ANSWER_LOSSES = ("answers", "vocab")
@@ -101,6 +114,16 @@ class AdapterExperimentSettings:
     # whole vocabulary there (then generate() itself names the answer; see RESULTS.md for its effect).
     answer_loss: str = "answers"
     eval_samples_per_bucket: int = 128
+    # Training stories: 0 = a fresh story every step; N > 0 = a pool of N stories cycled (epochs), which is what
+    # lets the frozen-prefix feature cache pay off.
+    train_examples: int = 0
+    # Frozen-prefix feature cache of the SSM adapter methods (hf_ssm.adapters.feature_cache): the base's hidden
+    # states after the adapter's layer, computed once per training story: "memory", "disk" (memory-mapped file
+    # in the method's folder) or "off"; stored in feature_cache_dtype, at most feature_cache_max_mb. Used only
+    # when stories repeat (train_examples > 0).
+    feature_cache: str = "memory"
+    feature_cache_dtype: str = "bfloat16"
+    feature_cache_max_mb: float = 2048.0
     # training
     batch_size: int = 32
     eval_batch_size: int = 32
@@ -127,6 +150,12 @@ class AdapterExperimentSettings:
         if self.dtype not in DTYPES:
             raise ValueError(f"`dtype` must be one of {list(DTYPES)}, got {self.dtype!r}")
         check_choice("initial_state", self.initial_state, PD_SSM_INITIAL_STATES)
+        check_choice("feature_cache", self.feature_cache, FEATURE_CACHES)
+        check_choice("feature_cache_dtype", self.feature_cache_dtype, tuple(STORE_DTYPES))
+        if not self.feature_cache_max_mb >= 0:
+            raise ValueError(f"`feature_cache_max_mb` must be >= 0, got {self.feature_cache_max_mb}")
+        if self.train_examples < 0:
+            raise ValueError(f"`train_examples` must be >= 0 (0: a fresh story every step), got {self.train_examples}")
         unknown = [m for m in self.method_list() if m not in METHODS]
         if unknown or not self.method_list():
             raise ValueError(f"`methods` must be a comma-separated subset of {list(METHODS)}, got {self.methods!r}")
@@ -305,6 +334,9 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
         rank = lora_rank_for_budget(base, budget)
         info = {"lora_rank": rank, "lora_parameters_per_rank": lora_parameters_per_rank(base)}
         model = add_lora(base, rank)
+    elif method == "ssm_classifier":
+        config = dataclasses.replace(settings.adapter_config(), readout="classifier", num_labels=num_classes)
+        model = attach_ssm_adapter(base, config)
     elif method in ("ssm", "ssm_lora"):
         model = attach_ssm_adapter(base, settings.adapter_config())
         if method == "ssm_lora":
@@ -318,7 +350,14 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
 
 
 def _scores(
-    method: str, model, batch: dict, answer_ids: torch.Tensor, device, dense: bool = False, vocab_loss: bool = False
+    method: str,
+    model,
+    batch: dict,
+    answer_ids: torch.Tensor,
+    device,
+    dense: bool = False,
+    vocab_loss: bool = False,
+    features: torch.Tensor | None = None,
 ):
     """(loss, predicted answer class at the last position (B,)) of one left-padded batch.
 
@@ -326,6 +365,8 @@ def _scores(
     the probe its own head. Loss: cross-entropy over the answer classes at the last position (after "Answer:"),
     or with `vocab_loss` the next-token cross-entropy there over the whole vocabulary (LM-head methods); with
     `dense`, also the cross-entropy over the answer classes at the end of every transition sentence.
+    `features` (B, L, d): the base's hidden states after the adapter's layer (frozen-prefix cache), used instead
+    of running the layers up to it. The classifier readout never runs the layers above the adapter.
     """
     inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")}
     last = inputs["input_ids"].shape[1] - 1
@@ -337,11 +378,21 @@ def _scores(
         labels = torch.full_like(positions, -100)
     # Only the supervised positions get logits (a 150k-word LM head over every position would not fit).
     keep = torch.unique(torch.cat([positions[positions >= 0], positions.new_tensor([last])]))  # sorted; ends at `last`
-    if method == "probe":
+    if method == "ssm_classifier":
+        adapted = _unwrapped(model)
+        hidden = FrozenPrefix(adapted).features(**inputs) if features is None else features
+        mask = inputs["attention_mask"].bool()
+        scores = adapted.ssm_adapter(hidden, mask=None if bool(mask.all()) else mask)[0][:, keep].float()
+        final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
+    elif method == "probe":
         scores = model(**inputs, logits_to_keep=keep).float()
         final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
     else:
-        logits = model(**inputs, use_cache=False, logits_to_keep=keep).logits
+        if features is None:
+            logits = model(**inputs, use_cache=False, logits_to_keep=keep).logits
+        else:
+            with FrozenPrefix(_unwrapped(model)).replaced_by(features):
+                logits = model(**inputs, use_cache=False, logits_to_keep=keep).logits
         scores = logits[..., answer_ids].float()
         if vocab_loss:
             final_loss = nn.functional.cross_entropy(
@@ -356,6 +407,13 @@ def _scores(
     return (dense_loss + final_loss) / count, scores[:, -1].argmax(-1)
 
 
+def _unwrapped(model):
+    """The model under accelerate's / torch's wrappers (DDP keeps it in `.module`)."""
+    while not isinstance(model, SSMAdapterModel) and hasattr(model, "module"):
+        model = model.module
+    return model
+
+
 @torch.no_grad()
 def evaluate(method, model, task, tokenizer, buckets, settings, seed, device) -> dict:
     """Accuracy at the question for fresh stories in each bucket of transition counts."""
@@ -367,13 +425,22 @@ def evaluate(method, model, task, tokenizer, buckets, settings, seed, device) ->
         data = NLStateTrackingDataset(
             task, tokenizer, settings.eval_samples_per_bucket, low, high, seed + low, settings.distractor_prob
         )
-        correct = 0
+        correct, tokens = 0, []
         for start in range(0, len(data), settings.eval_batch_size):
             items = [data[i] for i in range(start, min(len(data), start + settings.eval_batch_size))]
             batch = collate_nl_state_tracking(items, tokenizer.pad_token_id)
             _, pred = _scores(method, model, batch, answer_ids, device)
             correct += int((pred.cpu() == batch["label"]).sum())
-        results.append({"min_transitions": low, "max_transitions": high, "accuracy": correct / len(data)})
+            tokens += batch["length"].tolist()
+        results.append(
+            {
+                "min_transitions": low,
+                "max_transitions": high,
+                "accuracy": correct / len(data),
+                "mean_tokens": sum(tokens) / len(tokens),
+                "max_tokens": max(tokens),
+            }
+        )
     model.train(was_training)
     return {"buckets": results, "mean_accuracy": sum(r["accuracy"] for r in results) / len(results)}
 
@@ -399,10 +466,12 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_schedule(settings.warmup_steps, settings.max_steps))
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     answer_ids = torch.tensor(answer_token_ids(task, tokenizer), device=accelerator.device)
+    tokenization = check_sentence_tokenization(task, tokenizer)  # ValueError when a sentence end is inside a token
+    pool = settings.train_examples or settings.max_steps * settings.batch_size
     train_data = NLStateTrackingDataset(
         task,
         tokenizer,
-        settings.max_steps * settings.batch_size,
+        pool,
         settings.train_min_transitions,
         settings.train_max_transitions,
         settings.seed,
@@ -422,16 +491,25 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
         meta = read_metadata(found)
         start, history = meta["step"], meta["history"]
     trainable = sum(p.numel() for p in params)
+    prefix = store = None
+    if method in CACHED_METHODS and settings.feature_cache != "off" and settings.train_examples:
+        prefix = FrozenPrefix(accelerator.unwrap_model(model))
+        store = FeatureStore(
+            int(settings.feature_cache_max_mb * 2**20),
+            settings.feature_cache_dtype,
+            path=method_dir / "feature_cache.bin" if settings.feature_cache == "disk" else None,
+        )
     val_bucket = [(settings.train_min_transitions, settings.train_max_transitions)]
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), time.process_time()
     model.train()
     progress = training_progress(
         accelerator, f"{settings.task}/{method}", settings.max_steps, start, range(start, settings.max_steps)
     )
     step = start
     for step in progress:
-        items = [train_data[step * settings.batch_size + i] for i in range(settings.batch_size)]
-        batch = collate_nl_state_tracking(items, tokenizer.pad_token_id)
+        indices = [(step * settings.batch_size + i) % pool for i in range(settings.batch_size)]
+        batch = collate_nl_state_tracking([train_data[i] for i in indices], tokenizer.pad_token_id)
+        features = None if store is None else batch_features(prefix, store, indices, batch, accelerator.device)
         loss, _ = _scores(
             method,
             model,
@@ -440,6 +518,7 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
             accelerator.device,
             dense=settings.supervision == "dense",
             vocab_loss=settings.answer_loss == "vocab",
+            features=features,
         )
         optimizer.zero_grad()
         accelerator.backward(loss)
@@ -470,25 +549,41 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
             prune_checkpoints(checkpoints, keep=2)
     progress.close()
     train_seconds = time.perf_counter() - began
+    if store is not None and store.path is not None:
+        store.path.unlink()  # a cache, not a result: it can be hundreds of MB
     steps_done = history[-1]["step"] if history else start
 
     eval_began = time.perf_counter()
     test = evaluate(method, model, task, tokenizer, settings.bucket_list(), settings, 20_000, accelerator.device)
     result = {
         "method": method,
+        "readout": READOUT_OF_METHOD[method],
         "task": settings.task,
         "trainable_parameters": trainable,
         "steps": steps_done,
         "train_seconds": train_seconds,
         "eval_seconds": time.perf_counter() - eval_began,
+        # CPU time of this process (all its threads) for training + evaluation; with OMP_NUM_THREADS=1 it is
+        # what the method cost, whatever else shared the machine.
+        "cpu_seconds": time.process_time() - cpu_began,
         "history": history,
         "test": test,
+        "train_examples": pool,
+        "tokenization_check": tokenization,
+        "feature_cache": None
+        if store is None
+        else {
+            "dtype": settings.feature_cache_dtype,
+            "examples": len(store),
+            "bytes": store.nbytes,
+            "skipped": store.skipped,
+        },
         **info,
         "settings": asdict(settings),
     }
     unwrapped = accelerator.unwrap_model(model)
     method_dir.mkdir(parents=True, exist_ok=True)
-    if method in ("ssm", "ssm_lora"):
+    if method in ("ssm", "ssm_classifier", "ssm_lora"):
         unwrapped.save_pretrained(method_dir / "adapter")
         if method == "ssm_lora":
             # The LoRA weights sit inside the base; PEFT's own state-dict helper extracts them.
@@ -507,6 +602,60 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
 
 
 # --- reporting ---------------------------------------------------------------------------------------------
+
+
+def model_name(result: dict) -> str:
+    """Short name of a method's model for summaries: "pd_ssm adapter @L3", "lora r=4", "linear probe"."""
+    settings = result["settings"]
+    if result["method"] == "probe":
+        return "linear probe (last hidden state)"
+    if result["method"] == "lora":
+        return f"lora r={result['lora_rank']}"
+    name = f"{settings['mixer']} adapter @L{settings['layer_index']}"
+    return name + (f" + lora r={result['lora_rank']}" if result["method"] == "ssm_lora" else "")
+
+
+def summary_records(summary: dict, run_dir: str) -> list[dict]:
+    """One record per method of a run, for results/adapter/summary.json."""
+    records = []
+    for r in summary["results"]:
+        records.append(
+            {
+                "base": summary["base"].get("base_model", summary["base_source"]),
+                "task": summary["task"],
+                "model": model_name(r),
+                "method": r["method"],
+                "readout": r["readout"],
+                "seed": r["settings"]["seed"],
+                "trainable_params": r["trainable_parameters"],
+                "cpu_seconds": round(r["cpu_seconds"], 1),
+                "wall_seconds": round(r["train_seconds"] + r["eval_seconds"], 1),
+                "steps": r["steps"],
+                "train_transitions": [r["settings"]["train_min_transitions"], r["settings"]["train_max_transitions"]],
+                "accuracy_by_transitions": {
+                    f"{b['min_transitions']}-{b['max_transitions']}": round(b["accuracy"], 4)
+                    for b in r["test"]["buckets"]
+                },
+                "eval_samples_per_bucket": r["settings"]["eval_samples_per_bucket"],
+                "mean_tokens_by_transitions": {
+                    f"{b['min_transitions']}-{b['max_transitions']}": round(b["mean_tokens"], 1)
+                    for b in r["test"]["buckets"]
+                },
+                "run_dir": run_dir,
+            }
+        )
+    return records
+
+
+def update_summary_json(path, records: list[dict]) -> None:
+    """Merge `records` into the JSON list at `path`: a record of the same run, method and seed is replaced."""
+    path = Path(path)
+    old = json.loads(path.read_text()) if path.is_file() else []
+    key = lambda r: (r["run_dir"], r["method"], r["seed"])  # noqa: E731
+    new_keys = {key(r) for r in records}
+    merged = [r for r in old if key(r) not in new_keys] + records
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(merged, indent=1) + "\n")
 
 
 def results_table(results: list[dict], num_classes: int | None = None) -> str:
@@ -666,6 +815,9 @@ __all__ = [
     "evaluate",
     "load_base",
     "model_card",
+    "model_name",
+    "summary_records",
+    "update_summary_json",
     "prepare_base",
     "results_table",
     "run_experiment",
