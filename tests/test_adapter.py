@@ -339,19 +339,22 @@ def test_train_adapter_script_smoke_run(tmp_path):
     cards = tmp_path / "cards"
     args = [sys.executable, str(root / "scripts" / "train_adapter.py"), "--output_dir", str(tmp_path / "run")]
     result = subprocess.run(
-        [*args, "--methods", "probe,lora,ssm,ssm_classifier", "--model_card_dir", str(cards), *tiny,
+        [*args, "--methods", "fewshot,probe,lora,ssm,ssm_classifier", "--model_card_dir", str(cards), *tiny,
          "--train_examples", "6", "--feature_cache", "disk", "--summary_json", str(tmp_path / "summary.json")],
         capture_output=True, text=True, env=env, cwd=root, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "run"
     summary = json.loads((run / "results.json").read_text())
-    assert [r["method"] for r in summary["results"]] == ["probe", "lora", "ssm", "ssm_classifier"]
-    assert [r["readout"] for r in summary["results"]] == ["probe", "lm_head", "lm_head", "classifier"]
+    assert [r["method"] for r in summary["results"]] == ["fewshot", "probe", "lora", "ssm", "ssm_classifier"]
+    assert [r["readout"] for r in summary["results"]] == ["lm_head", "probe", "lm_head", "lm_head", "classifier"]
+    assert summary["results"][0]["trainable_parameters"] == 0 and summary["results"][0]["fewshot_prefix_tokens"] > 0
+    summary["results"] = summary["results"][1:]
     records = json.loads((tmp_path / "summary.json").read_text())
-    assert [(r["method"], r["readout"]) for r in records] == [
+    assert [(r["method"], r["readout"]) for r in records][1:] == [
         ("probe", "probe"), ("lora", "lm_head"), ("ssm", "lm_head"), ("ssm_classifier", "classifier")
     ]  # fmt: skip
+    records = records[1:]
     assert set(records[2]["accuracy_by_transitions"]) == {"1-3", "8-9"} and summary["results"][2]["cpu_seconds"] > 0
     # 3 steps x batch 4 over a pool of 6 stories: each stored once, in a memory-mapped file removed afterwards
     assert summary["results"][2]["feature_cache"]["examples"] == 6 and not (run / "ssm" / "feature_cache.bin").exists()

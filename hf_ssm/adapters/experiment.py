@@ -54,9 +54,10 @@ from .lora import add_lora, lora_parameters_per_rank, lora_rank_for_budget
 from .model import SSMAdapterModel, attach_ssm_adapter, find_decoder_layers
 from .tiny_base import build_tiny_qwen2, build_word_tokenizer, pretrain_language_model
 
-METHODS = ("probe", "lora", "ssm", "ssm_classifier", "ssm_lora")
+METHODS = ("fewshot", "probe", "lora", "ssm", "ssm_classifier", "ssm_lora")
 # How each method answers: the frozen LM head (logits of the answer words' first tokens) or its own classifier.
 READOUT_OF_METHOD = {
+    "fewshot": "lm_head",
     "probe": "probe",
     "lora": "lm_head",
     "ssm": "lm_head",
@@ -64,7 +65,8 @@ READOUT_OF_METHOD = {
     "ssm_lora": "lm_head",
 }
 FEATURE_CACHES = ("memory", "disk", "off")
-CACHED_METHODS = ("ssm", "ssm_classifier")  # the base below the adapter is frozen: its features can be reused
+# The base below the adapter (for the probe: the whole base) is frozen: its features can be computed once per story.
+CACHED_METHODS = ("probe", "ssm", "ssm_classifier")
 # Training signal: the answer after every transition sentence (like every-prefix labels) or only at the end.
 SUPERVISION = ("dense", "final")
 ANSWER_LOSSES = ("answers", "vocab")
@@ -114,6 +116,7 @@ class AdapterExperimentSettings:
     # whole vocabulary there (then generate() itself names the answer; see RESULTS.md for its effect).
     answer_loss: str = "answers"
     eval_samples_per_bucket: int = 128
+    fewshot_examples: int = 4  # method "fewshot": solved stories (of the training lengths) before each test story
     # Training stories: 0 = a fresh story every step; N > 0 = a pool of N stories cycled (epochs), which is what
     # lets the frozen-prefix feature cache pay off.
     train_examples: int = 0
@@ -165,6 +168,8 @@ class AdapterExperimentSettings:
                 f"[{self.train_min_transitions}, {self.train_max_transitions}]"
             )
         self.bucket_list()  # raises on a malformed `test_buckets`
+        if self.fewshot_examples < 0:
+            raise ValueError(f"`fewshot_examples` must be >= 0, got {self.fewshot_examples}")
         for name in ("batch_size", "eval_batch_size", "max_steps", "eval_every", "eval_samples_per_bucket"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
@@ -314,6 +319,13 @@ class LastHiddenStateProbe(nn.Module):
         self.head = nn.Linear(width, num_classes)
         base.requires_grad_(False)
 
+    @torch.no_grad()
+    def features(self, input_ids, attention_mask, position_ids) -> torch.Tensor:
+        """The frozen base's last hidden state (B, T, d): what the probe reads (cacheable, see feature_cache)."""
+        return self.decoder(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
+
     def forward(self, input_ids, attention_mask, position_ids, logits_to_keep):
         with torch.no_grad():
             hidden = self.decoder(
@@ -385,7 +397,10 @@ def _scores(
         scores = adapted.ssm_adapter(hidden, mask=None if bool(mask.all()) else mask)[0][:, keep].float()
         final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
     elif method == "probe":
-        scores = model(**inputs, logits_to_keep=keep).float()
+        if features is None:
+            scores = model(**inputs, logits_to_keep=keep).float()
+        else:
+            scores = _unwrapped(model).head(features[:, keep])
         final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
     else:
         if features is None:
@@ -409,15 +424,39 @@ def _scores(
 
 def _unwrapped(model):
     """The model under accelerate's / torch's wrappers (DDP keeps it in `.module`)."""
-    while not isinstance(model, SSMAdapterModel) and hasattr(model, "module"):
+    while not isinstance(model, (SSMAdapterModel, LastHiddenStateProbe)) and hasattr(model, "module"):
         model = model.module
     return model
+
+
+def fewshot_prefix(task, tokenizer, settings: AdapterExperimentSettings) -> list[int]:
+    """Token ids of `settings.fewshot_examples` solved stories ("... Answer: on" + blank line), of the training
+    lengths, that method "fewshot" puts before every test story (the untrained base answers from them)."""
+    import random
+
+    rng = random.Random(f"hf_ssm.fewshot:{settings.task}:{settings.seed}")
+    text = ""
+    for _ in range(settings.fewshot_examples):
+        count = rng.randint(settings.train_min_transitions, settings.train_max_transitions)
+        story = task.sample(count, rng, settings.distractor_prob)
+        text += f"{story.prompt} {story.answer_word}\n\n"
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _after_examples(item: dict, examples: list[int]) -> dict:
+    """A dataset item with the few-shot examples' tokens before its story (only the final answer is asked)."""
+    ids = torch.cat([torch.tensor(examples, dtype=torch.long), item["input_ids"]])
+    out = {**item, "input_ids": ids, "length": len(ids)}
+    out["supervised_positions"] = torch.tensor([len(ids) - 1])
+    out["supervised_labels"] = torch.tensor([item["label"]])
+    return out
 
 
 @torch.no_grad()
 def evaluate(method, model, task, tokenizer, buckets, settings, seed, device) -> dict:
     """Accuracy at the question for fresh stories in each bucket of transition counts."""
     answer_ids = torch.tensor(answer_token_ids(task, tokenizer), device=device)
+    examples = fewshot_prefix(task, tokenizer, settings) if method == "fewshot" else []
     was_training = model.training
     model.eval()
     results = []
@@ -428,6 +467,8 @@ def evaluate(method, model, task, tokenizer, buckets, settings, seed, device) ->
         correct, tokens = 0, []
         for start in range(0, len(data), settings.eval_batch_size):
             items = [data[i] for i in range(start, min(len(data), start + settings.eval_batch_size))]
+            if method == "fewshot":
+                items = [_after_examples(item, examples) for item in items]
             batch = collate_nl_state_tracking(items, tokenizer.pad_token_id)
             _, pred = _scores(method, model, batch, answer_ids, device)
             correct += int((pred.cpu() == batch["label"]).sum())
@@ -449,6 +490,29 @@ def _trainable_state(model) -> dict[str, torch.Tensor]:
     return {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
 
 
+def _evaluate_untrained(settings, base, tokenizer, task, method_dir: Path, device) -> dict:
+    """Method "fewshot": the base as it is, answering after `fewshot_examples` solved stories."""
+    began, cpu_began = time.perf_counter(), time.process_time()
+    test = evaluate("fewshot", base, task, tokenizer, settings.bucket_list(), settings, 20_000, device)
+    result = {
+        "method": "fewshot",
+        "readout": READOUT_OF_METHOD["fewshot"],
+        "task": settings.task,
+        "trainable_parameters": 0,
+        "steps": 0,
+        "train_seconds": 0.0,
+        "eval_seconds": time.perf_counter() - began,
+        "cpu_seconds": time.process_time() - cpu_began,
+        "history": [],
+        "test": test,
+        "fewshot_prefix_tokens": len(fewshot_prefix(task, tokenizer, settings)),
+        "settings": asdict(settings),
+    }
+    method_dir.mkdir(parents=True, exist_ok=True)
+    (method_dir / "results.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
 def train_method(method, settings, base_source, run_dir: Path, accelerator, resume: bool = False) -> dict:
     """Train and evaluate one method on a fresh copy of the base; writes run_dir/<method>/."""
     from safetensors.torch import load_file, save_file
@@ -458,6 +522,8 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
         return json.loads((method_dir / "results.json").read_text())
     task = get_nl_task(settings.task)
     base, tokenizer = load_base(base_source, settings.dtype, accelerator.device)
+    if method == "fewshot":
+        return _evaluate_untrained(settings, base, tokenizer, task, method_dir, accelerator.device)
     torch.manual_seed(settings.seed)
     model, params, info = build_method(method, settings, base, task.num_classes)
     model.to(accelerator.device)
@@ -493,7 +559,8 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
     trainable = sum(p.numel() for p in params)
     prefix = store = None
     if method in CACHED_METHODS and settings.feature_cache != "off" and settings.train_examples:
-        prefix = FrozenPrefix(accelerator.unwrap_model(model))
+        unwrapped = accelerator.unwrap_model(model)
+        prefix = unwrapped if method == "probe" else FrozenPrefix(unwrapped)
         store = FeatureStore(
             int(settings.feature_cache_max_mb * 2**20),
             settings.feature_cache_dtype,
@@ -609,6 +676,8 @@ def model_name(result: dict) -> str:
     settings = result["settings"]
     if result["method"] == "probe":
         return "linear probe (last hidden state)"
+    if result["method"] == "fewshot":
+        return f"untrained base, {result['settings']['fewshot_examples']}-shot"
     if result["method"] == "lora":
         return f"lora r={result['lora_rank']}"
     name = f"{settings['mixer']} adapter @L{settings['layer_index']}"

@@ -189,10 +189,11 @@ class FeatureStore:
         return bits.reshape(shape)
 
 
-def batch_features(prefix: FrozenPrefix, store: FeatureStore, indices: list[int], batch: dict, device) -> torch.Tensor:
+def batch_features(prefix, store: FeatureStore, indices: list[int], batch: dict, device) -> torch.Tensor:
     """h_k (B, W, d) of a left-padded batch (`collate_nl_state_tracking`) of examples `indices`: from the store
     where every example is there, else computed for the batch and stored. Either way the features are rounded
-    to the store's dtype, so a cache hit and a miss train on the same numbers. Padding positions hold zeros."""
+    to the store's dtype, so a cache hit and a miss train on the same numbers. Padding positions hold zeros.
+    `prefix`: a FrozenPrefix, or any module whose `features(input_ids, attention_mask, position_ids)` is fixed."""
     mask = batch["attention_mask"]
     lengths = mask.sum(-1).tolist()
     width = mask.shape[1]
