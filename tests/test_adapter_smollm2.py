@@ -129,3 +129,39 @@ def test_smollm2_adapter_saves_only_itself_and_reloads_bit_identically(smollm2, 
     assert saved["base_model_name_or_path"] == NAME and saved["base_model_type"] == "llama"
     reloaded = load_ssm_adapter(_fresh(smollm2)[0], tmp_path)
     assert torch.equal(reloaded(**batch).logits, expected)
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_frozen_prefix_cache_on_smollm2_gives_the_full_models_loss_and_gradients(smollm2):
+    """On the real model (adapter after layer 2, left-padded prompts), training on cached float32 features of
+    layers 0..2 gives the full forward's loss and adapter gradients to float rounding."""
+    from hf_ssm.adapters.feature_cache import FeatureStore, FrozenPrefix, batch_features
+
+    model, tokenizer = _fresh(smollm2)
+    adapted = attach_ssm_adapter(model, SSMAdapterConfig(mixer_settings=PD_SETTINGS, layer_index=2))
+    _randomise(adapted)
+    batch = dict(tokenizer(PROMPTS, return_tensors="pt", padding=True))
+    batch["position_ids"] = (batch["attention_mask"].cumsum(-1) - 1).clamp_min(0)
+    targets = batch["input_ids"][:, -4:].flatten()
+
+    def loss_and_grads(features=None):
+        adapted.zero_grad()
+        if features is None:
+            logits = adapted(**batch, use_cache=False).logits
+        else:
+            with prefix.replaced_by(features):
+                logits = adapted(**batch, use_cache=False).logits
+        loss = torch.nn.functional.cross_entropy(logits[:, -5:-1].flatten(0, 1), targets)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in adapted.adapter_parameters()]
+
+    loss, grads = loss_and_grads()
+    prefix = FrozenPrefix(adapted)
+    cached_loss, cached_grads = loss_and_grads(
+        batch_features(prefix, FeatureStore(2**24, "float32"), [0, 1], batch, "cpu")
+    )
+    torch.testing.assert_close(cached_loss, loss, rtol=1e-5, atol=1e-5)
+    for cached, full in zip(cached_grads, grads):
+        torch.testing.assert_close(cached, full, rtol=1e-3, atol=1e-6)
+    assert any(g.abs().sum() > 0 for g in grads)
