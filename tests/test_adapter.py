@@ -366,6 +366,8 @@ def test_train_adapter_script_smoke_run(tmp_path):
         ADAPTER_WEIGHTS_NAME,
     ]
     assert (cards / "ssm-adapter-tiny-qwen2-parity.md").read_text().startswith("---\nlibrary_name: hf_ssm")
+    card = (cards / "ssm-adapter-tiny-qwen2-parity-classifier.md").read_text()
+    assert '["adapter_logits"]' in card and "--train_examples 6" in card and "--methods fewshot,probe" in card
     assert "| ssm |" in result.stdout and "| chance |" in result.stdout
     bad = subprocess.run([*args, "--task", "dyck"], capture_output=True, text=True, env=env, cwd=root, timeout=120)
     assert bad.returncode == 2 and "`task` must be one of" in bad.stderr

@@ -788,6 +788,22 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
         base = f"{settings.base_model}: {named.description}"
         load_base = f'from hf_ssm.adapters import load_base\nbase, tokenizer = load_base("{settings.base_model}")'
     front = "" if tiny else f"base_model: {named.hub_id if named else settings.base_model}\n"
+    classifier = ssm["method"] == "ssm_classifier"
+    defaults = asdict(AdapterExperimentSettings())
+    reproduce = " ".join(
+        f"--{k} {v if v != '' else repr('')}" for k, v in asdict(settings).items() if v != defaults[k] or k == "task"
+    )
+    branch = (
+        "as a side branch logits = W_cls Mixer(Norm(h)) (its own classifier over the answer classes; the base's "
+        "hidden states and logits are untouched)"
+        if classifier
+        else "as a residual branch h <- h + W_out Mixer(Norm(h)), W_out zero-initialised"
+    )
+    read = (
+        'scores = model(**batch)["adapter_logits"][:, -1]  # (B, num_classes): the answer classes, in task order'
+        if classifier
+        else "scores = model(**batch).logits[:, -1, answer_token_ids]  # hf_ssm.data.nl_state_tracking.answer_token_ids"
+    )
     return f"""---
 library_name: hf_ssm
 license: apache-2.0
@@ -801,7 +817,7 @@ pipeline_tag: text-generation
 # SSM adapter ({config.mixer}) for natural-language {settings.task}
 
 One {config.mixer} layer inserted after decoder layer {config.layer_index} of a frozen causal LM ({base}) as a
-residual branch h <- h + W_out Mixer(Norm(h)), W_out zero-initialised (DESIGN §10). Only the adapter was trained:
+{branch} (DESIGN §10). Only the adapter was trained:
 {ssm["trainable_parameters"]} trainable parameters, {ssm["steps"]} steps, {ssm["train_seconds"]:.0f} s on a shared
 2-core CPU. Frozen mixer parameters: {config.frozen_mixer_parameters or "none"}. This folder holds no base weight.
 
@@ -822,11 +838,11 @@ from hf_ssm.adapters import load_ssm_adapter
 
 model = load_ssm_adapter(base, "<this folder>")
 batch = tokenizer([story], return_tensors="pt", padding=True)  # story ends with "Answer:"
-scores = model(**batch).logits[:, -1, answer_token_ids]  # hf_ssm.data.nl_state_tracking.answer_token_ids
+{read}
 ```
 
 Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with
-`python scripts/train_adapter.py --task {settings.task}` (see docs/adapter.md).
+`python scripts/train_adapter.py {reproduce}` (see docs/adapter.md).
 """
 
 
@@ -862,15 +878,16 @@ def run_experiment(settings: AdapterExperimentSettings, run_dir, resume: bool = 
     (run_dir / "results.md").write_text(table + "\n")
     plot_results(results, settings, task.num_classes, run_dir / "accuracy_vs_transitions.png")
     for r in results:
-        if r["method"] == "ssm":
+        if r["method"] in ("ssm", "ssm_classifier"):
             card = model_card(settings, base_info, r, table)
-            (run_dir / "ssm" / "adapter" / "README.md").write_text(card)
+            (run_dir / r["method"] / "adapter" / "README.md").write_text(card)
             if model_card_dir is not None:
                 base_path = Path(settings.base_model)
                 # A tiny base reused from another run folder sits in <run>/base: name it after the run folder.
                 base_name = base_path.parent.name if base_path.name == "base" else base_path.name
                 base_name = "tiny-qwen2" if settings.base_model == TINY_BASE else base_name.lower()
-                name = f"ssm-adapter-{base_name}-{settings.task}.md"
+                suffix = "-classifier" if r["method"] == "ssm_classifier" else ""
+                name = f"ssm-adapter-{base_name}-{settings.task}{suffix}.md"
                 Path(model_card_dir).mkdir(parents=True, exist_ok=True)
                 (Path(model_card_dir) / name).write_text(card)
     return summary
