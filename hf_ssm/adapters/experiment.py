@@ -786,7 +786,7 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
     named = NAMED_BASES.get(settings.base_model)
     if named is not None:
         base = f"{settings.base_model}: {named.description}"
-        load_base = f'from hf_ssm.adapters import load_base\nbase, tokenizer = load_base("{settings.base_model}")'
+        load_base = f'from hf_ssm.adapters import load_base\n\nbase, tokenizer = load_base("{settings.base_model}")'
     front = "" if tiny else f"base_model: {named.hub_id if named else settings.base_model}\n"
     classifier = ssm["method"] == "ssm_classifier"
     defaults = asdict(AdapterExperimentSettings())
@@ -794,7 +794,7 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
         f"--{k} {v if v != '' else repr('')}" for k, v in asdict(settings).items() if v != defaults[k] or k == "task"
     )
     branch = (
-        "as a side branch logits = W_cls Mixer(Norm(h)) (its own classifier over the answer classes; the base's "
+        "as a side branch: logits = W_cls Mixer(Norm(h)) (its own classifier over the answer classes; the base's "
         "hidden states and logits are untouched)"
         if classifier
         else "as a residual branch h <- h + W_out Mixer(Norm(h)), W_out zero-initialised"
@@ -816,15 +816,15 @@ pipeline_tag: text-generation
 
 # SSM adapter ({config.mixer}) for natural-language {settings.task}
 
-One {config.mixer} layer inserted after decoder layer {config.layer_index} of a frozen causal LM ({base}) as a
+One {config.mixer} layer inserted after decoder layer {config.layer_index} of a frozen causal LM ({base}),
 {branch} (DESIGN §10). Only the adapter was trained:
 {ssm["trainable_parameters"]} trainable parameters, {ssm["steps"]} steps, {ssm["train_seconds"]:.0f} s on a shared
 2-core CPU. Frozen mixer parameters: {config.frozen_mixer_parameters or "none"}. This folder holds no base weight.
 
 Task: stories whose sentences are the transitions of the `{settings.task}` automaton, ending in a question answered
 by one word (hf_ssm.data.nl_state_tracking). Trained on {settings.train_min_transitions}-{settings.train_max_transitions}
-transitions, tested on longer stories. Answer accuracy (%) by number of transitions, next to the baselines of the
-same run (frozen base + linear probe, LoRA of similar size):
+transitions, tested on longer stories. Answer accuracy (%) by number of transitions, with the other methods of the
+same run (if any):
 
 {table}
 
