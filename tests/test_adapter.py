@@ -140,6 +140,41 @@ def test_loading_onto_mismatched_base_raises(tmp_path, other, message):
         load_ssm_adapter(tiny_base(**other), tmp_path)
 
 
+def test_failed_load_leaves_the_base_trainable_as_before(tmp_path):
+    """Issue 16.17: a load_ssm_adapter that fails after attaching (weights that do not fit the config) leaves no
+    adapter and restores every base parameter's requires_grad (it used to leave the base frozen)."""
+    attach_ssm_adapter(tiny_base(), adapter_config()).save_pretrained(tmp_path)
+    tensors = load_file(str(tmp_path / ADAPTER_WEIGHTS_NAME))
+    tensors["ssm_adapter.unexpected"] = torch.zeros(1)
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(tmp_path / ADAPTER_WEIGHTS_NAME))
+    base = tiny_base()
+    base.lm_head.weight.requires_grad_(False)  # a mixed state, to check it is restored rather than reset
+    before = {n: p.requires_grad for n, p in base.named_parameters()}
+    assert any(before.values())
+    with pytest.raises(ValueError, match="unexpected"):
+        load_ssm_adapter(base, tmp_path)
+    assert {n: p.requires_grad for n, p in base.named_parameters()} == before
+    attach_ssm_adapter(base, adapter_config())  # not left marked as attached
+
+
+def test_adapter_of_another_model_type_is_refused_unless_allowed(tmp_path):
+    """Issue 16.17: an adapter saved on a Llama base does not load silently onto a Qwen2 base of the same shape
+    (base_model_type is recorded); allow_other_model_type=True loads it with a warning."""
+    llama = attach_ssm_adapter(tiny_base("llama"), adapter_config())
+    randomise(llama)
+    llama.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / ADAPTER_CONFIG_NAME).read_text())["base_model_type"] == "llama"
+    qwen = tiny_base("qwen2")
+    with pytest.raises(ValueError, match="trained on a 'llama' base.*this base is 'qwen2'.*allow_other_model_type"):
+        load_ssm_adapter(qwen, tmp_path)
+    assert all(p.requires_grad for p in qwen.parameters())
+    with pytest.warns(UserWarning, match="'llama'.*'qwen2'"):
+        loaded = load_ssm_adapter(qwen, tmp_path, allow_other_model_type=True)
+    assert torch.equal(loaded.ssm_adapter.out_proj.weight, llama.ssm_adapter.out_proj.weight)
+
+
 @torch.no_grad()
 @pytest.mark.parametrize("kind", KINDS)
 def test_cached_decoding_equals_full_forward(kind):
@@ -304,13 +339,25 @@ def test_train_adapter_script_smoke_run(tmp_path):
     cards = tmp_path / "cards"
     args = [sys.executable, str(root / "scripts" / "train_adapter.py"), "--output_dir", str(tmp_path / "run")]
     result = subprocess.run(
-        [*args, "--methods", "probe,lora,ssm", "--model_card_dir", str(cards), *tiny],
+        [*args, "--methods", "fewshot,probe,lora,ssm,ssm_classifier", "--model_card_dir", str(cards), *tiny,
+         "--train_examples", "6", "--feature_cache", "disk", "--summary_json", str(tmp_path / "summary.json")],
         capture_output=True, text=True, env=env, cwd=root, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "run"
     summary = json.loads((run / "results.json").read_text())
-    assert [r["method"] for r in summary["results"]] == ["probe", "lora", "ssm"]
+    assert [r["method"] for r in summary["results"]] == ["fewshot", "probe", "lora", "ssm", "ssm_classifier"]
+    assert [r["readout"] for r in summary["results"]] == ["lm_head", "probe", "lm_head", "lm_head", "classifier"]
+    assert summary["results"][0]["trainable_parameters"] == 0 and summary["results"][0]["fewshot_prefix_tokens"] > 0
+    summary["results"] = summary["results"][1:]
+    records = json.loads((tmp_path / "summary.json").read_text())
+    assert [(r["method"], r["readout"]) for r in records][1:] == [
+        ("probe", "probe"), ("lora", "lm_head"), ("ssm", "lm_head"), ("ssm_classifier", "classifier")
+    ]  # fmt: skip
+    records = records[1:]
+    assert set(records[2]["accuracy_by_transitions"]) == {"1-3", "8-9"} and summary["results"][2]["cpu_seconds"] > 0
+    # 3 steps x batch 4 over a pool of 6 stories: each stored once, in a memory-mapped file removed afterwards
+    assert summary["results"][2]["feature_cache"]["examples"] == 6 and not (run / "ssm" / "feature_cache.bin").exists()
     assert [b["min_transitions"] for b in summary["results"][2]["test"]["buckets"]] == [1, 8]
     assert (run / "accuracy_vs_transitions.png").is_file()
     assert sorted(p.name for p in (run / "ssm" / "adapter").iterdir()) == [
@@ -319,6 +366,8 @@ def test_train_adapter_script_smoke_run(tmp_path):
         ADAPTER_WEIGHTS_NAME,
     ]
     assert (cards / "ssm-adapter-tiny-qwen2-parity.md").read_text().startswith("---\nlibrary_name: hf_ssm")
+    card = (cards / "ssm-adapter-tiny-qwen2-parity-classifier.md").read_text()
+    assert '["adapter_logits"]' in card and "--train_examples 6" in card and "--methods fewshot,probe" in card
     assert "| ssm |" in result.stdout and "| chance |" in result.stdout
     bad = subprocess.run([*args, "--task", "dyck"], capture_output=True, text=True, env=env, cwd=root, timeout=120)
     assert bad.returncode == 2 and "`task` must be one of" in bad.stderr
@@ -384,3 +433,75 @@ def test_frozen_mixer_parameters_stay_frozen_through_save_and_load(tmp_path):
     assert {n for n, p in reloaded.ssm_adapter.named_parameters() if not p.requires_grad} == frozen
     with pytest.raises(ValueError, match="`frozen_mixer_parameters` entry 'gamma' matches no parameter"):
         attach_ssm_adapter(tiny_base(), adapter_config(frozen_mixer_parameters=["gamma"]))
+
+
+def _padded_batch(seed: int = 5):
+    """Three left-padded rows of lengths 9, 6, 4 with collate_nl_state_tracking's mask and position ids."""
+    from hf_ssm.data.nl_state_tracking import collate_nl_state_tracking
+
+    g = torch.Generator().manual_seed(seed)
+    items = [
+        {"input_ids": torch.randint(1, VOCAB, (n,), generator=g), "label": 0, "answer_token": 0, "num_transitions": 1}
+        for n in (9, 6, 4)
+    ]
+    return collate_nl_state_tracking(items, pad_id=0)
+
+
+def _loss_and_grads(adapted, batch, use_cache_of=None):
+    from hf_ssm.adapters.feature_cache import batch_features
+
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+    adapted.zero_grad()
+    if use_cache_of is None:
+        logits = adapted(**inputs, use_cache=False).logits
+    else:
+        prefix, store = use_cache_of
+        features = batch_features(prefix, store, [10, 11, 12], batch, "cpu")
+        with prefix.replaced_by(features):
+            logits = adapted(**inputs, use_cache=False).logits
+    loss = torch.nn.functional.cross_entropy(logits[:, -3:].flatten(0, 1), batch["input_ids"][:, -3:].flatten())
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in adapted.ssm_adapter.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("layer_index", [0, 1])
+def test_frozen_prefix_cache_gives_the_full_models_loss_and_gradients(layer_index, tmp_path):
+    """Training on cached prefix features (layers 0..k skipped, layer k returning h_k from the store) gives the
+    loss and adapter gradients of the full model: to float rounding with a float32 store (in memory and
+    memory-mapped; second use = a cache hit), within bfloat16 rounding with a bfloat16 store."""
+    from hf_ssm.adapters.feature_cache import FeatureStore, FrozenPrefix
+
+    adapted = attach_ssm_adapter(tiny_base("llama", layers=3), adapter_config(layer_index=layer_index))
+    randomise(adapted, 0.1)
+    batch = _padded_batch()
+    loss, grads = _loss_and_grads(adapted, batch)
+    prefix = FrozenPrefix(adapted)
+    for store in (FeatureStore(2**20, "float32"), FeatureStore(2**20, "float32", path=tmp_path / "f.bin")):
+        for _ in range(2):  # first call computes and stores, second reads the store
+            cached_loss, cached_grads = _loss_and_grads(adapted, batch, (prefix, store))
+            torch.testing.assert_close(cached_loss, loss, rtol=1e-5, atol=1e-6)
+            for name, grad in grads.items():
+                torch.testing.assert_close(cached_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+        assert len(store) == 3 and store.nbytes == (9 + 6 + 4) * 32 * 4
+    bf16_loss, _ = _loss_and_grads(adapted, batch, (prefix, FeatureStore(2**20, "bfloat16")))
+    assert bf16_loss != loss and abs(bf16_loss - loss) < 1e-2 * loss
+    # Afterwards the layers are the model's own again: the full forward is unchanged.
+    torch.testing.assert_close(_loss_and_grads(adapted, batch)[0], loss, rtol=0, atol=0)
+
+
+def test_feature_store_limit_and_bad_arguments():
+    """Over max_bytes an example is not stored (put -> False, one warning, counted); a prefix with trainable
+    parameters (LoRA inside it) and a bad store dtype are refused with clear errors."""
+    from hf_ssm.adapters.feature_cache import FeatureStore, FrozenPrefix
+
+    store = FeatureStore(100, "float32")
+    assert store.put(0, torch.ones(5, 5))  # 100 bytes
+    with pytest.warns(UserWarning, match="feature cache full"):
+        assert not store.put(1, torch.ones(1, 1))
+    assert store.skipped == 1 and 1 not in store and torch.equal(store.get(0), torch.ones(5, 5))
+    with pytest.raises(ValueError, match="`dtype` must be one of"):
+        FeatureStore(10, "int8")
+    adapted = attach_ssm_adapter(tiny_base(), adapter_config(layer_index=0))
+    adapted.base_model.model.layers[0].mlp.up_proj.weight.requires_grad_(True)
+    with pytest.raises(ValueError, match="frozen-prefix cache needs .* layers 0..0 frozen"):
+        FrozenPrefix(adapted)

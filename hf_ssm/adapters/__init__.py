@@ -1,5 +1,6 @@
 """SSM adapters for frozen pretrained causal LMs (DESIGN §10): attach, train, save, reload, generate."""
 
+from .bases import NAMED_BASES, load_base, load_tokenizer, named_base_folder
 from .config import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, SSMAdapterConfig
 from .layer import SSMAdapter
 from .lora import add_lora, lora_rank_for_budget
@@ -8,6 +9,7 @@ from .model import SSMAdapterModel, attach_ssm_adapter, check_compatible, find_d
 __all__ = [
     "ADAPTER_CONFIG_NAME",
     "ADAPTER_WEIGHTS_NAME",
+    "NAMED_BASES",
     "SSMAdapter",
     "SSMAdapterConfig",
     "SSMAdapterModel",
@@ -15,6 +17,9 @@ __all__ = [
     "attach_ssm_adapter",
     "check_compatible",
     "find_decoder_layers",
+    "load_base",
     "load_ssm_adapter",
+    "load_tokenizer",
     "lora_rank_for_budget",
+    "named_base_folder",
 ]

@@ -21,6 +21,8 @@ accuracy_vs_transitions.png, the trained adapters (the SSM adapter with a model 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import math
 import time
@@ -34,6 +36,7 @@ from ..data.nl_state_tracking import (
     NL_TASK_NAMES,
     NLStateTrackingDataset,
     answer_token_ids,
+    check_sentence_tokenization,
     collate_nl_state_tracking,
     get_nl_task,
     narrative_corpus,
@@ -42,19 +45,32 @@ from ..data.nl_state_tracking import (
 from ..modeling.configuration_hybrid_ssm import PD_SSM_INITIAL_STATES, check_choice
 from ..training.checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
 from ..training.progress import training_progress
+from .bases import DTYPES, NAMED_BASES
+from .bases import load_base as _load_base
 from .config import SSMAdapterConfig
+from .feature_cache import STORE_DTYPES, FeatureStore, FrozenPrefix, batch_features
 from .layer import SSMAdapter
 from .lora import add_lora, lora_parameters_per_rank, lora_rank_for_budget
-from .model import attach_ssm_adapter, find_decoder_layers
+from .model import SSMAdapterModel, attach_ssm_adapter, find_decoder_layers
 from .tiny_base import build_tiny_qwen2, build_word_tokenizer, pretrain_language_model
 
-METHODS = ("probe", "lora", "ssm", "ssm_lora")
+METHODS = ("fewshot", "probe", "lora", "ssm", "ssm_classifier", "ssm_lora")
+# How each method answers: the frozen LM head (logits of the answer words' first tokens) or its own classifier.
+READOUT_OF_METHOD = {
+    "fewshot": "lm_head",
+    "probe": "probe",
+    "lora": "lm_head",
+    "ssm": "lm_head",
+    "ssm_classifier": "classifier",
+    "ssm_lora": "lm_head",
+}
+FEATURE_CACHES = ("memory", "disk", "off")
+# The base below the adapter (for the probe: the whole base) is frozen: its features can be computed once per story.
+CACHED_METHODS = ("probe", "ssm", "ssm_classifier")
 # Training signal: the answer after every transition sentence (like every-prefix labels) or only at the end.
 SUPERVISION = ("dense", "final")
 ANSWER_LOSSES = ("answers", "vocab")
 TINY_BASE = "tiny"
-GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
@@ -100,6 +116,17 @@ class AdapterExperimentSettings:
     # whole vocabulary there (then generate() itself names the answer; see RESULTS.md for its effect).
     answer_loss: str = "answers"
     eval_samples_per_bucket: int = 128
+    fewshot_examples: int = 4  # method "fewshot": solved stories (of the training lengths) before each test story
+    # Training stories: 0 = a fresh story every step; N > 0 = a pool of N stories cycled (epochs), which is what
+    # lets the frozen-prefix feature cache pay off.
+    train_examples: int = 0
+    # Frozen-prefix feature cache of the SSM adapter methods (hf_ssm.adapters.feature_cache): the base's hidden
+    # states after the adapter's layer, computed once per training story: "memory", "disk" (memory-mapped file
+    # in the method's folder) or "off"; stored in feature_cache_dtype, at most feature_cache_max_mb. Used only
+    # when stories repeat (train_examples > 0).
+    feature_cache: str = "memory"
+    feature_cache_dtype: str = "bfloat16"
+    feature_cache_max_mb: float = 2048.0
     # training
     batch_size: int = 32
     eval_batch_size: int = 32
@@ -126,6 +153,12 @@ class AdapterExperimentSettings:
         if self.dtype not in DTYPES:
             raise ValueError(f"`dtype` must be one of {list(DTYPES)}, got {self.dtype!r}")
         check_choice("initial_state", self.initial_state, PD_SSM_INITIAL_STATES)
+        check_choice("feature_cache", self.feature_cache, FEATURE_CACHES)
+        check_choice("feature_cache_dtype", self.feature_cache_dtype, tuple(STORE_DTYPES))
+        if not self.feature_cache_max_mb >= 0:
+            raise ValueError(f"`feature_cache_max_mb` must be >= 0, got {self.feature_cache_max_mb}")
+        if self.train_examples < 0:
+            raise ValueError(f"`train_examples` must be >= 0 (0: a fresh story every step), got {self.train_examples}")
         unknown = [m for m in self.method_list() if m not in METHODS]
         if unknown or not self.method_list():
             raise ValueError(f"`methods` must be a comma-separated subset of {list(METHODS)}, got {self.methods!r}")
@@ -135,6 +168,8 @@ class AdapterExperimentSettings:
                 f"[{self.train_min_transitions}, {self.train_max_transitions}]"
             )
         self.bucket_list()  # raises on a malformed `test_buckets`
+        if self.fewshot_examples < 0:
+            raise ValueError(f"`fewshot_examples` must be >= 0, got {self.fewshot_examples}")
         for name in ("batch_size", "eval_batch_size", "max_steps", "eval_every", "eval_samples_per_bucket"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
@@ -200,6 +235,10 @@ def _lr_schedule(warmup: int, total: int):
 def prepare_base(settings: AdapterExperimentSettings, run_dir: Path) -> tuple[str, dict]:
     """Where the base loads from, and how it was made. The tiny base is built and pretrained once into
     run_dir/base (reused by a resumed run); any other `base_model` is a hub id or local path."""
+    if settings.base_model in NAMED_BASES:
+        named = NAMED_BASES[settings.base_model]
+        info = {"base_model": settings.base_model, "description": named.description, "gguf_file": named.gguf_file}
+        return settings.base_model, info
     if settings.base_model != TINY_BASE:
         return settings.base_model, {"base_model": settings.base_model}
     path = run_dir / "base"
@@ -249,25 +288,18 @@ def prepare_base(settings: AdapterExperimentSettings, run_dir: Path) -> tuple[st
 
 
 def load_base(source: str, dtype: str, device):
-    """(frozen-ready causal LM in eval mode, left-padding tokenizer with a pad token) from a hub id or a path."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """A fresh copy of the base (model in eval mode, left-padding tokenizer). The first call for a source loads it
+    (`hf_ssm.adapters.bases.load_base`: named base, local path or hub id); later calls in this process copy it,
+    so the methods of one run do not each pay the load (about 20 s to a minute for a GGUF base)."""
+    key = (source, dtype, str(device))
+    if key not in _LOADED_BASES:
+        _LOADED_BASES.clear()  # one base at a time in memory
+        _LOADED_BASES[key] = _load_base(source, dtype, device)
+    model, tokenizer = _LOADED_BASES[key]
+    return copy.deepcopy(model), copy.deepcopy(tokenizer)
 
-    tokenizer_config = Path(source) / "tokenizer_config.json"
-    if (
-        tokenizer_config.is_file()
-        and json.loads(tokenizer_config.read_text()).get("tokenizer_class") in GENERIC_TOKENIZERS
-    ):
-        # AutoTokenizer would rebuild a model-type tokenizer (Qwen2Tokenizer) around the saved word-level vocabulary.
-        from transformers import PreTrainedTokenizerFast
 
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(source)
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype]).to(device).eval()
-    return model, tokenizer
+_LOADED_BASES: dict = {}
 
 
 # --- methods -----------------------------------------------------------------------------------------------
@@ -286,6 +318,13 @@ class LastHiddenStateProbe(nn.Module):
         width = base.config.get_text_config().hidden_size
         self.head = nn.Linear(width, num_classes)
         base.requires_grad_(False)
+
+    @torch.no_grad()
+    def features(self, input_ids, attention_mask, position_ids) -> torch.Tensor:
+        """The frozen base's last hidden state (B, T, d): what the probe reads (cacheable, see feature_cache)."""
+        return self.decoder(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
 
     def forward(self, input_ids, attention_mask, position_ids, logits_to_keep):
         with torch.no_grad():
@@ -307,6 +346,9 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
         rank = lora_rank_for_budget(base, budget)
         info = {"lora_rank": rank, "lora_parameters_per_rank": lora_parameters_per_rank(base)}
         model = add_lora(base, rank)
+    elif method == "ssm_classifier":
+        config = dataclasses.replace(settings.adapter_config(), readout="classifier", num_labels=num_classes)
+        model = attach_ssm_adapter(base, config)
     elif method in ("ssm", "ssm_lora"):
         model = attach_ssm_adapter(base, settings.adapter_config())
         if method == "ssm_lora":
@@ -320,7 +362,14 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
 
 
 def _scores(
-    method: str, model, batch: dict, answer_ids: torch.Tensor, device, dense: bool = False, vocab_loss: bool = False
+    method: str,
+    model,
+    batch: dict,
+    answer_ids: torch.Tensor,
+    device,
+    dense: bool = False,
+    vocab_loss: bool = False,
+    features: torch.Tensor | None = None,
 ):
     """(loss, predicted answer class at the last position (B,)) of one left-padded batch.
 
@@ -328,6 +377,8 @@ def _scores(
     the probe its own head. Loss: cross-entropy over the answer classes at the last position (after "Answer:"),
     or with `vocab_loss` the next-token cross-entropy there over the whole vocabulary (LM-head methods); with
     `dense`, also the cross-entropy over the answer classes at the end of every transition sentence.
+    `features` (B, L, d): the base's hidden states after the adapter's layer (frozen-prefix cache), used instead
+    of running the layers up to it. The classifier readout never runs the layers above the adapter.
     """
     inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")}
     last = inputs["input_ids"].shape[1] - 1
@@ -339,11 +390,24 @@ def _scores(
         labels = torch.full_like(positions, -100)
     # Only the supervised positions get logits (a 150k-word LM head over every position would not fit).
     keep = torch.unique(torch.cat([positions[positions >= 0], positions.new_tensor([last])]))  # sorted; ends at `last`
-    if method == "probe":
-        scores = model(**inputs, logits_to_keep=keep).float()
+    if method == "ssm_classifier":
+        adapted = _unwrapped(model)
+        hidden = FrozenPrefix(adapted).features(**inputs) if features is None else features
+        mask = inputs["attention_mask"].bool()
+        scores = adapted.ssm_adapter(hidden, mask=None if bool(mask.all()) else mask)[0][:, keep].float()
+        final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
+    elif method == "probe":
+        if features is None:
+            scores = model(**inputs, logits_to_keep=keep).float()
+        else:
+            scores = _unwrapped(model).head(features[:, keep])
         final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
     else:
-        logits = model(**inputs, use_cache=False, logits_to_keep=keep).logits
+        if features is None:
+            logits = model(**inputs, use_cache=False, logits_to_keep=keep).logits
+        else:
+            with FrozenPrefix(_unwrapped(model)).replaced_by(features):
+                logits = model(**inputs, use_cache=False, logits_to_keep=keep).logits
         scores = logits[..., answer_ids].float()
         if vocab_loss:
             final_loss = nn.functional.cross_entropy(
@@ -358,10 +422,41 @@ def _scores(
     return (dense_loss + final_loss) / count, scores[:, -1].argmax(-1)
 
 
+def _unwrapped(model):
+    """The model under accelerate's / torch's wrappers (DDP keeps it in `.module`)."""
+    while not isinstance(model, (SSMAdapterModel, LastHiddenStateProbe)) and hasattr(model, "module"):
+        model = model.module
+    return model
+
+
+def fewshot_prefix(task, tokenizer, settings: AdapterExperimentSettings) -> list[int]:
+    """Token ids of `settings.fewshot_examples` solved stories ("... Answer: on" + blank line), of the training
+    lengths, that method "fewshot" puts before every test story (the untrained base answers from them)."""
+    import random
+
+    rng = random.Random(f"hf_ssm.fewshot:{settings.task}:{settings.seed}")
+    text = ""
+    for _ in range(settings.fewshot_examples):
+        count = rng.randint(settings.train_min_transitions, settings.train_max_transitions)
+        story = task.sample(count, rng, settings.distractor_prob)
+        text += f"{story.prompt} {story.answer_word}\n\n"
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _after_examples(item: dict, examples: list[int]) -> dict:
+    """A dataset item with the few-shot examples' tokens before its story (only the final answer is asked)."""
+    ids = torch.cat([torch.tensor(examples, dtype=torch.long), item["input_ids"]])
+    out = {**item, "input_ids": ids, "length": len(ids)}
+    out["supervised_positions"] = torch.tensor([len(ids) - 1])
+    out["supervised_labels"] = torch.tensor([item["label"]])
+    return out
+
+
 @torch.no_grad()
 def evaluate(method, model, task, tokenizer, buckets, settings, seed, device) -> dict:
     """Accuracy at the question for fresh stories in each bucket of transition counts."""
     answer_ids = torch.tensor(answer_token_ids(task, tokenizer), device=device)
+    examples = fewshot_prefix(task, tokenizer, settings) if method == "fewshot" else []
     was_training = model.training
     model.eval()
     results = []
@@ -369,19 +464,53 @@ def evaluate(method, model, task, tokenizer, buckets, settings, seed, device) ->
         data = NLStateTrackingDataset(
             task, tokenizer, settings.eval_samples_per_bucket, low, high, seed + low, settings.distractor_prob
         )
-        correct = 0
+        correct, tokens = 0, []
         for start in range(0, len(data), settings.eval_batch_size):
             items = [data[i] for i in range(start, min(len(data), start + settings.eval_batch_size))]
+            if method == "fewshot":
+                items = [_after_examples(item, examples) for item in items]
             batch = collate_nl_state_tracking(items, tokenizer.pad_token_id)
             _, pred = _scores(method, model, batch, answer_ids, device)
             correct += int((pred.cpu() == batch["label"]).sum())
-        results.append({"min_transitions": low, "max_transitions": high, "accuracy": correct / len(data)})
+            tokens += batch["length"].tolist()
+        results.append(
+            {
+                "min_transitions": low,
+                "max_transitions": high,
+                "accuracy": correct / len(data),
+                "mean_tokens": sum(tokens) / len(tokens),
+                "max_tokens": max(tokens),
+            }
+        )
     model.train(was_training)
     return {"buckets": results, "mean_accuracy": sum(r["accuracy"] for r in results) / len(results)}
 
 
 def _trainable_state(model) -> dict[str, torch.Tensor]:
     return {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _evaluate_untrained(settings, base, tokenizer, task, method_dir: Path, device) -> dict:
+    """Method "fewshot": the base as it is, answering after `fewshot_examples` solved stories."""
+    began, cpu_began = time.perf_counter(), time.process_time()
+    test = evaluate("fewshot", base, task, tokenizer, settings.bucket_list(), settings, 20_000, device)
+    result = {
+        "method": "fewshot",
+        "readout": READOUT_OF_METHOD["fewshot"],
+        "task": settings.task,
+        "trainable_parameters": 0,
+        "steps": 0,
+        "train_seconds": 0.0,
+        "eval_seconds": time.perf_counter() - began,
+        "cpu_seconds": time.process_time() - cpu_began,
+        "history": [],
+        "test": test,
+        "fewshot_prefix_tokens": len(fewshot_prefix(task, tokenizer, settings)),
+        "settings": asdict(settings),
+    }
+    method_dir.mkdir(parents=True, exist_ok=True)
+    (method_dir / "results.json").write_text(json.dumps(result, indent=2))
+    return result
 
 
 def train_method(method, settings, base_source, run_dir: Path, accelerator, resume: bool = False) -> dict:
@@ -393,6 +522,8 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
         return json.loads((method_dir / "results.json").read_text())
     task = get_nl_task(settings.task)
     base, tokenizer = load_base(base_source, settings.dtype, accelerator.device)
+    if method == "fewshot":
+        return _evaluate_untrained(settings, base, tokenizer, task, method_dir, accelerator.device)
     torch.manual_seed(settings.seed)
     model, params, info = build_method(method, settings, base, task.num_classes)
     model.to(accelerator.device)
@@ -401,10 +532,12 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_schedule(settings.warmup_steps, settings.max_steps))
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     answer_ids = torch.tensor(answer_token_ids(task, tokenizer), device=accelerator.device)
+    tokenization = check_sentence_tokenization(task, tokenizer)  # ValueError when a sentence end is inside a token
+    pool = settings.train_examples or settings.max_steps * settings.batch_size
     train_data = NLStateTrackingDataset(
         task,
         tokenizer,
-        settings.max_steps * settings.batch_size,
+        pool,
         settings.train_min_transitions,
         settings.train_max_transitions,
         settings.seed,
@@ -424,16 +557,26 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
         meta = read_metadata(found)
         start, history = meta["step"], meta["history"]
     trainable = sum(p.numel() for p in params)
+    prefix = store = None
+    if method in CACHED_METHODS and settings.feature_cache != "off" and settings.train_examples:
+        unwrapped = accelerator.unwrap_model(model)
+        prefix = unwrapped if method == "probe" else FrozenPrefix(unwrapped)
+        store = FeatureStore(
+            int(settings.feature_cache_max_mb * 2**20),
+            settings.feature_cache_dtype,
+            path=method_dir / "feature_cache.bin" if settings.feature_cache == "disk" else None,
+        )
     val_bucket = [(settings.train_min_transitions, settings.train_max_transitions)]
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), time.process_time()
     model.train()
     progress = training_progress(
         accelerator, f"{settings.task}/{method}", settings.max_steps, start, range(start, settings.max_steps)
     )
     step = start
     for step in progress:
-        items = [train_data[step * settings.batch_size + i] for i in range(settings.batch_size)]
-        batch = collate_nl_state_tracking(items, tokenizer.pad_token_id)
+        indices = [(step * settings.batch_size + i) % pool for i in range(settings.batch_size)]
+        batch = collate_nl_state_tracking([train_data[i] for i in indices], tokenizer.pad_token_id)
+        features = None if store is None else batch_features(prefix, store, indices, batch, accelerator.device)
         loss, _ = _scores(
             method,
             model,
@@ -442,6 +585,7 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
             accelerator.device,
             dense=settings.supervision == "dense",
             vocab_loss=settings.answer_loss == "vocab",
+            features=features,
         )
         optimizer.zero_grad()
         accelerator.backward(loss)
@@ -472,25 +616,41 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
             prune_checkpoints(checkpoints, keep=2)
     progress.close()
     train_seconds = time.perf_counter() - began
+    if store is not None and store.path is not None:
+        store.path.unlink()  # a cache, not a result: it can be hundreds of MB
     steps_done = history[-1]["step"] if history else start
 
     eval_began = time.perf_counter()
     test = evaluate(method, model, task, tokenizer, settings.bucket_list(), settings, 20_000, accelerator.device)
     result = {
         "method": method,
+        "readout": READOUT_OF_METHOD[method],
         "task": settings.task,
         "trainable_parameters": trainable,
         "steps": steps_done,
         "train_seconds": train_seconds,
         "eval_seconds": time.perf_counter() - eval_began,
+        # CPU time of this process (all its threads) for training + evaluation; with OMP_NUM_THREADS=1 it is
+        # what the method cost, whatever else shared the machine.
+        "cpu_seconds": time.process_time() - cpu_began,
         "history": history,
         "test": test,
+        "train_examples": pool,
+        "tokenization_check": tokenization,
+        "feature_cache": None
+        if store is None
+        else {
+            "dtype": settings.feature_cache_dtype,
+            "examples": len(store),
+            "bytes": store.nbytes,
+            "skipped": store.skipped,
+        },
         **info,
         "settings": asdict(settings),
     }
     unwrapped = accelerator.unwrap_model(model)
     method_dir.mkdir(parents=True, exist_ok=True)
-    if method in ("ssm", "ssm_lora"):
+    if method in ("ssm", "ssm_classifier", "ssm_lora"):
         unwrapped.save_pretrained(method_dir / "adapter")
         if method == "ssm_lora":
             # The LoRA weights sit inside the base; PEFT's own state-dict helper extracts them.
@@ -509,6 +669,62 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
 
 
 # --- reporting ---------------------------------------------------------------------------------------------
+
+
+def model_name(result: dict) -> str:
+    """Short name of a method's model for summaries: "pd_ssm adapter @L3", "lora r=4", "linear probe"."""
+    settings = result["settings"]
+    if result["method"] == "probe":
+        return "linear probe (last hidden state)"
+    if result["method"] == "fewshot":
+        return f"untrained base, {result['settings']['fewshot_examples']}-shot"
+    if result["method"] == "lora":
+        return f"lora r={result['lora_rank']}"
+    name = f"{settings['mixer']} adapter @L{settings['layer_index']}"
+    return name + (f" + lora r={result['lora_rank']}" if result["method"] == "ssm_lora" else "")
+
+
+def summary_records(summary: dict, run_dir: str) -> list[dict]:
+    """One record per method of a run, for results/adapter/summary.json."""
+    records = []
+    for r in summary["results"]:
+        records.append(
+            {
+                "base": summary["base"].get("base_model", summary["base_source"]),
+                "task": summary["task"],
+                "model": model_name(r),
+                "method": r["method"],
+                "readout": r["readout"],
+                "seed": r["settings"]["seed"],
+                "trainable_params": r["trainable_parameters"],
+                "cpu_seconds": round(r["cpu_seconds"], 1),
+                "wall_seconds": round(r["train_seconds"] + r["eval_seconds"], 1),
+                "steps": r["steps"],
+                "train_transitions": [r["settings"]["train_min_transitions"], r["settings"]["train_max_transitions"]],
+                "accuracy_by_transitions": {
+                    f"{b['min_transitions']}-{b['max_transitions']}": round(b["accuracy"], 4)
+                    for b in r["test"]["buckets"]
+                },
+                "eval_samples_per_bucket": r["settings"]["eval_samples_per_bucket"],
+                "mean_tokens_by_transitions": {
+                    f"{b['min_transitions']}-{b['max_transitions']}": round(b["mean_tokens"], 1)
+                    for b in r["test"]["buckets"]
+                },
+                "run_dir": run_dir,
+            }
+        )
+    return records
+
+
+def update_summary_json(path, records: list[dict]) -> None:
+    """Merge `records` into the JSON list at `path`: a record of the same run, method and seed is replaced."""
+    path = Path(path)
+    old = json.loads(path.read_text()) if path.is_file() else []
+    key = lambda r: (r["run_dir"], r["method"], r["seed"])  # noqa: E731
+    new_keys = {key(r) for r in records}
+    merged = [r for r in old if key(r) not in new_keys] + records
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(merged, indent=1) + "\n")
 
 
 def results_table(results: list[dict], num_classes: int | None = None) -> str:
@@ -567,7 +783,27 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
         f'base = AutoModelForCausalLM.from_pretrained("{settings.base_model}")\n'
         f'tokenizer = AutoTokenizer.from_pretrained("{settings.base_model}", padding_side="left")'
     )
-    front = "" if tiny else f"base_model: {settings.base_model}\n"
+    named = NAMED_BASES.get(settings.base_model)
+    if named is not None:
+        base = f"{settings.base_model}: {named.description}"
+        load_base = f'from hf_ssm.adapters import load_base\n\nbase, tokenizer = load_base("{settings.base_model}")'
+    front = "" if tiny else f"base_model: {named.hub_id if named else settings.base_model}\n"
+    classifier = ssm["method"] == "ssm_classifier"
+    defaults = asdict(AdapterExperimentSettings())
+    reproduce = " ".join(
+        f"--{k} {v if v != '' else repr('')}" for k, v in asdict(settings).items() if v != defaults[k] or k == "task"
+    )
+    branch = (
+        "as a side branch: logits = W_cls Mixer(Norm(h)) (its own classifier over the answer classes; the base's "
+        "hidden states and logits are untouched)"
+        if classifier
+        else "as a residual branch h <- h + W_out Mixer(Norm(h)), W_out zero-initialised"
+    )
+    read = (
+        'scores = model(**batch)["adapter_logits"][:, -1]  # (B, num_classes): the answer classes, in task order'
+        if classifier
+        else "scores = model(**batch).logits[:, -1, answer_token_ids]  # hf_ssm.data.nl_state_tracking.answer_token_ids"
+    )
     return f"""---
 library_name: hf_ssm
 license: apache-2.0
@@ -580,15 +816,15 @@ pipeline_tag: text-generation
 
 # SSM adapter ({config.mixer}) for natural-language {settings.task}
 
-One {config.mixer} layer inserted after decoder layer {config.layer_index} of a frozen causal LM ({base}) as a
-residual branch h <- h + W_out Mixer(Norm(h)), W_out zero-initialised (DESIGN §10). Only the adapter was trained:
+One {config.mixer} layer inserted after decoder layer {config.layer_index} of a frozen causal LM ({base}),
+{branch} (DESIGN §10). Only the adapter was trained:
 {ssm["trainable_parameters"]} trainable parameters, {ssm["steps"]} steps, {ssm["train_seconds"]:.0f} s on a shared
 2-core CPU. Frozen mixer parameters: {config.frozen_mixer_parameters or "none"}. This folder holds no base weight.
 
 Task: stories whose sentences are the transitions of the `{settings.task}` automaton, ending in a question answered
 by one word (hf_ssm.data.nl_state_tracking). Trained on {settings.train_min_transitions}-{settings.train_max_transitions}
-transitions, tested on longer stories. Answer accuracy (%) by number of transitions, next to the baselines of the
-same run (frozen base + linear probe, LoRA of similar size):
+transitions, tested on longer stories. Answer accuracy (%) by number of transitions, with the other methods of the
+same run (if any):
 
 {table}
 
@@ -602,11 +838,11 @@ from hf_ssm.adapters import load_ssm_adapter
 
 model = load_ssm_adapter(base, "<this folder>")
 batch = tokenizer([story], return_tensors="pt", padding=True)  # story ends with "Answer:"
-scores = model(**batch).logits[:, -1, answer_token_ids]  # hf_ssm.data.nl_state_tracking.answer_token_ids
+{read}
 ```
 
 Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with
-`python scripts/train_adapter.py --task {settings.task}` (see docs/adapter.md).
+`python scripts/train_adapter.py {reproduce}` (see docs/adapter.md).
 """
 
 
@@ -642,15 +878,16 @@ def run_experiment(settings: AdapterExperimentSettings, run_dir, resume: bool = 
     (run_dir / "results.md").write_text(table + "\n")
     plot_results(results, settings, task.num_classes, run_dir / "accuracy_vs_transitions.png")
     for r in results:
-        if r["method"] == "ssm":
+        if r["method"] in ("ssm", "ssm_classifier"):
             card = model_card(settings, base_info, r, table)
-            (run_dir / "ssm" / "adapter" / "README.md").write_text(card)
+            (run_dir / r["method"] / "adapter" / "README.md").write_text(card)
             if model_card_dir is not None:
                 base_path = Path(settings.base_model)
                 # A tiny base reused from another run folder sits in <run>/base: name it after the run folder.
                 base_name = base_path.parent.name if base_path.name == "base" else base_path.name
                 base_name = "tiny-qwen2" if settings.base_model == TINY_BASE else base_name.lower()
-                name = f"ssm-adapter-{base_name}-{settings.task}.md"
+                suffix = "-classifier" if r["method"] == "ssm_classifier" else ""
+                name = f"ssm-adapter-{base_name}-{settings.task}{suffix}.md"
                 Path(model_card_dir).mkdir(parents=True, exist_ok=True)
                 (Path(model_card_dir) / name).write_text(card)
     return summary
@@ -664,6 +901,9 @@ __all__ = [
     "evaluate",
     "load_base",
     "model_card",
+    "model_name",
+    "summary_records",
+    "update_summary_json",
     "prepare_base",
     "results_table",
     "run_experiment",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,8 +301,14 @@ def attach_ssm_adapter(model: nn.Module, config: SSMAdapterConfig | None = None,
     return SSMAdapterModel(model, config, adapter, layer_index)
 
 
-def check_compatible(config: SSMAdapterConfig, model: nn.Module) -> None:
-    """Raise ValueError when an adapter trained for one base cannot sit on `model`."""
+def check_compatible(config: SSMAdapterConfig, model: nn.Module, allow_other_model_type: bool = False) -> None:
+    """Raise ValueError when an adapter trained for one base cannot sit on `model`.
+
+    A different width or layer count always raises. A different `model_type` (an adapter trained on a Llama
+    base, loaded onto a Qwen2 of the same shape) raises too, because the features the adapter learnt to read
+    come from another network; `allow_other_model_type=True` turns that into a warning (e.g. for a base that
+    was converted to another architecture name with the same weights).
+    """
     base_config = text_config(model)
     _, layers, name = find_decoder_layers(model)
     if config.base_hidden_size is not None and config.base_hidden_size != base_config.hidden_size:
@@ -314,32 +321,55 @@ def check_compatible(config: SSMAdapterConfig, model: nn.Module) -> None:
             f"adapter/base mismatch: the adapter was trained on a base with num_hidden_layers = "
             f"{config.base_num_hidden_layers}, this base has {len(layers)} ({name})"
         )
+    model_type = getattr(model.config, "model_type", None)
+    if config.base_model_type is not None and model_type is not None and config.base_model_type != model_type:
+        message = (
+            f"adapter/base mismatch: the adapter was trained on a {config.base_model_type!r} base "
+            f"({config.base_model_name_or_path or 'name not recorded'}), this base is {model_type!r}"
+        )
+        if not allow_other_model_type:
+            raise ValueError(message + "; pass allow_other_model_type=True to load it anyway")
+        warnings.warn(message + " (loaded anyway: allow_other_model_type=True)", UserWarning, stacklevel=3)
 
 
-def load_ssm_adapter(model: nn.Module, adapter_directory: str | os.PathLike, is_trainable: bool = False):
+def load_ssm_adapter(
+    model: nn.Module,
+    adapter_directory: str | os.PathLike,
+    is_trainable: bool = False,
+    allow_other_model_type: bool = False,
+):
     """Attach the adapter saved in `adapter_directory` to the base `model`; returns an SSMAdapterModel.
 
-    With `is_trainable=False` (default, as in PEFT) the adapter's parameters are frozen too.
+    With `is_trainable=False` (default, as in PEFT) the adapter's parameters are frozen too. The base must have
+    the width, depth and `model_type` recorded in the adapter config (`allow_other_model_type=True`: another
+    model type only warns). If loading fails, `model` is left as it was: no adapter, and every parameter's
+    `requires_grad` as before the call.
     """
     from safetensors.torch import load_file
 
     config = SSMAdapterConfig.from_pretrained(adapter_directory)
-    check_compatible(config, model)
+    check_compatible(config, model, allow_other_model_type=allow_other_model_type)
     weights_path = Path(adapter_directory) / ADAPTER_WEIGHTS_NAME
     if not weights_path.is_file():
         raise ValueError(f"no {ADAPTER_WEIGHTS_NAME} in {str(adapter_directory)!r}")
+    requires_grad = [p.requires_grad for p in model.parameters()]  # attaching freezes the base
     adapted = attach_ssm_adapter(model, config)
-    tensors = load_file(str(weights_path))
-    expected = adapted.adapter_state_dict()
-    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
-    wrong = sorted(k for k in set(expected) & set(tensors) if tensors[k].shape != expected[k].shape)
-    if missing or unexpected or wrong:
+    try:
+        tensors = load_file(str(weights_path))
+        expected = adapted.adapter_state_dict()
+        missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
+        wrong = sorted(k for k in set(expected) & set(tensors) if tensors[k].shape != expected[k].shape)
+        if missing or unexpected or wrong:
+            raise ValueError(
+                f"{weights_path} does not fit this adapter config: missing {missing}, unexpected {unexpected}, "
+                f"wrong shape {wrong}"
+            )
+        adapted.ssm_adapter.load_state_dict({k[len(WEIGHTS_PREFIX) :]: v for k, v in tensors.items()})
+    except BaseException:
         adapted.unload()
-        raise ValueError(
-            f"{weights_path} does not fit this adapter config: missing {missing}, unexpected {unexpected}, "
-            f"wrong shape {wrong}"
-        )
-    adapted.ssm_adapter.load_state_dict({k[len(WEIGHTS_PREFIX) :]: v for k, v in tensors.items()})
+        for param, flag in zip(model.parameters(), requires_grad):
+            param.requires_grad_(flag)
+        raise
     adapted.ssm_adapter.set_trainable(is_trainable)
     return adapted
 

@@ -35,9 +35,11 @@ __all__ = [
     "NLStateTrackingTask",
     "NLStory",
     "answer_token_ids",
+    "check_sentence_tokenization",
     "collate_nl_state_tracking",
     "get_nl_task",
     "narrative_corpus",
+    "sentence_token_mismatches",
     "task_vocabulary",
     "token_ends",
     "words_of",
@@ -373,6 +375,44 @@ def token_ends(tokenizer, text: str, char_ends: list[int]) -> tuple[list[int], l
             k += 1
         out.append(k)
     return ids, out
+
+
+def sentence_token_mismatches(tokenizer, story: NLStory) -> list[str]:
+    """The transition sentences of `story` that do not tokenise on their own boundaries: cutting the prompt at
+    every transition end, the tokens of the pieces, concatenated, must be the tokens of the whole prompt (so no
+    token straddles two sentences and a sentence's tokens do not depend on what precedes it). Returns the
+    offending pieces (empty when every boundary holds)."""
+    cuts = [0, *story.transition_ends, len(story.prompt)]
+    pieces = [story.prompt[a:b] for a, b in zip(cuts, cuts[1:])]
+    whole = tokenizer.encode(story.prompt, add_special_tokens=False)
+    bad, at = [], 0
+    for piece in pieces:
+        ids = tokenizer.encode(piece, add_special_tokens=False)
+        if whole[at : at + len(ids)] != ids:
+            bad.append(piece)
+        at += len(ids)
+    if at != len(whole) and not bad:
+        bad.append(pieces[-1])
+    return bad
+
+
+def check_sentence_tokenization(task: NLStateTrackingTask, tokenizer, num_stories: int = 64, seed: int = 0) -> dict:
+    """Check `sentence_token_mismatches` on `num_stories` stories of 1-20 transitions (with distractors);
+    ValueError naming a sentence that breaks. Returns {"stories", "transitions", "tokens"} of the stories seen."""
+    rng = random.Random(f"hf_ssm.nl_tokenization:{task.name}:{seed}")
+    transitions = tokens = 0
+    for _ in range(num_stories):
+        story = task.sample(1 + int(rng.random() * 20), rng, distractor_prob=0.3)
+        bad = sentence_token_mismatches(tokenizer, story)
+        if bad:
+            raise ValueError(
+                f"task {task.name!r}: with tokenizer {type(tokenizer).__name__} the sentence {bad[0]!r} does not "
+                "tokenise on its own boundaries (its tokens change with the text around it), so the end of a "
+                "transition is not a token boundary"
+            )
+        transitions += story.num_transitions
+        tokens += len(tokenizer.encode(story.prompt, add_special_tokens=False))
+    return {"stories": num_stories, "transitions": transitions, "tokens": tokens}
 
 
 def collate_nl_state_tracking(batch: list[dict], pad_id: int, padding_side: str = "left") -> dict:
