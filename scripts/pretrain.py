@@ -22,19 +22,17 @@ import sys
 import time
 from pathlib import Path
 
-from hf_ssm.training.lm import (
-    RESUME_SAFE_SETTINGS,
-    PretrainSettings,
+from hf_ssm.training.checkpointing import check_run_folder_arguments
+from hf_ssm.training.cli import (
     add_run_folder_arguments,
     add_settings_arguments,
-    check_run_folder_arguments,
     configure_cpu_threads,
-    make_accelerator,
-    prepare_pretraining,
-    pretrain,
     print_eval_summary,
     settings_from_args,
 )
+from hf_ssm.training.lm import prepare_pretraining, pretrain
+from hf_ssm.training.lm_settings import RESUME_SAFE_SETTINGS, PretrainSettings
+from hf_ssm.training.loop import make_accelerator
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -26,31 +26,18 @@ them.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..modeling.mixer_registry import ATTENTION, mixer_names, mixer_spec
-from .checkpointing import atomic_save_dir, check_resume
-from .lm import (
-    RESUME_SAFE_SETTINGS,
-    DataSettings,
-    TrainSettings,
-    _default_prompt,
-    _metrics,
-    _validate_common,
-    _write_run_files,
-    check_block_size,
-    greedy_sample,
-    load_tokenizer,
-    make_accelerator,
-    model_summary,
-    open_block_sources,
-    train_loop,
-)
-from .lm import _help as help_field
+from .checkpointing import atomic_save_dir
+from .lm import train_loop
+from .lm_outputs import closing_sample, model_summary, run_metrics, write_run_files
+from .lm_settings import RESUME_SAFE_SETTINGS, DataSettings, TrainSettings, help_field, validate_train_settings
+from .lm_setup import check_block_size, load_tokenizer, open_block_sources
+from .loop import make_accelerator, open_run
 
 # Groups that are not an SSM mixer's: group -> (the mixers whose layers it applies to (None: every block's MLP),
 # the projection names). The SSM groups come from the mixers' registry declarations (lora_group, lora_targets).
@@ -152,7 +139,7 @@ class FinetuneSettings(DataSettings, TrainSettings):
     save_every: int = help_field("checkpoint every N steps; 0 = never", default=50)
 
     def validate(self) -> None:
-        _validate_common(self)
+        validate_train_settings(self)
         if not self.model:
             raise ValueError("--model is required: the checkpoint folder to fine-tune (e.g. runs/pretrain/<run>/model)")
         if self.save not in SAVE_MODES:
@@ -228,12 +215,7 @@ def finetune(settings: FinetuneSettings, run_dir, resume: bool = False, accelera
     accelerator = accelerator or make_accelerator(settings.mixed_precision)
     prepared = prepared or prepare_finetuning(settings, accelerator)
     run_dir = Path(run_dir)
-    if resume:
-        check_resume(settings, run_dir, RESUME_SAFE_SETTINGS)  # before settings.json is rewritten
-    if accelerator.is_main_process:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
-    accelerator.wait_for_everyone()
+    open_run(accelerator, settings, run_dir, resume, RESUME_SAFE_SETTINGS)
     model, tokenizer = prepared.model, prepared.tokenizer
     base_config = model.get_base_model().config if settings.lora else model.config
     info = model_summary(base_config, model)
@@ -256,14 +238,10 @@ def finetune(settings: FinetuneSettings, run_dir, resume: bool = False, accelera
             "trainable_parameters": info["trainable_parameters"],
         }
         extra["lora"] = lora_info
-    if settings.sample_tokens and accelerator.distributed_type != "FSDP" and accelerator.is_main_process:
-        prompt = _default_prompt(settings, prepared.eval_data, tokenizer)
-        extra["sample"] = {
-            "prompt": prompt,
-            "text": greedy_sample(unwrapped, tokenizer, prompt, settings.sample_tokens),
-        }
-    metrics = _metrics("finetune", settings, state, accelerator, info, extra)
-    _write_run_files(run_dir, metrics, accelerator)
+    if sample := closing_sample(settings, prepared.eval_data, tokenizer, model, accelerator):
+        extra["sample"] = sample
+    metrics = run_metrics("finetune", settings, state, accelerator, info, extra)
+    write_run_files(run_dir, metrics, accelerator)
 
     state_dict = accelerator.get_state_dict(model)  # collective under FSDP
     if accelerator.is_main_process:

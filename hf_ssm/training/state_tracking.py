@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -36,16 +35,9 @@ from ..modeling.configuration_hybrid_ssm import (
     check_config_keys,
 )
 from ..modeling.mixer_registry import pattern_letters, width_matched_fields
-from .checkpointing import (
-    atomic_save_dir,
-    check_resume,
-    check_resumed_settings,
-    prune_checkpoints,
-    read_metadata,
-    recorded_settings,
-)
+from . import loop
+from .checkpointing import atomic_save_dir, check_resume, check_resumed_settings, recorded_settings
 from .optimization import LR_SCHEDULES, build_optimizer, build_scheduler
-from .progress import training_progress
 from .recipes import RECIPE_NAMES
 
 VALIDATION_LENGTHS = ("train", "test")
@@ -259,26 +251,15 @@ def evaluate(model, settings: StateTrackingSettings, buckets, seed: int, device,
 BEST_WEIGHTS = "best_weights.pt"
 
 
-def _save_training_state(accelerator, folder: Path, best: dict) -> None:
-    """A resumable checkpoint: Accelerate's state plus the best-validation weights found so far."""
-    accelerator.save_state(str(folder))
-    if best["state"] is not None:
-        torch.save(best["state"], folder / BEST_WEIGHTS)
-
-
 def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, accelerator=None, resume: bool = False):
     """Train one model; writes run_dir/{settings.json, results.json, accuracy_vs_length.png, model/, checkpoints/}.
 
     Returns the results dict (also written to results.json).
     """
-    from accelerate import Accelerator
-
     settings.validate()
-    accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+    accelerator = accelerator or loop.make_accelerator(mixed_precision=None)  # what `accelerate launch` set
     run_dir = Path(run_dir)
-    found = check_resume(settings, run_dir, RESUME_SAFE_SETTINGS) if resume else None  # before settings.json
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
+    found = loop.open_run(accelerator, settings, run_dir, resume, RESUME_SAFE_SETTINGS)
     task = get_task(settings.task, **settings.task_kwargs())
     model = build_model(settings)
     optimizer = build_optimizer(model, settings)
@@ -293,15 +274,14 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
     )
     checkpoints = run_dir / "checkpoints"
     start_step, history, seconds_before, cpu_seconds_before = 0, [], 0.0, 0.0
-    best = {"accuracy": -1.0, "step": 0, "state": None}  # the weights that will be tested and saved
+    best = loop.BestWeights({"accuracy": -1.0, "step": 0})  # the weights that will be tested and saved
     if found is not None:
-        accelerator.load_state(str(found))
-        meta = read_metadata(found)
+        meta = loop.load_checkpoint(accelerator, found)
         start_step, history = meta["step"], meta["history"]
         seconds_before = meta.get("train_seconds", 0.0)  # the training time before the interruption
         cpu_seconds_before = meta.get("cpu_seconds", 0.0)
         if (found / BEST_WEIGHTS).is_file():
-            best = {**meta["best"], "state": torch.load(found / BEST_WEIGHTS, map_location="cpu")}
+            best = loop.BestWeights(meta["best"], torch.load(found / BEST_WEIGHTS, map_location="cpu"))
         accelerator.print(f"resumed from {found} at step {start_step}")
 
     test_buckets = length_buckets(settings.test_min_length, settings.test_max_length, settings.num_buckets)
@@ -309,67 +289,60 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
         val_buckets = [(settings.train_min_length, settings.train_max_length)]
     else:
         val_buckets = test_buckets
-    began, cpu_began = time.perf_counter(), time.process_time()
-    stopped_early = False
-    progress = training_progress(
-        accelerator,
-        f"{settings.task}/{settings.mixer}",
-        settings.max_steps,
-        start_step,
-        range(start_step, settings.max_steps),
-    )
-    model.train()
-    for step in progress:
+    clock = loop.Stopwatch(seconds_before, cpu_seconds_before)
+    last = {}  # the loss of the latest step
+
+    def train_step(step: int) -> None:
         batch = _batch(train_data, step, settings.batch_size, accelerator.process_index, accelerator.num_processes)
         out = model(
             input_ids=batch["input_ids"].to(accelerator.device),
             attention_mask=batch["attention_mask"].to(accelerator.device),
             labels=supervised_labels(batch, settings.supervision).to(accelerator.device),
         )
-        optimizer.zero_grad()
-        accelerator.backward(out.loss)
-        if settings.grad_clip > 0:
-            accelerator.clip_grad_norm_(model.parameters(), settings.grad_clip)
-        optimizer.step()
-        scheduler.step()
-        if (step + 1) % settings.eval_every == 0 or step + 1 == settings.max_steps:
-            unwrapped = accelerator.unwrap_model(model)
-            val = evaluate(
-                unwrapped, settings, val_buckets, VALIDATION_SEED, accelerator.device, settings.val_samples_per_bucket
-            )
-            history.append({"step": step + 1, "loss": out.loss.item(), "val_accuracy": val["mean_accuracy"]})
-            if val["mean_accuracy"] >= best["accuracy"]:  # ties: the later, longer-trained weights
-                state = {k: v.detach().to("cpu", copy=True) for k, v in unwrapped.state_dict().items()}
-                best = {"accuracy": val["mean_accuracy"], "step": step + 1, "state": state}
-            progress.set_postfix(loss=f"{out.loss.item():.3f}", val=f"{val['mean_accuracy']:.3f}")
-            if val["mean_accuracy"] >= settings.target_accuracy and step + 1 >= settings.min_steps:
-                stopped_early = step + 1 < settings.max_steps
-                break
-        if settings.save_every and (step + 1) % settings.save_every == 0 and step + 1 < settings.max_steps:
-            accelerator.wait_for_everyone()
-            if accelerator.is_main_process:
-                atomic_save_dir(
-                    checkpoints / f"step_{step + 1}",
-                    lambda tmp, best=best: _save_training_state(accelerator, tmp, best),
-                    {
-                        "step": step + 1,
-                        "history": history,
-                        "best": {k: best[k] for k in ("accuracy", "step")},
-                        "train_seconds": seconds_before + time.perf_counter() - began,
-                        "cpu_seconds": cpu_seconds_before + time.process_time() - cpu_began,
-                        "settings": asdict(settings),
-                    },
-                )
-                prune_checkpoints(checkpoints, keep=2)
-    progress.close()
-    train_seconds = seconds_before + time.perf_counter() - began
-    # this process's CPU time (all its threads), plus what the run spent before an interruption
-    cpu_seconds = cpu_seconds_before + time.process_time() - cpu_began
-    steps_done = history[-1]["step"] if history else start_step
+        loop.optimizer_step(accelerator, out.loss, optimizer, scheduler, model.parameters(), settings.grad_clip)
+        last["loss"] = out.loss
+
+    def validation(step: int) -> dict:
+        unwrapped = accelerator.unwrap_model(model)
+        val = evaluate(
+            unwrapped, settings, val_buckets, VALIDATION_SEED, accelerator.device, settings.val_samples_per_bucket
+        )
+        history.append({"step": step, "loss": last["loss"].item(), "val_accuracy": val["mean_accuracy"]})
+        if val["mean_accuracy"] >= best.record["accuracy"]:  # ties: the later, longer-trained weights
+            best.keep(unwrapped, {"accuracy": val["mean_accuracy"], "step": step})
+        return {"loss": f"{last['loss'].item():.3f}", "val": f"{val['mean_accuracy']:.3f}"}
+
+    def reached_target(step: int) -> bool:
+        return history[-1]["val_accuracy"] >= settings.target_accuracy and step >= settings.min_steps
+
+    def save(step: int) -> None:
+        meta = {
+            "step": step,
+            "history": history,
+            "best": best.record,
+            "train_seconds": clock.seconds,
+            "cpu_seconds": clock.cpu_seconds,
+            "settings": asdict(settings),
+        }
+
+        def write_best(tmp: Path) -> None:  # the best weights so far travel along
+            if best.state is not None:
+                torch.save(best.state, tmp / BEST_WEIGHTS)
+
+        loop.save_checkpoint(accelerator, checkpoints / f"step_{step}", meta, write_best, keep=2)
+
+    model.train()
+    outcome = loop.run_training(
+        accelerator, desc=f"{settings.task}/{settings.mixer}", start=start_step, total=settings.max_steps,
+        train_unit=train_step, evaluate=validation, eval_every=settings.eval_every, should_stop=reached_target,
+        save=save, save_every=settings.save_every,
+    )  # fmt: skip
+    train_seconds = clock.seconds
+    cpu_seconds = clock.cpu_seconds  # this process's CPU time (all its threads), plus the time before a resume
 
     final_model = accelerator.unwrap_model(model)
-    if best["state"] is not None:
-        final_model.load_state_dict(best["state"])
+    if best.state is not None:
+        final_model.load_state_dict(best.state)
     test = evaluate(
         final_model, settings, test_buckets, TEST_SEED, accelerator.device, settings.eval_samples_per_bucket
     )
@@ -379,10 +352,10 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
         "pattern": settings.pattern,
         "parameters": sum(p.numel() for p in accelerator.unwrap_model(model).parameters()),
         "seed": settings.seed,
-        "steps": steps_done,
-        "best_step": best["step"],
-        "validation": {"lengths": settings.validation_lengths, "accuracy": best["accuracy"]},
-        "stopped_early": stopped_early,
+        "steps": outcome.units,
+        "best_step": best.record["step"],
+        "validation": {"lengths": settings.validation_lengths, "accuracy": best.record["accuracy"]},
+        "stopped_early": outcome.stopped_early,
         "train_seconds": train_seconds,
         "cpu_seconds": cpu_seconds,
         "recipe": settings.recipe,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -22,8 +21,9 @@ from safetensors.torch import load_file, save_file
 from ..data.timeseries import MISSING_POLICIES, SPLIT_MODES, TimeSeriesData, TimeSeriesSplit, load_timeseries
 from ..modeling import HybridSSMConfig, HybridSSMForTimeSeriesClassification
 from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
-from .checkpointing import atomic_save_dir, check_resume, prune_checkpoints, read_metadata
-from .progress import training_progress
+from . import loop
+from .checkpointing import atomic_save_dir
+from .optimization import warmup_cosine_schedule
 
 BEST_WEIGHTS = "best_model.safetensors"
 # Settings a resumed run may change (checkpointing.check_resume): when it checkpoints and how long it waits for a
@@ -153,16 +153,6 @@ def evaluate(model, split: TimeSeriesSplit, batch_size: int, device) -> dict:
     return {"accuracy": correct / len(split), "loss": loss_sum / len(split), "samples": len(split)}
 
 
-def _lr_lambda(warmup_steps: int, total_steps: int):
-    def schedule(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-    return schedule
-
-
 def _epoch_batches(n: int, batch_size: int, seed: int, epoch: int, rank: int, world: int) -> list[torch.Tensor]:
     """This process's batches of an epoch: a permutation fixed by (seed, epoch), so a resumed run repeats it."""
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
@@ -192,104 +182,92 @@ def train_timeseries(
     model/ holds the best-validation weights (save_pretrained) and normalizer.json (the training-split channel
     statistics to apply to new series). Returns the results dict (also written to results.json).
     """
-    from accelerate import Accelerator
-
     settings.validate()
-    accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+    accelerator = accelerator or loop.make_accelerator(mixed_precision=None)  # what `accelerate launch` set
     run_dir = Path(run_dir)
-    found = check_resume(settings, run_dir, RESUME_SAFE_SETTINGS) if resume else None  # before settings.json
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
+    found = loop.open_run(accelerator, settings, run_dir, resume, RESUME_SAFE_SETTINGS)
     data = data or load_data(settings)
-    (run_dir / "data.json").write_text(json.dumps(data.describe(), indent=2))
+    if accelerator.is_main_process:
+        (run_dir / "data.json").write_text(json.dumps(data.describe(), indent=2))
 
     model = build_model(settings, data)
     parameters = sum(p.numel() for p in model.parameters())
     steps_per_epoch = math.ceil(len(data.train) / (settings.batch_size * accelerator.num_processes))
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, _lr_lambda(settings.warmup_epochs * steps_per_epoch, settings.max_epochs * steps_per_epoch)
+    scheduler = warmup_cosine_schedule(
+        optimizer, settings.warmup_epochs * steps_per_epoch, settings.max_epochs * steps_per_epoch
     )
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     unwrapped = accelerator.unwrap_model(model)
     device, rank, world = accelerator.device, accelerator.process_index, accelerator.num_processes
 
     checkpoints = run_dir / "checkpoints"
-    start_epoch, history, best, best_state, bad_epochs, seconds_before = 0, [], None, None, 0, 0.0
+    start_epoch, history, best, bad_epochs, seconds_before = 0, [], loop.BestWeights(), 0, 0.0
     if found is not None:
-        accelerator.load_state(str(found))
-        meta = read_metadata(found)
-        start_epoch, history, best, bad_epochs = meta["epoch"], meta["history"], meta["best"], meta["bad_epochs"]
+        meta = loop.load_checkpoint(accelerator, found)
+        start_epoch, history, bad_epochs = meta["epoch"], meta["history"], meta["bad_epochs"]
         seconds_before = meta["train_seconds"]
-        best_state = load_file(str(found / BEST_WEIGHTS)) if best is not None else None
+        if meta["best"] is not None:
+            best = loop.BestWeights(meta["best"], load_file(str(found / BEST_WEIGHTS)))
         accelerator.print(f"resumed from {found} at epoch {start_epoch}")
 
-    began = time.perf_counter()
-    stopped_early = False
-    progress = training_progress(
-        accelerator,
-        f"{data.name}/{settings.label}/seed{settings.seed}",
-        settings.max_epochs,
-        start_epoch,
-        range(start_epoch, settings.max_epochs),
-    )
-    model.train()
-    for epoch in progress:
+    clock = loop.Stopwatch(seconds_before)
+    train = {}  # the latest epoch's training loss and accuracy
+
+    def train_epoch(epoch: int) -> None:
         loss_sum = correct = seen = 0
         for index in _epoch_batches(len(data.train), settings.batch_size, settings.seed, epoch, rank, world):
             batch = {k: v.to(device) for k, v in data.train.batch(index).items()}
             out = model(**batch)
-            optimizer.zero_grad()
-            accelerator.backward(out.loss)
-            if settings.grad_clip > 0:
-                accelerator.clip_grad_norm_(model.parameters(), settings.grad_clip)
-            optimizer.step()
-            scheduler.step()
+            loop.optimizer_step(accelerator, out.loss, optimizer, scheduler, model.parameters(), settings.grad_clip)
             loss_sum += out.loss.item() * len(index)
             correct += int((out.logits.argmax(-1) == batch["labels"]).sum())
             seen += len(index)
+        train.update(loss=loss_sum / seen, accuracy=correct / seen)
+
+    def validation(epoch: int) -> dict:
+        nonlocal bad_epochs
         val = evaluate(unwrapped, data.val, settings.batch_size, device)
         history.append(
             {
-                "epoch": epoch + 1,
-                "train_loss": loss_sum / seen,
-                "train_accuracy": correct / seen,
+                "epoch": epoch,
+                "train_loss": train["loss"],
+                "train_accuracy": train["accuracy"],
                 "val_loss": val["loss"],
                 "val_accuracy": val["accuracy"],
             }
         )
-        if _is_better(val, best):
-            best = {"epoch": epoch + 1, "val_accuracy": val["accuracy"], "val_loss": val["loss"]}
-            best_state = {k: v.detach().cpu().clone() for k, v in unwrapped.state_dict().items()}
+        if _is_better(val, best.record):
+            best.keep(unwrapped, {"epoch": epoch, "val_accuracy": val["accuracy"], "val_loss": val["loss"]})
             bad_epochs = 0
         else:
             bad_epochs += 1
-        progress.set_postfix(loss=f"{loss_sum / seen:.3f}", val=f"{val['accuracy']:.3f}", best=best["epoch"])
-        if bad_epochs >= settings.patience:
-            stopped_early = epoch + 1 < settings.max_epochs
-            break
-        if settings.save_every and (epoch + 1) % settings.save_every == 0 and epoch + 1 < settings.max_epochs:
-            accelerator.wait_for_everyone()
-            if accelerator.is_main_process:
-                meta = {
-                    "epoch": epoch + 1,
-                    "history": history,
-                    "best": best,
-                    "bad_epochs": bad_epochs,
-                    "train_seconds": seconds_before + time.perf_counter() - began,
-                    "settings": asdict(settings),
-                }
+        return {"loss": f"{train['loss']:.3f}", "val": f"{val['accuracy']:.3f}", "best": best.record["epoch"]}
 
-                def write(tmp: Path, best_weights: dict = best_state) -> None:
-                    accelerator.save_state(str(tmp))
-                    save_file(best_weights, str(tmp / BEST_WEIGHTS))  # the best weights so far travel along
+    def save(epoch: int) -> None:
+        meta = {
+            "epoch": epoch,
+            "history": history,
+            "best": best.record,
+            "bad_epochs": bad_epochs,
+            "train_seconds": clock.seconds,
+            "settings": asdict(settings),
+        }
 
-                atomic_save_dir(checkpoints / f"step_{epoch + 1}", write, meta)  # step = epoch here
-                prune_checkpoints(checkpoints, keep=2)
-    progress.close()
-    train_seconds = seconds_before + time.perf_counter() - began
+        def write_best(tmp: Path) -> None:  # the best weights so far travel along
+            save_file(best.state, str(tmp / BEST_WEIGHTS))
 
-    unwrapped.load_state_dict(best_state)  # the test split is scored once, with the best-validation weights
+        loop.save_checkpoint(accelerator, checkpoints / f"step_{epoch}", meta, write_best, keep=2)  # step = epoch here
+
+    model.train()
+    outcome = loop.run_training(
+        accelerator, desc=f"{data.name}/{settings.label}/seed{settings.seed}", start=start_epoch,
+        total=settings.max_epochs, train_unit=train_epoch, evaluate=validation, eval_every=1,
+        should_stop=lambda epoch: bad_epochs >= settings.patience, save=save, save_every=settings.save_every,
+    )  # fmt: skip
+    train_seconds = clock.seconds
+
+    unwrapped.load_state_dict(best.state)  # the test split is scored once, with the best-validation weights
     test = evaluate(unwrapped, data.test, settings.batch_size, device)
     results = {
         "dataset": data.name,
@@ -298,11 +276,11 @@ def train_timeseries(
         "label": settings.label,
         "seed": settings.seed,
         "parameters": parameters,
-        "epochs": history[-1]["epoch"],
-        "best_epoch": best["epoch"],
-        "stopped_early": stopped_early,
+        "epochs": outcome.units,
+        "best_epoch": best.record["epoch"],
+        "stopped_early": outcome.stopped_early,
         "train_seconds": train_seconds,
-        "val_accuracy": best["val_accuracy"],
+        "val_accuracy": best.record["val_accuracy"],
         "test_accuracy": test["accuracy"],
         "test_loss": test["loss"],
         "split_rule": data.split_rule,

@@ -1,0 +1,94 @@
+"""Command-line pieces of the training scripts: --options from a settings dataclass, the run-folder arguments,
+CPU threads, and the closing summary line."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import typing
+
+import torch
+
+
+def _parse_override(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"--override expects KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value  # a bare string, e.g. mixers=SASA
+    return out
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) -> None:
+    """One --option per dataclass field of `cls` (help from the field metadata, default from the field)."""
+    hints = typing.get_type_hints(cls)
+    defaults = cls()
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        hint, default = hints[f.name], getattr(defaults, f.name)
+        text = f.metadata.get("help", "")
+        shown = f" (default: {default})" if default not in (None, [], {}) else ""
+        if hint is bool:
+            parser.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=default, help=text)
+        elif f.name == "override":
+            parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE", help=text)
+        elif typing.get_origin(hint) is list:
+            parser.add_argument(f"--{f.name}", nargs="+", default=list(default), help=text)
+        else:
+            base = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
+            parser.add_argument(f"--{f.name}", type=base, default=default, help=text + shown)
+
+
+def settings_from_args(cls, args: argparse.Namespace):
+    """The `cls` instance of the parsed arguments (--override KEY=VALUE items parsed as JSON values)."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+    if "override" in values:
+        values["override"] = _parse_override(values["override"])
+    return cls(**values)
+
+
+def print_eval_summary(metrics: dict) -> None:
+    """The closing lines of a training script: eval loss and perplexity before -> after, and the sample."""
+    first, final = metrics["initial_eval"], metrics["final_eval"]
+    print(
+        f"eval loss {first['loss']:.4f} -> {final['loss']:.4f}; "
+        f"perplexity {first['perplexity']:.2f} -> {final['perplexity']:.2f}"
+    )
+    if "sample" in metrics:
+        print(f"sample: {metrics['sample']['text']!r}")
+
+
+def add_run_folder_arguments(parser, default_output: str) -> None:
+    """--output_dir, --resume and --cpu_threads, the run-folder arguments of the training scripts."""
+    parser.add_argument("--output_dir", default=None, help=f"run folder (default {default_output})")
+    parser.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
+    parser.add_argument(
+        "--cpu_threads",
+        type=int,
+        default=0,
+        help="torch threads per process on a CPU; 0 = OMP_NUM_THREADS if set, else 1 (add processes for more cores)",
+    )
+
+
+def configure_cpu_threads(threads: int = 0) -> int:
+    """Set torch's intra-op threads for a CPU run and return the number used (no-op with a GPU: returns 0).
+
+    0 means: OMP_NUM_THREADS when set, else 1. One thread per process is what `accelerate launch` gives each CPU
+    process, the fastest setting for tiny models, and far faster on a shared machine, where OpenMP threads that
+    wait for busy cores make every step several times slower. Use more processes (scripts/configs/cpu_ddp.yaml) or
+    a larger value here for bigger models on an idle many-core CPU.
+    """
+    if torch.cuda.is_available():
+        return 0
+    if threads < 0:
+        raise ValueError(f"--cpu_threads must be >= 0, got {threads}")
+    threads = threads or int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
+    torch.set_num_threads(threads)
+    return threads

@@ -1,0 +1,193 @@
+"""The skeleton every training driver shares (causal LM, state tracking, time series).
+
+A run trains `total` units (optimizer steps, or epochs) from `start` (0, or the unit count of the checkpoint
+it resumes from). After unit n (counted from 1) `run_training` evaluates when due (every `eval_every` units,
+and always after the last), then asks whether to stop early, then checkpoints when due (every `save_every`
+units, never after the last: the driver exports the model next). A driver keeps only what is its own: what a
+unit trains, what an evaluation scores, what a checkpoint holds; the pieces around it live here:
+
+- `make_accelerator`: Accelerate on the GPU if there is one, else on the CPU (gloo when launched several times);
+- `open_run`: the resume check (before anything is written) and the run folder's settings.json;
+- `Stopwatch`: training time, counting what a resumed run spent before the interruption;
+- `BestWeights`: the weights with the best validation score so far (the ones a driver tests and saves);
+- `save_checkpoint` / `load_checkpoint`: crash-safe `accelerator.save_state` folders with their metadata;
+- `optimizer_step`: backward, clipping, optimizer and schedule step of a plain (unaccumulated) step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Collection
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .checkpointing import atomic_save_dir, check_resume, prune_checkpoints, read_metadata
+from .progress import training_progress
+
+
+def make_accelerator(mixed_precision: str | None = "auto"):
+    """An `accelerate.Accelerator`. `mixed_precision`: "auto" = what `accelerate launch` (or its config file)
+    set, else bf16 on a GPU that supports it, else fp32; None = Accelerate's own choice (what `accelerate launch`
+    set, else fp32); "no" / "bf16" / "fp16" are passed on."""
+    from accelerate import Accelerator
+
+    if mixed_precision == "auto":
+        if "ACCELERATE_MIXED_PRECISION" in os.environ:
+            mixed_precision = None  # what `accelerate launch` / its config file chose
+        elif torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+            mixed_precision = "bf16"
+        else:
+            mixed_precision = "no"
+    # Without CUDA, cpu=True is what makes several launched processes (WORLD_SIZE > 1) join as MULTI_CPU (gloo);
+    # with cpu=False accelerate would run each of them alone.
+    return Accelerator(mixed_precision=mixed_precision, cpu=not torch.cuda.is_available())
+
+
+def open_run(accelerator, settings, run_dir: Path, resume: bool, safe: Collection[str]) -> Path | None:
+    """Start (or continue) the run in `run_dir`: returns the checkpoint to resume from (None: start afresh).
+
+    With `resume`, settings that differ from the run's own (apart from `safe`) are refused first
+    (checkpointing.check_resume), so a refused resume leaves the folder as it was; then the folder gets the
+    dataclass `settings` as settings.json.
+    """
+    found = check_resume(settings, run_dir, safe) if resume else None
+    if accelerator.is_main_process:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
+    accelerator.wait_for_everyone()
+    return found
+
+
+class Stopwatch:
+    """Training time of a run: wall-clock seconds and this process's CPU seconds (all its threads), each
+    counting the time recorded before an interruption (`seconds`, `cpu_seconds` of the checkpoint)."""
+
+    def __init__(self, seconds: float = 0.0, cpu_seconds: float = 0.0):
+        self._wall, self._cpu = time.perf_counter() - seconds, time.process_time() - cpu_seconds
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self._wall
+
+    @property
+    def cpu_seconds(self) -> float:
+        return time.process_time() - self._cpu
+
+
+@dataclass
+class BestWeights:
+    """The weights with the best validation score so far, copied to the CPU, and the record of that score."""
+
+    record: dict | None = None
+    state: dict[str, torch.Tensor] | None = None
+
+    def keep(self, model: torch.nn.Module, record: dict) -> None:
+        self.record = record
+        self.state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+def load_checkpoint(accelerator, folder: Path) -> dict:
+    """Restore `accelerator.save_state` (model, optimizer, scheduler, random states) from `folder`; returns the
+    metadata the checkpoint was saved with."""
+    accelerator.load_state(str(folder))
+    return read_metadata(folder)
+
+
+def save_checkpoint(
+    accelerator,
+    target: Path,
+    metadata: dict,
+    write_extra: Callable[[Path], None] | None = None,
+    keep: int | None = None,
+) -> None:
+    """Collective crash-safe checkpoint: every process writes its part of `accelerator.save_state` into the
+    main process's temporary folder, the main process adds `write_extra(folder)` and the metadata, and the folder
+    is renamed into place (checkpointing.atomic_save_dir). With `keep`, only the newest `keep` checkpoints of
+    `target`'s parent stay."""
+    from accelerate.utils import broadcast_object_list
+
+    if accelerator.is_main_process:
+
+        def write(tmp: Path) -> None:
+            broadcast_object_list([str(tmp)])
+            accelerator.save_state(str(tmp))
+            accelerator.wait_for_everyone()
+            if write_extra is not None:
+                write_extra(tmp)
+
+        atomic_save_dir(target, write, metadata)
+        if keep is not None:
+            prune_checkpoints(target.parent, keep=keep)
+    else:
+        holder = [None]
+        broadcast_object_list(holder)
+        accelerator.save_state(holder[0])
+        accelerator.wait_for_everyone()
+    accelerator.wait_for_everyone()  # nobody goes on before the folder has its final name
+
+
+def optimizer_step(accelerator, loss: torch.Tensor, optimizer, scheduler, parameters, grad_clip: float) -> None:
+    """One optimizer step on `loss`: clear the gradients, backward, clip the global norm of `parameters` to
+    `grad_clip` (0: no clipping), step the optimizer, then the schedule."""
+    optimizer.zero_grad()
+    accelerator.backward(loss)
+    if grad_clip > 0:
+        accelerator.clip_grad_norm_(parameters, grad_clip)
+    optimizer.step()
+    scheduler.step()
+
+
+def is_due(done: int, every: int, total: int) -> bool:
+    """Whether an evaluation follows unit `done`: every `every` units (0: never) and after the last one."""
+    return bool(every) and done % every == 0 or done == total
+
+
+@dataclass
+class LoopResult:
+    units: int  # units trained in all (the last one trained, counting from 1)
+    stopped_early: bool  # `should_stop` ended the run before `total`
+
+
+def run_training(
+    accelerator,
+    *,
+    desc: str,
+    start: int,
+    total: int,
+    train_unit: Callable[[int], dict | None],
+    evaluate: Callable[[int], dict | None],
+    eval_every: int,
+    should_stop: Callable[[int], bool] | None = None,
+    save: Callable[[int], None] | None = None,
+    save_every: int = 0,
+) -> LoopResult:
+    """Train units start .. total - 1 (`train_unit(index)`, 0-based) behind a progress bar.
+
+    After unit `done = index + 1`: `evaluate(done)` when `is_due(done, eval_every, total)`, then
+    `should_stop(done)` (only after an evaluation), then `save(done)` every `save_every` units (0: never) before
+    the last. `train_unit` and `evaluate` may return progress-bar values (a dict) or None.
+    """
+    progress = training_progress(accelerator, desc, total, start)
+    done, stopped_early = start, False
+    try:
+        for index in range(start, total):
+            postfix = train_unit(index)
+            done = index + 1
+            progress.update(1)
+            if postfix:
+                progress.set_postfix(**postfix)
+            if is_due(done, eval_every, total):
+                if postfix := evaluate(done):
+                    progress.set_postfix(**postfix)
+                if should_stop is not None and should_stop(done):
+                    stopped_early = done < total
+                    break
+            if save is not None and save_every and done % save_every == 0 and done < total:
+                save(done)
+    finally:
+        progress.close()
+    return LoopResult(done, stopped_early)
