@@ -263,9 +263,11 @@ def test_token_classifier_refuses_a_time_series_config():
 
 
 def test_docs_name_the_current_activation_checkpointing_method():
-    """README and docs recommend `activation_checkpointing_enable` (transformers 5.x), not the deprecated
-    `gradient_checkpointing_enable`."""
+    """README, docs, the package and the scripts use `activation_checkpointing_enable` (transformers 5.x), not
+    the deprecated `gradient_checkpointing_enable`."""
     texts = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    # the package's own training code and scripts call the current name too
+    texts += [*sorted((REPO / "hf_ssm").rglob("*.py")), *sorted((REPO / "scripts").glob("*.py"))]
     stale = [p.name for p in texts if "gradient_checkpointing_enable" in p.read_text()]
     assert not stale, stale
     assert "activation_checkpointing_enable" in (REPO / "README.md").read_text()

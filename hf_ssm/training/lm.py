@@ -125,7 +125,7 @@ def train_loop(
 ):
     """Train `model` (already on the CPU, not yet prepared); returns (prepared model, TrainState)."""
     if settings.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        model.activation_checkpointing_enable()
     optimizer = torch.optim.AdamW(
         _param_groups(model, settings.weight_decay),
         lr=settings.learning_rate,
