@@ -1,4 +1,4 @@
-"""Train hybrid models on state-tracking tasks and test length generalisation (DESIGN §8).
+"""Train hybrid models on state-tracking tasks and test length generalisation (docs/design.md §8).
 
 With no arguments: the default comparison (parity and cycle navigation, one-layer PD-SSM vs the diagonal
 selective LRU), offline, a few minutes on a 2-core CPU. Examples:

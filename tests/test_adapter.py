@@ -1,4 +1,4 @@
-"""SSM adapter on a frozen causal LM (issue 7, DESIGN §10), on tiny random Qwen2 and Llama models."""
+"""SSM adapter on a frozen causal LM (issue 7, docs/design.md §10), on tiny random Qwen2 and Llama models."""
 
 from __future__ import annotations
 
@@ -390,7 +390,7 @@ def test_adapter_mixer_settings_override_the_near_identity_start():
 @torch.no_grad()
 def test_pd_adapter_starts_at_the_identity_transition():
     """near_identity_init: a fresh PD-SSM adapter has P = I and |D| ~ 1, arg D ~ 0 on any input, so its state
-    survives long texts from the start; without it (DESIGN §4 init) P is not the identity."""
+    survives long texts from the start; without it (docs/design.md §4 init) P is not the identity."""
     from hf_ssm.adapters.layer import SSMAdapter
 
     u = torch.randn(2, 7, 32)

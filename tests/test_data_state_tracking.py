@@ -1,4 +1,4 @@
-"""Tests for the state-tracking data generators (hf_ssm.data.state_tracking, DESIGN §8).
+"""Tests for the state-tracking data generators (hf_ssm.data.state_tracking, docs/design.md §8).
 
 Labels are checked against brute-force evaluators written here independently of the package code:
 Python ``eval`` for arithmetic, permutation matrices for the group word problems, counting for parity.

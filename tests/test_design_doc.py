@@ -10,8 +10,9 @@ DESIGN = ROOT / "docs" / "design.md"
 # "## 4. PD-SSM" -> "4", "### 4.2 Generating P and D" -> "4.2"
 HEADING = re.compile(r"^(#{2,3}) (\d+(?:\.\d+)?)\.? (.+)$", re.MULTILINE)
 # A citation of the design notes and its run of section numbers: "docs/design.md §4", "docs/design.md §2, §9";
-# "DESIGN §N" is the older spelling of the same citation (accepted until every docstring uses the path).
-CITATION = re.compile(r"(?:docs/design\.md|DESIGN)((?:\s*(?:,|and)?\s*§\s*\d+(?:\.\d+)?)+)")
+CITATION = re.compile(r"docs/design\.md((?:\s*(?:,|and)?\s*§\s*\d+(?:\.\d+)?)+)")
+# The older spelling "DESIGN §N" cited a document outside the repository; none may remain.
+OLD_CITATION = re.compile(r"DESIGN\s*§")
 SECTION = re.compile(r"§\s*(\d+(?:\.\d+)?)")
 LINK = re.compile(r"\]\(#([^)]+)\)")
 
@@ -26,13 +27,27 @@ def cited_sections(text: str) -> list[str]:
 
 
 def test_citation_parser_reads_every_spelling():
-    """The parser the next test relies on finds every number of a citation, in both spellings."""
-    text = "x (docs/design.md §2, §9) y (DESIGN §6 end) z docs/design.md §4.3 and §10; §5 alone is not a citation"
-    assert cited_sections(text) == ["2", "9", "6", "4.3", "10"]
+    """The parser the next test relies on finds every number of a citation."""
+    text = "x (docs/design.md §2, §9) y (docs/design.md §6.7) z docs/design.md §4.3 and §10; §5 alone is not a citation"
+    assert cited_sections(text) == ["2", "9", "6.7", "4.3", "10"]
+
+
+def test_no_citation_of_a_design_document_outside_the_repository():
+    """Code, scripts, tests, docs and model cards cite the repository's docs/design.md, never "DESIGN §N"."""
+    files = [*ROOT.glob("hf_ssm/**/*.py"), *ROOT.glob("scripts/**/*.py"), *ROOT.glob("tests/**/*.py")]
+    files += [*ROOT.glob("docs/**/*.md"), *ROOT.glob("model_cards/*.md"), ROOT / "README.md"]
+    stale = [
+        f"{path.relative_to(ROOT)}:{lineno}"
+        for path in files
+        if path != Path(__file__).resolve()
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if OLD_CITATION.search(line)
+    ]
+    assert not stale, stale
 
 
 def test_every_section_cited_in_code_and_docs_exists():
-    """Each `docs/design.md §N` (or `DESIGN §N`) in hf_ssm/, scripts/, tests/ and docs/ names a heading of
+    """Each `docs/design.md §N` in hf_ssm/, scripts/, tests/ and docs/ names a heading of
     docs/design.md, and so does every `§N` cross-reference inside docs/design.md."""
     known = sections()
     missing = []

@@ -1,4 +1,4 @@
-"""Triton scans (hf_ssm.kernels) against their torch references (DESIGN §9), and the backend dispatch.
+"""Triton scans (hf_ssm.kernels) against their torch references (docs/design.md §9), and the backend dispatch.
 
 Every kernel is compared with its torch twin, outputs and gradients, in float32 and bfloat16 (the reference runs in
 float32 on the same bf16-rounded inputs), with T = 1, odd T, T not a multiple of the chunk, B = 1 and packed

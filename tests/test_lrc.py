@@ -1,4 +1,4 @@
-"""LrcSSM and its diagonal GRU / MGU / LSTM variants (DESIGN §6): diagonal scan, DEER solver, mixers, model."""
+"""LrcSSM and its diagonal GRU / MGU / LSTM variants (docs/design.md §6): diagonal scan, DEER solver, mixers, model."""
 
 from __future__ import annotations
 

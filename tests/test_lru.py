@@ -1,4 +1,4 @@
-"""BD-LRU, H-LRU and diag_lru (DESIGN §5): block scans, mixers, normalisations, cache and checkpoints."""
+"""BD-LRU, H-LRU and diag_lru (docs/design.md §5): block scans, mixers, normalisations, cache and checkpoints."""
 
 from __future__ import annotations
 
@@ -209,7 +209,7 @@ def _state_and_value_peaks(mixer, steps=10_000):
 @pytest.mark.parametrize("normalization", BOUNDED)
 @pytest.mark.parametrize("mixer", ["bd_lru", "h_lru", "diag_lru"])
 def test_state_bounded_by_largest_input(mixer, normalization):
-    """DESIGN §5 stability: over 10 000 steps of random input, max |h_t| <= max |v_t| (up to rounding)."""
+    """docs/design.md §5 stability: over 10 000 steps of random input, max |h_t| <= max |v_t| (up to rounding)."""
     lru = make_mixer(mixer, lru_block_size=4, lru_state_size=16, lru_normalization=normalization)
     nn.init.normal_(lru.gate_proj.weight, std=1.0)  # gates far from uniform: near-one-hot and signed rows
     nn.init.normal_(lru.gate_proj.bias, std=1.0)
@@ -335,7 +335,7 @@ def test_bf16_autocast_keeps_scan_in_float32(mixer):
 
 
 def test_init_follows_design():
-    """Projections ~ N(0, initializer_range = 0.02), zero gate bias (DESIGN §5), after the model's post_init."""
+    """Projections ~ N(0, initializer_range = 0.02), zero gate bias (docs/design.md §5), after the model's post_init."""
     model = HybridSSMForCausalLM(tiny_config("BHD", hidden_size=64, lru_state_size=64, lru_block_size=4))
     for layer in model.model.layers:
         mixer = layer.mixer

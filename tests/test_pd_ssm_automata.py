@@ -1,4 +1,4 @@
-"""Expressivity claim of DESIGN §4 on the code: one PD-SSM layer with hand-set weights runs an automaton exactly."""
+"""Expressivity claim of docs/design.md §4 on the code: one PD-SSM layer with hand-set weights runs an automaton exactly."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The post-norm mixer-only block (config.block_type = "post_norm_mixer", DESIGN §7.1): what it computes, the
+"""The post-norm mixer-only block (config.block_type = "post_norm_mixer", docs/design.md §7.1): what it computes, the
 model-level invariants of tests/test_model_invariants.py for it, and its config checks."""
 
 from __future__ import annotations

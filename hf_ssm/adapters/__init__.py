@@ -1,4 +1,4 @@
-"""SSM adapters for frozen pretrained causal LMs (DESIGN §10): attach, train, save, reload, generate."""
+"""SSM adapters for frozen pretrained causal LMs (docs/design.md §10): attach, train, save, reload, generate."""
 
 from .bases import NAMED_BASES, load_base, load_tokenizer, named_base_folder
 from .config import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, SSMAdapterConfig

@@ -1,4 +1,4 @@
-"""Configuration of an SSM adapter on a frozen causal LM (DESIGN §10), saved as `adapter_config.json`.
+"""Configuration of an SSM adapter on a frozen causal LM (docs/design.md §10), saved as `adapter_config.json`.
 
 The adapter is one residual branch after decoder layer `layer_index` of the base model:
 
@@ -42,7 +42,7 @@ class SSMAdapterConfig:
         near_identity_init: start the mixer close to the identity transition so that a fresh adapter already
             carries information across long texts (PD-SSM: P = I through a diagonal of +1 on every dictionary
             matrix, |D| ~ 1 - 5e-5 and arg D ~ 3e-4 rad through the biases of the magnitude / phase MLPs). With
-            DESIGN §4's init every token scrambles the state (random P, |D| ~ 0.5, arg D ~ pi), and on stories of
+            docs/design.md §4's init every token scrambles the state (random P, |D| ~ 0.5, arg D ~ pi), and on stories of
             hundreds of tokens nothing trains. Mixers without these parameters ignore it. **[choice]**
         frozen_mixer_parameters: names (or name prefixes) of mixer parameters that keep their initial values,
             e.g. `["magnitude", "phase"]` for a PD-SSM whose D stays at the near-identity start and whose state

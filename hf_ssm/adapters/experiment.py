@@ -1,4 +1,4 @@
-"""The adapter experiment of issue 7: natural-language state tracking on a frozen causal LM (DESIGN §8, §10).
+"""The adapter experiment of issue 7: natural-language state tracking on a frozen causal LM (docs/design.md §8, §10).
 
 One run trains, on stories of `train_min_transitions .. train_max_transitions` transitions, each of
 
@@ -97,7 +97,7 @@ class AdapterExperimentSettings:
     num_heads: int = 2
     dict_size: int = 16
     temperature: float = 0.1
-    # PD-SSM x_0 (HybridSSMConfig.pd_ssm_initial_state): "zeros" (DESIGN §4), "one_hot" (an automaton's start
+    # PD-SSM x_0 (HybridSSMConfig.pd_ssm_initial_state): "zeros" (docs/design.md §4), "one_hot" (an automaton's start
     # state) or "learned"
     initial_state: str = "zeros"
     # Mixer parameters kept at their (near-identity) start: for the PD-SSM, D's magnitude and phase MLPs, so the
@@ -817,7 +817,7 @@ pipeline_tag: text-generation
 # SSM adapter ({config.mixer}) for natural-language {settings.task}
 
 One {config.mixer} layer inserted after decoder layer {config.layer_index} of a frozen causal LM ({base}),
-{branch} (DESIGN §10). Only the adapter was trained:
+{branch}. Only the adapter was trained:
 {ssm["trainable_parameters"]} trainable parameters, {ssm["steps"]} steps, {ssm["train_seconds"]:.0f} s on a shared
 2-core CPU. Frozen mixer parameters: {config.frozen_mixer_parameters or "none"}. This folder holds no base weight.
 

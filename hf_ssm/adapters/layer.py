@@ -1,4 +1,4 @@
-"""The trainable part of an SSM adapter: RMSNorm -> SSM mixer -> zero-initialised projection (DESIGN §10).
+"""The trainable part of an SSM adapter: RMSNorm -> SSM mixer -> zero-initialised projection (docs/design.md §10).
 
 The mixer is built from a HybridSSMConfig whose `hidden_size` is the base model's width, through
 `SSM_MIXER_CLASSES`, so every registered mixer works. The adapter runs in float32 whatever the base's dtype

@@ -1,4 +1,4 @@
-"""Attach an SSM adapter to any Hugging Face causal LM that exposes its decoder layer list (DESIGN §10).
+"""Attach an SSM adapter to any Hugging Face causal LM that exposes its decoder layer list (docs/design.md §10).
 
 `attach_ssm_adapter(model, config)` freezes the base, builds an `SSMAdapter` of the base's width and hooks it
 after decoder layer `config.layer_index`; it returns an `SSMAdapterModel` that forwards, generates and

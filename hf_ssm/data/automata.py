@@ -1,4 +1,4 @@
-"""Each state-tracking task as a finite automaton, and the size of its minimal DFA (DESIGN §8.2).
+"""Each state-tracking task as a finite automaton, and the size of its minimal DFA (docs/design.md §8.2).
 
 A task's automaton is a Moore machine over the task's token ids: a start state, a transition `step(state, token)`
 (None for a token the task never produces there, e.g. two digits in a row) and an `output(state)`, the label of

@@ -1,4 +1,4 @@
-"""Natural-language versions of the state-tracking automata (DESIGN §8): short stories whose sentences are
+"""Natural-language versions of the state-tracking automata (docs/design.md §8): short stories whose sentences are
 the automaton's transitions, ending in a question whose answer is one short word.
 
 Each story is built from a formal task of ``state_tracking.py`` (so the answer is computed by the same code):

@@ -1,4 +1,4 @@
-"""Synthetic state-tracking tasks (DESIGN §8).
+"""Synthetic state-tracking tasks (docs/design.md §8).
 
 Every task turns a random sequence of input symbols into token ids (``1 .. vocab_size - 1``; id 0 is
 padding everywhere) plus per-position labels: ``labels[t]`` is the answer for the prefix ``tokens[: t + 1]``
@@ -586,7 +586,7 @@ def to_hf_dataset(dataset: StateTrackingDataset):
 
 
 # Which positions a training batch supervises: every labelled prefix (the package's dense signal), or only the
-# last real token of each sequence (the PD-SSM authors' protocol, DESIGN §8.3).
+# last real token of each sequence (the PD-SSM authors' protocol, docs/design.md §8.3).
 SUPERVISIONS = ("every", "last")
 
 

@@ -1,4 +1,4 @@
-"""UEA / UCR time-series classification data: `.ts` parser, splits, per-channel normalisation (DESIGN §6 end).
+"""UEA / UCR time-series classification data: `.ts` parser, splits, per-channel normalisation (docs/design.md §6.7).
 
 The `.ts` format (timeseriesclassification.com, sktime, aeon): comment lines start with ``#`` (or ``%``), then
 ``@key value`` header lines (``@problemName``, ``@timeStamps``, ``@missing``, ``@univariate``, ``@dimensions``,

@@ -1,4 +1,4 @@
-"""Triton kernels for the hf_ssm scans, one module per scan family (DESIGN §2, §9).
+"""Triton kernels for the hf_ssm scans, one module per scan family (docs/design.md §2, §9).
 
 - ``pd_scan``: PD transitions x_t = P_t D_t x_{t-1} + b_t, plus ``pd_generated_scan`` (P generation fused in, no
   (T, N, N) tensor stored for its backward) and ``pd_select``;

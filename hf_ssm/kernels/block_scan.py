@@ -1,4 +1,4 @@
-"""Triton block scans h_t = A_t h_{t-1} + b_t over N independent m x m blocks, m <= 8 (DESIGN §5).
+"""Triton block scans h_t = A_t h_{t-1} + b_t over N independent m x m blocks, m <= 8 (docs/design.md §5).
 
 Two families share one set of kernels:
 

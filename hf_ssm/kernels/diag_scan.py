@@ -1,4 +1,4 @@
-"""Triton diagonal scan x_t = a_t * x_{t-1} + b_t, real or complex (DESIGN §3, §6).
+"""Triton diagonal scan x_t = a_t * x_{t-1} + b_t, real or complex (docs/design.md §3, §6).
 
 The kernel twin of ``hf_ssm.modeling.scan_diag``: every channel is an independent scalar recurrence (the inner step
 of every DEER iteration of the lrc / gru / mgu mixers; ``diag_lru`` runs the block scan with m = 1). Padding masks

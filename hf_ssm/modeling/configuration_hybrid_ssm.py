@@ -1,4 +1,4 @@
-"""Configuration of the hybrid attention / state-space model (DESIGN §7)."""
+"""Configuration of the hybrid attention / state-space model (docs/design.md §7)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ LRU_NORMALIZATIONS = ("softmax", "sigmoid_l1", "tanh_l1", "relu_l1", "none")
 CLASSIFIER_POOLING = ("last", "mean")
 # Which implementation runs the scans (see scan_dispatch.py); the environment variable HF_SSM_SCAN_BACKEND overrides.
 SCAN_BACKENDS = ("auto", "torch", "triton")
-# What one decoder layer computes around its mixer (DESIGN §7.1): the package's pre-norm residual block with a
+# What one decoder layer computes around its mixer (docs/design.md §7.1): the package's pre-norm residual block with a
 # SwiGLU MLP, or the PD-SSM authors' state-tracking block (post-norm, no residual, no MLP).
 BLOCK_TYPES = ("pre_norm_residual", "post_norm_mixer")
 
@@ -146,21 +146,21 @@ class HybridSSMConfig(PretrainedConfig):
         pd_ssm_mlp_width: hidden width of the magnitude and phase MLPs (default 2N).
         pd_ssm_magnitude_bias_init / pd_ssm_phase_bias_init: initial output biases of the magnitude and phase MLPs,
             i.e. where D starts: |D| = sigmoid(magnitude bias), arg D = 2 pi sigmoid(phase bias).
-        pd_ssm_diagonal: what D may be. `"complex"` (default, DESIGN §4): |D| and arg D both learnt. `"magnitude"`:
+        pd_ssm_diagonal: what D may be. `"complex"` (default, docs/design.md §4): |D| and arg D both learnt. `"magnitude"`:
             arg D = 0 exactly (no phase MLP), so every rotation of the state is a permutation P; a learnt phase
             can only approximate a flip or a 1/5 turn, and that error grows with the sequence length. `"unit"`:
             D = 1 (no MLPs), the permutation-only ablation.
-        pd_ssm_initial_state: x_0 of every head when no state is passed in. `"zeros"` (default, DESIGN §4);
+        pd_ssm_initial_state: x_0 of every head when no state is passed in. `"zeros"` (default, docs/design.md §4);
             `"one_hot"`: x_0 = e_0, the start state of an automaton (the PD-SSM authors' state-tracking code);
             `"learned"`: a trained complex vector per head, starting at e_0. From a one-hot start the permutations
             alone carry an automaton's state; from zeros the inputs B u_t must also be tuned to (A_t - I) v to
             telescope, and any mismatch accumulates with the length. A learned x_0 with distinct entries lets the
             state name a whole permutation (P_t ... P_1 x_0), e.g. an A5 element with N = 5.
         pd_ssm_dictionary_diagonal_init: added to the diagonal of every dictionary matrix at initialisation
-            (default 0: DESIGN's N(0, 1/N)). About 1 makes P start as the identity for every input, so the layer
+            (default 0: N(0, 1/N), docs/design.md §4.2). About 1 makes P start as the identity for every input, so the layer
             starts as a plain memory and inputs learn to move the state away from it (an exact, non-drifting
             permutation) instead of rotating it with the phase of D.
-        pd_ssm_transition: how P_t is made. `"dictionary"` (default, DESIGN §4): column argmax of the token's mix
+        pd_ssm_transition: how P_t is made. `"dictionary"` (default, docs/design.md §4): column argmax of the token's mix
             M_t = sum_k s_t,k M_k of K trainable matrices, Theta(K N^2) per token. `"bank"` (after Flash PD-SSM,
             arXiv 2605.19150): K trainable score matrices give K fixed column-one-hot matrices once per forward,
             and every token picks one by the argmax of its selection logits, Theta(d K + N) per token.
@@ -190,7 +190,7 @@ class HybridSSMConfig(PretrainedConfig):
             the PyTorch scans) or `"triton"` (always the kernels; a clear error where they cannot run, e.g. CPU
             tensors without `TRITON_INTERPRET=1`). A non-empty environment variable `HF_SSM_SCAN_BACKEND` overrides
             it. Results agree to float32 rounding, so a checkpoint can be trained with one and run with the other.
-        block_type: what every decoder layer computes around its mixer (DESIGN §7.1). `"pre_norm_residual"`
+        block_type: what every decoder layer computes around its mixer (docs/design.md §7.1). `"pre_norm_residual"`
             (default): x + Mixer(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)), and a final RMSNorm after the stack.
             `"post_norm_mixer"`, the PD-SSM authors' state-tracking block: x <- LayerNorm(Dropout(Mixer(x)) +
             D_skip * x) with a learnt per-channel D_skip (initialised to 1) in place of the residual, no MLP and
@@ -254,7 +254,7 @@ class HybridSSMConfig(PretrainedConfig):
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
 
-    # Validation holds however the config is built or changed (DESIGN §7). transformers' own mechanism, the
+    # Validation holds however the config is built or changed (docs/design.md §7). transformers' own mechanism, the
     # `@strict` decorator of huggingface_hub, checks annotated types on assignment and runs `validate_*` methods at
     # construction and save, but raises StrictDataclass*Error (neither ValueError nor TypeError) and refuses an int
     # for a float field (`--override pd_ssm_magnitude_bias_init=3`), so this class checks in `__post_init__` and

@@ -1,4 +1,4 @@
-"""DEER: a non-linear recurrence x_t = F(x_{t-1}, inputs_t) solved over the whole sequence by Newton (DESIGN §6).
+"""DEER: a non-linear recurrence x_t = F(x_{t-1}, inputs_t) solved over the whole sequence by Newton (docs/design.md §6).
 
 Newton on the residual r_t = x_t - F(x_{t-1}) linearises every step around the current iterate x^(i):
 

@@ -1,4 +1,4 @@
-"""LrcSSM and the diagonal GRU / MGU / LSTM mixers (DESIGN §6): non-linear cells whose Jacobian is diagonal.
+"""LrcSSM and the diagonal GRU / MGU / LSTM mixers (docs/design.md §6): non-linear cells whose Jacobian is diagonal.
 
 Every state-dependent term is elementwise in the state x (a per-channel gain, never a matrix) while the input
 terms stay dense in u, so dx_t/dx_{t-1} is diagonal and a whole sequence is solved by DEER (deer.py): Newton

@@ -1,4 +1,4 @@
-"""BD-LRU and H-LRU mixers (DESIGN §5): linear recurrences with normalised selective gates.
+"""BD-LRU and H-LRU mixers (docs/design.md §5): linear recurrences with normalised selective gates.
 
 Both split a recurrent state of width `lru_state_size` into N groups of m (m = `lru_block_size`) and compute,
 from the layer input u_t (B, T, d), gates g_t = W_g u_t + b_g normalised over each row together with the
@@ -20,7 +20,7 @@ and is unbounded (the state can grow geometrically).
 
 The cached state is S (B, N, m) in float32 (for H-LRU: the last m values of h per channel); the gates and the
 scan always run in float32, while under bf16 autocast the projections run in bf16. Every parameter is an nn.Linear, so the model's `_init_weights` gives
-the DESIGN §5 init: weights N(0, config.initializer_range = 0.02), zero gate bias.
+the docs/design.md §5 init: weights N(0, config.initializer_range = 0.02), zero gate bias.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""PD-SSM mixer (DESIGN §4): transition A_t = P_t D_t, P column-one-hot, D complex diagonal.
+"""PD-SSM mixer (docs/design.md §4): transition A_t = P_t D_t, P column-one-hot, D complex diagonal.
 
 Per head (H heads, state N each), with u_t the layer input (B, T, d) and K matrices per head:
   dictionary mode (config.pd_ssm_transition = "dictionary", the paper):

@@ -1,4 +1,4 @@
-"""Hybrid decoder: blocks whose mixer is attention or a structured SSM (DESIGN §7).
+"""Hybrid decoder: blocks whose mixer is attention or a structured SSM (docs/design.md §7).
 
     pre_norm_residual (default):  x = x + Mixer(RMSNorm(x));  x = x + SwiGLU(RMSNorm(x))
     post_norm_mixer:              x = LayerNorm(Dropout(Mixer(x)) + D_skip * x)
@@ -45,7 +45,7 @@ logger = logging.get_logger(__name__)
 
 
 class HybridSSMDecoderLayer(GradientCheckpointingLayer):
-    """One decoder block around a mixer (attention or SSM); `config.block_type` says which (DESIGN §7.1):
+    """One decoder block around a mixer (attention or SSM); `config.block_type` says which (docs/design.md §7.1):
 
         pre_norm_residual:  x <- x + Mixer(RMSNorm(x));  x <- x + SwiGLU(RMSNorm(x))
         post_norm_mixer:    x <- LayerNorm(Dropout(Mixer(x)) + D_skip * x)   (no residual, no MLP)

@@ -1,4 +1,4 @@
-"""Time-series classification with the hybrid stack (LrcSSM / PD-SSM UEA setting, DESIGN §6 end).
+"""Time-series classification with the hybrid stack (LrcSSM / PD-SSM UEA setting, docs/design.md §6.7).
 
     past_values (B, T, C) -> Linear(C, d) -> HybridSSMModel(inputs_embeds) (B, T, d)
                           -> pool over real steps (B, d) -> Linear(d, num_labels)

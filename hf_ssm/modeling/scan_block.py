@@ -1,4 +1,4 @@
-"""Scans over dense m x m blocks: h_t = A_t h_{t-1} + b_t, independently for each of N blocks (DESIGN §3, §5).
+"""Scans over dense m x m blocks: h_t = A_t h_{t-1} + b_t, independently for each of N blocks (docs/design.md §3, §5).
 
 This is the recurrence of BD-LRU (A_t^{(n)} the normalised gate block), of H-LRU (A_t^{(n)} the companion
 matrix of channel n) and of the LSTM's DEER step (2 x 2 blocks); with m = 1 it is the diagonal selective LRU.

@@ -1,4 +1,4 @@
-"""Diagonal linear scan x_t = a_t * x_{t-1} + b_t (elementwise), in plain PyTorch (DESIGN §3).
+"""Diagonal linear scan x_t = a_t * x_{t-1} + b_t (elementwise), in plain PyTorch (docs/design.md §3).
 
 Every channel is an independent scalar recurrence, so ``a`` is just a tensor of the states' shape. The scan is
 the inner step of DEER (each Newton iteration is one of these, with a_t a Jacobian diagonal that may be 0,

@@ -1,4 +1,4 @@
-"""Scans over PD transitions x_t = P_t D_t x_{t-1} + b_t (DESIGN §4), in plain PyTorch.
+"""Scans over PD transitions x_t = P_t D_t x_{t-1} + b_t (docs/design.md §4), in plain PyTorch.
 
 A PD transition is stored sparsely: ``idx[j]`` is the row of the single 1 in column j of P, ``dv[j]`` the
 complex diagonal entry of D. Applying it is a scatter-add, composing two of them is two gathers, and the

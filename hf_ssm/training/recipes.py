@@ -1,4 +1,4 @@
-"""Training recipes of the state-tracking driver (DESIGN §8.3): named sets of `StateTrackingSettings` values.
+"""Training recipes of the state-tracking driver (docs/design.md §8.3): named sets of `StateTrackingSettings` values.
 
 - `default`: the package's own protocol (today's `StateTrackingSettings` defaults): one pre-norm residual
   PD-SSM layer with SwiGLU, d = 64, N = 8, K = 16, every prefix labelled, AdamW lr 1e-2 without weight decay,

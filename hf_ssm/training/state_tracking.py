@@ -1,4 +1,4 @@
-"""Train a hybrid model on a state-tracking task and measure length generalisation (DESIGN §8).
+"""Train a hybrid model on a state-tracking task and measure length generalisation (docs/design.md §8).
 
 The model is a `HybridSSMForTokenClassification` trained on every prefix label the task defines (a dense
 signal), on lengths in [train_min, train_max]; it is evaluated on the answer at the last position of fresh
@@ -73,7 +73,7 @@ class StateTrackingSettings:
     batch_size: int = 64
     max_steps: int = 1000
     # PD-SSM's x_0: "one_hot" = e_0, the automaton's start state (the authors' state-tracking code; see
-    # HybridSSMConfig.pd_ssm_initial_state), or "zeros" as in DESIGN §4. Other mixers ignore it.
+    # HybridSSMConfig.pd_ssm_initial_state), or "zeros" as in docs/design.md §4. Other mixers ignore it.
     pd_ssm_initial_state: str = "one_hot"
     learning_rate: float = 1e-2
     weight_decay: float = 0.0

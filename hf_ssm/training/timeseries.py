@@ -1,4 +1,4 @@
-"""Train a hybrid model on a UEA / UCR classification dataset (the LrcSSM / PD-SSM setting, DESIGN §6 end).
+"""Train a hybrid model on a UEA / UCR classification dataset (the LrcSSM / PD-SSM setting, docs/design.md §6.7).
 
 One run = one dataset, one mixer (or pattern), one seed: `HybridSSMForTimeSeriesClassification` (linear encoder
 -> hybrid stack -> mean over real steps -> linear classifier) trained with AdamW on cross-entropy. After every
@@ -89,7 +89,7 @@ class TimeSeriesSettings:
 
 
 def model_config(settings: TimeSeriesSettings, input_channels: int, num_labels: int, max_length: int):
-    """HybridSSMConfig of a run: one layer per pattern letter, `S` = `settings.mixer` (DESIGN §7 letters)."""
+    """HybridSSMConfig of a run: one layer per pattern letter, `S` = `settings.mixer` (docs/design.md §7 letters)."""
     pattern, ssm_mixer = settings.pattern, settings.mixer
     if settings.mixer == ATTENTION:  # an attention-only baseline: every S becomes A
         pattern, ssm_mixer = pattern.replace("S", "A"), "pd_ssm"
