@@ -15,6 +15,7 @@ shared with other jobs the CPU-time ratio then stays put while wall times swing 
 each parallel region also waits for a descheduled thread). `--threads 0` keeps torch's default, for a quiet machine.
 
     python scripts/bench_hybrid.py --decode-rounds 15 --out results/bench_hybrid.json   (also writes .md next to it)
+    python scripts/bench_hybrid.py --train-lengths --decode-rounds 15 --out /tmp/decode.json   (decode only)
 """
 
 from __future__ import annotations
@@ -230,10 +231,12 @@ def markdown(results) -> str:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/bench_hybrid.json", help="JSON file (the Markdown goes next to it)")
-    parser.add_argument("--train-lengths", type=int, nargs="*", default=[1024, 4096])
+    parser.add_argument(
+        "--train-lengths", type=int, nargs="*", default=[1024, 4096], help="none given: no training section"
+    )
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--train-rounds", type=int, default=5)
-    parser.add_argument("--contexts", type=int, nargs="*", default=[256, 4096])
+    parser.add_argument("--contexts", type=int, nargs="*", default=[256, 4096], help="none given: no decode section")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--decode-rounds", type=int, default=5, help="after one warm-up round")
     parser.add_argument(

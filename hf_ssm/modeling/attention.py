@@ -77,7 +77,8 @@ class HybridSSMRotaryEmbedding(nn.Module):
         inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
         return inv_freq, 1.0
 
-    @torch.no_grad()
+    # No torch.no_grad() here: inv_freq is a buffer and position_ids never need a gradient, so nothing is
+    # recorded anyway, and entering the context at every forward costs more than these few ops at decode.
     @dynamic_rope_update  # rescales inv_freq for "dynamic" / "longrope"; a no-op for the other rope types
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)

@@ -38,7 +38,10 @@ class HeadwiseMLP(nn.Module):
         nn.init.normal_(self.down_weight, std=0.02)
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
-        h = nn.functional.gelu(self.up(u))
+        return self.down(nn.functional.gelu(self.up(u)))
+
+    def down(self, h: torch.Tensor) -> torch.Tensor:
+        """The per-head output map on the activated hidden layer h (B, T, H*W) -> (B, T, H, out)."""
         if self.heads == 1:  # the per-head map is one linear map (one fused call, cheaper than the einsum)
             return nn.functional.linear(h, self.down_weight[0], self.down_bias[0]).unsqueeze(-2)
         h = h.unflatten(-1, (self.heads, self.width))
@@ -118,10 +121,19 @@ class PDSSMMixer(nn.Module):
         batch, steps, _ = u.shape
         if self.diagonal_kind == "unit":
             return torch.ones(batch, steps, self.num_heads, self.state_size, dtype=self.state_dtype, device=u.device)
-        magnitude = torch.sigmoid(self.magnitude(u).float())
         if self.diagonal_kind == "magnitude":
+            magnitude = torch.sigmoid(self.magnitude(u).float())
             return torch.complex(magnitude, torch.zeros_like(magnitude))
-        angle = (2 * math.pi) * torch.sigmoid(self.phase(u).float())
+        if steps == 1:
+            # Decode: one GELU call on both hidden layers (elementwise, the same values; on CPU each GELU call has
+            # a fixed cost several times that of the 2 * H * W elements it computes at T = 1).
+            width = self.magnitude.heads * self.magnitude.width
+            hidden = nn.functional.gelu(torch.cat([self.magnitude.up(u), self.phase.up(u)], dim=-1))
+            mag_out, phase_out = self.magnitude.down(hidden[..., :width]), self.phase.down(hidden[..., width:])
+        else:
+            mag_out, phase_out = self.magnitude(u), self.phase(u)
+        magnitude = torch.sigmoid(mag_out.float())
+        angle = (2 * math.pi) * torch.sigmoid(phase_out.float())
         return torch.polar(magnitude, angle)
 
     @torch.no_grad()
@@ -154,7 +166,8 @@ class PDSSMMixer(nn.Module):
         b = torch.view_as_complex(self.input_proj(u).float().view(batch, steps, self.num_heads, self.state_size, 2))
         op = self.scan_op(u.device)
         states, final = op(selection, self.dictionary, self.diagonal(u), b, x0, mask, self.temperature)
-        features = torch.cat([states.real, states.imag], dim=-1).reshape(batch, steps, -1)
+        # per head [Re x, Im x] (B, T, H * 2N): the (re, im) pairs moved to the front of each head's state, one copy
+        features = torch.view_as_real(states).transpose(-1, -2).reshape(batch, steps, -1)
         # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
         y = self.output_proj(features.to(self.output_proj.weight.dtype)) + self.skip * u
         return y.to(hidden_states.dtype), final

@@ -12,6 +12,8 @@ its own siblings.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
 from transformers import initialization as init
@@ -445,6 +447,12 @@ class HybridSSMForCausalLM(HybridSSMPreTrainedModel, GenerationMixin):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+
+
+# generate's prepare_inputs_for_generation asks remote-code models (as this one is once saved or registered for an
+# Auto class) for inspect.signature(self.forward) at every step; through the decorators that means unwrapping and
+# rebuilding the signature each time. The signature is fixed, so it is computed once here.
+HybridSSMForCausalLM.forward.__signature__ = inspect.signature(HybridSSMForCausalLM.forward)
 
 
 def _pool(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:

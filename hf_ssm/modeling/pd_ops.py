@@ -264,7 +264,10 @@ class _DictionaryScan(torch.autograd.Function):
 def _dictionary_step_indices(sel, dictionary):
     """idx (B, H, N) of one step: the column argmax of M = sum_k sel[:, 0, h, k] dictionary[h, k] (the first of
     tied maxima, as ``dictionary_indices``). The dictionary is used as stored, without the transposed copy."""
-    heads, n = dictionary.shape[0], dictionary.shape[-1]
+    heads, k, n = dictionary.shape[:3]
+    if heads == 1:  # one 2-D product (B, K) @ (K, N*N): cheaper to dispatch than the batched one
+        m = torch.mm(sel.reshape(-1, k), dictionary.reshape(k, n * n))
+        return m.view(-1, 1, n, n).argmax(-2)
     m = torch.matmul(_by_head(sel), dictionary.flatten(2))  # (H, B, N*N), entry i*N + j = M[i, j]
     return m.view(heads, -1, n, n).argmax(-2).transpose(0, 1)
 
