@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import os
 import statistics
 import time
@@ -105,14 +106,21 @@ def main():
     parser.add_argument("--mem-batch", type=int, default=2)
     parser.add_argument("--mem-d", type=int, default=64, help="d = N of the memory table")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--out", default=None, help="also write the figures as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
     print("\n| B | T | d = N | K | state width (reals) | mixer | fwd+bwd median (ms) | / diag_lru |")
     print("|---|---|---|---|---|---|---|---|")
+    record = {"torch": torch.__version__, "threads": torch.get_num_threads(), "rounds": args.rounds}
+    record["load_average_start"] = os.getloadavg()[0]
+    record["time"], record["peak_memory_mib"] = [], []
     for batch, steps, d, k in SIZES:
         med = time_size(batch, steps, d, k, args.rounds)
         for label, t in med.items():
+            record["time"].append(
+                dict(B=batch, T=steps, d=d, N=d, K=k, mixer=label, median_s=t, ratio_to_diag_lru=t / med["diag_lru"])
+            )
             print(
                 f"| {batch} | {steps} | {d} | {k} | {2 * d} | {label} | {1000 * t:.1f} | {t / med['diag_lru']:.2f}× |"
             )
@@ -125,7 +133,14 @@ def main():
             u = torch.randn(batch, steps, d)
             peaks = [peak_bytes(make_mixer(kind, extra, d, 8), u) / 2**20 for _, kind, extra in MIXERS]
             print(f"| {steps} | " + " | ".join(f"{p:.1f}" for p in peaks) + " |")
-    print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
+            record["peak_memory_mib"].append(
+                dict(B=batch, T=steps, d=d, N=d, K=8, **{label: p for (label, _, _), p in zip(MIXERS, peaks)})
+            )
+    record["load_average_end"] = os.getloadavg()[0]
+    print(f"\nload average at the end {record['load_average_end']:.1f}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(record, f, indent=2)
 
 
 if __name__ == "__main__":
