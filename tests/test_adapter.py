@@ -505,3 +505,25 @@ def test_feature_store_limit_and_bad_arguments():
     adapted.base_model.model.layers[0].mlp.up_proj.weight.requires_grad_(True)
     with pytest.raises(ValueError, match="frozen-prefix cache needs .* layers 0..0 frozen"):
         FrozenPrefix(adapted)
+
+
+def test_readout_learning_rate_puts_only_the_readout_in_its_own_adam_group():
+    """--readout_learning_rate gives the SSM adapter's readout (classifier weight and bias, or out_proj) its own
+    learning rate and leaves every other trainable parameter at learning_rate; 0 keeps one group; < 0 raises."""
+    from hf_ssm.adapters.experiment import AdapterExperimentSettings, parameter_groups
+
+    for readout, names in (("classifier", {"classifier.weight", "classifier.bias"}), ("lm_head", {"out_proj.weight"})):
+        extra = {"num_labels": 2} if readout == "classifier" else {}
+        model = attach_ssm_adapter(tiny_base(), adapter_config(readout=readout, **extra))
+        method = "ssm_classifier" if readout == "classifier" else "ssm"
+        settings = AdapterExperimentSettings(learning_rate=3e-3, readout_learning_rate=3e-4)
+        groups = parameter_groups(method, model, settings)
+        by_id = {id(p): n.removeprefix("ssm_adapter.") for n, p in model.named_parameters() if p.requires_grad}
+        assert [g["lr"] for g in groups] == [3e-3, 3e-4]
+        assert {by_id[id(p)] for p in groups[1]["params"]} == names
+        assert sum(len(g["params"]) for g in groups) == len(by_id)
+        assert not names & {by_id[id(p)] for p in groups[0]["params"]}
+        single = parameter_groups(method, model, AdapterExperimentSettings(learning_rate=3e-3))
+        assert len(single) == 1 and single[0]["lr"] == 3e-3 and len(single[0]["params"]) == len(by_id)
+    with pytest.raises(ValueError, match="readout_learning_rate"):
+        AdapterExperimentSettings(readout_learning_rate=-1.0).validate()

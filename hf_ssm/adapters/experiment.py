@@ -133,6 +133,9 @@ class AdapterExperimentSettings:
     max_steps: int = 600
     learning_rate: float = 1e-2
     lora_learning_rate: float = 3e-3  # LoRA's usual range; the SSM adapter and the probe use learning_rate
+    # Learning rate of the SSM adapter's readout (the classifier, or out_proj of the LM-head readout); 0 = the
+    # adapter's learning_rate. A wide base's readout moves its logits ~lr x width per Adam step (RESULTS.md).
+    readout_learning_rate: float = 0.0
     warmup_steps: int = 30
     weight_decay: float = 0.0
     grad_clip: float = 1.0
@@ -157,6 +160,10 @@ class AdapterExperimentSettings:
         check_choice("feature_cache_dtype", self.feature_cache_dtype, tuple(STORE_DTYPES))
         if not self.feature_cache_max_mb >= 0:
             raise ValueError(f"`feature_cache_max_mb` must be >= 0, got {self.feature_cache_max_mb}")
+        if not self.readout_learning_rate >= 0:
+            raise ValueError(
+                f"`readout_learning_rate` must be >= 0 (0: learning_rate), got {self.readout_learning_rate}"
+            )
         if self.train_examples < 0:
             raise ValueError(f"`train_examples` must be >= 0 (0: a fresh story every step), got {self.train_examples}")
         unknown = [m for m in self.method_list() if m not in METHODS]
@@ -361,6 +368,24 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
     return model, params, info
 
 
+def parameter_groups(method: str, model, settings: AdapterExperimentSettings) -> list[dict]:
+    """AdamW parameter groups of a method's trainable parameters: the SSM adapter's readout (classifier or
+    out_proj) at `readout_learning_rate` when it is set, everything else at `learning_rate` (LoRA:
+    `lora_learning_rate`)."""
+    lr = settings.lora_learning_rate if method == "lora" else settings.learning_rate
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if method not in ("ssm", "ssm_classifier", "ssm_lora") or not settings.readout_learning_rate:
+        return [{"params": [p for _, p in named], "lr": lr}]
+    readout = [p for n, p in named if n.startswith(("ssm_adapter.classifier.", "ssm_adapter.out_proj."))]
+    if not readout:
+        raise ValueError(f"`readout_learning_rate`: found no readout parameters in {[n for n, _ in named]}")
+    ids = {id(p) for p in readout}
+    return [
+        {"params": [p for _, p in named if id(p) not in ids], "lr": lr},
+        {"params": readout, "lr": settings.readout_learning_rate},
+    ]
+
+
 def _scores(
     method: str,
     model,
@@ -527,8 +552,7 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
     torch.manual_seed(settings.seed)
     model, params, info = build_method(method, settings, base, task.num_classes)
     model.to(accelerator.device)
-    lr = settings.lora_learning_rate if method == "lora" else settings.learning_rate
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=settings.weight_decay)
+    optimizer = torch.optim.AdamW(parameter_groups(method, model, settings), weight_decay=settings.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_schedule(settings.warmup_steps, settings.max_steps))
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     answer_ids = torch.tensor(answer_token_ids(task, tokenizer), device=accelerator.device)
