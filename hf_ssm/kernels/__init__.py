@@ -1,7 +1,8 @@
 """Triton kernels for the hf_ssm scans, one module per scan family (docs/design.md §2, §9).
 
 - ``pd_scan``: PD transitions x_t = P_t D_t x_{t-1} + b_t, plus ``pd_generated_scan`` (P generation fused in, no
-  (T, N, N) tensor stored for its backward) and ``pd_select``;
+  (T, N, N) tensor stored for its backward), ``pd_bank_scan`` (the bank transition mode: selection argmax and
+  bank gather inside the scan) and ``pd_select``;
 - ``block_scan`` / ``companion_scan``: dense m x m blocks (BD-LRU, diag_lru with m = 1, the LSTM's DEER step) and
   companion blocks (H-LRU), m <= 8;
 - ``diag_scan``: real or complex diagonal scans (the DEER steps of the lrc / gru / mgu mixers).
@@ -30,7 +31,7 @@ except Exception as exc:  # ImportError, or a broken install raising something e
 else:
     from .block_scan import MAX_BLOCK, block_scan, companion_scan
     from .diag_scan import _diag_apply_kernel, diag_scan
-    from .pd_scan import ONEHOT_MAX_N, pd_generated_scan, pd_scan, pd_select
+    from .pd_scan import ONEHOT_MAX_N, pd_bank_scan, pd_generated_scan, pd_scan, pd_select
 
     AVAILABLE = True
     # whether triton.jit gave interpreted functions (TRITON_INTERPRET=1 when these modules were imported)
@@ -62,6 +63,7 @@ if AVAILABLE:
         "block_scan",
         "companion_scan",
         "diag_scan",
+        "pd_bank_scan",
         "pd_generated_scan",
         "pd_scan",
         "pd_select",

@@ -26,7 +26,6 @@ gradient (decode) is one O(H N) update.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 
 import torch
@@ -427,8 +426,7 @@ def _triton_dictionary(selection, matrices, dv, b, initial_state=None, mask=None
 
 
 def _triton_bank(selection, matrices, dv, b, initial_state=None, mask=None, temperature=1.0, cu_seqlens=None):
-    kernels = importlib.import_module(_load_kernels()[0].__name__ + ".pd_scan")
-    return kernels.pd_bank_scan(
+    return _load_kernels()[0].pd_bank_scan(
         selection, matrices, dv, b, initial_state, temperature=temperature, mask=mask, cu_seqlens=cu_seqlens
     )
 
