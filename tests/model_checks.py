@@ -177,3 +177,16 @@ def load_without_hf_ssm(jobs: list[dict], workdir) -> list[dict]:
     lines = result.stdout.strip().splitlines()
     assert lines and lines[-1] in ("IDENTICAL", "DIFFERENT"), result.stdout + result.stderr[-2000:]
     return json.loads(lines[-2])
+
+
+def assert_loads_without_hf_ssm(model, directory, vocab_size: int = 37) -> set[str]:
+    """Save `model` to `directory`, load it through AutoModelForCausalLM with trust_remote_code in a process where
+    hf_ssm cannot be imported, and assert identical logits; returns the names of the saved files."""
+    directory = Path(directory)
+    save_with_reference(model, directory, {"input_ids": torch.randint(1, vocab_size, (2, 11))})
+    (result,) = load_without_hf_ssm(
+        [{"directory": str(directory), "auto_class": "AutoModelForCausalLM"}], directory.parent
+    )
+    assert "hf_ssm" not in result["module"], result
+    assert result["identical"], result
+    return set(os.listdir(directory))
