@@ -797,20 +797,10 @@ def pd_generated_scan(
     Gradients flow to sel (B, T, H, K), dictionary (H, K, N, N), dv, b and x0.
     Returns (states (B, T, H, N) complex64, final (num_seqs, H, N) complex64).
     """
-    dv_r, b_r, x0_r, layout, chunk, onehot = _prepare(dv, b, x0, cu_seqlens, chunk_size, scatter)
-    _check_generation(sel, dictionary, mask)
-    if tuple(sel.shape[:3]) != tuple(dv_r.shape[:3]) or dictionary.shape[-1] != dv_r.shape[3]:
-        raise ValueError(
-            f"sel (B, T, H, K) and dictionary (H, K, N, N) must match dv (B, T, H, N) = {tuple(dv_r.shape[:4])}; "
-            f"got {tuple(sel.shape)} and {tuple(dictionary.shape)}"
-        )
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature!r}")
-    dv_r, b_r = _mask_pairs(dv_r, b_r, mask)
-    states, final = _PDGeneratedScanFunction.apply(
-        sel, dictionary, dv_r, b_r, x0_r, mask, float(temperature), layout, chunk, onehot
-    )
-    return torch.view_as_complex(states), torch.view_as_complex(final)
+    return _scan_with_generated_p(
+        _PDGeneratedScanFunction, ("sel", "dictionary"), sel, dictionary, dv, b, x0,
+        temperature, mask, chunk_size, cu_seqlens, scatter,
+    )  # fmt: skip
 
 
 def pd_bank_scan(
@@ -834,18 +824,29 @@ def pd_bank_scan(
     logits (B, T, H, K); scores (H, K, N, N); mask (B, T) bool, False = identity with zero input.
     Returns (states (B, T, H, N) complex64, final (num_seqs, H, N) complex64).
     """
+    return _scan_with_generated_p(
+        _PDBankScanFunction, ("logits", "scores"), logits, scores, dv, b, x0,
+        temperature, mask, chunk_size, cu_seqlens, scatter,
+    )  # fmt: skip
+
+
+def _scan_with_generated_p(
+    function, names, selection, matrices, dv, b, x0, temperature, mask, chunk_size, cu_seqlens, scatter
+):
+    """The checks and the call shared by the dictionary and bank modes: selection (B, T, H, K) and matrices
+    (H, K, N, N), named `names` in errors, must match dv (B, T, H, N); masked steps get dv = 1, b = 0."""
     dv_r, b_r, x0_r, layout, chunk, onehot = _prepare(dv, b, x0, cu_seqlens, chunk_size, scatter)
-    _check_generation(logits, scores, mask)
-    if tuple(logits.shape[:3]) != tuple(dv_r.shape[:3]) or scores.shape[-1] != dv_r.shape[3]:
+    _check_generation(selection, matrices, mask)
+    if tuple(selection.shape[:3]) != tuple(dv_r.shape[:3]) or matrices.shape[-1] != dv_r.shape[3]:
         raise ValueError(
-            f"logits (B, T, H, K) and scores (H, K, N, N) must match dv (B, T, H, N) = {tuple(dv_r.shape[:4])}; "
-            f"got {tuple(logits.shape)} and {tuple(scores.shape)}"
+            f"{names[0]} (B, T, H, K) and {names[1]} (H, K, N, N) must match dv (B, T, H, N) = "
+            f"{tuple(dv_r.shape[:4])}; got {tuple(selection.shape)} and {tuple(matrices.shape)}"
         )
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
     dv_r, b_r = _mask_pairs(dv_r, b_r, mask)
-    states, final = _PDBankScanFunction.apply(
-        logits, scores, dv_r, b_r, x0_r, mask, float(temperature), layout, chunk, onehot
+    states, final = function.apply(
+        selection, matrices, dv_r, b_r, x0_r, mask, float(temperature), layout, chunk, onehot
     )
     return torch.view_as_complex(states), torch.view_as_complex(final)
 
