@@ -31,6 +31,20 @@ def test_one_hot_initial_state_equals_passing_e0():
 
 
 @torch.no_grad()
+def test_head_basis_initial_state_starts_head_h_at_e_h():
+    """pd_ssm_initial_state="head_basis": head h starts at e_(h mod N); the run equals passing that state."""
+    layer = PDSSMMixer(tiny_config("S", pd_ssm_initial_state="head_basis", pd_ssm_num_heads=3, pd_ssm_state_size=2), 0)
+    basis = torch.zeros(4, 3, 2, dtype=torch.complex64)
+    basis[:, 0, 0] = basis[:, 1, 1] = basis[:, 2, 0] = 1  # head 2 wraps around to e_0 (N = 2)
+    assert torch.equal(layer.initial_state(4), basis)
+    u = torch.randn(4, 7, 32)
+    assert torch.equal(layer(u)[0], layer(u, state=basis)[0])
+    one_hot = PDSSMMixer(tiny_config("S", pd_ssm_initial_state="one_hot", pd_ssm_num_heads=3, pd_ssm_state_size=2), 0)
+    one_hot.load_state_dict(layer.state_dict())
+    assert not torch.allclose(one_hot(u)[0], layer(u)[0])  # head 1 starts elsewhere, so the outputs differ
+
+
+@torch.no_grad()
 def test_one_hot_initial_state_survives_left_padding():
     """Padding before the first token keeps x_0 = e_0: the padded row's outputs equal the unpadded ones."""
     layer = mixer(pd_ssm_initial_state="one_hot")
@@ -49,6 +63,7 @@ def test_one_hot_initial_state_survives_left_padding():
         dict(pd_ssm_diagonal="magnitude"),
         dict(pd_ssm_diagonal="unit", pd_ssm_initial_state="one_hot"),
         dict(pd_ssm_initial_state="learned"),
+        dict(pd_ssm_initial_state="head_basis"),
     ],
 )
 def test_options_keep_cached_decode_and_reload_exact(overrides, tmp_path):

@@ -231,6 +231,30 @@ def test_script_run_writes_one_summary_record_per_restart_seed(tmp_path):
     assert "minimal DFA of parity: 2 states" in result.stdout and "best validation accuracy" in result.stdout
     settings = json.loads((tmp_path / "run" / "settings.json").read_text())
     assert (settings["block_type"], settings["supervision"], settings["hidden_size"]) == ("post_norm_mixer", "last", 16)
+    # each record carries its learning curve (validation every 2 steps of 4) and the flags that changed the recipe
+    assert [step for step, _ in records[0]["validation_curve"]] == [2, 4]
+    assert records[0]["overrides"]["hidden_size"] == 16 and records[0]["overrides"]["train_max_length"] == 12
+    assert "block_type" not in records[0]["overrides"] and "seed" not in records[0]["overrides"]
+    figure = tmp_path / "curves.png"
+    plotted = subprocess.run(
+        [sys.executable, str(SCRIPT.with_name("plot_state_tracking.py")), "--summary", str(summary), "--out",
+         str(figure)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert plotted.returncode == 0, plotted.stderr[-3000:]
+    assert figure.stat().st_size > 0
+
+
+def test_plot_script_refuses_a_series_that_matches_no_record(tmp_path):
+    """--series that selects nothing is an error naming the flag, not an empty figure."""
+    summary = tmp_path / "summary.json"
+    merge_summary(summary, [run_record({**_results(), "history": [{"step": 5, "val_accuracy": 0.5}]}, "default", "a")])
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT.with_name("plot_state_tracking.py")), "--summary", str(summary), "--series",
+         "x=nowhere", "--out", str(tmp_path / "f.png")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2 and "--series" in result.stderr and not (tmp_path / "f.png").exists()
 
 
 # ------------------------------------------------------------------------------------------------ minimal DFA

@@ -27,7 +27,7 @@ SSM_MIXERS = mixer_names()
 PATTERN_LETTERS = pattern_letters()
 # What the PD-SSM diagonal D may be: both magnitude and phase learnt, magnitude only (arg D = 0), or D = 1.
 PD_SSM_DIAGONALS = ("complex", "magnitude", "unit")
-PD_SSM_INITIAL_STATES = ("zeros", "one_hot", "learned")
+PD_SSM_INITIAL_STATES = ("zeros", "one_hot", "head_basis", "learned")
 # How PD-SSM makes P_t: mix a dictionary per token (the paper) or pick one of a bank of fixed matrices (Flash PD-SSM).
 PD_SSM_TRANSITIONS = ("dictionary", "bank")
 # The DEER solvers of the lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm family (`lrc_` / `deer_` fields, docs/design.md §6).
@@ -152,6 +152,8 @@ class HybridSSMConfig(PretrainedConfig):
             D = 1 (no MLPs), the permutation-only ablation.
         pd_ssm_initial_state: x_0 of every head when no state is passed in. `"zeros"` (default, docs/design.md §4);
             `"one_hot"`: x_0 = e_0, the start state of an automaton (the PD-SSM authors' state-tracking code);
+            `"head_basis"`: head h starts at e_(h mod N), so H heads that learn the same permutations track the images
+            of H different points (H = N = 5 heads name a whole permutation of 5 points, e.g. an A5 element);
             `"learned"`: a trained complex vector per head, starting at e_0. From a one-hot start the permutations
             alone carry an automaton's state; from zeros the inputs B u_t must also be tuned to (A_t - I) v to
             telescope, and any mismatch accumulates with the length. A learned x_0 with distinct entries lets the

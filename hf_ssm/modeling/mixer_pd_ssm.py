@@ -54,7 +54,8 @@ class PDSSMMixer(nn.Module):
     forward(hidden_states (B, T, d), state (B, H, N) complex64 or None, mask (B, T) bool or None)
         -> (output (B, T, d), final state (B, H, N) complex64)
     Masked-out positions (padding) get the identity transition and zero input, so they never change the state.
-    state None starts from `initial_state` (config.pd_ssm_initial_state: zeros, e_0 per head, or a learned x_0).
+    state None starts from `initial_state` (config.pd_ssm_initial_state: zeros, e_0 per head, e_(h mod N) in head h,
+    or a learned x_0).
     `dictionary` (H, K, N, N) holds the dictionary M_k (dictionary mode) or the score matrices (bank mode).
     """
 
@@ -99,12 +100,23 @@ class PDSSMMixer(nn.Module):
         x0[:, 0, 0] = 1
         return x0
 
+    def head_basis_initial_state(self, device=None) -> torch.Tensor:
+        """e_(h mod N) in head h as [real, imag] pairs: (H, N, 2) float32."""
+        x0 = torch.zeros(self.num_heads, self.state_size, 2, device=device)
+        x0[torch.arange(self.num_heads), torch.arange(self.num_heads) % self.state_size, 0] = 1
+        return x0
+
     def initial_state(self, batch_size: int, device=None) -> torch.Tensor:
-        """x_0: (B, H, N) complex64; zeros, e_0 in every head, or the learned x_0 (differentiable)."""
+        """x_0: (B, H, N) complex64; zeros, e_0 in every head, e_(h mod N) in head h, or the learned x_0
+        (differentiable)."""
         shape = (batch_size, self.num_heads, self.state_size)
         if self.initial_state_kind == "zeros":
             return torch.zeros(shape, dtype=self.state_dtype, device=device)
-        pairs = self.learned_initial_state if self.initial_state_kind == "learned" else self.one_hot_initial_state()
+        pairs = {
+            "learned": lambda: self.learned_initial_state,
+            "head_basis": self.head_basis_initial_state,
+            "one_hot": self.one_hot_initial_state,
+        }[self.initial_state_kind]()
         return torch.view_as_complex(pairs.float().to(device).contiguous()).expand(shape)
 
     def selection_logits(self, u: torch.Tensor) -> torch.Tensor:

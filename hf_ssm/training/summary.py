@@ -1,7 +1,9 @@
 """results/state_tracking/summary.json: one record per trained seed, merged across runs (issue 14).
 
 A record is {task, mixer, recipe, seed, steps, cpu_seconds, test_accuracy_by_bucket, test_mean_accuracy} plus
-`run` (the run folder), `train_seconds` (wall clock) and `best_validation_accuracy`. A run with restarts gives
+`run` (the run folder), `train_seconds` (wall clock), `best_validation_accuracy`, `validation_curve` ([step,
+validation accuracy] pairs, the learning curve) and `overrides` (every setting of the run that differs from its
+recipe, e.g. {"extra_config": {"pd_ssm_diagonal": "magnitude"}}, so that a record names its exact variant). A run with restarts gives
 one record per restart seed (best-of-N is reported beside, never instead). Records are keyed by (task, mixer,
 recipe, seed, run): writing a run again replaces its records, any other run is appended. The file is rewritten
 atomically (temporary file + os.replace) under an exclusive lock, so concurrent runs never lose records.
@@ -18,8 +20,12 @@ from pathlib import Path
 KEY = ("task", "mixer", "recipe", "seed", "run")
 
 
-def run_record(results: dict, recipe: str, run: str) -> dict:
-    """The summary record of one trained seed's results.json content."""
+# Settings that identify a record by themselves (its key) or that change per seed; never listed as overrides.
+NOT_OVERRIDES = frozenset({"task", "mixer", "seed", "recipe", "num_generators"})
+
+
+def run_record(results: dict, recipe: str, run: str, overrides: dict | None = None) -> dict:
+    """The summary record of one trained seed's results.json content (`overrides`: see recipe_overrides)."""
     return {
         "task": results["task"],
         "mixer": results["mixer"],
@@ -33,17 +39,32 @@ def run_record(results: dict, recipe: str, run: str) -> dict:
         "test_mean_accuracy": results["test"]["mean_accuracy"],
         "best_validation_accuracy": results["validation"]["accuracy"],
         "train_seconds": results["train_seconds"],
+        "validation_curve": [[h["step"], h["val_accuracy"]] for h in results.get("history", [])],
+        "overrides": overrides or {},
         "run": run,
     }
+
+
+def recipe_overrides(settings: dict, recipe: str) -> dict:
+    """The entries of a run's settings.json content that differ from what `recipe` alone gives."""
+    from .recipes import resolve_settings
+    from .state_tracking import StateTrackingSettings
+
+    base = {**vars(StateTrackingSettings()), **resolve_settings(recipe, {})}
+    return {k: v for k, v in settings.items() if k not in NOT_OVERRIDES and base.get(k) != v}
 
 
 def run_records(results: dict, run_dir: str | Path, recipe: str) -> list[dict]:
     """Every seed of a run: the one run itself, or each restart's seed_<s>/results.json."""
     run_dir = Path(run_dir)
-    if "restarts" not in results:
-        return [run_record(results, recipe, str(run_dir))]
-    seeds = [json.loads((run_dir / f"seed_{r['seed']}" / "results.json").read_text()) for r in results["restarts"]]
-    return [run_record(r, recipe, str(run_dir / f"seed_{r['seed']}")) for r in seeds]
+    folders = [run_dir] if "restarts" not in results else [run_dir / f"seed_{r['seed']}" for r in results["restarts"]]
+    records = []
+    for folder in folders:
+        settings_file = folder / "settings.json"
+        settings = json.loads(settings_file.read_text()) if settings_file.is_file() else {}
+        seed_results = results if folder == run_dir else json.loads((folder / "results.json").read_text())
+        records.append(run_record(seed_results, recipe, str(folder), recipe_overrides(settings, recipe)))
+    return records
 
 
 def merge_summary(path: str | Path, records: list[dict]) -> list[dict]:
