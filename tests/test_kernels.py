@@ -34,8 +34,6 @@ from model_checks import tiny_config  # noqa: E402
 
 # (batch, steps, chunk): T = 1; odd T in one chunk; T not a multiple of the chunk (3 chunks); B = 1 with 2 chunks.
 SHAPES = [(1, 1, None), (2, 7, None), (2, 11, 4), (1, 9, 5)]
-# packed lengths 3, 0 (an empty sequence), 5, 1
-CU_SEQLENS = [0, 3, 3, 8, 9]
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
 
 
@@ -82,10 +80,6 @@ def _compare(run, ref, inputs, ref_inputs, tol):
         _assert_close(g, r, tol, f"gradient of input {i}")
 
 
-def _cu():
-    return torch.tensor(CU_SEQLENS, dtype=torch.int32, device=DEVICE)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # diagonal scan
 
@@ -117,23 +111,6 @@ def test_diag_scan_matches_torch(dtype, batch, steps, chunk):
     _compare(run, torch_diag_scan, inputs, ref_inputs, tol)
     # without an initial state
     _compare(lambda a, b: run(a, b, None), lambda a, b: torch_diag_scan(a, b), inputs[:2], ref_inputs[:2], tol)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
-def test_diag_scan_varlen_matches_per_sequence_torch(dtype):
-    total, num = CU_SEQLENS[-1], len(CU_SEQLENS) - 1
-    a, b, _ = _diag_inputs(1, total, dtype)
-    x0 = _rand(num, 3, 2, dtype=a.dtype)
-    inputs = [_leaf(t) for t in (a, b, x0)]
-    ref_inputs = [_leaf(t) for t in (a, b, x0)]
-
-    def run(a, b, x0):
-        return kernels.diag_scan(a, b, x0, chunk_size=2, cu_seqlens=_cu())
-
-    def ref(a, b, x0):
-        return scan_dispatch.scan_ops("torch", DEVICE).diag_scan(a, b, x0, cu_seqlens=_cu())
-
-    _compare(run, ref, inputs, ref_inputs, 2e-5)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -173,8 +150,8 @@ def test_block_scan_matches_torch(m, dtype, batch, steps, chunk):
     )
 
 
-def _companion_reference(a, v, h0, mask=None, cu_seqlens=None):
-    return scan_dispatch.scan_ops("torch", DEVICE).companion_scan(a, v, h0, mask, cu_seqlens=cu_seqlens)
+def _companion_reference(a, v, h0, mask=None):
+    return scan_dispatch.scan_ops("torch", DEVICE).companion_scan(a, v, h0, mask)
 
 
 @pytest.mark.parametrize(
@@ -218,28 +195,6 @@ def test_block_scans_with_padding_mask(companion):
 
     ref_inputs = [_leaf(t) for t in inputs]
     _compare(lambda *t: run(*t, mask=mask, chunk_size=4), lambda *t: ref(*t, mask=mask), inputs, ref_inputs, 2e-5)
-
-
-@pytest.mark.parametrize("companion", [False, True], ids=["dense", "companion"])
-def test_block_scans_varlen_match_per_sequence_torch(companion):
-    m, total, num = 2, CU_SEQLENS[-1], len(CU_SEQLENS) - 1
-    if companion:
-        first = torch.softmax(_rand(1, total, 3, m + 1), dim=-1)[..., :m]
-        tensors = (first, _rand(1, total, 3), _rand(num, 3, m))
-        run = kernels.companion_scan
-
-        def ref(a, v, h0):
-            return _companion_reference(a, v, h0, cu_seqlens=_cu())
-    else:
-        A, b, _ = _block_inputs(1, total, 3, m)
-        tensors = (A, b, _rand(num, 3, m))
-        run = kernels.block_scan
-
-        def ref(A, b, h0):
-            return scan_dispatch.scan_ops("torch", DEVICE).block_scan(A, b, h0, cu_seqlens=_cu())
-
-    inputs, ref_inputs = [_leaf(t) for t in tensors], [_leaf(t) for t in tensors]
-    _compare(lambda *t: run(*t, chunk_size=2, cu_seqlens=_cu()), ref, inputs, ref_inputs, 2e-5)
 
 
 OPS_CASES = {
@@ -317,6 +272,7 @@ PD_CASES = [
     (torch.float32, 2, 7, None, 5, "onehot"),
     (torch.float32, 2, 11, 4, 5, "auto"),
     (torch.float32, 1, 9, 5, 4, "atomic"),
+    (torch.float32, 3, 9, 2, 4, "atomic"),
     (torch.bfloat16, 2, 11, 4, 3, "auto"),
     (torch.bfloat16, 1, 1, None, 4, "atomic"),
 ]
@@ -367,43 +323,25 @@ def test_pd_scan_without_initial_state_or_p_soft():
     )
 
 
-@pytest.mark.parametrize("scatter", ["onehot", "atomic"])
-def test_pd_scan_varlen_matches_per_sequence_torch(scatter):
-    total, num = CU_SEQLENS[-1], len(CU_SEQLENS) - 1
-    idx, dv, b, _ = _pd_inputs(1, total, 2, 4)
-    x0 = _rand(num, 2, 4, dtype=torch.complex64)
-    p = torch.rand(1, total, 2, 4, 4, device=DEVICE)
-    inputs, ref_inputs = [_leaf(t) for t in (dv, b, x0, p)], [_leaf(t) for t in (dv, b, x0, p)]
-    _compare(
-        lambda dv, b, x0, p: kernels.pd_scan(idx, dv, b, x0, p, chunk_size=2, cu_seqlens=_cu(), scatter=scatter),
-        lambda dv, b, x0, p: pd_ops.pd_scan(idx, dv, b, x0, p, backend="torch", cu_seqlens=_cu()),
-        inputs,
-        ref_inputs,
-        2e-5,
-    )
-
-
 @pytest.mark.parametrize(
-    "dtype,batch,steps,chunk,masked,packed",
+    "dtype,batch,steps,chunk,masked",
     [
-        (torch.float32, 2, 11, 4, False, False),
-        (torch.float32, 1, 1, None, False, False),
-        (torch.float32, 2, 7, None, True, False),
-        (torch.bfloat16, 1, 9, 5, True, False),
-        (torch.float32, 1, 9, 2, False, True),
+        (torch.float32, 2, 11, 4, False),
+        (torch.float32, 1, 1, None, False),
+        (torch.float32, 2, 7, None, True),
+        (torch.bfloat16, 1, 9, 5, True),
+        (torch.float32, 3, 9, 2, False),
     ],
 )
-def test_pd_generated_scan_matches_reference(dtype, batch, steps, chunk, masked, packed):
+def test_pd_generated_scan_matches_reference(dtype, batch, steps, chunk, masked):
     """The fused P generation + scan == einsum / argmax / column softmax + the torch scan, gradients included
     (selection weights, dictionary, dv, b, x0)."""
     heads, n, k = 2, 5, 3
     sel = torch.softmax(_rand(batch, steps, heads, k), dim=-1)
     dictionary = _rand(heads, k, n, n, scale=n**-0.5)
     _, dv, b, _ = _pd_inputs(batch, steps, heads, n)
-    num = len(CU_SEQLENS) - 1 if packed else batch
-    x0 = _rand(num, heads, n, dtype=torch.complex64)
+    x0 = _rand(batch, heads, n, dtype=torch.complex64)
     mask = (torch.rand(batch, steps, device=DEVICE) > 0.3) if masked else None
-    cu = _cu() if packed else None
     inputs = [_leaf(sel, dtype), _leaf(dictionary, dtype), _leaf(dv), _leaf(b), _leaf(x0)]
     ref_inputs = [_leaf(t.detach().float()) for t in inputs[:2]] + [_leaf(t) for t in inputs[2:]]
     temperature = 0.7
@@ -412,12 +350,12 @@ def test_pd_generated_scan_matches_reference(dtype, batch, steps, chunk, masked,
 
     def run(sel, dictionary, dv, b, x0):
         return kernels.pd_generated_scan(
-            sel, dictionary, dv, b, x0, temperature=temperature, mask=mask, chunk_size=chunk, cu_seqlens=cu
+            sel, dictionary, dv, b, x0, temperature=temperature, mask=mask, chunk_size=chunk
         )
 
     def ref(sel, dictionary, dv, b, x0):
         return pd_ops.pd_dictionary_scan(
-            sel, dictionary, dv, b, x0, temperature=temperature, mask=mask, backend="torch", cu_seqlens=cu
+            sel, dictionary, dv, b, x0, temperature=temperature, mask=mask, backend="torch"
         )
 
     _compare(run, ref, inputs, ref_inputs, TOL[dtype])
@@ -429,8 +367,6 @@ def test_pd_scan_rejects_bad_input():
         kernels.pd_scan(idx[..., :3], dv, b)
     with pytest.raises(ValueError, match="x0"):
         kernels.pd_scan(idx, dv, b, x0[..., :3])
-    with pytest.raises(ValueError, match="cu_seqlens"):
-        kernels.pd_scan(idx, dv, b, cu_seqlens=torch.tensor([0, 2], dtype=torch.int32, device=DEVICE))
     with pytest.raises(ValueError, match="scatter"):
         kernels.pd_scan(idx, dv, b, scatter="dense")
 

@@ -20,15 +20,13 @@ from hf_ssm.modeling import pd_ops  # noqa: E402
 from hf_ssm.modeling.mixer_pd_ssm import PDSSMMixer  # noqa: E402
 from model_checks import tiny_config  # noqa: E402
 
-CU_SEQLENS = [0, 3, 3, 8, 9]  # lengths 3, 0 (empty), 5, 1
 
-
-def _inputs(batch, steps, heads, n, k, num_states):
+def _inputs(batch, steps, heads, n, k):
     logits = torch.randn(batch, steps, heads, k, device=DEVICE)
     scores = torch.randn(heads, k, n, n, device=DEVICE) * n**-0.5
     dv = torch.polar(0.05 + 0.9 * torch.rand(batch, steps, heads, n), 6.283 * torch.rand(batch, steps, heads, n))
     b = torch.randn(batch, steps, heads, n, dtype=torch.complex64)
-    x0 = torch.randn(num_states, heads, n, dtype=torch.complex64)
+    x0 = torch.randn(batch, heads, n, dtype=torch.complex64)
     return [logits, scores, dv.to(DEVICE), b.to(DEVICE), x0.to(DEVICE)]
 
 
@@ -43,35 +41,30 @@ def _outputs_and_grads(fn, inputs):
 
 
 @pytest.mark.parametrize(
-    "batch,steps,chunk,masked,packed,scatter",
+    "batch,steps,chunk,masked,scatter",
     [
-        (2, 11, 4, False, False, "auto"),
-        (1, 1, None, False, False, "auto"),
-        (2, 7, None, True, False, "onehot"),
-        (2, 9, 2, True, False, "atomic"),
-        (1, 9, 2, False, True, "auto"),
+        (2, 11, 4, False, "auto"),
+        (1, 1, None, False, "auto"),
+        (2, 7, None, True, "onehot"),
+        (2, 9, 2, True, "atomic"),
+        (3, 9, 2, False, "auto"),
     ],
 )
-def test_bank_kernel_equals_torch_op(batch, steps, chunk, masked, packed, scatter):
+def test_bank_kernel_equals_torch_op(batch, steps, chunk, masked, scatter):
     """Bank mode with the selection argmax and the bank gather inside the scan kernels == pd_ops.pd_bank_scan on
-    torch: states, final states and the gradients of logits, scores, dv, b and x0 (padding and packed input too)."""
+    torch: states, final states and the gradients of logits, scores, dv, b and x0 (padding too)."""
     heads, n, k = 2, 5, 3
-    num = len(CU_SEQLENS) - 1 if packed else batch
-    inputs = _inputs(batch, steps, heads, n, k, num)
+    inputs = _inputs(batch, steps, heads, n, k)
     mask = (torch.rand(batch, steps, device=DEVICE) > 0.3) if masked else None
-    cu = torch.tensor(CU_SEQLENS, dtype=torch.int32, device=DEVICE) if packed else None
     temperature = 0.7
 
     def run(logits, scores, dv, b, x0):
         return triton_bank_scan(
-            logits, scores, dv, b, x0, temperature=temperature, mask=mask, chunk_size=chunk, cu_seqlens=cu,
-            scatter=scatter,
-        )  # fmt: skip
+            logits, scores, dv, b, x0, temperature=temperature, mask=mask, chunk_size=chunk, scatter=scatter
+        )
 
     def ref(logits, scores, dv, b, x0):
-        return pd_ops.pd_bank_scan(
-            logits, scores, dv, b, x0, mask, temperature=temperature, backend="torch", cu_seqlens=cu
-        )
+        return pd_ops.pd_bank_scan(logits, scores, dv, b, x0, mask, temperature=temperature, backend="torch")
 
     names = ["states", "final", "logits", "scores", "dv", "b", "x0"]
     for name, got, want in zip(names, _outputs_and_grads(run, inputs), _outputs_and_grads(ref, inputs)):
@@ -80,7 +73,7 @@ def test_bank_kernel_equals_torch_op(batch, steps, chunk, masked, packed, scatte
 
 
 def test_bank_kernel_rejects_mismatched_scores():
-    logits, scores, dv, b, _ = _inputs(1, 3, 2, 4, 3, 1)
+    logits, scores, dv, b, _ = _inputs(1, 3, 2, 4, 3)
     with pytest.raises(ValueError, match="scores"):
         triton_bank_scan(logits, scores[..., :3, :3], dv, b)
 

@@ -1,5 +1,5 @@
 """PD-SSM ops (pd_ops.py): the fused dictionary op and the bank op equal plain-autograd references, values and
-gradients; padding, packed input, decode, bf16 autocast and the bank mode at model level."""
+gradients; padding, decode, bf16 autocast and the bank mode at model level."""
 
 from __future__ import annotations
 
@@ -125,23 +125,6 @@ def test_bank_op_equals_dense_reference(batch, steps, heads, n, k, masked, tempe
         run_with_grads(op, inputs, mask, temperature),
         run_with_grads(pd_ops.pd_bank_reference, inputs, mask, temperature),
     )
-
-
-@pytest.mark.parametrize("op", [pd_ops.pd_dictionary_scan, pd_ops.pd_bank_scan])
-def test_packed_input_equals_per_sequence_runs(op):
-    """cu_seqlens: every packed sequence runs from its own initial state, as if alone."""
-    cu = torch.tensor([0, 3, 3, 8], dtype=torch.int32)
-    sel, matrices, dv, b, _ = pd_inputs(1, 8, 2, 4, 3, logits=op is pd_ops.pd_bank_scan)
-    x0 = torch.randn(3, 2, 4, dtype=torch.complex64)
-    states, finals = op(sel, matrices, dv, b, x0, backend="torch", cu_seqlens=cu)
-    for i, (s, e) in enumerate([(0, 3), (3, 3), (3, 8)]):
-        if e == s:
-            assert torch.equal(finals[i], x0[i])
-            continue
-        ref, ref_final = op(sel[:, s:e], matrices, dv[:, s:e], b[:, s:e], x0[i : i + 1], backend="torch")
-        assert torch.allclose(states[:, s:e], ref, atol=1e-6) and torch.allclose(
-            finals[i : i + 1], ref_final, atol=1e-6
-        )
 
 
 @pytest.mark.parametrize("op", [pd_ops.pd_dictionary_scan, pd_ops.pd_bank_scan])

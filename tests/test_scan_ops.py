@@ -98,25 +98,6 @@ def test_masked_steps_are_the_identity_like_removed_steps(family):
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_varlen_torch_equals_one_call_per_sequence(family):
-    """cu_seqlens on the torch backend == one call per packed sequence (an empty one keeps its initial state)."""
-    make, state_shape, _ = FAMILIES[family]
-    cu = torch.tensor([0, 3, 3, 8], dtype=torch.int32)
-    inputs = make(1, 8)
-    h0 = torch.randn(state_shape(3), dtype=torch.float64)
-    mask = torch.rand(1, 8) > 0.3
-    op = getattr(_ops(), family)
-    states, finals = op(*inputs, h0, mask, cu_seqlens=cu)
-    for i, (s, e) in enumerate(zip(cu.tolist(), cu.tolist()[1:])):
-        if e == s:
-            torch.testing.assert_close(finals[i], h0[i])
-            continue
-        st, fin = op(*(t[:, s:e] for t in inputs), h0[i : i + 1], mask[:, s:e])
-        torch.testing.assert_close(states[:, s:e], st)
-        torch.testing.assert_close(finals[i : i + 1], fin)
-
-
-@pytest.mark.parametrize("family", list(FAMILIES))
 def test_single_step_does_not_run_the_chunked_scan(family, monkeypatch):
     """T = 1 (decoding) is one O(state) update: the chunked scans are never entered."""
 

@@ -1,9 +1,9 @@
-"""What every Triton scan shares: packed variable-length layout, chunking, dtype rules, launch helpers.
+"""What every Triton scan shares: the flattened token layout, chunking, dtype rules, launch helpers.
 
-Every scan here runs on a *packed* token axis: the input (B, T, ...) of a batched call is flattened to (B*T, ...)
-with sequence boundaries cu_seqlens = [0, T, 2T, ..., B*T]; a variable-length call passes (1, total, ...) and its
-own cu_seqlens (int32, (num_seqs + 1,), FlashAttention convention). The state is reset at every sequence start
-(to that sequence's initial state, or zero) and one final state per sequence is returned.
+Every scan here runs on a flat token axis: the input (B, T, ...) is flattened to (B*T, ...), and the kernels find
+row r between the boundaries cu[r] = r T and cu[r + 1] (the table `Layout.cu`). The state starts every row from
+that row's initial state (or zero) and one final state per row is returned. The scans take no variable-length
+(``cu_seqlens``) input: the model runs packed documents one document per row (docs/design.md §7.5).
 
 Chunked schedule (all three scan families): each sequence is cut into chunks of `chunk` steps, and
   1. summary: every (sequence, chunk, feature block) program runs its chunk from a zero state and records the
@@ -40,48 +40,33 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def default_chunk_size(max_len: int) -> int:
+def default_chunk_size(steps: int) -> int:
     """A power of two near sqrt(T), clamped to [16, 128]: enough chunks to fill the GPU, short carry loop."""
-    return min(128, max(16, next_pow2(round(math.sqrt(max(max_len, 1))))))
+    return min(128, max(16, next_pow2(round(math.sqrt(max(steps, 1))))))
 
 
 @dataclass
 class Layout:
-    """Packed token layout. cu: int32 (num_seqs + 1,) on the device; batch/steps: the caller's leading shape."""
+    """Flat token layout of a (B, T, ...) input: cu int32 (B + 1,) row boundaries on the device."""
 
     cu: torch.Tensor
-    num_seqs: int
-    max_len: int
-    total: int
     batch: int
     steps: int
-    varlen: bool
+
+    @property
+    def total(self) -> int:
+        return self.batch * self.steps
 
     def chunks(self, chunk: int) -> int:
-        return max(1, cdiv(self.max_len, chunk))
+        return max(1, cdiv(self.steps, chunk))
 
 
-def make_layout(batch: int, steps: int, device, cu_seqlens: torch.Tensor | None, name: str = "input") -> Layout:
-    """Layout of a (B, T, ...) input, or of a packed (1, total, ...) input with cu_seqlens."""
-    if cu_seqlens is None:
-        if steps < 1:
-            raise ValueError(f"the scan needs at least one time step (T >= 1), got {name} with T = {steps}")
-        cu = torch.arange(0, (batch + 1) * steps, steps, dtype=torch.int32, device=device)
-        return Layout(cu, batch, steps, batch * steps, batch, steps, False)
-    if batch != 1:
-        raise ValueError(f"with cu_seqlens, {name} must be packed as (1, total_T, ...), got a batch of {batch}")
-    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
-        raise ValueError("cu_seqlens must be a 1-D integer tensor [0, len_0, len_0 + len_1, ..., total_T]")
-    if cu_seqlens.dtype not in (torch.int32, torch.int64) or cu_seqlens.is_floating_point():
-        raise TypeError(f"cu_seqlens must be int32 (or int64), got {cu_seqlens.dtype}")
-    host = cu_seqlens.detach().to("cpu", torch.int64)
-    lengths = host[1:] - host[:-1]
-    if int(host[0]) != 0 or int(host[-1]) != steps or bool((lengths < 0).any()):
-        raise ValueError(
-            f"cu_seqlens must start at 0, be non-decreasing and end at total_T = {steps}; got {host.tolist()}"
-        )
-    cu = cu_seqlens.to(device=device, dtype=torch.int32).contiguous()
-    return Layout(cu, len(lengths), int(lengths.max()), steps, 1, steps, True)
+def make_layout(batch: int, steps: int, device, name: str = "input") -> Layout:
+    """Layout of a (B, T, ...) input."""
+    if steps < 1:
+        raise ValueError(f"the scan needs at least one time step (T >= 1), got {name} with T = {steps}")
+    cu = torch.arange(0, (batch + 1) * steps, steps, dtype=torch.int32, device=device)
+    return Layout(cu, batch, steps)
 
 
 def check_float_dtype(name: str, t: torch.Tensor) -> None:

@@ -8,7 +8,6 @@ Two families share one set of kernels:
   slot 0 are read (m + 1 numbers per step instead of m^2 + m); the matrix is rebuilt on chip. The reference is
   ``block_scan(companion_matrices(a), pad(v))``.
 
-Packed variable-length input: (1, total_T, ...) with ``cu_seqlens``; initial / final states (num_seqs, N, m).
 Inputs float32 / bfloat16 / float16, accumulated in float32; states and gradients are returned in the input dtype.
 
 A program holds a tile of blocks (BN blocks x m) in registers; products are broadcast multiply-sums over the
@@ -235,10 +234,10 @@ def _tiles(N: int, mp: int) -> tuple[int, int]:
 
 @on_tensor_device
 def _run(A, g, layout: Layout, chunk, m, init, companion, reverse, states=None, h0=None, grad_A=False, keep=None):
-    """One chunked pass over packed data: A (total, N, m, m) or (total, N, m) (companion first rows); g (total, N, m)
+    """One chunked pass over the flattened (B*T) tokens: A (total, N, m, m) or (total, N, m) (companion first rows); g (total, N, m)
     or (total, N) (companion forward input). Returns (out (total, N, m), final (S, N, m), grad_A or None), float32."""
     total, N = A.shape[0], A.shape[1]
-    S, C = layout.num_seqs, layout.chunks(chunk)
+    S, C = layout.batch, layout.chunks(chunk)
     mp = next_pow2(m)
     bn, bn_sum = _tiles(N, mp)
     dev, f32 = A.device, torch.float32
@@ -326,18 +325,18 @@ def _keep(mask: torch.Tensor | None, layout: Layout) -> torch.Tensor | None:
     return mask.reshape(-1).to(torch.int32).contiguous()
 
 
-def _prepare(b_like: torch.Tensor, m: int, h0, cu_seqlens, chunk_size) -> tuple[Layout, int]:
+def _prepare(b_like: torch.Tensor, m: int, h0, chunk_size) -> tuple[Layout, int]:
     if not 1 <= m <= MAX_BLOCK:
         raise ValueError(f"the Triton block scan supports block sizes m in [1, {MAX_BLOCK}], got m = {m}")
-    layout = make_layout(b_like.shape[0], b_like.shape[1], b_like.device, cu_seqlens, "b")
+    layout = make_layout(b_like.shape[0], b_like.shape[1], b_like.device, "b")
     blocks = b_like.shape[2]
     if h0 is not None:
-        if tuple(h0.shape) != (layout.num_seqs, blocks, m):
+        if tuple(h0.shape) != (layout.batch, blocks, m):
             raise ValueError(
-                f"initial_state must have shape (num_seqs, N, m) = {(layout.num_seqs, blocks, m)}, got {tuple(h0.shape)}"
+                f"initial_state must have shape (B, N, m) = {(layout.batch, blocks, m)}, got {tuple(h0.shape)}"
             )
         check_float_dtype("initial_state", h0)
-    chunk = default_chunk_size(layout.max_len) if chunk_size is None else int(chunk_size)
+    chunk = default_chunk_size(layout.steps) if chunk_size is None else int(chunk_size)
     if chunk < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     return layout, chunk
@@ -350,17 +349,15 @@ def block_scan(
     mask: torch.Tensor | None = None,
     *,
     chunk_size: int | None = None,
-    cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dense block scan with autograd. Returns (states (B, T, N, m) in b's dtype, final (num_seqs, N, m)).
+    """Dense block scan with autograd. Returns (states (B, T, N, m) in b's dtype, final (B, N, m)).
 
     Args:
-        A: (B, T, N, m, m) transitions (row i = output i), m <= 8; or packed (1, total_T, N, m, m).
+        A: (B, T, N, m, m) transitions (row i = output i), m <= 8.
         b: (B, T, N, m) inputs (float32 / bfloat16 / float16; A may differ in dtype, both accumulate in float32).
-        initial_state: (B, N, m) (packed: (num_seqs, N, m)), zeros if None.
+        initial_state: (B, N, m), zeros if None.
         mask: optional (B, T) bool; a False step is the identity with zero input (padding).
         chunk_size: time chunk of the schedule; a power of two near sqrt(T) if None.
-        cu_seqlens: int32 (num_seqs + 1,) boundaries of a packed input; the state restarts at each.
     """
     if b.dim() != 4:
         raise ValueError(f"b must have shape (B, T, N, m), got {tuple(b.shape)}")
@@ -368,7 +365,7 @@ def block_scan(
         raise ValueError(f"A must have shape (B, T, N, m, m) = {(*b.shape, b.shape[-1])}, got {tuple(A.shape)}")
     check_float_dtype("A", A)
     check_float_dtype("b", b)
-    layout, chunk = _prepare(b, b.shape[-1], initial_state, cu_seqlens, chunk_size)
+    layout, chunk = _prepare(b, b.shape[-1], initial_state, chunk_size)
     states, final = _BlockScanFunction.apply(A, b, initial_state, _keep(mask, layout), layout, chunk, False)
     return states.to(b.dtype), final.to(b.dtype)
 
@@ -380,23 +377,22 @@ def companion_scan(
     mask: torch.Tensor | None = None,
     *,
     chunk_size: int | None = None,
-    cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Companion-block scan (H-LRU) with autograd: S_t = C(a_t) S_{t-1} + [v_t, 0, ..., 0].
 
     Args:
-        a: (B, T, N, m) first rows of the companion matrices (a_{t,1} .. a_{t,m}), m <= 8; or packed.
+        a: (B, T, N, m) first rows of the companion matrices (a_{t,1} .. a_{t,m}), m <= 8.
         v: (B, T, N) input of slot 0 (h_t's input term).
-        initial_state: (B, N, m), [h_0, h_{-1}, ...] (packed: (num_seqs, N, m)), zeros if None.
+        initial_state: (B, N, m), [h_0, h_{-1}, ...], zeros if None.
         mask: optional (B, T) bool; a False step is the identity with zero input (padding), which the companion
             form itself cannot express.
-    Returns (states (B, T, N, m), final (num_seqs, N, m)) in v's dtype; states[..., 0] is h_t.
+    Returns (states (B, T, N, m), final (B, N, m)) in v's dtype; states[..., 0] is h_t.
     """
     if a.dim() != 4 or tuple(v.shape) != tuple(a.shape[:3]):
         raise ValueError(f"a must be (B, T, N, m) and v (B, T, N); got {tuple(a.shape)} and {tuple(v.shape)}")
     check_float_dtype("a", a)
     check_float_dtype("v", v)
-    layout, chunk = _prepare(a, a.shape[-1], initial_state, cu_seqlens, chunk_size)
+    layout, chunk = _prepare(a, a.shape[-1], initial_state, chunk_size)
     states, final = _BlockScanFunction.apply(a, v, initial_state, _keep(mask, layout), layout, chunk, True)
     return states.to(v.dtype), final.to(v.dtype)
 

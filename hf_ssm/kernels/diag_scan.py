@@ -3,8 +3,7 @@
 The kernel twin of ``hf_ssm.modeling.scan_diag``: every channel is an independent scalar recurrence (the inner step
 of every DEER iteration of the lrc / gru / mgu mixers; ``diag_lru`` runs the block scan with m = 1). Padding masks
 are applied before the kernel, by ``scan_dispatch.ScanOps.diag_scan``. Layout (B, T, *S) for a, b and the states, (B, *S) for the
-initial / final states; or packed (1, total_T, *S) with ``cu_seqlens`` and (num_seqs, *S) states. Inputs float32,
-bfloat16 or float16 (accumulated in float32), or complex64.
+initial / final states. Inputs float32, bfloat16 or float16 (accumulated in float32), or complex64.
 
 Backward: lambda_t = g_t + conj(a_{t+1}) lambda_{t+1}, run as nu_t = conj(a_t) lambda_t, lambda_t = g_t + nu_{t+1}
 (the same chunked schedule in reversed time, see ``_common``); grad_a_t = lambda_t conj(x_{t-1}), grad_b = lambda,
@@ -187,13 +186,13 @@ def _run(
     x0: torch.Tensor | None = None,
     grad_a: bool = False,
 ):
-    """One chunked pass over packed (total, D) data (complex: (total, D, 2) float views), no autograd.
+    """One chunked pass over the flattened (B*T, D) tokens (complex: (total, D, 2) float views), no autograd.
 
     Returns (out, final, grad_a): out (total, D[, 2]) float32 states (forward) or lambda (reverse); final
-    (num_seqs, D[, 2]) the final state (forward) or grad_x0 (reverse); grad_a (reverse with grad_a=True) or None.
+    (B, D[, 2]) the final state (forward) or grad_x0 (reverse); grad_a (reverse with grad_a=True) or None.
     """
     D = a.shape[1]
-    S, C = layout.num_seqs, layout.chunks(chunk)
+    S, C = layout.batch, layout.chunks(chunk)
     shape = (D, 2) if complex_ else (D,)
     dev = a.device
     f32 = torch.float32
@@ -246,7 +245,7 @@ class _DiagScanFunction(torch.autograd.Function):
         out, final, _ = _run(af, bf, layout, chunk, x0f, complex_, reverse=False)
         ctx.save_for_backward(af, x0f, out)
         ctx.layout, ctx.chunk, ctx.complex_, ctx.has_x0 = layout, chunk, complex_, x0 is not None
-        ctx.shapes = (a.shape, (layout.num_seqs, *a.shape[2:]))
+        ctx.shapes = (a.shape, (layout.batch, *a.shape[2:]))
         ctx.dtypes = (a.dtype, None if x0 is None else x0.dtype)
         return _unflat(out, a.shape, complex_), _unflat(final, ctx.shapes[1], complex_)
 
@@ -267,7 +266,7 @@ class _DiagScanFunction(torch.autograd.Function):
         return grad_a, grad_b, grad_x0, None, None
 
 
-def _check(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, cu_seqlens, chunk_size) -> tuple[Layout, int]:
+def _check(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, chunk_size) -> tuple[Layout, int]:
     if a.dim() < 2:
         raise ValueError(f"a must have shape (B, T, ...), got {tuple(a.shape)}")
     if a.shape != b.shape:
@@ -279,14 +278,14 @@ def _check(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, cu_seqlens
             raise TypeError(f"the Triton diagonal scan takes complex64 complex input, got {a.dtype}")
     else:
         check_float_dtype("a and b", a)
-    layout = make_layout(a.shape[0], a.shape[1], a.device, cu_seqlens, "a")
-    expected = (layout.num_seqs, *a.shape[2:])
+    layout = make_layout(a.shape[0], a.shape[1], a.device, "a")
+    expected = (layout.batch, *a.shape[2:])
     if x0 is not None:
         if tuple(x0.shape) != expected:
-            raise ValueError(f"initial_state must have shape (num_seqs, ...) = {expected}, got {tuple(x0.shape)}")
+            raise ValueError(f"initial_state must have shape (B, ...) = {expected}, got {tuple(x0.shape)}")
         if x0.dtype != a.dtype:
             raise TypeError(f"initial_state must have the dtype of a and b ({a.dtype}), got {x0.dtype}")
-    chunk = default_chunk_size(layout.max_len) if chunk_size is None else int(chunk_size)
+    chunk = default_chunk_size(layout.steps) if chunk_size is None else int(chunk_size)
     if chunk < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     return layout, chunk
@@ -298,18 +297,15 @@ def diag_scan(
     initial_state: torch.Tensor | None = None,
     *,
     chunk_size: int | None = None,
-    cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Diagonal scan with autograd. Returns (states like a, final state (num_seqs, *S)), in a's dtype.
+    """Diagonal scan with autograd. Returns (states like a, final state (B, *S)), in a's dtype.
 
     Args:
-        a, b: (B, T, *S) coefficients and inputs (float32 / bfloat16 / float16 / complex64, one dtype), or packed
-            (1, total_T, *S) with cu_seqlens.
-        initial_state: (B, *S) (packed: (num_seqs, *S)), zeros if None.
+        a, b: (B, T, *S) coefficients and inputs (float32 / bfloat16 / float16 / complex64, one dtype).
+        initial_state: (B, *S), zeros if None.
         chunk_size: time chunk of the schedule; a power of two near sqrt(T) if None.
-        cu_seqlens: int32 (num_seqs + 1,) sequence boundaries of a packed input; the state restarts at each.
     """
-    layout, chunk = _check(a, b, initial_state, cu_seqlens, chunk_size)
+    layout, chunk = _check(a, b, initial_state, chunk_size)
     states, final = _DiagScanFunction.apply(a, b, initial_state, layout, chunk)
     return states.to(a.dtype), final.to(a.dtype)
 

@@ -2,8 +2,7 @@
 
 The kernel twin of ``hf_ssm.modeling.scan_pd.pd_scan``. Sparse form: idx_t[j] is the row of the 1 in column j of P_t,
 dv_t the complex diagonal of D_t. Layout (B, T, H, N) for idx (int32 or int64), dv and b, (B, H, N) for the initial
-and final states; or packed (1, total_T, H, N) with ``cu_seqlens`` and (num_seqs, H, N) states. dv, b, x0 are
-complex64, or real tensors with a trailing (real, imag) axis of 2 in float32 / bfloat16 / float16 (then read in
+and final states. dv, b, x0 are complex64, or real tensors with a trailing (real, imag) axis of 2 in float32 / bfloat16 / float16 (then read in
 their dtype and accumulated in float32). States are returned as complex64.
 
 One program holds the state of one (sequence, chunk, head) on chip (N complex lanes, padded to a power of two):
@@ -449,7 +448,7 @@ def _run(idx, dv, g, layout: Layout, chunk, init, onehot, reverse, states=None, 
         bank_args = (idx, logits, keep if keep is not None else logits)
         bank_tail = (K,)
         bank_flags = dict(HAS_KEEP=keep is not None, KP=next_pow2(K))
-    S, C = layout.num_seqs, layout.chunks(chunk)
+    S, C = layout.batch, layout.chunks(chunk)
     NP = next_pow2(N)
     warps = 8 if NP >= 128 else 4  # the (NP, NP) one-hot tile of N = 128 needs ~220 registers a thread at 4 warps
     dev, f32 = dv.device, torch.float32
@@ -681,22 +680,20 @@ class _PDBankScanFunction(torch.autograd.Function):
 # public functions
 
 
-def _prepare(dv, b, x0, cu_seqlens, chunk_size, scatter):
+def _prepare(dv, b, x0, chunk_size, scatter):
     dv_r, b_r = as_real_pairs("dv", dv), as_real_pairs("b", b)
     if dv_r.dim() != 5 or dv_r.shape != b_r.shape:
         raise ValueError(
             f"dv and b must share the shape (B, T, H, N) (complex) or (B, T, H, N, 2); got {tuple(dv.shape)}, {tuple(b.shape)}"
         )
     batch, steps, heads, n, _ = dv_r.shape
-    layout = make_layout(batch, steps, dv_r.device, cu_seqlens, "dv")
+    layout = make_layout(batch, steps, dv_r.device, "dv")
     x0_r = None
     if x0 is not None:
         x0_r = as_real_pairs("x0", x0)
-        if tuple(x0_r.shape) != (layout.num_seqs, heads, n, 2):
-            raise ValueError(
-                f"x0 must have shape (num_seqs, H, N) = {(layout.num_seqs, heads, n)}, got {tuple(x0.shape)}"
-            )
-    chunk = default_chunk_size(layout.max_len) if chunk_size is None else int(chunk_size)
+        if tuple(x0_r.shape) != (layout.batch, heads, n, 2):
+            raise ValueError(f"x0 must have shape (B, H, N) = {(layout.batch, heads, n)}, got {tuple(x0.shape)}")
+    chunk = default_chunk_size(layout.steps) if chunk_size is None else int(chunk_size)
     if chunk < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     return dv_r, b_r, x0_r, layout, chunk, _scatter_mode(n, scatter)
@@ -710,22 +707,20 @@ def pd_scan(
     p_soft: torch.Tensor | None = None,
     *,
     chunk_size: int | None = None,
-    cu_seqlens: torch.Tensor | None = None,
     scatter: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PD scan with autograd. Returns (states (B, T, H, N) complex64, final (num_seqs, H, N) complex64).
+    """PD scan with autograd. Returns (states (B, T, H, N) complex64, final (B, H, N) complex64).
 
     Args:
         idx: (B, T, H, N) int32 / int64, row of the 1 in each column of P_t.
         dv, b: (B, T, H, N) complex64, or (B, T, H, N, 2) real pairs (float32 / bfloat16 / float16).
-        x0: (B, H, N) complex64 or (B, H, N, 2) initial states (packed: num_seqs of them), zeros if None.
+        x0: (B, H, N) complex64 or (B, H, N, 2) initial states, zeros if None.
         p_soft: optional (B, T, H, N, N) real; only receives the straight-through gradient of P_t (its values are
             never read). For the memory-free version use ``pd_generated_scan``.
         chunk_size: time chunk of the schedule; a power of two near sqrt(T) if None.
-        cu_seqlens: int32 (num_seqs + 1,) boundaries of a packed (1, total_T, H, N) input.
         scatter: ``"auto"`` (one-hot product for N <= 128, atomics above), ``"onehot"`` or ``"atomic"``.
     """
-    dv_r, b_r, x0_r, layout, chunk, onehot = _prepare(dv, b, x0, cu_seqlens, chunk_size, scatter)
+    dv_r, b_r, x0_r, layout, chunk, onehot = _prepare(dv, b, x0, chunk_size, scatter)
     if tuple(idx.shape) != tuple(dv_r.shape[:4]):
         raise ValueError(f"idx must have shape (B, T, H, N) = {tuple(dv_r.shape[:4])}, got {tuple(idx.shape)}")
     if idx.dtype not in (torch.int32, torch.int64):
@@ -786,7 +781,6 @@ def pd_generated_scan(
     temperature: float = 1.0,
     mask: torch.Tensor | None = None,
     chunk_size: int | None = None,
-    cu_seqlens: torch.Tensor | None = None,
     scatter: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """P generation + PD scan in one autograd node, never storing a (B, T, H, N, N) tensor.
@@ -795,11 +789,11 @@ def pd_generated_scan(
     each column; ``pd_scan(idx, dv, b, x0, p_soft)``. Where mask (B, T) is False the step is the identity with zero
     input (idx = j, dv = 1, b = 0) and passes no gradient to sel or the dictionary.
     Gradients flow to sel (B, T, H, K), dictionary (H, K, N, N), dv, b and x0.
-    Returns (states (B, T, H, N) complex64, final (num_seqs, H, N) complex64).
+    Returns (states (B, T, H, N) complex64, final (B, H, N) complex64).
     """
     return _scan_with_generated_p(
         _PDGeneratedScanFunction, ("sel", "dictionary"), sel, dictionary, dv, b, x0,
-        temperature, mask, chunk_size, cu_seqlens, scatter,
+        temperature, mask, chunk_size, scatter,
     )  # fmt: skip
 
 
@@ -813,7 +807,6 @@ def pd_bank_scan(
     temperature: float = 1.0,
     mask: torch.Tensor | None = None,
     chunk_size: int | None = None,
-    cu_seqlens: torch.Tensor | None = None,
     scatter: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Bank-mode PD scan: P_t = P_{k_t}, k_t = argmax_k logits[..., k], P_k = column argmax of scores[h, k].
@@ -822,20 +815,18 @@ def pd_bank_scan(
     scan kernels, so no (B, T, H, N) index tensor is ever written. Backward: straight-through through
     softmax(logits / temperature) and the column softmax of scores / temperature (``pd_ops.pd_bank_scan``).
     logits (B, T, H, K); scores (H, K, N, N); mask (B, T) bool, False = identity with zero input.
-    Returns (states (B, T, H, N) complex64, final (num_seqs, H, N) complex64).
+    Returns (states (B, T, H, N) complex64, final (B, H, N) complex64).
     """
     return _scan_with_generated_p(
         _PDBankScanFunction, ("logits", "scores"), logits, scores, dv, b, x0,
-        temperature, mask, chunk_size, cu_seqlens, scatter,
+        temperature, mask, chunk_size, scatter,
     )  # fmt: skip
 
 
-def _scan_with_generated_p(
-    function, names, selection, matrices, dv, b, x0, temperature, mask, chunk_size, cu_seqlens, scatter
-):
+def _scan_with_generated_p(function, names, selection, matrices, dv, b, x0, temperature, mask, chunk_size, scatter):
     """The checks and the call shared by the dictionary and bank modes: selection (B, T, H, K) and matrices
     (H, K, N, N), named `names` in errors, must match dv (B, T, H, N); masked steps get dv = 1, b = 0."""
-    dv_r, b_r, x0_r, layout, chunk, onehot = _prepare(dv, b, x0, cu_seqlens, chunk_size, scatter)
+    dv_r, b_r, x0_r, layout, chunk, onehot = _prepare(dv, b, x0, chunk_size, scatter)
     _check_generation(selection, matrices, mask)
     if tuple(selection.shape[:3]) != tuple(dv_r.shape[:3]) or matrices.shape[-1] != dv_r.shape[3]:
         raise ValueError(

@@ -4,6 +4,11 @@ Packing follows the transformers / FlashAttention convention: no attention mask,
 at every document (a new document starts wherever position_ids[t] != position_ids[t-1] + 1). Attention gets a
 block-diagonal causal mask from transformers' mask utilities; SSM layers see each document as its own row, so
 a packed batch computes exactly what running the documents separately computes, for every mixer.
+
+This re-gather is the only variable-length path: the scan ops and kernels take no `cu_seqlens`. It needs no
+support from the mixers (the DEER cells, whose Newton iterations would otherwise need a reset at every boundary,
+included), and a new mixer gets packing for free; its cost is the padding of every document to the longest one
+and one gather / scatter of the hidden states per SSM layer (docs/design.md §7.5).
 """
 
 from __future__ import annotations

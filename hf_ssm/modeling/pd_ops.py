@@ -1,7 +1,7 @@
 """PD-SSM's scan ops (docs/design.md §4): one public function per way of making P_t, one signature each.
 
-    op(selection, matrices, dv, b, initial_state=None, mask=None, *, temperature=1.0, backend="auto",
-       cu_seqlens=None) -> (states (B, T, H, N) complex64, final state (B, H, N) complex64)
+    op(selection, matrices, dv, b, initial_state=None, mask=None, *, temperature=1.0, backend="auto")
+        -> (states (B, T, H, N) complex64, final state (B, H, N) complex64)
 
 - ``pd_dictionary_scan``: selection = the weights s_t (B, T, H, K), matrices = the dictionary M (H, K, N, N);
   P_t = column argmax of M_t = sum_k s_t,k M_k (the paper).
@@ -31,7 +31,7 @@ import math
 import torch
 
 from .configuration_hybrid_ssm import PD_SSM_TRANSITIONS, check_choice
-from .scan_dispatch import _load_kernels, requested_backend, resolve_backend, varlen_torch
+from .scan_dispatch import _load_kernels, requested_backend, resolve_backend
 from .scan_pd import _apply_pd, _scatter_scan_chunked, default_chunk_size, pd_scan_backward
 from .scan_pd import pd_scan as torch_pd_scan
 
@@ -73,7 +73,7 @@ def _identity_where_masked(idx: torch.Tensor, mask: torch.Tensor | None) -> torc
     return torch.where(mask.view(*mask.shape, 1, 1), idx, torch.arange(idx.shape[-1], device=idx.device))
 
 
-def _check(name: str, selection, matrices, dv, b, x0, mask, temperature, num_seqs=None):
+def _check(name: str, selection, matrices, dv, b, x0, mask, temperature):
     if selection.dim() != 4:
         raise ValueError(f"{name}: the selection must have shape (B, T, H, K), got {tuple(selection.shape)}")
     batch, steps, heads, k = selection.shape
@@ -87,9 +87,8 @@ def _check(name: str, selection, matrices, dv, b, x0, mask, temperature, num_seq
             raise ValueError(
                 f"{name}: {label} must have shape (B, T, H, N) = {(batch, steps, heads, n)}, got {tuple(t.shape)}"
             )
-    rows = batch if num_seqs is None else num_seqs
-    if x0 is not None and tuple(x0.shape) != (rows, heads, n):
-        raise ValueError(f"{name}: initial_state must have shape {(rows, heads, n)}, got {tuple(x0.shape)}")
+    if x0 is not None and tuple(x0.shape) != (batch, heads, n):
+        raise ValueError(f"{name}: initial_state must have shape {(batch, heads, n)}, got {tuple(x0.shape)}")
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != (batch, steps)):
         raise ValueError(
             f"{name}: mask must be a bool tensor of shape (B, T) = {(batch, steps)}, got {mask.dtype} {tuple(mask.shape)}"
@@ -404,36 +403,21 @@ def _torch_bank(logits, scores, dv, b, x0, mask, temperature):
 # implementations and the public ops
 
 
-def _torch_impl(body):
-    def run(selection, matrices, dv, b, initial_state=None, mask=None, temperature=1.0, cu_seqlens=None):
-        if cu_seqlens is None:
-            return body(selection, matrices, dv, b, initial_state, mask, temperature)
-
-        def one(sel_, dv_, b_, mask_, x0_):
-            return body(sel_, matrices, dv_, b_, x0_, mask_, temperature)
-
-        zero = torch.zeros(1, *dv.shape[2:], dtype=torch.complex64, device=dv.device)
-        return varlen_torch(one, cu_seqlens, (selection, dv, b, mask), initial_state, lambda: zero)
-
-    run.__name__ = body.__name__
-    return run
-
-
-def _triton_dictionary(selection, matrices, dv, b, initial_state=None, mask=None, temperature=1.0, cu_seqlens=None):
+def _triton_dictionary(selection, matrices, dv, b, initial_state=None, mask=None, temperature=1.0):
     return _load_kernels()[0].pd_generated_scan(
-        selection, matrices, dv, b, initial_state, temperature=temperature, mask=mask, cu_seqlens=cu_seqlens
+        selection, matrices, dv, b, initial_state, temperature=temperature, mask=mask
     )
 
 
-def _triton_bank(selection, matrices, dv, b, initial_state=None, mask=None, temperature=1.0, cu_seqlens=None):
+def _triton_bank(selection, matrices, dv, b, initial_state=None, mask=None, temperature=1.0):
     return _load_kernels()[0].pd_bank_scan(
-        selection, matrices, dv, b, initial_state, temperature=temperature, mask=mask, cu_seqlens=cu_seqlens
+        selection, matrices, dv, b, initial_state, temperature=temperature, mask=mask
     )
 
 
 _IMPLS = {
-    ("dictionary", "torch"): _torch_impl(_torch_dictionary),
-    ("bank", "torch"): _torch_impl(_torch_bank),
+    ("dictionary", "torch"): _torch_dictionary,
+    ("bank", "torch"): _torch_bank,
     ("dictionary", "triton"): _triton_dictionary,
     ("bank", "triton"): _triton_bank,
 }
@@ -459,16 +443,11 @@ def bound_op_key(setting: str | None, device: torch.device | str):
     return torch.device(device), requested_backend(setting)[0]
 
 
-def _public(
-    transition: str, name: str, selection, matrices, dv, b, initial_state, mask, temperature, backend, cu_seqlens
-):
-    num_seqs = None if cu_seqlens is None else cu_seqlens.numel() - 1
-    _check(
-        name, selection, matrices, _as_shape(dv), _as_shape(b), _as_shape(initial_state), mask, temperature, num_seqs
-    )
+def _public(transition: str, name: str, selection, matrices, dv, b, initial_state, mask, temperature, backend):
+    _check(name, selection, matrices, _as_shape(dv), _as_shape(b), _as_shape(initial_state), mask, temperature)
     problem = _kernel_problem(selection, matrices, dv, b, initial_state)
     impl = _IMPLS[transition, resolve_backend(backend, dv.device, problem)]
-    return impl(selection, matrices, dv, b, initial_state, mask, temperature, cu_seqlens)
+    return impl(selection, matrices, dv, b, initial_state, mask, temperature)
 
 
 def _as_shape(t):
@@ -490,13 +469,11 @@ def pd_dictionary_scan(
     *,
     temperature: float = 1.0,
     backend: str | None = "auto",
-    cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PD scan with P_t = column argmax of sum_k selection[..., k] dictionary[h, k] (straight-through).
 
     selection (B, T, H, K) weights (softmax of the selection logits); dictionary (H, K, N, N); dv, b (B, T, H, N)
-    complex; initial_state (B, H, N) or None (zeros); mask (B, T) bool or None; cu_seqlens: int32 boundaries of
-    packed (1, total_T, ...) input, one initial / final state per sequence. Returns (states, final).
+    complex; initial_state (B, H, N) or None (zeros); mask (B, T) bool or None. Returns (states, final).
     """
     return _public(
         "dictionary",
@@ -509,7 +486,6 @@ def pd_dictionary_scan(
         mask,
         temperature,
         backend,
-        cu_seqlens,
     )
 
 
@@ -523,14 +499,13 @@ def pd_bank_scan(
     *,
     temperature: float = 1.0,
     backend: str | None = "auto",
-    cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PD scan with P_t = P_{k_t}, k_t = argmax_k logits[..., k], P_k = column argmax of scores[h, k].
 
     Straight-through in both choices: softmax(logits / temperature) for k_t, softmax(scores[h, k] / temperature)
     down each column for P_k. logits (B, T, H, K); scores (H, K, N, N); the rest as ``pd_dictionary_scan``.
     """
-    return _public("bank", "pd_bank_scan", logits, scores, dv, b, initial_state, mask, temperature, backend, cu_seqlens)
+    return _public("bank", "pd_bank_scan", logits, scores, dv, b, initial_state, mask, temperature, backend)
 
 
 def pd_scan(
@@ -541,21 +516,13 @@ def pd_scan(
     p_soft: torch.Tensor | None = None,
     *,
     backend: str | None = "auto",
-    cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PD scan of given transitions (idx (B, T, H, N) int64, dv, b complex or real pairs), see ``scan_pd.pd_scan``;
     p_soft (B, T, H, N, N) optionally receives the straight-through gradient of P_t."""
     problem = None if dv.dtype in (*_KERNEL_DTYPES, torch.complex64) else f"dtype {dv.dtype}"
     if resolve_backend(backend, dv.device, problem) == "triton":
-        return _load_kernels()[0].pd_scan(idx, dv, b, initial_state, p_soft, cu_seqlens=cu_seqlens)
-    dv, b, x0 = _as_complex(dv), _as_complex(b), _as_complex(initial_state)
-    if cu_seqlens is None:
-        return torch_pd_scan(idx, dv, b, x0, p_soft)
-
-    def one(idx_, dv_, b_, p_, x0_):
-        return torch_pd_scan(idx_, dv_, b_, x0_, p_)
-
-    return varlen_torch(one, cu_seqlens, (idx, dv, b, p_soft), x0, lambda: torch.zeros_like(b[:, 0]))
+        return _load_kernels()[0].pd_scan(idx, dv, b, initial_state, p_soft)
+    return torch_pd_scan(idx, _as_complex(dv), _as_complex(b), _as_complex(initial_state), p_soft)
 
 
 # ---------------------------------------------------------------------------------------------------------------

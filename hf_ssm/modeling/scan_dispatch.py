@@ -17,14 +17,13 @@ The block / companion and diagonal scans are one op per family on a ``ScanOps``,
 by ``scan_ops``: a mixer asks for its ops, computes the op's inputs, calls it and projects; padding (the identity
 transition) and the T = 1 decoding step live inside the ops.
 
-Every op also takes packed variable-length input, ``cu_seqlens`` (int32, (num_seqs + 1,)) with tensors
-(1, total_T, ...) and per-sequence initial / final states; its torch path (a loop over the sequences) is the
-reference of the kernels' variable-length mode.
+The ops take rectangular (B, T, ...) batches only, no ``cu_seqlens``: the model runs packed documents by
+re-gathering them one document per row (packing.py, docs/design.md §7.5), which serves every mixer, the DEER ones
+included, with a single code path.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 
 import torch
@@ -114,43 +113,6 @@ def _real_dtype_problem(*tensors: torch.Tensor | None) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# packed variable-length input on the torch scans
-
-
-def _bounds(cu_seqlens: torch.Tensor, total: int) -> list[int]:
-    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.is_floating_point():
-        raise ValueError("cu_seqlens must be a 1-D integer tensor [0, len_0, len_0 + len_1, ..., total_T]")
-    bounds = [int(x) for x in cu_seqlens.tolist()]
-    if bounds[0] != 0 or bounds[-1] != total or any(e < s for s, e in zip(bounds, bounds[1:])):
-        raise ValueError(f"cu_seqlens must start at 0, be non-decreasing and end at total_T = {total}; got {bounds}")
-    return bounds
-
-
-def varlen_torch(scan, cu_seqlens: torch.Tensor, per_step: tuple, x0: torch.Tensor | None, zero_state):
-    """Run ``scan(*per_step_slices, x0_i) -> (states (1, L_i, ...), final (1, ...))`` on every packed sequence.
-
-    per_step: tensors (1, total_T, ...) (None entries pass through); x0: (num_seqs, ...) or None; zero_state():
-    the (1, ...) state of an empty sequence without x0. Returns (states (1, total_T, ...), finals (num_seqs, ...)).
-    """
-    first = next(t for t in per_step if t is not None)
-    if first.shape[0] != 1:
-        raise ValueError(f"with cu_seqlens the input must be packed as (1, total_T, ...), got {tuple(first.shape)}")
-    bounds = _bounds(cu_seqlens, first.shape[1])
-    if x0 is not None and x0.shape[0] != len(bounds) - 1:
-        raise ValueError(f"x0 must hold one state per sequence ({len(bounds) - 1}), got {x0.shape[0]}")
-    states, finals = [], []
-    for i, (s, e) in enumerate(zip(bounds, bounds[1:])):
-        x0_i = None if x0 is None else x0[i : i + 1]
-        if e == s:
-            finals.append(zero_state() if x0_i is None else x0_i)
-            continue
-        st, fin = scan(*(None if t is None else t[:, s:e] for t in per_step), x0_i)
-        states.append(st)
-        finals.append(fin)
-    return torch.cat(states, dim=1), torch.cat([f.to(finals[-1].dtype) for f in finals], dim=0)
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # block / companion and diagonal scans: one op per family, bound once per (backend, device)
 
 
@@ -168,16 +130,14 @@ def _kernel_problem(m: int | None, *tensors: torch.Tensor | None) -> str | None:
 class ScanOps:
     """The block / companion / diagonal scan ops of one backend on one device; build it with ``scan_ops``.
 
-    Every op has one signature, ``op(inputs..., initial_state=None, mask=None, *, cu_seqlens=None) -> (states,
-    final_state)`` with autograd:
+    Every op has one signature, ``op(inputs..., initial_state=None, mask=None) -> (states, final_state)`` with autograd:
 
     - ``block_scan(A (B, T, N, m, m), b (B, T, N, m), initial_state (B, N, m))``: BD-LRU, diag_lru, LSTM DEER;
     - ``companion_scan(a (B, T, N, m), v (B, T, N), initial_state (B, N, m))``: H-LRU;
     - ``diag_scan(a (B, T, *S), b (B, T, *S), initial_state (B, *S))``: the DEER linear steps.
 
     mask (B, T) bool: a False step (padding) is the identity transition with zero input. T = 1 (decoding) is one
-    O(state) update on either backend, never the chunked machinery. cu_seqlens: packed variable-length input
-    (tensors (1, total_T, ...), one initial / final state per sequence). The torch implementations
+    O(state) update on either backend, never the chunked machinery. The torch implementations
     (scan_block, scan_diag) are the references; on the Triton backend an input the kernels cannot take (float64,
     m > 8) runs on torch where the setting is "auto" and raises a ValueError where it is "triton".
     """
@@ -199,52 +159,34 @@ class ScanOps:
             )
         return problem is None
 
-    def block_scan(self, A, b, initial_state=None, mask=None, *, cu_seqlens=None):
+    def block_scan(self, A, b, initial_state=None, mask=None):
         with _no_autocast(b):  # the scans and states stay in float32, also under autocast
-            if cu_seqlens is None and b.dim() == 4 and b.shape[1] == 1:
+            if b.dim() == 4 and b.shape[1] == 1:
                 return torch_block_step(A, b, initial_state, mask)
             if self._use_kernels(b.shape[-1], A, b, initial_state):
-                return self._kernels.block_scan(A, b, initial_state, mask, cu_seqlens=cu_seqlens)
-            if cu_seqlens is None:
-                return torch_block_scan(A, b, initial_state, mask)
-            zero = functools.partial(torch.zeros_like, b[:, 0])
-            return varlen_torch(_torch_varlen(torch_block_scan), cu_seqlens, (A, b, mask), initial_state, zero)
+                return self._kernels.block_scan(A, b, initial_state, mask)
+            return torch_block_scan(A, b, initial_state, mask)
 
-    def companion_scan(self, a, v, initial_state=None, mask=None, *, cu_seqlens=None):
+    def companion_scan(self, a, v, initial_state=None, mask=None):
         with _no_autocast(v):
-            if cu_seqlens is None and a.dim() == 4 and a.shape[1] == 1:
+            if a.dim() == 4 and a.shape[1] == 1:
                 return torch_companion_step(a, v, initial_state, mask)
             if self._use_kernels(a.shape[-1], a, v, initial_state):
-                return self._kernels.companion_scan(a, v, initial_state, mask, cu_seqlens=cu_seqlens)
-            if cu_seqlens is None:
-                return torch_companion_scan(a, v, initial_state, mask)
-            zero = functools.partial(torch.zeros_like, a[:, 0])
-            return varlen_torch(_torch_varlen(torch_companion_scan), cu_seqlens, (a, v, mask), initial_state, zero)
+                return self._kernels.companion_scan(a, v, initial_state, mask)
+            return torch_companion_scan(a, v, initial_state, mask)
 
-    def diag_scan(self, a, b, initial_state=None, mask=None, *, cu_seqlens=None):
+    def diag_scan(self, a, b, initial_state=None, mask=None):
         with _no_autocast(b):
-            if cu_seqlens is None and a.dim() >= 2 and a.shape[1] == 1:
+            if a.dim() >= 2 and a.shape[1] == 1:
                 return torch_diag_step(a, b, initial_state, mask)
             if self._use_kernels(None, a, b, initial_state):
                 a, b = mask_steps(a, b, mask)
-                return self._kernels.diag_scan(a, b, initial_state, cu_seqlens=cu_seqlens)
-            if cu_seqlens is None:
-                return torch_diag_scan(a, b, initial_state, mask)
-            zero = functools.partial(torch.zeros_like, b[:, 0])
-            return varlen_torch(_torch_varlen(torch_diag_scan), cu_seqlens, (a, b, mask), initial_state, zero)
+                return self._kernels.diag_scan(a, b, initial_state)
+            return torch_diag_scan(a, b, initial_state, mask)
 
 
 def _no_autocast(t: torch.Tensor):
     return torch.autocast(device_type=t.device.type, enabled=False)
-
-
-def _torch_varlen(op):
-    """op(x, y, initial_state, mask) as varlen_torch's scan(x_i, y_i, mask_i, initial_state_i)."""
-
-    def scan(x, y, mask, initial_state):
-        return op(x, y, initial_state, mask)
-
-    return scan
 
 
 _bound_ops: dict = {}
@@ -274,5 +216,4 @@ __all__ = [
     "resolve_backend",
     "scan_ops",
     "triton_status",
-    "varlen_torch",
 ]
