@@ -57,6 +57,21 @@ def test_eval_every_zero_evaluates_after_the_last_unit_only():
     assert [e for e in events if e[0] != "train"] == [("eval", 7)]
 
 
+def test_out_of_time_evaluates_that_unit_and_ends_the_run():
+    """When `out_of_time()` turns True after a unit, that unit is evaluated although no evaluation is due, the run
+    stops there (before its checkpoint), and `should_stop` is not needed for it."""
+    events, clock = [], iter([False, False, True])
+    outcome = run_training(
+        QUIET, desc="test", start=0, total=10, eval_every=5, save_every=3,
+        train_unit=lambda index: events.append(("train", index)),
+        evaluate=lambda done: events.append(("eval", done)),
+        should_stop=lambda done: False, out_of_time=lambda: next(clock),
+        save=lambda done: events.append(("save", done)),
+    )  # fmt: skip
+    assert events == [("train", 0), ("train", 1), ("train", 2), ("eval", 3)]
+    assert (outcome.units, outcome.stopped_early) == (3, True)
+
+
 @pytest.mark.parametrize("min_ratio", [0.0, 0.1])
 def test_every_driver_follows_the_one_package_schedule(min_ratio):
     """Warm-up from lr / W reaching the peak at step W - 1, cosine from the peak at step W down to min_ratio at

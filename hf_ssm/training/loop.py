@@ -1,10 +1,12 @@
-"""The skeleton every training driver shares (causal LM, state tracking, time series).
+"""The skeleton every training driver shares (causal LM, state tracking, time series, the adapter experiment
+and the pretraining of its tiny base).
 
 A run trains `total` units (optimizer steps, or epochs) from `start` (0, or the unit count of the checkpoint
 it resumes from). After unit n (counted from 1) `run_training` evaluates when due (every `eval_every` units,
-and always after the last), then asks whether to stop early, then checkpoints when due (every `save_every`
-units, never after the last: the driver exports the model next). A driver keeps only what is its own: what a
-unit trains, what an evaluation scores, what a checkpoint holds; the pieces around it live here:
+always after the last, and when the run's time is up), then asks whether to stop early (always, when the time
+is up), then checkpoints when due (every `save_every` units, never after the last: the driver exports the
+model next). A driver keeps only what is its own: what a unit trains, what an evaluation scores, what a
+checkpoint holds; the pieces around it live here:
 
 - `make_accelerator`: Accelerate on the GPU if there is one, else on the CPU (gloo when launched several times);
 - `open_run`: the resume check (before anything is written) and the run folder's settings.json;
@@ -162,14 +164,16 @@ def run_training(
     evaluate: Callable[[int], dict | None],
     eval_every: int,
     should_stop: Callable[[int], bool] | None = None,
+    out_of_time: Callable[[], bool] | None = None,
     save: Callable[[int], None] | None = None,
     save_every: int = 0,
 ) -> LoopResult:
     """Train units start .. total - 1 (`train_unit(index)`, 0-based) behind a progress bar.
 
-    After unit `done = index + 1`: `evaluate(done)` when `is_due(done, eval_every, total)`, then
-    `should_stop(done)` (only after an evaluation), then `save(done)` every `save_every` units (0: never) before
-    the last. `train_unit` and `evaluate` may return progress-bar values (a dict) or None.
+    After unit `done = index + 1`: `evaluate(done)` when `is_due(done, eval_every, total)` or `out_of_time()`
+    (asked once per unit) is True, then the run stops if the time is up or `should_stop(done)` (only after an
+    evaluation), then `save(done)` every `save_every` units (0: never) before the last. `train_unit` and
+    `evaluate` may return progress-bar values (a dict) or None.
     """
     progress = training_progress(accelerator, desc, total, start)
     done, stopped_early = start, False
@@ -180,10 +184,11 @@ def run_training(
             progress.update(1)
             if postfix:
                 progress.set_postfix(**postfix)
-            if is_due(done, eval_every, total):
+            late = out_of_time is not None and out_of_time()
+            if late or is_due(done, eval_every, total):
                 if postfix := evaluate(done):
                     progress.set_postfix(**postfix)
-                if should_stop is not None and should_stop(done):
+                if late or (should_stop is not None and should_stop(done)):
                     stopped_early = done < total
                     break
             if save is not None and save_every and done % save_every == 0 and done < total:
