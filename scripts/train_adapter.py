@@ -22,7 +22,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from hf_ssm.adapters.bases import NAMED_BASES
-from hf_ssm.adapters.experiment import (
+from hf_ssm.training.adapter_experiment import (
     TINY_BASE,
     AdapterExperimentSettings,
     results_table,

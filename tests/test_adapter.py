@@ -510,7 +510,7 @@ def test_feature_store_limit_and_bad_arguments():
 def test_readout_learning_rate_puts_only_the_readout_in_its_own_adam_group():
     """--readout_learning_rate gives the SSM adapter's readout (classifier weight and bias, or out_proj) its own
     learning rate and leaves every other trainable parameter at learning_rate; 0 keeps one group; < 0 raises."""
-    from hf_ssm.adapters.experiment import AdapterExperimentSettings, parameter_groups
+    from hf_ssm.training.adapter_experiment import AdapterExperimentSettings, parameter_groups
 
     for readout, names in (("classifier", {"classifier.weight", "classifier.bias"}), ("lm_head", {"out_proj.weight"})):
         extra = {"num_labels": 2} if readout == "classifier" else {}
@@ -527,3 +527,33 @@ def test_readout_learning_rate_puts_only_the_readout_in_its_own_adam_group():
         assert len(single) == 1 and single[0]["lr"] == 3e-3 and len(single[0]["params"]) == len(by_id)
     with pytest.raises(ValueError, match="readout_learning_rate"):
         AdapterExperimentSettings(readout_learning_rate=-1.0).validate()
+
+
+def test_a_resumed_adapter_method_ends_as_the_uninterrupted_run(tmp_path, monkeypatch):
+    """The adapter experiment's resume: a method interrupted after its step-2 checkpoint and run again with
+    resume=True continues from that checkpoint (trainable weights, optimizer and schedule) and ends with the
+    weights, validation history and test accuracies of the run that was never interrupted."""
+    import shutil
+
+    from hf_ssm.training import loop
+    from hf_ssm.training.adapter_experiment import AdapterExperimentSettings, run_experiment
+
+    settings = AdapterExperimentSettings(
+        methods="ssm", tiny_hidden_size=16, tiny_layers=1, tiny_heads=2, pretrain_steps=2, pretrain_batch_size=2,
+        max_steps=4, eval_every=1, save_every=2, warmup_steps=2, batch_size=4, eval_batch_size=8,
+        eval_samples_per_bucket=4, train_max_transitions=3, test_buckets="1-3,8-9", state_size=4, dict_size=4,
+    )  # fmt: skip
+    method = tmp_path / "ssm"
+    whole = run_experiment(settings, tmp_path)["results"][0]
+    weights = load_file(str(method / "adapter" / ADAPTER_WEIGHTS_NAME))
+    assert sorted(p.name for p in (method / "checkpoints").iterdir()) == ["step_2"]  # none after the last step
+    (method / "results.json").unlink()  # the interruption: the method never finished
+    shutil.rmtree(method / "adapter")
+    starts, run_training = [], loop.run_training
+    monkeypatch.setattr(loop, "run_training", lambda *a, **kw: starts.append(kw["start"]) or run_training(*a, **kw))
+    resumed = run_experiment(settings, tmp_path, resume=True)["results"][0]
+    assert starts == [2]  # only steps 3 and 4 were trained again
+    assert resumed["history"] == whole["history"] and [h["step"] for h in whole["history"]] == [1, 2, 3, 4]
+    assert resumed["test"] == whole["test"] and resumed["steps"] == 4
+    again = load_file(str(method / "adapter" / ADAPTER_WEIGHTS_NAME))
+    assert weights.keys() == again.keys() and all(torch.equal(weights[k], again[k]) for k in weights)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +31,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..adapters.bases import DTYPES, NAMED_BASES
+from ..adapters.bases import load_base as _load_base
+from ..adapters.config import SSMAdapterConfig
+from ..adapters.feature_cache import STORE_DTYPES, FeatureStore, FrozenPrefix, batch_features
+from ..adapters.layer import SSMAdapter
+from ..adapters.lora import add_lora, lora_parameters_per_rank, lora_rank_for_budget
+from ..adapters.model import SSMAdapterModel, attach_ssm_adapter, find_decoder_layers
+from ..adapters.tiny_base import build_tiny_qwen2, build_word_tokenizer, pretrain_language_model
 from ..data.nl_state_tracking import (
     NL_TASK_NAMES,
     NLStateTrackingDataset,
@@ -43,16 +50,9 @@ from ..data.nl_state_tracking import (
     task_vocabulary,
 )
 from ..modeling.configuration_hybrid_ssm import PD_SSM_INITIAL_STATES, check_choice
-from ..training.checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
-from ..training.progress import training_progress
-from .bases import DTYPES, NAMED_BASES
-from .bases import load_base as _load_base
-from .config import SSMAdapterConfig
-from .feature_cache import STORE_DTYPES, FeatureStore, FrozenPrefix, batch_features
-from .layer import SSMAdapter
-from .lora import add_lora, lora_parameters_per_rank, lora_rank_for_budget
-from .model import SSMAdapterModel, attach_ssm_adapter, find_decoder_layers
-from .tiny_base import build_tiny_qwen2, build_word_tokenizer, pretrain_language_model
+from . import loop
+from .checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
+from .optimization import warmup_cosine_schedule
 
 METHODS = ("fewshot", "probe", "lora", "ssm", "ssm_classifier", "ssm_lora")
 # How each method answers: the frozen LM head (logits of the answer words' first tokens) or its own classifier.
@@ -147,14 +147,10 @@ class AdapterExperimentSettings:
     seed: int = 0
 
     def validate(self) -> None:
-        if self.task not in NL_TASK_NAMES:
-            raise ValueError(f"`task` must be one of {list(NL_TASK_NAMES)}, got {self.task!r}")
-        if self.supervision not in SUPERVISION:
-            raise ValueError(f"`supervision` must be one of {list(SUPERVISION)}, got {self.supervision!r}")
-        if self.answer_loss not in ANSWER_LOSSES:
-            raise ValueError(f"`answer_loss` must be one of {list(ANSWER_LOSSES)}, got {self.answer_loss!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"`dtype` must be one of {list(DTYPES)}, got {self.dtype!r}")
+        check_choice("task", self.task, NL_TASK_NAMES)
+        check_choice("supervision", self.supervision, SUPERVISION)
+        check_choice("answer_loss", self.answer_loss, ANSWER_LOSSES)
+        check_choice("dtype", self.dtype, DTYPES)
         check_choice("initial_state", self.initial_state, PD_SSM_INITIAL_STATES)
         check_choice("feature_cache", self.feature_cache, FEATURE_CACHES)
         check_choice("feature_cache_dtype", self.feature_cache_dtype, tuple(STORE_DTYPES))
@@ -227,19 +223,10 @@ class AdapterExperimentSettings:
         )
 
 
-def _lr_schedule(warmup: int, total: int):
-    def schedule(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
-
-    return schedule
-
-
 # --- the base model ----------------------------------------------------------------------------------------
 
 
-def prepare_base(settings: AdapterExperimentSettings, run_dir: Path) -> tuple[str, dict]:
+def prepare_base(settings: AdapterExperimentSettings, run_dir: Path, accelerator) -> tuple[str, dict]:
     """Where the base loads from, and how it was made. The tiny base is built and pretrained once into
     run_dir/base (reused by a resumed run); any other `base_model` is a hub id or local path."""
     if settings.base_model in NAMED_BASES:
@@ -285,6 +272,7 @@ def prepare_base(settings: AdapterExperimentSettings, run_dir: Path) -> tuple[st
             tokenizer,
             texts,
             settings.pretrain_steps,
+            accelerator,
             batch_size=settings.pretrain_batch_size,
             max_seconds=60 * settings.pretrain_max_minutes if settings.pretrain_max_minutes else None,
         )
@@ -538,9 +526,42 @@ def _evaluate_untrained(settings, base, tokenizer, task, method_dir: Path, devic
     return result
 
 
+def _save_trainable_checkpoint(target: Path, model, optimizer, scheduler, metadata: dict) -> None:
+    """A checkpoint of the trainable parameters only (trainable.safetensors) and the optimizer and schedule
+    states (optimizer.pt): the frozen base is never copied. Crash-safe (checkpointing.atomic_save_dir)."""
+    from safetensors.torch import save_file
+
+    def write(tmp: Path):
+        save_file(_trainable_state(model), str(tmp / "trainable.safetensors"))
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
+
+    atomic_save_dir(target, write, metadata)
+    prune_checkpoints(target.parent, keep=2)
+
+
+def _load_trainable_checkpoint(folder: Path, model, optimizer, scheduler, device) -> dict:
+    """Restore what `_save_trainable_checkpoint` wrote into `model`, `optimizer`, `scheduler`; returns its
+    metadata."""
+    from safetensors.torch import load_file
+
+    named = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in load_file(str(folder / "trainable.safetensors")).items():
+            named[name].copy_(value)
+    state = torch.load(folder / "optimizer.pt", map_location=device)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    return read_metadata(folder)
+
+
 def train_method(method, settings, base_source, run_dir: Path, accelerator, resume: bool = False) -> dict:
-    """Train and evaluate one method on a fresh copy of the base; writes run_dir/<method>/."""
-    from safetensors.torch import load_file, save_file
+    """Train and evaluate one method on a fresh copy of the base; writes run_dir/<method>/.
+
+    The loop is the shared skeleton (training/loop.py), one unit per optimizer step: validation on the training
+    lengths every `eval_every` steps, after the last and when `max_minutes_per_method` has run out; an early stop
+    at `target_accuracy` from `min_steps` on; a checkpoint every `save_every` steps (`_save_trainable_checkpoint`).
+    """
+    from safetensors.torch import save_file
 
     method_dir = run_dir / method
     if resume and (method_dir / "results.json").is_file():
@@ -553,7 +574,7 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
     model, params, info = build_method(method, settings, base, task.num_classes)
     model.to(accelerator.device)
     optimizer = torch.optim.AdamW(parameter_groups(method, model, settings), weight_decay=settings.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_schedule(settings.warmup_steps, settings.max_steps))
+    scheduler = warmup_cosine_schedule(optimizer, settings.warmup_steps, settings.max_steps)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     answer_ids = torch.tensor(answer_token_ids(task, tokenizer), device=accelerator.device)
     tokenization = check_sentence_tokenization(task, tokenizer)  # ValueError when a sentence end is inside a token
@@ -570,15 +591,8 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
     checkpoints = method_dir / "checkpoints"
     start, history = 0, []
     if resume and (found := latest_checkpoint(checkpoints)) is not None:
-        tensors = load_file(str(found / "trainable.safetensors"))
-        named = dict(accelerator.unwrap_model(model).named_parameters())
-        with torch.no_grad():
-            for name, value in tensors.items():
-                named[name].copy_(value)
-        state = torch.load(found / "optimizer.pt", map_location=accelerator.device)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        meta = read_metadata(found)
+        unwrapped = accelerator.unwrap_model(model)
+        meta = _load_trainable_checkpoint(found, unwrapped, optimizer, scheduler, accelerator.device)
         start, history = meta["step"], meta["history"]
     trainable = sum(p.numel() for p in params)
     prefix = store = None
@@ -591,13 +605,10 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
             path=method_dir / "feature_cache.bin" if settings.feature_cache == "disk" else None,
         )
     val_bucket = [(settings.train_min_transitions, settings.train_max_transitions)]
-    began, cpu_began = time.perf_counter(), time.process_time()
-    model.train()
-    progress = training_progress(
-        accelerator, f"{settings.task}/{method}", settings.max_steps, start, range(start, settings.max_steps)
-    )
-    step = start
-    for step in progress:
+    clock = loop.Stopwatch()  # this call's time only: a resumed method counts from the resume
+    last = {}  # the loss of the latest step
+
+    def train_step(step: int) -> None:
         indices = [(step * settings.batch_size + i) % pool for i in range(settings.batch_size)]
         batch = collate_nl_state_tracking([train_data[i] for i in indices], tokenizer.pad_token_id)
         features = None if store is None else batch_features(prefix, store, indices, batch, accelerator.device)
@@ -611,35 +622,34 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
             vocab_loss=settings.answer_loss == "vocab",
             features=features,
         )
-        optimizer.zero_grad()
-        accelerator.backward(loss)
-        if settings.grad_clip > 0:
-            accelerator.clip_grad_norm_(params, settings.grad_clip)
-        optimizer.step()
-        scheduler.step()
-        done = step + 1
-        out_of_time = (
-            settings.max_minutes_per_method and time.perf_counter() - began > 60 * settings.max_minutes_per_method
-        )
-        if done % settings.eval_every == 0 or done == settings.max_steps or out_of_time:
-            val = evaluate(method, model, task, tokenizer, val_bucket, settings, 10_000 + done, accelerator.device)
-            history.append({"step": done, "loss": loss.item(), "val_accuracy": val["mean_accuracy"]})
-            progress.set_postfix(loss=f"{loss.item():.3f}", val=f"{val['mean_accuracy']:.3f}")
-            if (val["mean_accuracy"] >= settings.target_accuracy and done >= settings.min_steps) or out_of_time:
-                break
-        if settings.save_every and done % settings.save_every == 0 and done < settings.max_steps:
-            meta = {"step": done, "history": history}
+        loop.optimizer_step(accelerator, loss, optimizer, scheduler, params, settings.grad_clip)
+        last["loss"] = loss.detach()
 
-            def write(tmp: Path):
-                save_file(_trainable_state(accelerator.unwrap_model(model)), str(tmp / "trainable.safetensors"))
-                torch.save(
-                    {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt"
-                )
+    def validation(step: int) -> dict:
+        val = evaluate(method, model, task, tokenizer, val_bucket, settings, 10_000 + step, accelerator.device)
+        loss = last["loss"].item()
+        history.append({"step": step, "loss": loss, "val_accuracy": val["mean_accuracy"]})
+        return {"loss": f"{loss:.3f}", "val": f"{val['mean_accuracy']:.3f}"}
 
-            atomic_save_dir(checkpoints / f"step_{done}", write, meta)
-            prune_checkpoints(checkpoints, keep=2)
-    progress.close()
-    train_seconds = time.perf_counter() - began
+    def reached_target(step: int) -> bool:
+        return history[-1]["val_accuracy"] >= settings.target_accuracy and step >= settings.min_steps
+
+    def out_of_time() -> bool:
+        return bool(settings.max_minutes_per_method) and clock.seconds > 60 * settings.max_minutes_per_method
+
+    def save(step: int) -> None:
+        if accelerator.is_main_process:  # the trainable weights are the same in every process
+            target = checkpoints / f"step_{step}"
+            meta = {"step": step, "history": history}
+            _save_trainable_checkpoint(target, accelerator.unwrap_model(model), optimizer, scheduler, meta)
+
+    model.train()
+    loop.run_training(
+        accelerator, desc=f"{settings.task}/{method}", start=start, total=settings.max_steps,
+        train_unit=train_step, evaluate=validation, eval_every=settings.eval_every, should_stop=reached_target,
+        out_of_time=out_of_time, save=save, save_every=settings.save_every,
+    )  # fmt: skip
+    train_seconds = clock.seconds
     if store is not None and store.path is not None:
         store.path.unlink()  # a cache, not a result: it can be hundreds of MB
     steps_done = history[-1]["step"] if history else start
@@ -656,7 +666,7 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
         "eval_seconds": time.perf_counter() - eval_began,
         # CPU time of this process (all its threads) for training + evaluation; with OMP_NUM_THREADS=1 it is
         # what the method cost, whatever else shared the machine.
-        "cpu_seconds": time.process_time() - cpu_began,
+        "cpu_seconds": clock.cpu_seconds,
         "history": history,
         "test": test,
         "train_examples": pool,
@@ -872,15 +882,14 @@ Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with
 
 def run_experiment(settings: AdapterExperimentSettings, run_dir, resume: bool = False, model_card_dir=None) -> dict:
     """All methods of `settings` in one run; writes run_dir/{settings.json, results.json, plot, <method>/}."""
-    from accelerate import Accelerator
-
     settings.validate()
-    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    accelerator = loop.make_accelerator(mixed_precision=None)  # what `accelerate launch` set, else fp32
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
+    # The run folder and its settings.json; resuming is per method (finished methods and their checkpoints,
+    # run_dir/<method>/checkpoints), so there is no run-level checkpoint to check here.
+    loop.open_run(accelerator, settings, run_dir, resume=False, safe=())
     began = time.perf_counter()
-    base_source, base_info = prepare_base(settings, run_dir)
+    base_source, base_info = prepare_base(settings, run_dir, accelerator)
     base_seconds = time.perf_counter() - began
     task = get_nl_task(settings.task)
     results = [train_method(m, settings, base_source, run_dir, accelerator, resume) for m in settings.method_list()]
