@@ -24,17 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-from hf_ssm.training.checkpointing import check_run_folder_arguments
-from hf_ssm.training.cli import (
-    add_run_folder_arguments,
-    add_settings_arguments,
-    configure_cpu_threads,
-    print_eval_summary,
-    settings_from_args,
-)
+from hf_ssm.training.cli import add_run_folder_arguments, add_settings_arguments, print_eval_summary, start_run
 from hf_ssm.training.finetune import FinetuneSettings, finetune, prepare_finetuning
 from hf_ssm.training.lm_settings import RESUME_SAFE_SETTINGS
-from hf_ssm.training.loop import make_accelerator
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,21 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        settings = settings_from_args(FinetuneSettings, args)
-        settings.validate()
-    except ValueError as err:
-        parser.error(str(err))
-    try:
-        check_run_folder_arguments(args.resume, args.output_dir, settings, RESUME_SAFE_SETTINGS)
-        configure_cpu_threads(args.cpu_threads)
-    except ValueError as err:
-        parser.error(str(err))
-    accelerator = make_accelerator(settings.mixed_precision)
-    try:
-        prepared = prepare_finetuning(settings, accelerator)
-    except ValueError as err:
-        parser.error(str(err))
+    settings, accelerator, prepared = start_run(
+        parser, args, FinetuneSettings, RESUME_SAFE_SETTINGS, prepare_finetuning
+    )
     out = Path(args.output_dir or f"runs/finetune/{time.strftime('%Y%m%d-%H%M%S')}")
     began = time.perf_counter()
     metrics = finetune(settings, out, resume=args.resume, accelerator=accelerator, prepared=prepared)

@@ -22,17 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-from hf_ssm.training.checkpointing import check_run_folder_arguments
-from hf_ssm.training.cli import (
-    add_run_folder_arguments,
-    add_settings_arguments,
-    configure_cpu_threads,
-    print_eval_summary,
-    settings_from_args,
-)
+from hf_ssm.training.cli import add_run_folder_arguments, add_settings_arguments, print_eval_summary, start_run
 from hf_ssm.training.lm import prepare_pretraining, pretrain
 from hf_ssm.training.lm_settings import RESUME_SAFE_SETTINGS, PretrainSettings
-from hf_ssm.training.loop import make_accelerator
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,21 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.list_presets:
         list_presets()
         return 0
-    try:
-        settings = settings_from_args(PretrainSettings, args)
-        settings.validate()
-    except (ValueError, argparse.ArgumentTypeError) as err:
-        parser.error(str(err))
-    try:
-        check_run_folder_arguments(args.resume, args.output_dir, settings, RESUME_SAFE_SETTINGS)
-        configure_cpu_threads(args.cpu_threads)
-    except ValueError as err:
-        parser.error(str(err))
-    accelerator = make_accelerator(settings.mixed_precision)
-    try:
-        prepared = prepare_pretraining(settings, accelerator)
-    except ValueError as err:
-        parser.error(str(err))
+    settings, accelerator, prepared = start_run(
+        parser, args, PretrainSettings, RESUME_SAFE_SETTINGS, prepare_pretraining
+    )
     name = settings.preset or Path(settings.config).stem
     out = Path(args.output_dir or f"runs/pretrain/{name}-{time.strftime('%Y%m%d-%H%M%S')}")
     began = time.perf_counter()

@@ -1,5 +1,5 @@
 """Command-line pieces of the training scripts: --options from a settings dataclass, the run-folder arguments,
-CPU threads, and the closing summary line."""
+CPU threads, the opening of a run (`start_run`) and the closing summary line."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import os
 import typing
 
 import torch
+
+from .checkpointing import check_run_folder_arguments
+from .loop import make_accelerator
 
 
 def _parse_override(items: list[str]) -> dict:
@@ -92,3 +95,26 @@ def configure_cpu_threads(threads: int = 0) -> int:
     threads = threads or int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
     torch.set_num_threads(threads)
     return threads
+
+
+def start_run(parser: argparse.ArgumentParser, args: argparse.Namespace, cls, safe, prepare):
+    """The opening every LM training script shares; each refusal is a `parser.error` (exit status 2).
+
+    The `cls` settings of `args`, validated; the run-folder rules (`checkpointing.check_run_folder_arguments`,
+    with `safe` the settings a resume may change); CPU threads; the accelerator (the settings'
+    `mixed_precision`); then `prepare(settings, accelerator)`, which opens data and tokenizer and raises
+    ValueError on bad input. Returns (settings, accelerator, what `prepare` returned).
+    """
+    try:
+        settings = settings_from_args(cls, args)
+        settings.validate()
+        check_run_folder_arguments(args.resume, args.output_dir, settings, safe)
+        configure_cpu_threads(args.cpu_threads)
+    except (ValueError, argparse.ArgumentTypeError) as err:
+        parser.error(str(err))
+    accelerator = make_accelerator(settings.mixed_precision)
+    try:
+        prepared = prepare(settings, accelerator)
+    except ValueError as err:
+        parser.error(str(err))
+    return settings, accelerator, prepared
