@@ -206,6 +206,18 @@ def test_model_card_describes_a_legacy_config_json(name, mixer, described):
     assert described in mixer_details(json.loads((FIXTURES / name / "config.json").read_text()), mixer)
 
 
+def test_resume_reads_a_setting_recorded_under_its_old_name(tmp_path):
+    """A state-tracking run recorded with `lru_block_size` (the option's old name) resumes with the same value of
+    `lru_group_size` and is refused with another, instead of comparing against the default."""
+    from hf_ssm.training.checkpointing import check_resumed_settings
+    from hf_ssm.training.state_tracking import StateTrackingSettings
+
+    recorded = {"mixer": "bd_lru", "lru_block_size": 8}
+    check_resumed_settings(StateTrackingSettings(mixer="bd_lru", lru_group_size=8), recorded, (), tmp_path)
+    with pytest.raises(ValueError, match="lru_group_size 8 -> 4"):
+        check_resumed_settings(StateTrackingSettings(mixer="bd_lru"), recorded, (), tmp_path)
+
+
 def test_rename_legacy_keys_renames_only_the_old_mixer_parameters():
     """rename_legacy_keys maps mixer.<old>. to mixer.<new>. (any prefix), leaves every other key alone (the MLP's
     gate_proj, attention's o_proj, the adapter's own out_proj) and keeps the tensors."""
