@@ -17,6 +17,8 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .modeling.legacy_names import RENAMED_CONFIG_FIELDS
+
 _MIXER_TAGS = {
     "pd_ssm": "pd-ssm",
     "bd_lru": "bd-lru",
@@ -36,7 +38,10 @@ _BUILTIN_NAMES["builtin:dialogues"] = "hf_ssm built-in dialogues (generated)"
 
 
 def _config_value(config, key, default=None):
-    return config.get(key, default) if isinstance(config, dict) else getattr(config, key, default)
+    if isinstance(config, dict):  # a config.json saved before a field was renamed holds its old name
+        old = next((o for o, n in RENAMED_CONFIG_FIELDS.items() if n == key), None)
+        return config.get(key, config.get(old, default))
+    return getattr(config, key, default)
 
 
 def mixer_details(config, mixer: str) -> str:
@@ -46,16 +51,16 @@ def mixer_details(config, mixer: str) -> str:
         heads, kv = c("num_attention_heads"), c("num_key_value_heads")
         return f"causal self-attention, {heads} heads ({kv} key/value), head dim {c('head_dim')}, RoPE"
     if mixer == "pd_ssm":
-        return f"PD-SSM, {c('pd_ssm_num_heads')} head(s) x state {c('pd_ssm_state_size')} (complex), dictionary {c('pd_ssm_dict_size')}"
+        return f"PD-SSM, {c('pd_ssm_num_heads')} head(s) x state {c('pd_ssm_head_state_size')} (complex), dictionary {c('pd_ssm_dict_size')}"
     if mixer == "bd_lru":
-        return f"BD-LRU, state {c('lru_state_size')} in blocks of {c('lru_block_size')}, {c('lru_normalization')} gates"
+        return f"BD-LRU, state {c('lru_total_state_size')} in blocks of {c('lru_group_size')}, {c('lru_normalization')} gates"
     if mixer == "h_lru":
-        size, order = c("lru_state_size"), c("lru_block_size")
+        size, order = c("lru_total_state_size"), c("lru_group_size")
         return f"H-LRU, order {order} over {size // order} channels, {c('lru_normalization')} gates"
     if mixer == "diag_lru":
-        return f"diagonal selective LRU, state {c('lru_state_size')}, {c('lru_normalization')} gates"
+        return f"diagonal selective LRU, state {c('lru_total_state_size')}, {c('lru_normalization')} gates"
     if mixer in ("lrc_ssm", "gru_ssm", "mgu_ssm", "lstm_ssm"):
-        return f"{mixer} (diagonal-Jacobian cell), state {c('lrc_state_size')}, solver {c('lrc_solver')}"
+        return f"{mixer} (diagonal-Jacobian cell), state {c('lrc_num_channels')}, solver {c('lrc_solver')}"
     return mixer
 
 

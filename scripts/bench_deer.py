@@ -28,7 +28,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--mixers", nargs="+", default=["lrc_ssm"], choices=sorted(LRC_MIXER_CLASSES), help="cells to time")
     p.add_argument("--batch", type=int, default=4, help="batch size B")
     p.add_argument("--hidden-size", type=int, default=128, help="model width d")
-    p.add_argument("--state-size", type=int, default=64, help="lrc_state_size D")
+    p.add_argument("--state-size", type=int, default=64, help="lrc_num_channels D")
     p.add_argument("--tol", type=float, default=1e-4, help="deer_tol")
     p.add_argument("--repeats", type=int, default=3, help="passes per measurement; the fastest is reported")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -57,7 +57,7 @@ def main() -> None:
             hidden_size=args.hidden_size,
             num_hidden_layers=1,
             mixers=[name],
-            lrc_state_size=args.state_size,
+            lrc_num_channels=args.state_size,
             deer_tol=args.tol,
         )
         torch.manual_seed(args.seed)

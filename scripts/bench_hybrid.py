@@ -261,7 +261,7 @@ def main():
         "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
         "hybrid_pd_ssm": {
             k: getattr(models["hybrid"].config, k)
-            for k in ("pd_ssm_num_heads", "pd_ssm_state_size", "pd_ssm_dict_size", "pd_ssm_transition")
+            for k in ("pd_ssm_num_heads", "pd_ssm_head_state_size", "pd_ssm_dict_size", "pd_ssm_transition")
         },
         "params": {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()},
     }

@@ -111,7 +111,7 @@ def make_mixer_problem(family, batch, steps, heads, n, k, device):
             num_hidden_layers=1,
             mixers=["pd_ssm"],
             pd_ssm_num_heads=heads,
-            pd_ssm_state_size=n,
+            pd_ssm_head_state_size=n,
             pd_ssm_dict_size=k,
             scan_backend=backend,
             **extra,

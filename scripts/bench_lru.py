@@ -60,10 +60,10 @@ def make_mixer(name: str, m: int | None, hidden: int, width: int) -> torch.nn.Mo
         num_attention_heads=4,
         mixers=[name],
         num_hidden_layers=1,
-        lru_state_size=width,
-        lru_block_size=m or 1,
+        lru_total_state_size=width,
+        lru_group_size=m or 1,
         pd_ssm_num_heads=4,
-        pd_ssm_state_size=width // 4,
+        pd_ssm_head_state_size=width // 4,
     )
     return SSM_MIXER_CLASSES[name](config, 0)
 
@@ -89,18 +89,18 @@ def run(args) -> list[dict]:
         row = {"mixer": name, "m": m, "state_width": args.width}
         row["mixer_fwd_bwd_s"] = timed(lambda mixer=mixer: mixer_forward_backward(mixer, u), args.repeats)
         if name != "pd_ssm":
-            row["N"] = mixer.num_blocks
+            row["N"] = mixer.num_groups
             with torch.no_grad():
                 A, b = mixer.scan_inputs(u)
                 if mixer.scan_op == "companion_scan":  # the dense blocks the torch path scans
-                    A, b = companion_matrices(A), torch.nn.functional.pad(b.unsqueeze(-1), (0, mixer.block_size - 1))
+                    A, b = companion_matrices(A), torch.nn.functional.pad(b.unsqueeze(-1), (0, mixer.group_size - 1))
             row["scan_parallel_s"] = timed(lambda A=A, b=b: scan_forward_backward(block_scan, A, b), args.scan_repeats)
             row["scan_sequential_s"] = timed(
                 lambda A=A, b=b: scan_forward_backward(block_scan_sequential, A, b), args.seq_repeats
             )
             row["speedup"] = row["scan_sequential_s"]["best"] / row["scan_parallel_s"]["best"]
         else:
-            row["N"] = f"{mixer.num_heads}x{mixer.state_size}"
+            row["N"] = f"{mixer.num_heads}x{mixer.head_state_size}"
         rows.append(row)
         print(f"  done: {name} m={m}", flush=True)
     return rows

@@ -2,7 +2,7 @@
 
 1. Time: one mixer's forward + backward on random (B, T, d) input, for PD-SSM dictionary mode, PD-SSM bank mode,
    diag_lru and bd_lru (m = 4) at equal real state width W = 2 N (PD: H = 1 head of N complex states = 2N reals;
-   the LRUs' lru_state_size counts reals). The repetitions are interleaved (every round runs every mixer once, in
+   the LRUs' lru_total_state_size counts reals). The repetitions are interleaved (every round runs every mixer once, in
    a rotating order) so that load from other processes hits all of them alike; the table gives the median per
    mixer and its ratio to diag_lru's median.
 2. Peak memory of the same fwd+bwd at T = 1k, 4k, 16k: the rise of the process's peak resident set during the
@@ -34,7 +34,7 @@ MIXERS = [
     ("pd dictionary", "pd_ssm", {"pd_ssm_transition": "dictionary"}),
     ("pd bank", "pd_ssm", {"pd_ssm_transition": "bank"}),
     ("diag_lru", "diag_lru", {}),
-    ("bd_lru m=4", "bd_lru", {"lru_block_size": 4}),
+    ("bd_lru m=4", "bd_lru", {"lru_group_size": 4}),
 ]
 SIZES = [(8, 256, 128, 8), (2, 1024, 64, 8)]  # (B, T, d = N, K)
 
@@ -46,9 +46,9 @@ def make_mixer(kind: str, overrides: dict, d: int, k: int) -> torch.nn.Module:
         mixers=[kind],
         num_hidden_layers=1,
         pd_ssm_num_heads=1,
-        pd_ssm_state_size=d,
+        pd_ssm_head_state_size=d,
         pd_ssm_dict_size=k,
-        lru_state_size=2 * d,
+        lru_total_state_size=2 * d,
         scan_backend="torch",
         **overrides,
     )

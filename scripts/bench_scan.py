@@ -199,7 +199,7 @@ def bench_models(steps_list, batch, repeats):
                 "hybrid_params": sum(p.numel() for p in hybrid.parameters()),
                 "qwen2_params": sum(p.numel() for p in qwen.parameters()),
                 "pd_ssm": dict(
-                    H=hybrid_cfg.pd_ssm_num_heads, N=hybrid_cfg.pd_ssm_state_size, K=hybrid_cfg.pd_ssm_dict_size
+                    H=hybrid_cfg.pd_ssm_num_heads, N=hybrid_cfg.pd_ssm_head_state_size, K=hybrid_cfg.pd_ssm_dict_size
                 ),
             }
         )

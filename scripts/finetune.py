@@ -10,7 +10,7 @@ Any AutoModelForCausalLM checkpoint works; the default data is the built-in gene
     accelerate launch --config_file scripts/configs/multi_gpu.yaml scripts/finetune.py --model <path> --lora ...
 
 LoRA target groups (--lora_target_modules, comma-separated): attention (q/k/v/o_proj), pd_ssm (selection,
-input_proj, output_proj), lru (value_proj, gate_proj, output_proj of bd_lru / h_lru / diag_lru), lrc (in_proj,
+in_proj, out_proj), lru (in_proj, gate_proj, out_proj of bd_lru / h_lru / diag_lru), lrc (in_proj,
 out_proj of lrc / gru / mgu / lstm_ssm), ssm (all three), mlp (gate/up/down_proj); or plain module names for
 other architectures. The run folder holds settings.json, metrics.json, loss_curve.png, checkpoints/ (--resume),
 adapter/ (LoRA: adapter_config.json + adapter_model.safetensors) and model/ (the merged or fully fine-tuned

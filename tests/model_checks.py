@@ -32,7 +32,7 @@ def tiny_config(mixers: str | list[str], **overrides) -> HybridSSMConfig:
         num_key_value_heads=2,
         mixers=mixers,
         pd_ssm_num_heads=2,
-        pd_ssm_state_size=5,
+        pd_ssm_head_state_size=5,
         pd_ssm_dict_size=4,
     )
     settings.update(overrides)
@@ -41,7 +41,7 @@ def tiny_config(mixers: str | list[str], **overrides) -> HybridSSMConfig:
 
 def hybrid_config(mixer: str, **overrides) -> HybridSSMConfig:
     """One `mixer` layer followed by one attention layer, every mixer's sizes kept tiny."""
-    settings = dict(lrc_state_size=8, lru_state_size=8, lru_block_size=2)
+    settings = dict(lrc_num_channels=8, lru_total_state_size=8, lru_group_size=2)
     settings.update(overrides)
     return tiny_config([mixer, "attention"], **settings)
 

@@ -31,7 +31,7 @@ from hf_ssm.adapters.lora import add_lora, lora_rank_for_budget
 from hf_ssm.modeling import SSM_MIXER_CLASSES
 
 VOCAB = 61
-PD_SETTINGS = {"pd_ssm_state_size": 5, "pd_ssm_num_heads": 2, "pd_ssm_dict_size": 4}
+PD_SETTINGS = {"pd_ssm_head_state_size": 5, "pd_ssm_num_heads": 2, "pd_ssm_dict_size": 4}
 
 
 def tiny_base(kind: str = "qwen2", hidden: int = 32, layers: int = 2, seed: int = 0):
@@ -264,7 +264,7 @@ def test_any_registered_mixer_can_be_the_adapter():
     base = tiny_base()
     x = ids()
     reference = base(x).logits
-    adapted = attach_ssm_adapter(base, SSMAdapterConfig(mixer=other, mixer_settings={"lru_state_size": 8}))
+    adapted = attach_ssm_adapter(base, SSMAdapterConfig(mixer=other, mixer_settings={"lru_total_state_size": 8}))
     assert torch.equal(adapted(x).logits, reference)
     randomise(adapted)
     full = adapted(x, use_cache=False).logits
@@ -381,7 +381,7 @@ def test_adapter_mixer_settings_override_the_near_identity_start():
     """near_identity_init supplies D's start and the identity diagonal, but explicit mixer_settings win."""
     from hf_ssm.adapters.layer import SSMAdapter
 
-    config = adapter_config(mixer_settings={"pd_ssm_state_size": 4, "pd_ssm_magnitude_bias_init": 2.0})
+    config = adapter_config(mixer_settings={"pd_ssm_head_state_size": 4, "pd_ssm_magnitude_bias_init": 2.0})
     mixer = SSMAdapter(config, 32).mixer
     assert torch.all(mixer.magnitude.down_bias == 2.0) and torch.all(mixer.phase.down_bias == -10.0)
     assert mixer.dictionary_diagonal_init == 1.0

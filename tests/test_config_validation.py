@@ -22,7 +22,7 @@ TINY = dict(
     intermediate_size=32,
     num_hidden_layers=2,
     num_attention_heads=2,
-    pd_ssm_state_size=4,
+    pd_ssm_head_state_size=4,
     pd_ssm_dict_size=4,
 )
 
@@ -82,7 +82,7 @@ def test_assigning_mixers_updates_layer_types_and_the_cache_follows():
         ("num_hidden_layers", 3, "`mixers` names 2 layers but `num_hidden_layers` is 3"),
         ("ssm_mixer", "nonsense", "`ssm_mixer` must be one of"),
         ("ssm_mixer", "bd_lru", "give `mixers` in the same change"),
-        ("pd_ssm_state_size", -3, "`pd_ssm_state_size` must be an integer >= 1"),
+        ("pd_ssm_head_state_size", -3, "`pd_ssm_head_state_size` must be an integer >= 1"),
         ("hidden_size", "32", "`hidden_size` must be an integer >= 1"),
         ("layer_types", ["full_attention", "full_attention"], "`layer_types` is derived from `mixers`"),
     ],
@@ -97,8 +97,8 @@ def test_a_bad_assignment_raises_naming_the_field_and_leaves_the_config_unchange
 
 def test_fields_of_an_unused_mixer_are_checked_once_a_layer_uses_it():
     """A pure-attention config does not look at pd_ssm_ fields, but switching a layer to pd_ssm validates them."""
-    config = tiny_config(mixers="AA", pd_ssm_state_size=-3)
-    with pytest.raises(ValueError, match="`pd_ssm_state_size` must be an integer >= 1, got -3"):
+    config = tiny_config(mixers="AA", pd_ssm_head_state_size=-3)
+    with pytest.raises(ValueError, match="`pd_ssm_head_state_size` must be an integer >= 1, got -3"):
         config.mixers = "PA"
     assert config.mixers == ["attention", "attention"]
 
@@ -106,20 +106,20 @@ def test_fields_of_an_unused_mixer_are_checked_once_a_layer_uses_it():
 def test_update_changes_dependent_fields_together():
     """`update` applies several fields at once, then validates: layers and pattern can change together."""
     config = tiny_config(mixers="SA")
-    config.update({"num_hidden_layers": 3, "ssm_mixer": "bd_lru", "mixers": "SAP", "lru_state_size": 8})
+    config.update({"num_hidden_layers": 3, "ssm_mixer": "bd_lru", "mixers": "SAP", "lru_total_state_size": 8})
     assert config.mixers == ["bd_lru", "attention", "pd_ssm"]
     assert config.layer_types == ["linear_attention", "full_attention", "linear_attention"]
-    with pytest.raises(ValueError, match="lru_block_size"):  # 10 is not a multiple of lru_block_size 4
-        config.update({"lru_state_size": 10})
-    assert config.lru_state_size == 8
+    with pytest.raises(ValueError, match="lru_group_size"):  # 10 is not a multiple of lru_group_size 4
+        config.update({"lru_total_state_size": 10})
+    assert config.lru_total_state_size == 8
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
         (dict(ssm_mixer="nonsense"), "`ssm_mixer` must be one of"),
-        (dict(pd_ssm_state_size=-3), "`pd_ssm_state_size` must be an integer >= 1"),
-        (dict(pd_ssm_stat_size=4), "did you mean `pd_ssm_state_size`"),
+        (dict(pd_ssm_head_state_size=-3), "`pd_ssm_head_state_size` must be an integer >= 1"),
+        (dict(pd_ssm_stat_size=4), "did you mean `pd_ssm_head_state_size`"),
         (dict(num_hidden_layers=3), "`mixers` names 2 layers"),
     ],
 )
@@ -172,7 +172,7 @@ def test_a_config_json_as_saved_by_earlier_versions_loads_and_takes_overrides(tm
         (dict(hidden_act="swishy"), "`hidden_act` must be one of"),
         (dict(pd_ssm_stat_size=4), "`pd_ssm_stat_size` is not a HybridSSMConfig field; did you mean "),
         (dict(pd_ssm_diagnal="unit"), "did you mean `pd_ssm_diagonal`"),
-        (dict(lru_blok_size=2), "did you mean `lru_block_size`"),
+        (dict(lru_blok_size=2), "did you mean `lru_group_size`"),
         (dict(deer_maxiter=3), "did you mean `deer_max_iter`"),
         (dict(lrc_zzz=3), "its fields with this prefix: \\['lrc_input_term'"),
     ],
@@ -202,7 +202,7 @@ def test_field_names_come_from_the_class_so_new_fields_are_accepted():
     with pytest.raises(ValueError, match="did you mean `pd_ssm_new_option`"):
         Extended(**TINY, pd_ssm_new_optoin="y")
     check_config_keys(["pd_ssm_new_option"], config_class=Extended)
-    assert "pd_ssm_state_size" in config_field_names()
+    assert "pd_ssm_head_state_size" in config_field_names()
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,7 @@ def base_dir(tmp_path_factory) -> Path:
     tok = ByteTokenizer()
     config = HybridSSMConfig(
         vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-        mixers=MIXERS, pd_ssm_state_size=4, pd_ssm_dict_size=4, lru_state_size=16, lrc_state_size=16,
+        mixers=MIXERS, pd_ssm_head_state_size=4, pd_ssm_dict_size=4, lru_total_state_size=16, lrc_num_channels=16,
         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, max_position_embeddings=256,
     )  # fmt: skip
     path = tmp_path_factory.mktemp("base")
@@ -59,9 +59,9 @@ def test_lora_target_groups_wrap_the_documented_projections(base_dir):
     settings = FinetuneSettings(model=str(base_dir), lora=True, lora_target_modules="attention,ssm")
     model = add_lora(HybridSSMForCausalLM.from_pretrained(base_dir), settings)
     assert wrapped(model) == {
-        "0.mixer.selection", "0.mixer.magnitude.up", "0.mixer.phase.up", "0.mixer.input_proj", "0.mixer.output_proj",
+        "0.mixer.selection", "0.mixer.magnitude.up", "0.mixer.phase.up", "0.mixer.in_proj", "0.mixer.out_proj",
         "1.mixer.q_proj", "1.mixer.k_proj", "1.mixer.v_proj", "1.mixer.o_proj",
-        "2.mixer.value_proj", "2.mixer.gate_proj", "2.mixer.output_proj",
+        "2.mixer.in_proj", "2.mixer.gate_proj", "2.mixer.out_proj",
         "3.mixer.in_proj", "3.mixer.out_proj",
     }  # fmt: skip
     settings.lora_target_modules = "mlp"

@@ -240,7 +240,9 @@ def test_lru_and_deer_models_route_through_the_kernels(pattern, kernel, monkeypa
     ids = torch.randint(1, 37, (1, 6), device=DEVICE)
     for backend, expected in (("triton", True), ("torch", False)):
         calls.clear()
-        config = tiny_config(pattern, scan_backend=backend, lru_state_size=6, lru_block_size=3, lrc_state_size=4)
+        config = tiny_config(
+            pattern, scan_backend=backend, lru_total_state_size=6, lru_group_size=3, lrc_num_channels=4
+        )
         HybridSSMForCausalLM(config).to(DEVICE)(ids)
         assert bool(calls) == expected, backend
 
@@ -440,10 +442,10 @@ def _model_pair(pattern, **overrides):
 MODEL_CASES = {
     "pd_ssm": ("PA", {}),
     "pd_ssm learned start, real D": ("P", {"pd_ssm_initial_state": "learned", "pd_ssm_diagonal": "magnitude"}),
-    "bd_lru+h_lru": ("BH", {"lru_state_size": 6, "lru_block_size": 3}),
-    "diag_lru": ("D", {"lru_state_size": 6}),
-    "lrc_ssm": ("L", {"lrc_state_size": 6}),
-    "lstm_ssm": ("R", {"lrc_state_size": 4}),
+    "bd_lru+h_lru": ("BH", {"lru_total_state_size": 6, "lru_group_size": 3}),
+    "diag_lru": ("D", {"lru_total_state_size": 6}),
+    "lrc_ssm": ("L", {"lrc_num_channels": 6}),
+    "lstm_ssm": ("R", {"lrc_num_channels": 4}),
 }
 
 

@@ -103,7 +103,7 @@ def _mixer(name: str, stiff: bool = False, gain: float = 5.0, input_std: float =
     """A small mixer; `stiff`: recurrent gains x `gain` (|J| > 1 in places) and input projections of std
     `input_std` per weight (3: saturated, switching gates). Stiff but not chaotic: float32 and float64 sequential
     loops still agree to ~1e-6 there, so a 1e-5 comparison is meaningful."""
-    config = tiny_config([name], hidden_size=16, lrc_state_size=8, **overrides)
+    config = tiny_config([name], hidden_size=16, lrc_num_channels=8, **overrides)
     torch.manual_seed(1)
     mixer = LRC_MIXER_CLASSES[name](config, 0)
     if stiff:
@@ -350,25 +350,25 @@ def test_backward_peak_memory_does_not_grow_with_newton_iterations():
 @pytest.mark.parametrize("name", MIXERS)
 def test_cached_decode_equals_full_forward(name):
     """Prefill (DEER) + token-by-token decoding (exact single steps) == the full forward, in an "SA" hybrid."""
-    config = tiny_config("SA", ssm_mixer=name, lrc_state_size=8)
+    config = tiny_config("SA", ssm_mixer=name, lrc_num_channels=8)
     assert max_cached_decode_error(config, steps=17, prefill=9) <= 1e-4
 
 
 def test_cached_decode_without_eps_input_term():
     """`lrc_input_term=False` (eps without W_eps u) also decodes exactly and projects only f and z."""
-    config = tiny_config("SL", ssm_mixer="lrc_ssm", lrc_state_size=8, lrc_input_term=False)
+    config = tiny_config("SL", ssm_mixer="lrc_ssm", lrc_num_channels=8, lrc_input_term=False)
     assert HybridSSMForCausalLM(config).model.layers[1].mixer.in_proj.out_features == 2 * 8
     assert max_cached_decode_error(config) <= 1e-4
 
 
 def test_save_reload_is_bit_identical(tmp_path):
     """save_pretrained -> from_pretrained reproduces the logits of every LrcSSM-family mixer exactly."""
-    assert reload_is_bit_identical(tiny_config("LGMRA", lrc_state_size=8), str(tmp_path))
+    assert reload_is_bit_identical(tiny_config("LGMRA", lrc_num_channels=8), str(tmp_path))
 
 
 def test_reload_keeps_trained_cell_parameters(tmp_path):
     """Loading does not re-initialise the cells' own parameters (gate biases, gains, leaks)."""
-    model = HybridSSMForCausalLM(tiny_config("LR", lrc_state_size=8))
+    model = HybridSSMForCausalLM(tiny_config("LR", lrc_num_channels=8))
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.5)
@@ -380,7 +380,7 @@ def test_reload_keeps_trained_cell_parameters(tmp_path):
 
 def test_padding_leaves_state_unchanged():
     """Left padding of any token values leaves every LrcSSM-family final state where no padding leaves it."""
-    model = HybridSSMForCausalLM(tiny_config("LGMR", lrc_state_size=8)).eval()
+    model = HybridSSMForCausalLM(tiny_config("LGMR", lrc_num_channels=8)).eval()
     seq = torch.randint(1, 37, (1, 7))
     padded = torch.cat([torch.randint(1, 37, (1, 5)), seq], dim=1)
     mask = torch.cat([torch.zeros(1, 5), torch.ones(1, 7)], dim=1).long()
@@ -393,7 +393,7 @@ def test_padding_leaves_state_unchanged():
 
 def test_state_shapes_solve_info_and_bad_state():
     """Cache states are (B, D) ((B, 2, D) for the LSTM, planar); a DEER forward exposes its SolveInfo; a wrong state raises."""
-    model = HybridSSMForCausalLM(tiny_config("LR", lrc_state_size=8)).eval()
+    model = HybridSSMForCausalLM(tiny_config("LR", lrc_num_channels=8)).eval()
     with torch.no_grad():
         cache = model(torch.randint(1, 37, (3, 20)), use_cache=True).cache
     assert cache.layers[0].recurrent_states[0].shape == (3, 8)
@@ -410,7 +410,7 @@ def test_sequential_solver_gives_same_model_outputs_and_gradients():
     results = []
     for solver in ("deer", "sequential"):
         torch.manual_seed(0)
-        model = HybridSSMForCausalLM(tiny_config("LAGMR", lrc_state_size=8, lrc_solver=solver))
+        model = HybridSSMForCausalLM(tiny_config("LAGMR", lrc_num_channels=8, lrc_solver=solver))
         out = model(ids, labels=ids, use_cache=False)
         out.loss.backward()
         results.append((out.logits, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
@@ -423,7 +423,7 @@ def test_sequential_solver_gives_same_model_outputs_and_gradients():
 
 def test_bfloat16_autocast_keeps_solver_in_float32(monkeypatch):
     """Under bf16 autocast the DEER solver receives float32 inputs, weights and state; logits stay close to fp32."""
-    model = HybridSSMForCausalLM(tiny_config("LAR", lrc_state_size=8)).eval()
+    model = HybridSSMForCausalLM(tiny_config("LAR", lrc_num_channels=8)).eval()
     ids = torch.randint(1, 37, (2, 25))
     seen = []
     real = mixer_lrc.deer_solve
@@ -450,7 +450,7 @@ def test_pattern_letters_name_the_mixers():
 @pytest.mark.parametrize(
     "overrides,field",
     [
-        ({"lrc_state_size": 0}, "lrc_state_size"),
+        ({"lrc_num_channels": 0}, "lrc_num_channels"),
         ({"deer_max_iter": 0}, "deer_max_iter"),
         ({"deer_tol": -1e-3}, "deer_tol"),
         ({"deer_damping": 0.0}, "deer_damping"),
@@ -469,5 +469,5 @@ def test_invalid_config_raises_naming_the_field(overrides, field):
 def test_trust_remote_code_loads_lrc_mixers_without_hf_ssm(tmp_path):
     """A checkpoint with every LrcSSM-family mixer loads with trust_remote_code where hf_ssm cannot be imported
     (deer.py, scan_diag.py and mixer_lrc.py are copied with it) and gives identical logits."""
-    model = HybridSSMForCausalLM(tiny_config("LGMRA", lrc_state_size=8))
+    model = HybridSSMForCausalLM(tiny_config("LGMRA", lrc_num_channels=8))
     assert {"deer.py", "scan_diag.py", "mixer_lrc.py"} <= assert_loads_without_hf_ssm(model, tmp_path / "lrc")

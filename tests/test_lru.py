@@ -22,7 +22,7 @@ BOUNDED = [n for n in LRU_NORMALIZATIONS if n != "none"]
 
 def lru_config(mixer: str, **overrides):
     """A one-layer config whose only layer is `mixer` (bd_lru / h_lru / diag_lru)."""
-    settings = dict(hidden_size=8, lru_state_size=12, lru_block_size=3)
+    settings = dict(hidden_size=8, lru_total_state_size=12, lru_group_size=3)
     settings.update(overrides)
     return tiny_config([mixer], **settings)
 
@@ -39,8 +39,8 @@ def random_scan_inputs(batch, steps, blocks, m, dtype=torch.float32):
     p = normalize_gates(3 * torch.randn(batch, steps, blocks, m, m + 1, dtype=dtype), "tanh_l1")
     A = p[..., :m].contiguous().requires_grad_()
     b = torch.randn(batch, steps, blocks, m, dtype=dtype, requires_grad=True)
-    h0 = torch.randn(batch, blocks, m, dtype=dtype, requires_grad=True)
-    return A, b, h0
+    x0 = torch.randn(batch, blocks, m, dtype=dtype, requires_grad=True)
+    return A, b, x0
 
 
 # ----------------------------------------------------------------------------------------------- scans
@@ -49,14 +49,14 @@ def random_scan_inputs(batch, steps, blocks, m, dtype=torch.float32):
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 8])
 def test_parallel_block_scan_matches_sequential(m):
     """block_scan (chunked, hand-written backward) == the sequential loop: states, final state and the gradients
-    of A, b and h0, for B = 1, odd T and several chunk sizes (dividing T or not)."""
-    A, b, h0 = random_scan_inputs(1, 37, 3, m)
+    of A, b and x0, for B = 1, odd T and several chunk sizes (dividing T or not)."""
+    A, b, x0 = random_scan_inputs(1, 37, 3, m)
     g_states, g_final = torch.randn(1, 37, 3, m), torch.randn(1, 3, m)
-    ref_states, ref_final = block_scan_sequential(A, b, h0)
-    ref_grads = torch.autograd.grad((ref_states * g_states).sum() + (ref_final * g_final).sum(), (A, b, h0))
+    ref_states, ref_final = block_scan_sequential(A, b, x0)
+    ref_grads = torch.autograd.grad((ref_states * g_states).sum() + (ref_final * g_final).sum(), (A, b, x0))
     for chunk in (None, 1, 5, 37, 64):
-        states, final = block_scan(A, b, h0, chunk_size=chunk)
-        grads = torch.autograd.grad((states * g_states).sum() + (final * g_final).sum(), (A, b, h0))
+        states, final = block_scan(A, b, x0, chunk_size=chunk)
+        grads = torch.autograd.grad((states * g_states).sum() + (final * g_final).sum(), (A, b, x0))
         torch.testing.assert_close(states, ref_states, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(final, ref_final, atol=1e-5, rtol=1e-5)
         for got, want in zip(grads, ref_grads):
@@ -78,17 +78,17 @@ def test_block_scan_edge_cases(steps):
 
 def test_block_scan_backward_passes_gradcheck():
     """The hand-written backward equals finite differences (float64), independently of the sequential loop."""
-    A, b, h0 = random_scan_inputs(1, 7, 2, 3, dtype=torch.float64)
-    assert torch.autograd.gradcheck(lambda A, b, h0: block_scan(A, b, h0, chunk_size=3), (A, b, h0))
+    A, b, x0 = random_scan_inputs(1, 7, 2, 3, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda A, b, x0: block_scan(A, b, x0, chunk_size=3), (A, b, x0))
 
 
 def test_block_scan_rejects_bad_shapes():
     """Mismatched shapes, T = 0 and a wrong initial state raise ValueError instead of broadcasting silently."""
-    A, b, h0 = random_scan_inputs(1, 5, 2, 3)
+    A, b, x0 = random_scan_inputs(1, 5, 2, 3)
     with pytest.raises(ValueError, match="A must have shape"):
         block_scan(A[..., :2], b)
     with pytest.raises(ValueError, match="initial_state must have shape"):
-        block_scan(A, b, h0[:, :1])
+        block_scan(A, b, x0[:, :1])
     with pytest.raises(ValueError, match="T >= 1"):
         block_scan(A[:, :0], b[:, :0])
     with pytest.raises(ValueError, match="b must have shape"):
@@ -102,7 +102,7 @@ def test_block_scan_rejects_bad_shapes():
 def test_h_lru_literal_loop_equals_companion_scan(m):
     """H-LRU output == h_t = sum_k a_{t,k} h_{t-k} + beta_t v_t written as a loop over past values (h_<=0 = 0),
     read out as W_o [h_t; ...; h_{t-m+1}]. Guards the companion matrix orientation: its transpose must differ."""
-    mixer = make_mixer("h_lru", lru_block_size=m, lru_state_size=4 * m, lru_normalization="tanh_l1")
+    mixer = make_mixer("h_lru", lru_group_size=m, lru_total_state_size=4 * m, lru_normalization="tanh_l1")
     nn.init.normal_(mixer.gate_proj.weight, std=1.0)
     u = torch.randn(2, 11, 8)
     p, v = mixer.gates(u)
@@ -112,12 +112,12 @@ def test_h_lru_literal_loop_equals_companion_scan(m):
         h = sum(p[:, t, :, k - 1] * history[k - 1] for k in range(1, m + 1)) + p[:, t, :, m] * v[:, t]
         history = [h, *history[:-1]]
         features.append(torch.stack(history, dim=-1))  # (B, N, m): lag 0 .. m-1 per channel
-    expected = mixer.output_proj(torch.stack(features, dim=1).flatten(2))
+    expected = mixer.out_proj(torch.stack(features, dim=1).flatten(2))
     torch.testing.assert_close(mixer(u)[0], expected, atol=1e-5, rtol=1e-5)
 
     a, v = mixer.scan_inputs(u)
     wrong, _ = block_scan(companion_matrices(a).transpose(-1, -2), nn.functional.pad(v.unsqueeze(-1), (0, m - 1)))
-    assert not torch.allclose(mixer.output_proj(wrong.flatten(2)), expected, atol=1e-3)
+    assert not torch.allclose(mixer.out_proj(wrong.flatten(2)), expected, atol=1e-3)
 
 
 def test_companion_matrix_layout():
@@ -133,7 +133,7 @@ def test_bd_lru_literal_loop_equals_scan():
     nn.init.normal_(mixer.gate_proj.weight, std=1.0)
     u = torch.randn(1, 9, 8)
     p, v = mixer.gates(u)
-    n, m = mixer.num_blocks, mixer.block_size
+    n, m = mixer.num_groups, mixer.group_size
     h = torch.zeros(n, m)
     features = []
     for t in range(u.shape[1]):
@@ -144,7 +144,7 @@ def test_bd_lru_literal_loop_equals_scan():
                 new[blk, i] = row + p[0, t, blk, i, m] * v[0, t, blk, i]
         h = new
         features.append(h.flatten())
-    expected = mixer.output_proj(torch.stack(features)).unsqueeze(0)
+    expected = mixer.out_proj(torch.stack(features)).unsqueeze(0)
     torch.testing.assert_close(mixer(u)[0], expected, atol=1e-5, rtol=1e-5)
 
 
@@ -153,10 +153,10 @@ def test_m1_is_the_diagonal_lru():
     h_t = a_t h_{t-1} + (1 - a_t) v_t (softmax gates), so with the same weights all three agree."""
     assert issubclass(DiagonalLRUMixer, BlockDiagonalLRUMixer)
     assert "forward" not in vars(DiagonalLRUMixer) and "scan_inputs" not in vars(DiagonalLRUMixer)
-    diag = make_mixer("diag_lru", lru_state_size=6)
-    assert (diag.num_blocks, diag.block_size) == (6, 1)
-    bd = make_mixer("bd_lru", lru_state_size=6, lru_block_size=1)
-    h = make_mixer("h_lru", lru_state_size=6, lru_block_size=1)
+    diag = make_mixer("diag_lru", lru_total_state_size=6)
+    assert (diag.num_groups, diag.group_size) == (6, 1)
+    bd = make_mixer("bd_lru", lru_total_state_size=6, lru_group_size=1)
+    h = make_mixer("h_lru", lru_total_state_size=6, lru_group_size=1)
     nn.init.normal_(diag.gate_proj.weight, std=1.0)
     for other in (bd, h):
         other.load_state_dict(diag.state_dict())
@@ -166,12 +166,12 @@ def test_m1_is_the_diagonal_lru():
     torch.testing.assert_close(h(u)[0], y)
 
     g = diag.gate_proj(u).view(2, 10, 6, 2)
-    a, v = torch.sigmoid(g[..., 0] - g[..., 1]), diag.value_proj(u)
+    a, v = torch.sigmoid(g[..., 0] - g[..., 1]), diag.in_proj(u)
     state, states = torch.zeros(2, 6), []
     for t in range(10):
         state = a[:, t] * state + (1 - a[:, t]) * v[:, t]
         states.append(state)
-    torch.testing.assert_close(y, diag.output_proj(torch.stack(states, dim=1)), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(y, diag.out_proj(torch.stack(states, dim=1)), atol=1e-6, rtol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------- normalisations
@@ -205,7 +205,7 @@ def _state_and_value_peaks(mixer, steps=10_000):
 @pytest.mark.parametrize("mixer", ["bd_lru", "h_lru", "diag_lru"])
 def test_state_bounded_by_largest_input(mixer, normalization):
     """docs/design.md §5 stability: over 10 000 steps of random input, max |h_t| <= max |v_t| (up to rounding)."""
-    lru = make_mixer(mixer, lru_block_size=4, lru_state_size=16, lru_normalization=normalization)
+    lru = make_mixer(mixer, lru_group_size=4, lru_total_state_size=16, lru_normalization=normalization)
     nn.init.normal_(lru.gate_proj.weight, std=1.0)  # gates far from uniform: near-one-hot and signed rows
     nn.init.normal_(lru.gate_proj.bias, std=1.0)
     state_peak, value_peak = _state_and_value_peaks(lru)
@@ -215,7 +215,7 @@ def test_state_bounded_by_largest_input(mixer, normalization):
 @pytest.mark.parametrize("mixer", ["bd_lru", "h_lru"])
 def test_none_normalization_is_unbounded(mixer):
     """`none` (raw gates) has no such bound: the same check fails, so the bound above is not vacuous."""
-    lru = make_mixer(mixer, lru_block_size=4, lru_state_size=16, lru_normalization="none")
+    lru = make_mixer(mixer, lru_group_size=4, lru_total_state_size=16, lru_normalization="none")
     nn.init.normal_(lru.gate_proj.weight, std=1.0)
     state_peak, value_peak = _state_and_value_peaks(lru, steps=500)
     assert not state_peak <= value_peak, (state_peak, value_peak)
@@ -227,7 +227,9 @@ def test_none_normalization_is_unbounded(mixer):
 def _parity_block(normalization: str, scale: float) -> BlockDiagonalLRUMixer:
     """One BD-LRU block (N = 1, m = 2) over one-hot inputs {0: start, 1: a, 2: b} with hand-set gates:
     start writes e_0 through the input gate, a keeps the state (identity), b swaps the two entries."""
-    mixer = make_mixer("bd_lru", hidden_size=3, lru_state_size=2, lru_block_size=2, lru_normalization=normalization)
+    mixer = make_mixer(
+        "bd_lru", hidden_size=3, lru_total_state_size=2, lru_group_size=2, lru_normalization=normalization
+    )
     logits = torch.zeros(1, 2, 3, 3)  # (block, row i, [A[i, 0], A[i, 1], beta_i], token)
     logits[0, 0, 2, 0] = logits[0, 1, 2, 0] = 1  # start: both rows take the input
     logits[0, 0, 0, 1] = logits[0, 1, 1, 1] = 1  # a: identity
@@ -235,7 +237,7 @@ def _parity_block(normalization: str, scale: float) -> BlockDiagonalLRUMixer:
     with torch.no_grad():
         mixer.gate_proj.weight.copy_(scale * logits.view(6, 3))
         mixer.gate_proj.bias.zero_()
-        mixer.value_proj.weight.copy_(torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]))
+        mixer.in_proj.weight.copy_(torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]))
     return mixer
 
 
@@ -253,10 +255,10 @@ def test_bd_lru_block_runs_a_two_state_automaton(normalization, scale, atol):
     torch.testing.assert_close(states[0, :, 0, 0], (parity[0] == 0).float(), atol=atol, rtol=0)
     torch.testing.assert_close(states[0, :, 0, 1], (parity[0] == 1).float(), atol=atol, rtol=0)
 
-    diag = make_mixer("diag_lru", hidden_size=3, lru_state_size=2)
+    diag = make_mixer("diag_lru", hidden_size=3, lru_total_state_size=2)
     with torch.no_grad():
         nn.init.normal_(diag.gate_proj.weight, std=5.0)
-        diag.value_proj.weight.copy_(mixer.value_proj.weight)
+        diag.in_proj.weight.copy_(mixer.in_proj.weight)
         diag_states, _ = diag.states(nn.functional.one_hot(torch.tensor([[0, 2, 2, 1, 2]]), 3).float())
     assert diag_states[0, 0, 0, 0] > 0 and (diag_states[0, :, 1, 0] == 0).all()  # h[1] can never become non-zero
 
@@ -273,7 +275,7 @@ def test_padding_leaves_state_unchanged(mixer):
     mask = torch.ones(2, 12, dtype=torch.bool)
     mask[0, :4] = False  # left padding
     mask[1, [2, 7, 8]] = False  # holes
-    start = torch.randn(2, lru.num_blocks, lru.block_size)
+    start = torch.randn(2, lru.num_groups, lru.group_size)
     y, final = lru(u, state=start, mask=mask)
     for row in range(2):
         y_ref, final_ref = lru(u[row : row + 1, mask[row]], state=start[row : row + 1])
@@ -285,7 +287,7 @@ def test_padding_leaves_state_unchanged(mixer):
 def test_left_padded_batch_matches_unpadded():
     """In a full model, a left-padded row gives the logits of the same tokens without padding: the LRU layers skip
     masked positions exactly (the masked tokens are arbitrary ids, so nothing relies on the pad embedding)."""
-    model = HybridSSMForCausalLM(tiny_config("BAHD", lru_state_size=12, lru_block_size=3)).eval()
+    model = HybridSSMForCausalLM(tiny_config("BAHD", lru_total_state_size=12, lru_group_size=3)).eval()
     ids = torch.randint(1, 37, (2, 9))
     attention_mask = torch.ones(2, 9, dtype=torch.long)
     attention_mask[0, :4] = 0
@@ -298,13 +300,13 @@ def test_left_padded_batch_matches_unpadded():
 @pytest.mark.parametrize("normalization", ["softmax", "tanh_l1"])
 def test_cached_decode_matches_full_forward(pattern, normalization):
     """Prefill + one-token-at-a-time decode with the cache gives the full-sequence logits."""
-    config = tiny_config(pattern, lru_state_size=12, lru_block_size=3, lru_normalization=normalization)
+    config = tiny_config(pattern, lru_total_state_size=12, lru_group_size=3, lru_normalization=normalization)
     assert max_cached_decode_error(config) < 1e-5
 
 
 def test_cached_state_has_fixed_size():
     """Each LRU layer caches one float32 tensor (B, N, m), whatever the sequence length."""
-    config = tiny_config("BAHD", lru_state_size=12, lru_block_size=3)
+    config = tiny_config("BAHD", lru_total_state_size=12, lru_group_size=3)
     model = HybridSSMForCausalLM(config).eval()
     expected = {0: (2, 4, 3), 2: (2, 4, 3), 3: (2, 12, 1)}
     for steps in (3, 40):
@@ -331,22 +333,22 @@ def test_bf16_autocast_keeps_scan_in_float32(mixer):
 
 def test_init_follows_design():
     """Projections ~ N(0, initializer_range = 0.02), zero gate bias (docs/design.md §5), after the model's post_init."""
-    model = HybridSSMForCausalLM(tiny_config("BHD", hidden_size=64, lru_state_size=64, lru_block_size=4))
+    model = HybridSSMForCausalLM(tiny_config("BHD", hidden_size=64, lru_total_state_size=64, lru_group_size=4))
     for layer in model.model.layers:
         mixer = layer.mixer
         assert torch.equal(mixer.gate_proj.bias, torch.zeros_like(mixer.gate_proj.bias))
-        for proj in (mixer.gate_proj, mixer.value_proj, mixer.output_proj):
+        for proj in (mixer.gate_proj, mixer.in_proj, mixer.out_proj):
             assert abs(proj.weight.std().item() - 0.02) < 0.003, (type(mixer).__name__, proj.weight.std())
 
 
 @pytest.mark.parametrize(
     "overrides, field",
     [
-        (dict(lru_block_size=0), "lru_block_size"),
-        (dict(lru_block_size=2.0), "lru_block_size"),
-        (dict(lru_state_size=0), "lru_state_size"),
+        (dict(lru_group_size=0), "lru_group_size"),
+        (dict(lru_group_size=2.0), "lru_group_size"),
+        (dict(lru_total_state_size=0), "lru_total_state_size"),
         (dict(lru_normalization="l2"), "lru_normalization"),
-        (dict(lru_state_size=10, lru_block_size=4), "lru_state_size"),
+        (dict(lru_total_state_size=10, lru_group_size=4), "lru_total_state_size"),
     ],
 )
 @pytest.mark.parametrize("pattern", ["AB", "H"])
@@ -359,8 +361,8 @@ def test_invalid_settings_raise(overrides, field, pattern):
 def test_valid_settings_pass():
     """diag_lru ignores the block size (m = 1), so a width not divisible by it is fine; non-LRU configs never
     check the lru_ fields."""
-    assert tiny_config("DA", lru_state_size=10, lru_block_size=4).mixers == ["diag_lru", "attention"]
-    tiny_config("PA", lru_block_size=0)
+    assert tiny_config("DA", lru_total_state_size=10, lru_group_size=4).mixers == ["diag_lru", "attention"]
+    tiny_config("PA", lru_group_size=0)
 
 
 # ----------------------------------------------------------------------------------------- checkpoints
@@ -368,11 +370,11 @@ def test_valid_settings_pass():
 
 def test_save_reload_is_bit_identical(tmp_path):
     """save_pretrained -> from_pretrained reproduces the logits exactly, safetensors only."""
-    assert reload_is_bit_identical(tiny_config("BAHD", lru_state_size=12, lru_block_size=3), str(tmp_path))
+    assert reload_is_bit_identical(tiny_config("BAHD", lru_total_state_size=12, lru_group_size=3), str(tmp_path))
 
 
 def test_trust_remote_code_loads_without_hf_ssm(tmp_path):
     """A checkpoint with every LRU mixer loads with trust_remote_code where hf_ssm cannot be imported (the copied
     modeling folder must carry mixer_lru.py and scan_block.py) and gives identical logits."""
-    model = HybridSSMForCausalLM(tiny_config("BAHD", lru_state_size=12, lru_block_size=3))
+    model = HybridSSMForCausalLM(tiny_config("BAHD", lru_total_state_size=12, lru_group_size=3))
     assert {"mixer_lru.py", "scan_block.py"} <= assert_loads_without_hf_ssm(model, tmp_path / "lru")

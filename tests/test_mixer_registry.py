@@ -41,17 +41,17 @@ class ToySumMixer(nn.Module):
     def __init__(self, config, layer_idx: int):
         super().__init__()
         self.state_size = config.toy_state_size
-        self.input_proj = nn.Linear(config.hidden_size, self.state_size, bias=False)
-        self.output_proj = nn.Linear(self.state_size, config.hidden_size, bias=False)
+        self.in_proj = nn.Linear(config.hidden_size, self.state_size, bias=False)
+        self.out_proj = nn.Linear(self.state_size, config.hidden_size, bias=False)
         self.gain = nn.Parameter(torch.full((self.state_size,), 5.0))  # the init hook sets it to 0.5
 
     def forward(self, hidden_states, state=None, mask=None):
-        b = self.input_proj(hidden_states).float()
+        b = self.in_proj(hidden_states).float()
         if mask is not None:
             b = b * mask[..., None]
-        h0 = b.new_zeros(b.shape[0], self.state_size) if state is None else state.float()
-        states = h0[:, None] + b.cumsum(dim=1)
-        y = self.output_proj((states * self.gain).to(hidden_states.dtype))
+        x0 = b.new_zeros(b.shape[0], self.state_size) if state is None else state.float()
+        states = x0[:, None] + b.cumsum(dim=1)
+        y = self.out_proj((states * self.gain).to(hidden_states.dtype))
         return y, states[:, -1].clone()
 
 
@@ -74,7 +74,7 @@ TOY_SPEC = MixerSpec(
     state_shape=lambda c: (c.toy_state_size,),
     width_fields=lambda w, f: {"toy_state_size": w},
     lora_group="toy",
-    lora_targets=("input_proj", "output_proj"),
+    lora_targets=("in_proj", "out_proj"),
     check_config=_check_toy,
     init_weights=_init_toy,
     config_fields={"toy_state_size": 6},
@@ -148,7 +148,7 @@ def test_model_builds_a_registered_mixer_and_runs_its_init_hook(toy):
     mixer = model.model.layers[0].mixer
     assert type(mixer) is ToySumMixer and SSM_MIXER_CLASSES[toy] is ToySumMixer
     assert torch.equal(mixer.gain, torch.full((6,), 0.5))
-    assert mixer.input_proj.weight.std().item() < 0.1  # N(0, initializer_range = 0.02), not kaiming-uniform
+    assert mixer.in_proj.weight.std().item() < 0.1  # N(0, initializer_range = 0.02), not kaiming-uniform
 
 
 def test_registered_mixer_cached_decode_equals_full_forward(toy):
@@ -172,7 +172,7 @@ def test_registered_mixer_keeps_the_model_invariants(toy, tmp_path):
 def test_lora_groups_include_a_registered_mixer(toy):
     """`--lora_target_modules ssm` (and the mixer's own group) reaches the registered mixer's declared targets."""
     model = HybridSSMForCausalLM(hybrid_config(toy))
-    expected = ["model.layers.0.mixer.input_proj", "model.layers.0.mixer.output_proj"]
+    expected = ["model.layers.0.mixer.in_proj", "model.layers.0.mixer.out_proj"]
     assert lora_target_modules("toy", model) == expected
     assert set(expected) <= set(lora_target_modules("ssm", model))
 
@@ -201,15 +201,18 @@ def test_width_matched_fields_give_every_mixer_at_least_that_state_width(width):
     """width_matched_fields gives each mixer alone a state of at least `width` real numbers, and less than one
     block (or head pair) more."""
     for name in mixer_names():
-        fields = {"pd_ssm_num_heads": 1, "lru_block_size": 4}
+        fields = {"pd_ssm_num_heads": 1, "lru_group_size": 4}
         config = hybrid_config(name, **{**fields, **width_matched_fields([name], width, fields)})
         got = mixer_spec(name).state_width(config)
         assert width <= got < width + 4, (name, got)
 
 
 def test_width_matched_fields_share_a_family_field_by_its_largest_value():
-    """bd_lru and diag_lru share lru_state_size / lru_block_size: the block size bd_lru needs and the state
+    """bd_lru and diag_lru share lru_total_state_size / lru_group_size: the block size bd_lru needs and the state
     rounded up to whole blocks win, so both get at least the width."""
-    fields = width_matched_fields(["diag_lru", "bd_lru", "attention"], 10, {"lru_block_size": 4})
-    assert fields == {"lru_block_size": 4, "lru_state_size": 12}
-    assert width_matched_fields(["diag_lru"], 10, {"lru_block_size": 4}) == {"lru_block_size": 1, "lru_state_size": 10}
+    fields = width_matched_fields(["diag_lru", "bd_lru", "attention"], 10, {"lru_group_size": 4})
+    assert fields == {"lru_group_size": 4, "lru_total_state_size": 12}
+    assert width_matched_fields(["diag_lru"], 10, {"lru_group_size": 4}) == {
+        "lru_group_size": 1,
+        "lru_total_state_size": 10,
+    }

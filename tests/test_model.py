@@ -178,7 +178,7 @@ def test_checkpoint_with_different_state_size_raises(tmp_path):
     """Loading N=5 weights into an N=8 model is an error naming the mismatch, never a silent re-init."""
     HybridSSMForCausalLM(tiny_config("SA")).save_pretrained(tmp_path)
     with pytest.raises((ValueError, RuntimeError), match="(?i)size|shape"):
-        HybridSSMForCausalLM.from_pretrained(tmp_path, pd_ssm_state_size=8)
+        HybridSSMForCausalLM.from_pretrained(tmp_path, pd_ssm_head_state_size=8)
 
 
 def test_cache_without_ssm_slots_raises():
@@ -196,7 +196,7 @@ def test_cache_without_ssm_slots_raises():
         (dict(mixers=["pd_ssm", "mamba"]), "mixers"),
         (dict(mixers="SAX"), "mixers"),
         (dict(mixers="SAS", num_hidden_layers=2), "mixers"),
-        (dict(pd_ssm_state_size=0), "pd_ssm_state_size"),
+        (dict(pd_ssm_head_state_size=0), "pd_ssm_head_state_size"),
         (dict(pd_ssm_dict_size=0), "pd_ssm_dict_size"),
         (dict(ssm_mixer="s4"), "ssm_mixer"),
         (dict(num_attention_heads=4, num_key_value_heads=3), "num_key_value_heads"),

@@ -26,7 +26,7 @@ def front_matter(card: str) -> dict:
 def config() -> HybridSSMConfig:
     return HybridSSMConfig(
         vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-        mixers=["pd_ssm", "attention", "bd_lru"], pd_ssm_state_size=4, pd_ssm_dict_size=4, lru_state_size=16,
+        mixers=["pd_ssm", "attention", "bd_lru"], pd_ssm_head_state_size=4, pd_ssm_dict_size=4, lru_total_state_size=16,
     )  # fmt: skip
 
 

@@ -182,7 +182,7 @@ def test_decode_step_is_one_state_update_without_the_chunked_scan(transition, mo
     u = torch.randn(2, 1, 32)
     y, new_state = layer(u, state=state)
     idx, dv = layer.transitions(u)
-    b = torch.view_as_complex(layer.input_proj(u).view(2, 1, 2, 5, 2))
+    b = torch.view_as_complex(layer.in_proj(u).view(2, 1, 2, 5, 2))
     expected = torch.zeros_like(state).scatter_add_(-1, idx[:, 0], dv[:, 0] * state) + b[:, 0]
     assert torch.allclose(new_state, expected, atol=1e-6)
 
@@ -235,7 +235,7 @@ def test_bf16_autocast_runs_projections_in_bf16_and_the_scan_in_complex64(transi
     layer = pd_mixer(transition, pd_ssm_initial_state="learned")
     u = torch.randn(2, 8, 32)
     seen, outputs = {}, {}
-    projections = ["selection", "input_proj", "output_proj", "magnitude.up", "phase.up"]
+    projections = ["selection", "in_proj", "out_proj", "magnitude.up", "phase.up"]
     for name in projections:
         layer.get_submodule(name).register_forward_hook(lambda m, i, o, name=name: seen.__setitem__(name, o.dtype))
     real_op = pd_ops._IMPLS[transition, "torch"]

@@ -24,7 +24,7 @@ def automaton_mixer(permutations: list[list[int]], transition: str = "dictionary
         "P",
         hidden_size=d,
         pd_ssm_num_heads=1,
-        pd_ssm_state_size=n,
+        pd_ssm_head_state_size=n,
         pd_ssm_dict_size=symbols,
         pd_ssm_transition=transition,
     )
@@ -39,9 +39,9 @@ def automaton_mixer(permutations: list[list[int]], transition: str = "dictionary
         mixer.selection.weight[0, START] = 50.0  # the start symbol uses entry 0 (x_0 = 0, so any P works)
         mixer.magnitude.down_bias.fill_(30.0)  # |D| = sigmoid(30) = 1 in float32
         mixer.phase.down_bias.fill_(-30.0)  # arg D = 2 pi sigmoid(-30) ~ 6e-13
-        mixer.input_proj.weight[0, START] = 1.0  # b = e_0 (real part of state 0) on the start symbol
+        mixer.in_proj.weight[0, START] = 1.0  # b = e_0 (real part of state 0) on the start symbol
         for i in range(n):
-            mixer.output_proj.weight[i, i] = 1.0  # y[i] = Re x[i]
+            mixer.out_proj.weight[i, i] = 1.0  # y[i] = Re x[i]
     return mixer
 
 

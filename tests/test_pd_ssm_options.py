@@ -33,13 +33,17 @@ def test_one_hot_initial_state_equals_passing_e0():
 @torch.no_grad()
 def test_head_basis_initial_state_starts_head_h_at_e_h():
     """pd_ssm_initial_state="head_basis": head h starts at e_(h mod N); the run equals passing that state."""
-    layer = PDSSMMixer(tiny_config("S", pd_ssm_initial_state="head_basis", pd_ssm_num_heads=3, pd_ssm_state_size=2), 0)
+    layer = PDSSMMixer(
+        tiny_config("S", pd_ssm_initial_state="head_basis", pd_ssm_num_heads=3, pd_ssm_head_state_size=2), 0
+    )
     basis = torch.zeros(4, 3, 2, dtype=torch.complex64)
     basis[:, 0, 0] = basis[:, 1, 1] = basis[:, 2, 0] = 1  # head 2 wraps around to e_0 (N = 2)
     assert torch.equal(layer.initial_state(4), basis)
     u = torch.randn(4, 7, 32)
     assert torch.equal(layer(u)[0], layer(u, state=basis)[0])
-    one_hot = PDSSMMixer(tiny_config("S", pd_ssm_initial_state="one_hot", pd_ssm_num_heads=3, pd_ssm_state_size=2), 0)
+    one_hot = PDSSMMixer(
+        tiny_config("S", pd_ssm_initial_state="one_hot", pd_ssm_num_heads=3, pd_ssm_head_state_size=2), 0
+    )
     one_hot.load_state_dict(layer.state_dict())
     assert not torch.allclose(one_hot(u)[0], layer(u)[0])  # head 1 starts elsewhere, so the outputs differ
 
@@ -114,7 +118,7 @@ def test_unit_diagonal_is_one_and_has_no_diagonal_parameters():
 def test_unit_diagonal_with_one_hot_start_is_a_pure_permutation_automaton():
     """With D = 1, x_0 = e_0 and B = 0 the state stays one-hot: the product of the hard permutations."""
     layer = mixer(pd_ssm_diagonal="unit", pd_ssm_initial_state="one_hot")
-    layer.input_proj.weight.zero_()
+    layer.in_proj.weight.zero_()
     u = torch.randn(1, 9, 32)
     idx, _ = layer.transitions(u)
     _, final = layer(u)

@@ -64,7 +64,7 @@ def test_post_norm_block_has_no_mlp_no_residual_and_no_final_norm():
 @pytest.mark.parametrize("mixer", ["diag_lru", "attention"])
 def test_post_norm_block_computes_layernorm_of_mixer_plus_skip(mixer):
     """For a mixer without its own skip: block(x) = LayerNorm(Mixer(x) + D_skip * x) (eval: no dropout)."""
-    model = HybridSSMForCausalLM(tiny_config([mixer], **POST_NORM, lru_state_size=8)).eval()
+    model = HybridSSMForCausalLM(tiny_config([mixer], **POST_NORM, lru_total_state_size=8)).eval()
     layer = model.model.layers[0]
     with torch.no_grad():
         layer.skip.uniform_(0.5, 1.5)
@@ -87,7 +87,7 @@ def test_post_norm_dropout_never_drops_the_pd_ssm_skip_term():
     config = tiny_config("P", block_type="post_norm_mixer", block_dropout=0.5)
     layer = HybridSSMForCausalLM(config).model.layers[0].train()
     with torch.no_grad():
-        layer.mixer.output_proj.weight.zero_()
+        layer.mixer.out_proj.weight.zero_()
         layer.mixer.skip.uniform_(0.5, 1.5)
         x = torch.randn(2, 7, 32)
         assert torch.allclose(layer(x), layer.output_layernorm(layer.mixer.skip * x), atol=1e-6)
@@ -95,7 +95,9 @@ def test_post_norm_dropout_never_drops_the_pd_ssm_skip_term():
 
 def test_post_norm_dropout_is_active_in_training_only():
     """block_dropout drops out the mixer output in training mode; eval mode is deterministic."""
-    model = HybridSSMForCausalLM(tiny_config("D", block_type="post_norm_mixer", block_dropout=0.5, lru_state_size=8))
+    model = HybridSSMForCausalLM(
+        tiny_config("D", block_type="post_norm_mixer", block_dropout=0.5, lru_total_state_size=8)
+    )
     ids = torch.randint(1, 37, (2, 9))
     with torch.no_grad():
         model.train()

@@ -147,8 +147,8 @@ def test_packed_blocks_with_boundary_reset_equal_documents_run_separately():
     torch.manual_seed(0)
     config = HybridSSMConfig(
         vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-        mixers=["pd_ssm", "attention", "bd_lru", "lrc_ssm"], pd_ssm_state_size=4, pd_ssm_dict_size=4,
-        lru_state_size=16, lrc_state_size=16,
+        mixers=["pd_ssm", "attention", "bd_lru", "lrc_ssm"], pd_ssm_head_state_size=4, pd_ssm_dict_size=4,
+        lru_total_state_size=16, lrc_num_channels=16,
     )  # fmt: skip
     model = HybridSSMForCausalLM(config).eval()
     tok = ByteTokenizer()
@@ -379,7 +379,7 @@ def _script_module(name: str):
         (["--config", "/no/such/config.json"], "--config: file not found"),
         (["--override", "hidden_size"], "KEY=VALUE"),
         (["--override", "hiden_size=100"], "--override: 'hiden_size' is not a HybridSSMConfig field; did you mean"),
-        (["--override", "pd_ssm_stat_size=4"], "did you mean `pd_ssm_state_size`"),
+        (["--override", "pd_ssm_stat_size=4"], "did you mean `pd_ssm_head_state_size`"),
     ],
 )
 def test_bad_arguments_exit_with_a_clear_message(args, message, tmp_path, capsys, monkeypatch):

@@ -153,7 +153,7 @@ ALL_MIXERS = [*LRU_MIXERS, *LRC_MIXER_CLASSES]
 
 def _mixer(name):
     config = HybridSSMConfig(
-        hidden_size=8, num_hidden_layers=1, mixers=[name], lru_state_size=6, lru_block_size=3, lrc_state_size=5
+        hidden_size=8, num_hidden_layers=1, mixers=[name], lru_total_state_size=6, lru_group_size=3, lrc_num_channels=5
     )
     cls = LRU_MIXERS.get(name) or LRC_MIXER_CLASSES[name]
     mixer = cls(config, 0)

@@ -36,7 +36,7 @@ def test_paper_recipe_builds_two_post_norm_pd_ssm_blocks_of_the_documented_sizes
     config = model.config
     assert config.mixers == ["pd_ssm", "pd_ssm"] and config.num_hidden_layers == 2
     assert (config.block_type, config.block_dropout) == ("post_norm_mixer", 0.01)
-    assert (config.hidden_size, config.pd_ssm_state_size, config.pd_ssm_num_heads) == (128, 128, 1)
+    assert (config.hidden_size, config.pd_ssm_head_state_size, config.pd_ssm_num_heads) == (128, 128, 1)
     assert (config.pd_ssm_dict_size, config.pd_ssm_initial_state) == (8, "one_hot")
     assert not any(".mlp." in name for name, _ in model.named_parameters())
 

@@ -97,9 +97,9 @@ def test_pattern_letters_mean_what_they_mean_in_the_config():
 
     base = dict(task="parity", hidden_size=16, state_size=4, num_heads=1)
     config = model_config(StateTrackingSettings(**base, mixer="pd_ssm", pattern="BA"))
-    assert config.mixers == ["bd_lru", "attention"] and config.lru_state_size == 8
+    assert config.mixers == ["bd_lru", "attention"] and config.lru_total_state_size == 8
     config = model_config(StateTrackingSettings(**base, mixer="diag_lru", pattern="SAL"))
-    assert config.mixers == ["diag_lru", "attention", "lrc_ssm"] and config.lrc_state_size == 8
+    assert config.mixers == ["diag_lru", "attention", "lrc_ssm"] and config.lrc_num_channels == 8
     config = model_config(StateTrackingSettings(**base, mixer="attention", pattern="SP"))
     assert config.mixers == ["attention", "pd_ssm"]  # an attention baseline turns S into A only
     assert model_config(StateTrackingSettings(task="a5", num_generators=3)).vocab_size == 4

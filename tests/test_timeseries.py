@@ -299,8 +299,8 @@ def test_unknown_dataset_and_bad_options_raise(tmp_path):
 def tiny_config(mixer: str = "pd_ssm", **kw) -> HybridSSMConfig:
     options = dict(
         vocab_size=1, hidden_size=16, intermediate_size=32, num_hidden_layers=2, mixers=f"S{'A' if kw.pop('attn', False) else 'S'}",
-        ssm_mixer=mixer, num_attention_heads=2, pd_ssm_state_size=4, pd_ssm_dict_size=4, lru_state_size=8,
-        lrc_state_size=8, input_channels=3, num_labels=4, classifier_pooling="mean",
+        ssm_mixer=mixer, num_attention_heads=2, pd_ssm_head_state_size=4, pd_ssm_dict_size=4, lru_total_state_size=8,
+        lrc_num_channels=8, input_channels=3, num_labels=4, classifier_pooling="mean",
     )  # fmt: skip
     options.update(kw)
     return HybridSSMConfig(**options)
@@ -451,7 +451,7 @@ def test_script_smoke_run_on_basicmotions(tmp_path):
         (["--dataset", "NoSuchData", "--data_dir", "."], "not found"),
         (["--pattern", "SX"], "unknown letters"),
         (["--split", "random"], "invalid choice"),
-        (["--extra_config", '{"lru_blok_size": 2}'], "did you mean `lru_block_size`"),
+        (["--extra_config", '{"lru_blok_size": 2}'], "did you mean `lru_group_size`"),
         (["--extra_config", '{"hiden_size": 8}'], "did you mean `hidden_size`"),
     ],
 )

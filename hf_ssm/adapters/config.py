@@ -6,7 +6,7 @@ The adapter is one residual branch after decoder layer `layer_index` of the base
     readout = "classifier":  logits = W_cls Mixer(Norm(h))      (B, T, num_labels); the base's h is never changed
 
 The mixer is any name in `SSM_MIXER_CLASSES` (default `pd_ssm`); `mixer_settings` holds its HybridSSMConfig
-fields (e.g. `pd_ssm_state_size`). The `base_*` fields are filled in when the adapter is attached and are
+fields (e.g. `pd_ssm_head_state_size`). The `base_*` fields are filled in when the adapter is attached and are
 checked when it is loaded onto another base.
 """
 
@@ -32,8 +32,8 @@ class SSMAdapterConfig:
 
     Args:
         mixer: the SSM mixer, a name registered in `hf_ssm.modeling.SSM_MIXER_CLASSES` (default `"pd_ssm"`).
-        mixer_settings: HybridSSMConfig fields of that mixer, e.g. `{"pd_ssm_state_size": 8, "pd_ssm_dict_size": 16}`;
-            unset fields take HybridSSMConfig's defaults.
+        mixer_settings: HybridSSMConfig fields of that mixer, e.g. `{"pd_ssm_head_state_size": 8,
+            "pd_ssm_dict_size": 16}`; unset fields take HybridSSMConfig's defaults.
         layer_index: insert after this decoder layer (0-based; negative counts from the end; default -1, the last).
         readout: `"lm_head"` (the adapter adds to the residual stream and so feeds the base's LM head) or
             `"classifier"` (its own linear readout to `num_labels` classes; the base's logits stay untouched).
@@ -77,6 +77,10 @@ class SSMAdapterConfig:
             raise ValueError(f"`mixer` must be one of {sorted(SSM_MIXER_CLASSES)}, got {self.mixer!r}")
         if not isinstance(self.mixer_settings, dict):
             raise ValueError(f"`mixer_settings` must be a dict of HybridSSMConfig fields, got {self.mixer_settings!r}")
+        from ..modeling.legacy_names import rename_config_fields
+
+        # fields under a name from before a renaming (an adapter saved then) move to their new name, with a warning
+        self.mixer_settings = rename_config_fields(self.mixer_settings, "SSMAdapterConfig.mixer_settings")
         reserved = sorted(set(self.mixer_settings) & set(RESERVED_MIXER_SETTINGS))
         if reserved:
             raise ValueError(

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..modeling.legacy_names import rename_legacy_keys
 from .config import ADAPTER_WEIGHTS_NAME, SSMAdapterConfig
 from .layer import SSMAdapter
 
@@ -355,7 +356,7 @@ def load_ssm_adapter(
     requires_grad = [p.requires_grad for p in model.parameters()]  # attaching freezes the base
     adapted = attach_ssm_adapter(model, config)
     try:
-        tensors = load_file(str(weights_path))
+        tensors = rename_legacy_keys(load_file(str(weights_path)))  # weights saved before a renaming, too
         expected = adapted.adapter_state_dict()
         missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
         wrong = sorted(k for k in set(expected) & set(tensors) if tensors[k].shape != expected[k].shape)

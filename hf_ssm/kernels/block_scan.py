@@ -12,7 +12,7 @@ Inputs float32 / bfloat16 / float16, accumulated in float32; states and gradient
 
 A program holds a tile of blocks (BN blocks x m) in registers; products are broadcast multiply-sums over the
 (BN, m, m[, m]) tile. Backward: lambda_t = g_t + A_{t+1}^T lambda_{t+1}, run as nu_t = A_t^T lambda_t,
-lambda_t = g_t + nu_{t+1} in reversed time; grad_A_t = lambda_t h_{t-1}^T, grad_b = lambda, grad_h0 = nu_0.
+lambda_t = g_t + nu_{t+1} in reversed time; grad_A_t = lambda_t h_{t-1}^T, grad_b = lambda, grad_x0 = nu_0.
 """
 
 from __future__ import annotations
@@ -171,12 +171,12 @@ def _block_carry_kernel(
 
 @triton.jit
 def _block_apply_kernel(
-    A_ptr, g_ptr, keep_ptr, cu_ptr, starts_ptr, out_ptr, final_ptr, states_ptr, h0_ptr, grad_A_ptr, N, m, L,
-    max_chunks, COMPANION: tl.constexpr, REVERSE: tl.constexpr, GRAD_A: tl.constexpr, HAS_H0: tl.constexpr,
+    A_ptr, g_ptr, keep_ptr, cu_ptr, starts_ptr, out_ptr, final_ptr, states_ptr, x0_ptr, grad_A_ptr, N, m, L,
+    max_chunks, COMPANION: tl.constexpr, REVERSE: tl.constexpr, GRAD_A: tl.constexpr, HAS_X0: tl.constexpr,
     HAS_KEEP: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr,
 ):  # fmt: skip
     """Per (sequence, chunk, block tile): states (forward) or lambda and grad_A (reverse), and the final state /
-    grad_h0 of the sequence."""
+    grad_x0 of the sequence."""
     pid = tl.program_id(0)
     seq = pid // max_chunks
     c = pid % max_chunks
@@ -197,13 +197,13 @@ def _block_apply_kernel(
         if REVERSE:
             lam = g + x
             tl.store(out_ptr + row, lam, mask=mask2)
-            if GRAD_A:  # h_{t-1}: the previous state, or h0 at the sequence start
+            if GRAD_A:  # h_{t-1}: the previous state, or x0 at the sequence start
                 tt = tl.zeros_like(ii) + t
                 prev = tl.load(states_ptr + row - N * m, mask=mask2 & (tt > start)[None, :], other=0.0)
-                if HAS_H0:
+                if HAS_X0:
                     first = mask2 & (tt == start)[None, :]
                     prev += tl.load(
-                        h0_ptr + (seq.to(tl.int64) * N + n)[:, None] * m + ii[None, :], mask=first, other=0.0
+                        x0_ptr + (seq.to(tl.int64) * N + n)[:, None] * m + ii[None, :], mask=first, other=0.0
                     )
                 if HAS_KEEP:  # a masked step used the identity, not A_t: no gradient for A_t
                     prev = tl.where(((tl.zeros_like(ii) + tl.load(keep_ptr + t)) != 0)[None, :], prev, 0.0)
@@ -233,7 +233,7 @@ def _tiles(N: int, mp: int) -> tuple[int, int]:
 
 
 @on_tensor_device
-def _run(A, g, layout: Layout, chunk, m, init, companion, reverse, states=None, h0=None, grad_A=False, keep=None):
+def _run(A, g, layout: Layout, chunk, m, init, companion, reverse, states=None, x0=None, grad_A=False, keep=None):
     """One chunked pass over the flattened (B*T) tokens: A (total, N, m, m) or (total, N, m) (companion first rows); g (total, N, m)
     or (total, N) (companion forward input). Returns (out (total, N, m), final (S, N, m), grad_A or None), float32."""
     total, N = A.shape[0], A.shape[1]
@@ -266,8 +266,8 @@ def _run(A, g, layout: Layout, chunk, m, init, companion, reverse, states=None, 
         )
     _block_apply_kernel[(S * C, grid_dim(cdiv(N, bn)))](
         A, g, keep if keep is not None else g, layout.cu, starts, out, final,
-        states if states is not None else out, h0 if h0 is not None else out, ga if grad_A else out,
-        N, m, chunk, C, COMPANION=companion, REVERSE=reverse, GRAD_A=grad_A, HAS_H0=h0 is not None,
+        states if states is not None else out, x0 if x0 is not None else out, ga if grad_A else out,
+        N, m, chunk, C, COMPANION=companion, REVERSE=reverse, GRAD_A=grad_A, HAS_X0=x0 is not None,
         HAS_KEEP=keep is not None, MP=mp, BN=bn,
     )  # fmt: skip
     return out, final, ga
@@ -275,30 +275,30 @@ def _run(A, g, layout: Layout, chunk, m, init, companion, reverse, states=None, 
 
 class _BlockScanFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, A, b, h0, keep, layout, chunk, companion):
+    def forward(ctx, A, b, x0, keep, layout, chunk, companion):
         m = A.shape[-1]
         Af = A.reshape(layout.total, *A.shape[2:]).contiguous()
         bf = b.reshape(layout.total, *b.shape[2:]).contiguous()
-        h0f = None if h0 is None else h0.contiguous()
-        states, final, _ = _run(Af, bf, layout, chunk, m, h0f, companion, reverse=False, keep=keep)
-        ctx.save_for_backward(Af, h0f, states, keep)
+        x0f = None if x0 is None else x0.contiguous()
+        states, final, _ = _run(Af, bf, layout, chunk, m, x0f, companion, reverse=False, keep=keep)
+        ctx.save_for_backward(Af, x0f, states, keep)
         ctx.layout, ctx.chunk, ctx.companion, ctx.m = layout, chunk, companion, m
-        ctx.meta = (A.shape, A.dtype, b.shape, b.dtype, None if h0 is None else h0.dtype)
+        ctx.meta = (A.shape, A.dtype, b.shape, b.dtype, None if x0 is None else x0.dtype)
         return states.view(layout.batch, layout.steps, *states.shape[1:]), final
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_states, grad_final):
-        Af, h0f, states, keep = ctx.saved_tensors
+        Af, x0f, states, keep = ctx.saved_tensors
         layout, m = ctx.layout, ctx.m
-        A_shape, A_dtype, b_shape, b_dtype, h0_dtype = ctx.meta
+        A_shape, A_dtype, b_shape, b_dtype, x0_dtype = ctx.meta
         if grad_states is None:
             g = torch.zeros_like(states)
         else:
             g = grad_states.reshape(states.shape).to(torch.float32).contiguous()
         gf = None if grad_final is None else grad_final.to(torch.float32).contiguous()
-        lam, grad_h0, grad_A = _run(
-            Af, g, layout, ctx.chunk, m, gf, ctx.companion, reverse=True, states=states, h0=h0f, grad_A=True, keep=keep
+        lam, grad_x0, grad_A = _run(
+            Af, g, layout, ctx.chunk, m, gf, ctx.companion, reverse=True, states=states, x0=x0f, grad_A=True, keep=keep
         )
         grad_b = lam[..., 0] if ctx.companion else lam
         if keep is not None:  # a masked step had zero input
@@ -306,7 +306,7 @@ class _BlockScanFunction(torch.autograd.Function):
         return (
             grad_A.reshape(A_shape).to(A_dtype),
             grad_b.reshape(b_shape).to(b_dtype),
-            None if h0f is None else grad_h0.to(h0_dtype),
+            None if x0f is None else grad_x0.to(x0_dtype),
             None,
             None,
             None,
@@ -325,17 +325,17 @@ def _keep(mask: torch.Tensor | None, layout: Layout) -> torch.Tensor | None:
     return mask.reshape(-1).to(torch.int32).contiguous()
 
 
-def _prepare(b_like: torch.Tensor, m: int, h0, chunk_size) -> tuple[Layout, int]:
+def _prepare(b_like: torch.Tensor, m: int, x0, chunk_size) -> tuple[Layout, int]:
     if not 1 <= m <= MAX_BLOCK:
         raise ValueError(f"the Triton block scan supports block sizes m in [1, {MAX_BLOCK}], got m = {m}")
     layout = make_layout(b_like.shape[0], b_like.shape[1], b_like.device, "b")
     blocks = b_like.shape[2]
-    if h0 is not None:
-        if tuple(h0.shape) != (layout.batch, blocks, m):
+    if x0 is not None:
+        if tuple(x0.shape) != (layout.batch, blocks, m):
             raise ValueError(
-                f"initial_state must have shape (B, N, m) = {(layout.batch, blocks, m)}, got {tuple(h0.shape)}"
+                f"initial_state must have shape (B, N, m) = {(layout.batch, blocks, m)}, got {tuple(x0.shape)}"
             )
-        check_float_dtype("initial_state", h0)
+        check_float_dtype("initial_state", x0)
     chunk = default_chunk_size(layout.steps) if chunk_size is None else int(chunk_size)
     if chunk < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")

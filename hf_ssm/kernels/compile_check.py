@@ -37,11 +37,11 @@ def _variants():
     for companion, reverse, m in itertools.product([False, True], [False, True], [1, 2, 3, 8]):
         mp = 1 << (m - 1).bit_length()
         bn, bn_sum = tiles(4096, mp)
-        ptrs = {"A_ptr": "*bf16", "g_ptr": "*fp32", "keep_ptr": "*i32", "cu_ptr": "*i32", "h0_ptr": "*fp32"}
+        ptrs = {"A_ptr": "*bf16", "g_ptr": "*fp32", "keep_ptr": "*i32", "cu_ptr": "*i32", "x0_ptr": "*fp32"}
         flags = dict(COMPANION=companion, REVERSE=reverse, HAS_KEEP=True, MP=mp)
         yield block, "_block_summary_kernel", ptrs, {**flags, "BN": bn_sum}, (), 4
         yield block, "_block_carry_kernel", ptrs, dict(REVERSE=reverse, HAS_INIT=True, MP=mp, BN=bn), (), 4
-        apply = {**flags, "GRAD_A": reverse, "HAS_H0": True, "BN": bn}
+        apply = {**flags, "GRAD_A": reverse, "HAS_X0": True, "BN": bn}
         yield block, "_block_apply_kernel", ptrs, apply, (), 4
     for reverse, onehot, n_p in itertools.product([False, True], [True, False], [4, 64, 128, 256]):
         if onehot and n_p > 128:

@@ -10,6 +10,7 @@ from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 from transformers.modeling_rope_utils import RopeParameters
 
+from .legacy_names import RENAMED_CONFIG_FIELDS, rename_config_fields, warn_renamed_field
 from .mixer_registry import (
     ATTENTION,
     field_prefixes,
@@ -94,7 +95,8 @@ def check_config_keys(keys, source: str = "config", config_class=None) -> None:
     misspelt key is refused with the closest valid name instead of becoming an ignored PretrainedConfig extra.
     """
     valid = config_field_names(config_class)
-    accepted = {*valid, "num_labels"}  # num_labels: PretrainedConfig's property that sets id2label
+    # num_labels: PretrainedConfig's property that sets id2label; an old field name maps to its new one (FutureWarning)
+    accepted = {*valid, "num_labels", *RENAMED_CONFIG_FIELDS}
     for key in keys:
         if key not in accepted:
             raise ValueError(
@@ -109,7 +111,7 @@ def _reject_misspelt_mixer_fields(config_class, keys) -> None:
     prefixes = field_prefixes()
     valid = [*config_field_names(config_class), *registered_config_fields()]
     for key in keys:
-        if key.startswith(prefixes) and key not in valid:
+        if key.startswith(prefixes) and key not in valid and key not in RENAMED_CONFIG_FIELDS:
             prefix = next(p for p in prefixes if key.startswith(p))
             same_prefix = sorted(name for name in valid if name.startswith(prefix))
             hint = _closest(key, same_prefix) or f"; its fields with this prefix: {same_prefix}"
@@ -139,8 +141,8 @@ class HybridSSMConfig(PretrainedConfig):
             Also `L` lrc_ssm, `G` gru_ssm, `M` mgu_ssm, `R` lstm_ssm.
             Also `B` bd_lru, `H` h_lru, `D` diag_lru (each mixer's letter is in its mixer_registry.py declaration).
         ssm_mixer: the mixer that `S` stands for.
-        pd_ssm_num_heads: PD-SSM heads H (each with its own state of size N).
-        pd_ssm_state_size: PD-SSM state size N per head.
+        pd_ssm_num_heads: PD-SSM heads H (each with its own state of N complex numbers).
+        pd_ssm_head_state_size: N, the state size of each PD-SSM head (a layer's state is H x N complex numbers).
         pd_ssm_dict_size: PD-SSM dictionary size K of the transition generator.
         pd_ssm_temperature: straight-through softmax temperature tau of the P generator.
         pd_ssm_mlp_width: hidden width of the magnitude and phase MLPs (default 2N).
@@ -167,7 +169,8 @@ class HybridSSMConfig(PretrainedConfig):
             arXiv 2605.19150): K trainable score matrices give K fixed column-one-hot matrices once per forward,
             and every token picks one by the argmax of its selection logits, Theta(d K + N) per token.
             Straight-through gradients in both modes.
-        lrc_state_size: state channels D of lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm (LSTM: (c, h) per channel).
+        lrc_num_channels: D, the state channels of lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm (one number each; the
+            LSTM keeps (c, h), two per channel).
         lrc_input_term: keep the input term W_eps u in the LRC elastance eps (the released code drops it).
         lrc_solver: `"deer"` (Newton over the whole sequence, default) or `"sequential"` (a plain loop of exact
             steps; for debugging). Decoding one token is always the exact single step.
@@ -176,10 +179,11 @@ class HybridSSMConfig(PretrainedConfig):
         deer_damping: ELK-style damping k in (0, 1] used once an iterate diverges: J <- (1 - k) J clipped to
             norm 1; k moves towards 1 (a plain fixed-point step) if it diverges again.
         deer_max_growth: an iterate larger than this multiple of the current scale counts as diverging (> 1).
-        lru_state_size: recurrent state width of bd_lru / h_lru / diag_lru, split into N = lru_state_size / m
-            groups of m (BD-LRU: N blocks; H-LRU: N channels with their last m values; diag_lru: m = 1).
-        lru_block_size: m, the BD-LRU block size and the H-LRU order (>= 1; must divide `lru_state_size`).
-            diag_lru ignores it (m = 1).
+        lru_total_state_size: N m, the whole recurrent state of a bd_lru / h_lru / diag_lru layer, split into
+            N = lru_total_state_size / m groups of m (BD-LRU: N blocks; H-LRU: N channels with their last m
+            values; diag_lru: m = 1).
+        lru_group_size: m, the size of each group: the BD-LRU block size, the H-LRU order (>= 1; must divide
+            `lru_total_state_size`). diag_lru ignores it (m = 1).
         lru_normalization: how the selective gates of a row (input gate included) are normalised: `"softmax"`
             (default), `"sigmoid_l1"`, `"tanh_l1"` (signed), `"relu_l1"`, all of which keep the state bounded by
             the largest input value seen, or `"none"` (raw gates; the state is unbounded and can blow up).
@@ -202,6 +206,12 @@ class HybridSSMConfig(PretrainedConfig):
             get the block's own D_skip. `intermediate_size` and `hidden_act` are then unused.
         block_dropout: dropout probability in [0, 1) on the mixer output of a `"post_norm_mixer"` block (the
             authors use 0.01); must be 0 for `"pre_norm_residual"`, which has no dropout there.
+
+    Renamed fields (docs/design.md §9.1): `pd_ssm_state_size` is now `pd_ssm_head_state_size`, `lru_state_size`
+    `lru_total_state_size`, `lru_block_size` `lru_group_size` and `lrc_state_size` `lrc_num_channels`, with the
+    same values. The old names (legacy_names.RENAMED_CONFIG_FIELDS) still work everywhere a field name does, so
+    configs saved under them load, each with a FutureWarning naming the new field; a config saved again writes
+    the new names.
     """
 
     model_type = "hybrid_ssm"
@@ -227,7 +237,7 @@ class HybridSSMConfig(PretrainedConfig):
     ssm_mixer: str = "pd_ssm"
     layer_types: list[str] | None = None
     pd_ssm_num_heads: int = 1
-    pd_ssm_state_size: int = 16
+    pd_ssm_head_state_size: int = 16
     pd_ssm_dict_size: int = 32
     pd_ssm_temperature: float = 1.0
     pd_ssm_mlp_width: int | None = None
@@ -237,7 +247,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_diagonal: str = "complex"
     pd_ssm_initial_state: str = "zeros"
     pd_ssm_transition: str = "dictionary"
-    lrc_state_size: int = 64
+    lrc_num_channels: int = 64
     lrc_input_term: bool = True
     lrc_solver: str = "deer"
     deer_tol: float = 1e-4
@@ -245,8 +255,8 @@ class HybridSSMConfig(PretrainedConfig):
     deer_damping: float = 0.5
     deer_max_growth: float = 1e3
     classifier_pooling: str = "last"
-    lru_state_size: int = 64
-    lru_block_size: int = 4
+    lru_total_state_size: int = 64
+    lru_group_size: int = 4
     lru_normalization: str = "softmax"
     input_channels: int | None = None
     scan_backend: str = "auto"
@@ -264,6 +274,7 @@ class HybridSSMConfig(PretrainedConfig):
     # re-deriving `mixers` / `layer_types`; a change that fails leaves the config as it was.
 
     def __post_init__(self, **kwargs):
+        self._take_renamed_fields(kwargs)
         _reject_misspelt_mixer_fields(type(self), kwargs)
         for name, default in registered_config_fields().items():  # fields of mixers registered outside this file
             setattr(self, name, kwargs.pop(name, default))
@@ -282,12 +293,36 @@ class HybridSSMConfig(PretrainedConfig):
             # max(1, .): a model without attention layers never uses head_dim, but a saved config must reload
             self.head_dim = max(1, self.hidden_size // self.num_attention_heads)
         if self.pd_ssm_mlp_width is None:
-            self.pd_ssm_mlp_width = 2 * self.pd_ssm_state_size
+            self.pd_ssm_mlp_width = 2 * self.pd_ssm_head_state_size
         self.layer_types = self._derived_layer_types(self.layer_types)
         self._validate()
         super().__post_init__(**kwargs)
 
+    def _take_renamed_fields(self, kwargs: dict) -> None:
+        """Move fields given under an old name (a saved config, a keyword) out of `kwargs` into their new field.
+
+        The dataclass has already set the new field (to its default unless given): a new field set to another
+        value than the old one is a contradiction."""
+        for old in [key for key in kwargs if key in RENAMED_CONFIG_FIELDS]:
+            value = kwargs.pop(old)
+            new = warn_renamed_field(old, type(self).__name__)
+            current, default = getattr(self, new), type(self).__dataclass_fields__[new].default
+            if current != default and current != value:
+                raise ValueError(
+                    f"`{old}` (the old name of `{new}`) = {value!r} and `{new}` = {current!r} disagree; "
+                    f"give only `{new}`"
+                )
+            super().__setattr__(new, value)
+
+    def __getattr__(self, key):
+        # Only reached when normal lookup fails: an old field name reads its new field (with a FutureWarning).
+        if key in RENAMED_CONFIG_FIELDS:
+            return getattr(self, warn_renamed_field(key, type(self).__name__))
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {key!r}")
+
     def __setattr__(self, key, value):
+        if key in RENAMED_CONFIG_FIELDS:
+            key = warn_renamed_field(key, type(self).__name__)
         if key in _own_fields() and self.__dict__.get("_post_init_done"):
             self._apply_changes({key: value})
         else:
@@ -296,6 +331,7 @@ class HybridSSMConfig(PretrainedConfig):
     def update(self, config_dict: dict) -> None:
         """Like PretrainedConfig.update, but this class's fields change together, then are validated once: use it
         to change fields that depend on each other, e.g. `config.update({"num_hidden_layers": 2, "mixers": "SA"})`."""
+        config_dict = rename_config_fields(config_dict, type(self).__name__)
         own = {k: v for k, v in config_dict.items() if k in _own_fields()}
         _reject_misspelt_mixer_fields(type(self), config_dict)
         super().update({k: v for k, v in config_dict.items() if k not in own})
@@ -304,7 +340,9 @@ class HybridSSMConfig(PretrainedConfig):
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
         """PretrainedConfig.from_dict; keyword overrides of this class's fields (`from_pretrained(path,
-        mixers="SA")`) are applied together and validated, and a misspelt mixer field is refused."""
+        mixers="SA")`) are applied together and validated, and a misspelt mixer field is refused. Old field names,
+        in `config_dict` (a config saved before a renaming) or in `kwargs`, load into their new fields."""
+        kwargs = rename_config_fields(kwargs, cls.__name__)
         _reject_misspelt_mixer_fields(cls, kwargs)
         own = {k: kwargs.pop(k) for k in list(kwargs) if k in _own_fields()}
         result = super().from_dict(config_dict, **kwargs)

@@ -3,7 +3,7 @@
 Every state-dependent term is elementwise in the state x (a per-channel gain, never a matrix) while the input
 terms stay dense in u, so dx_t/dx_{t-1} is diagonal and a whole sequence is solved by DEER (deer.py): Newton
 iterations that are one diagonal linear scan each. Per layer, with u_t the layer input (B, T, d) and D =
-`lrc_state_size` channels:
+`lrc_num_channels` channels:
 
   lrc_ssm   f = g_fx sigma(a_f x + c_f) + g_fu sigma(W_f u + e_f) + g_leak
             z = g_zx sigma(a_z x + c_z) + g_zu sigma(W_z u + e_z) + g_leak
@@ -202,8 +202,9 @@ class LSTMCell:
         return torch.stack([c_new, o.mul_(t_c)], dim=-2), jac
 
 
-class DiagonalRNNMixer(nn.Module):
-    """Shared frame of the four mixers: gates = in_proj(u) + bias; solve the cell over T; out_proj.
+class NonlinearCellMixer(nn.Module):
+    """Shared frame of the four mixers, each a non-linear cell x_t = F(x_{t-1}, u_t) (unlike the linear LRU
+    mixers): gates = in_proj(u) + bias; solve the cell over T; out_proj.
 
     forward(hidden_states (B, T, d), state (B, D) [(B, 2, D) for the LSTM] float32 or None, mask (B, T) bool or
     None) -> (output (B, T, d), final state). Masked-out steps (padding) are the identity: the state is kept.
@@ -217,7 +218,7 @@ class DiagonalRNNMixer(nn.Module):
     def __init__(self, config: HybridSSMConfig, layer_idx: int):
         super().__init__()
         self.layer_idx = layer_idx
-        self.state_size = d_state = config.lrc_state_size
+        self.num_channels = d_state = config.lrc_num_channels
         self.solver = config.lrc_solver
         self.options = DEEROptions(
             tol=config.deer_tol,
@@ -237,7 +238,7 @@ class DiagonalRNNMixer(nn.Module):
 
     @property
     def state_shape(self) -> tuple[int, ...]:
-        return (self.state_size,) if self.cell.block == 1 else (self.cell.block, self.state_size)
+        return (self.num_channels,) if self.cell.block == 1 else (self.cell.block, self.num_channels)
 
     def initial_state(self, batch_size: int, device=None) -> torch.Tensor:
         return torch.zeros(batch_size, *self.state_shape, dtype=self.state_dtype, device=device)
@@ -245,7 +246,7 @@ class DiagonalRNNMixer(nn.Module):
     def gates(self, u: torch.Tensor) -> list[torch.Tensor]:
         """Pre-activations W u + b of every gate, each (B, T, D) float32 (bias only past the projected ones)."""
         batch, steps, _ = u.shape
-        proj = self.in_proj(u).float().view(batch, steps, -1, self.state_size)
+        proj = self.in_proj(u).float().view(batch, steps, -1, self.num_channels)
         bias = self.gate_bias.float()
         out = [proj[:, :, g] + bias[g] for g in range(proj.shape[2])]
         return out + [bias[g].expand(batch, steps, -1) for g in range(proj.shape[2], len(self.gate_names))]
@@ -285,7 +286,7 @@ class DiagonalRNNMixer(nn.Module):
         return y.to(hidden_states.dtype), states[:, -1].clone()
 
 
-class LrcSSMMixer(DiagonalRNNMixer):
+class LrcSSMMixer(NonlinearCellMixer):
     """LrcSSM (liquid-resistance liquid-capacitance) mixer, `lrc_ssm`."""
 
     cell = LRCCell()
@@ -293,7 +294,7 @@ class LrcSSMMixer(DiagonalRNNMixer):
 
     def __init__(self, config: HybridSSMConfig, layer_idx: int):
         super().__init__(config, layer_idx)
-        d_state = config.lrc_state_size
+        d_state = config.lrc_num_channels
         self.input_term = config.lrc_input_term
         self.state_gain = nn.Parameter(torch.empty(3, d_state))  # a_f, a_z, k
         self.state_bias = nn.Parameter(torch.empty(2, d_state))  # c_f, c_z
@@ -331,14 +332,14 @@ class LrcSSMMixer(DiagonalRNNMixer):
         return (f_in, z_in, eps_in), (a_f, c_f, g_fx, a_z, c_z, g_zx, k, self.leak_potential)
 
 
-class _GatedMixer(DiagonalRNNMixer):
+class _GatedMixer(NonlinearCellMixer):
     """GRU / MGU / LSTM with diagonal recurrent matrices: `recurrent` (G, D) holds v_gate per gate."""
 
     initial_bias: dict[str, float] = {}
 
     def __init__(self, config: HybridSSMConfig, layer_idx: int):
         super().__init__(config, layer_idx)
-        self.recurrent = nn.Parameter(torch.empty(len(self.gate_names), config.lrc_state_size))
+        self.recurrent = nn.Parameter(torch.empty(len(self.gate_names), config.lrc_num_channels))
         self.reset_cell_parameters()
 
     def reset_cell_parameters(self, init=nn.init) -> None:
@@ -377,7 +378,7 @@ class LstmSSMMixer(_GatedMixer):
         return states[..., 1, :]
 
 
-LRC_MIXER_CLASSES: dict[str, type[DiagonalRNNMixer]] = {
+LRC_MIXER_CLASSES: dict[str, type[NonlinearCellMixer]] = {
     "lrc_ssm": LrcSSMMixer,
     "gru_ssm": GruSSMMixer,
     "mgu_ssm": MguSSMMixer,
@@ -386,13 +387,13 @@ LRC_MIXER_CLASSES: dict[str, type[DiagonalRNNMixer]] = {
 
 __all__ = [
     "LRC_MIXER_CLASSES",
-    "DiagonalRNNMixer",
     "GRUCell",
     "GruSSMMixer",
     "LRCCell",
     "LSTMCell",
     "LrcSSMMixer",
+    "LstmSSMMixer",
     "MGUCell",
     "MguSSMMixer",
-    "LstmSSMMixer",
+    "NonlinearCellMixer",
 ]

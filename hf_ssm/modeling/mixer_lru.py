@@ -1,8 +1,9 @@
 """BD-LRU and H-LRU mixers (docs/design.md §5): linear recurrences with normalised selective gates.
 
-Both split a recurrent state of width `lru_state_size` into N groups of m (m = `lru_block_size`) and compute,
-from the layer input u_t (B, T, d), gates g_t = W_g u_t + b_g normalised over each row together with the
-input gate, so that a row's gate magnitudes sum to (at most) one.
+Both split a recurrent state of width `lru_total_state_size` into N groups of m (m = `lru_group_size`: a block
+of BD-LRU, the order of H-LRU) and compute, from the layer input u_t (B, T, d), gates g_t = W_g u_t + b_g
+normalised over each row together with the input gate, so that a row's gate magnitudes sum to (at most) one.
+The projections are `in_proj` (W_v), `gate_proj` (W_g, b_g) and `out_proj` (W_o).
 
 BD-LRU, N dense m x m blocks:
   v_t = W_v u_t (N, m);  p = normalise(g_t) (N, m, m+1);  A_t = p[..., :m],  beta_t = p[..., m]
@@ -19,8 +20,9 @@ Stability: with every normalisation but `none`, |h_t[i]| <= sum_j |A_t[i, j]| |h
 and is unbounded (the state can grow geometrically).
 
 The cached state is S (B, N, m) in float32 (for H-LRU: the last m values of h per channel); the gates and the
-scan always run in float32, while under bf16 autocast the projections run in bf16. Every parameter is an nn.Linear, so the model's `_init_weights` gives
-the docs/design.md §5 init: weights N(0, config.initializer_range = 0.02), zero gate bias.
+scan always run in float32, while under bf16 autocast the projections run in bf16. Every parameter is an
+nn.Linear, so the model's `_init_weights` gives the docs/design.md §5 init: weights N(0, config.initializer_range
+= 0.02), zero gate bias.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def normalize_gates(g: torch.Tensor, kind: str) -> torch.Tensor:
     raise ValueError(f"`lru_normalization` must be one of {list(LRU_NORMALIZATIONS)}, got {kind!r}")
 
 
-class _NormalisedLRU(nn.Module):
+class _NormalizedLRUMixer(nn.Module):
     """What BD-LRU and H-LRU share: the state layout (B, N, m), the float32 scan, the output projection.
 
     forward(hidden_states (B, T, d), state (B, N, m) float32 or None, mask (B, T) bool or None)
@@ -72,18 +74,18 @@ class _NormalisedLRU(nn.Module):
     state_dtype = torch.float32
     scan_op = "block_scan"
 
-    def __init__(self, config: HybridSSMConfig, layer_idx: int, block_size: int):
+    def __init__(self, config: HybridSSMConfig, layer_idx: int, group_size: int):
         super().__init__()
         self.layer_idx = layer_idx
-        self.block_size = block_size
-        self.state_size = config.lru_state_size
-        self.num_blocks = config.lru_state_size // block_size
+        self.group_size = group_size
+        self.total_state_size = config.lru_total_state_size
+        self.num_groups = config.lru_total_state_size // group_size
         self.normalization = config.lru_normalization
         self.scan_backend = getattr(config, "scan_backend", "auto")
-        self.output_proj = nn.Linear(self.num_blocks * block_size, config.hidden_size, bias=False)
+        self.out_proj = nn.Linear(self.num_groups * group_size, config.hidden_size, bias=False)
 
     def initial_state(self, batch_size: int, device=None) -> torch.Tensor:
-        return torch.zeros(batch_size, self.num_blocks, self.block_size, dtype=self.state_dtype, device=device)
+        return torch.zeros(batch_size, self.num_groups, self.group_size, dtype=self.state_dtype, device=device)
 
     def scan_inputs(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The float32 per-step inputs of the scan op for input u (B, T, d)."""
@@ -94,58 +96,58 @@ class _NormalisedLRU(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Recurrent states (B, T, N, m) and the final state (B, N, m), float32, for input u (B, T, d)."""
         scan = getattr(scan_ops(self.scan_backend, u.device), self.scan_op)
-        h0 = None if state is None else state.to(self.state_dtype)
-        return scan(*self.scan_inputs(u), h0, mask)
+        x0 = None if state is None else state.to(self.state_dtype)
+        return scan(*self.scan_inputs(u), x0, mask)
 
     def forward(self, hidden_states: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         batch, steps, _ = hidden_states.shape
         # The projections run in the weights' dtype, or in bf16 under autocast; gates and scan in float32.
-        states, final = self.states(hidden_states.to(self.output_proj.weight.dtype), state, mask)
+        states, final = self.states(hidden_states.to(self.out_proj.weight.dtype), state, mask)
         # float32 states into the projection's dtype (under autocast the matmul itself runs in bf16)
-        y = self.output_proj(states.reshape(batch, steps, -1).to(self.output_proj.weight.dtype))
+        y = self.out_proj(states.reshape(batch, steps, -1).to(self.out_proj.weight.dtype))
         return y.to(hidden_states.dtype), final
 
 
-class BlockDiagonalLRUMixer(_NormalisedLRU):
+class BlockDiagonalLRUMixer(_NormalizedLRUMixer):
     """BD-LRU: N blocks of size m with dense, row-normalised m x m transitions (the input gate in each row)."""
 
-    def __init__(self, config: HybridSSMConfig, layer_idx: int, block_size: int | None = None):
-        m = config.lru_block_size if block_size is None else block_size
+    def __init__(self, config: HybridSSMConfig, layer_idx: int, group_size: int | None = None):
+        m = config.lru_group_size if group_size is None else group_size
         super().__init__(config, layer_idx, m)
-        d, n = config.hidden_size, self.num_blocks
-        self.value_proj = nn.Linear(d, n * m, bias=False)
+        d, n = config.hidden_size, self.num_groups
+        self.in_proj = nn.Linear(d, n * m, bias=False)
         self.gate_proj = nn.Linear(d, n * m * (m + 1))
 
     def gates(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised gates p (B, T, N, m, m+1) and values v (B, T, N, m), float32, for input u (B, T, d)."""
-        n, m = self.num_blocks, self.block_size
+        n, m = self.num_groups, self.group_size
         g = self.gate_proj(u).float().unflatten(-1, (n, m, m + 1))
-        v = self.value_proj(u).float().unflatten(-1, (n, m))
+        v = self.in_proj(u).float().unflatten(-1, (n, m))
         return normalize_gates(g, self.normalization), v
 
     def scan_inputs(self, u):
         """A (B, T, N, m, m) and b (B, T, N, m) of block_scan."""
         p, v = self.gates(u)
-        m = self.block_size
+        m = self.group_size
         return p[..., :m], p[..., m] * v
 
 
 class DiagonalLRUMixer(BlockDiagonalLRUMixer):
-    """The diagonal selective LRU: BD-LRU with blocks of size 1 (state width `lru_state_size`), the baseline."""
+    """The diagonal selective LRU: BD-LRU with blocks of size 1 (state width `lru_total_state_size`), the baseline."""
 
     def __init__(self, config: HybridSSMConfig, layer_idx: int):
-        super().__init__(config, layer_idx, block_size=1)
+        super().__init__(config, layer_idx, group_size=1)
 
 
-class HigherOrderLRUMixer(_NormalisedLRU):
+class HigherOrderLRUMixer(_NormalizedLRUMixer):
     """H-LRU: N channels, each an order-m recurrence over its own last m values, per-channel normalised gates."""
 
     scan_op = "companion_scan"
 
     def __init__(self, config: HybridSSMConfig, layer_idx: int):
-        super().__init__(config, layer_idx, config.lru_block_size)
-        d, n, m = config.hidden_size, self.num_blocks, self.block_size
-        self.value_proj = nn.Linear(d, n, bias=False)
+        super().__init__(config, layer_idx, config.lru_group_size)
+        d, n, m = config.hidden_size, self.num_groups, self.group_size
+        self.in_proj = nn.Linear(d, n, bias=False)
         self.gate_proj = nn.Linear(d, n * (m + 1))
 
     def gates(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -153,15 +155,15 @@ class HigherOrderLRUMixer(_NormalisedLRU):
 
         p[..., k-1] is a_k, the weight of h_{t-k}; p[..., m] is the input gate beta.
         """
-        n, m = self.num_blocks, self.block_size
+        n, m = self.num_groups, self.group_size
         g = self.gate_proj(u).float().unflatten(-1, (n, m + 1))
-        return normalize_gates(g, self.normalization), self.value_proj(u).float()
+        return normalize_gates(g, self.normalization), self.in_proj(u).float()
 
     def scan_inputs(self, u):
         """Companion first rows a (B, T, N, m) and slot-0 inputs beta * v (B, T, N) of companion_scan: only h_t
         receives input, the older slots are shifted copies."""
         p, v = self.gates(u)
-        m = self.block_size
+        m = self.group_size
         return p[..., :m], p[..., m] * v
 
 

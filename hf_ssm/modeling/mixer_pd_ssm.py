@@ -11,8 +11,9 @@ Per head (H heads, state N each), with u_t the layer input (B, T, d) and K matri
   x_t   = P_t D_t x_{t-1} + B u_t,   y_t = Re(C x_t) + D_skip * u_t
 
 The mixer computes the op's inputs, calls its op (pd_ops.py: torch or Triton, bound once per device and backend)
-and projects; Re(C x) is a real linear map of [Re x, Im x]. Under autocast the projections run in the autocast
-dtype; the scan, its inputs from the selection on and the state stay float32 / complex64.
+and projects (`in_proj` is B, `out_proj` C); Re(C x) is a real linear map of [Re x, Im x]. Under autocast the
+projections run in the autocast dtype; the scan, its inputs from the selection on and the state stay float32 /
+complex64.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class PDSSMMixer(nn.Module):
         self.layer_idx = layer_idx
         d = config.hidden_size
         self.num_heads = h = config.pd_ssm_num_heads
-        self.state_size = n = config.pd_ssm_state_size
+        self.head_state_size = n = config.pd_ssm_head_state_size
         self.dict_size = k = config.pd_ssm_dict_size
         self.temperature = config.pd_ssm_temperature
         self.transition = getattr(config, "pd_ssm_transition", "dictionary")
@@ -86,8 +87,8 @@ class PDSSMMixer(nn.Module):
             self.magnitude = HeadwiseMLP(d, h, width, n, config.pd_ssm_magnitude_bias_init)
         if self.diagonal_kind == "complex":
             self.phase = HeadwiseMLP(d, h, width, n, config.pd_ssm_phase_bias_init)
-        self.input_proj = nn.Linear(d, 2 * h * n, bias=False)  # complex B: real and imaginary parts
-        self.output_proj = nn.Linear(2 * h * n, d, bias=False)  # Re(C x) = [C_re, -C_im] [Re x; Im x]
+        self.in_proj = nn.Linear(d, 2 * h * n, bias=False)  # complex B: real and imaginary parts
+        self.out_proj = nn.Linear(2 * h * n, d, bias=False)  # Re(C x) = [C_re, -C_im] [Re x; Im x]
         self.skip = nn.Parameter(torch.ones(d))
         self.dictionary_diagonal_init = float(getattr(config, "pd_ssm_dictionary_diagonal_init", 0.0))
         nn.init.normal_(self.dictionary, std=1.0 / math.sqrt(n))
@@ -96,20 +97,20 @@ class PDSSMMixer(nn.Module):
 
     def one_hot_initial_state(self, device=None) -> torch.Tensor:
         """e_0 in every head as [real, imag] pairs: (H, N, 2) float32."""
-        x0 = torch.zeros(self.num_heads, self.state_size, 2, device=device)
+        x0 = torch.zeros(self.num_heads, self.head_state_size, 2, device=device)
         x0[:, 0, 0] = 1
         return x0
 
     def head_basis_initial_state(self, device=None) -> torch.Tensor:
         """e_(h mod N) in head h as [real, imag] pairs: (H, N, 2) float32."""
-        x0 = torch.zeros(self.num_heads, self.state_size, 2, device=device)
-        x0[torch.arange(self.num_heads), torch.arange(self.num_heads) % self.state_size, 0] = 1
+        x0 = torch.zeros(self.num_heads, self.head_state_size, 2, device=device)
+        x0[torch.arange(self.num_heads), torch.arange(self.num_heads) % self.head_state_size, 0] = 1
         return x0
 
     def initial_state(self, batch_size: int, device=None) -> torch.Tensor:
         """x_0: (B, H, N) complex64; zeros, e_0 in every head, e_(h mod N) in head h, or the learned x_0
         (differentiable)."""
-        shape = (batch_size, self.num_heads, self.state_size)
+        shape = (batch_size, self.num_heads, self.head_state_size)
         if self.initial_state_kind == "zeros":
             return torch.zeros(shape, dtype=self.state_dtype, device=device)
         pairs = {
@@ -132,7 +133,9 @@ class PDSSMMixer(nn.Module):
         """D_t: (B, T, H, N) complex64, |D| = sigmoid(MLP_mag(u)), arg D = 2 pi sigmoid(MLP_phase(u))."""
         batch, steps, _ = u.shape
         if self.diagonal_kind == "unit":
-            return torch.ones(batch, steps, self.num_heads, self.state_size, dtype=self.state_dtype, device=u.device)
+            return torch.ones(
+                batch, steps, self.num_heads, self.head_state_size, dtype=self.state_dtype, device=u.device
+            )
         if self.diagonal_kind == "magnitude":
             magnitude = torch.sigmoid(self.magnitude(u).float())
             return torch.complex(magnitude, torch.zeros_like(magnitude))
@@ -175,11 +178,11 @@ class PDSSMMixer(nn.Module):
         x0 = None if state is None else state.to(self.state_dtype)
         logits = self.selection_logits(u)
         selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
-        b = torch.view_as_complex(self.input_proj(u).float().view(batch, steps, self.num_heads, self.state_size, 2))
+        b = torch.view_as_complex(self.in_proj(u).float().view(batch, steps, self.num_heads, self.head_state_size, 2))
         op = self.scan_op(u.device)
         states, final = op(selection, self.dictionary, self.diagonal(u), b, x0, mask, self.temperature)
         # per head [Re x, Im x] (B, T, H * 2N): the (re, im) pairs moved to the front of each head's state, one copy
         features = torch.view_as_real(states).transpose(-1, -2).reshape(batch, steps, -1)
         # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
-        y = self.output_proj(features.to(self.output_proj.weight.dtype)) + self.skip * u
+        y = self.out_proj(features.to(self.out_proj.weight.dtype)) + self.skip * u
         return y.to(hidden_states.dtype), final

@@ -230,7 +230,7 @@ def _check_pd_ssm(config) -> None:
         check_positive_int,
     )
 
-    for name in ("pd_ssm_num_heads", "pd_ssm_state_size", "pd_ssm_dict_size", "pd_ssm_mlp_width"):
+    for name in ("pd_ssm_num_heads", "pd_ssm_head_state_size", "pd_ssm_dict_size", "pd_ssm_mlp_width"):
         check_positive_int(name, getattr(config, name))
     check_choice("pd_ssm_diagonal", config.pd_ssm_diagonal, PD_SSM_DIAGONALS)
     check_choice("pd_ssm_initial_state", config.pd_ssm_initial_state, PD_SSM_INITIAL_STATES)
@@ -246,8 +246,8 @@ def _init_pd_ssm(module, init, config) -> None:
     each: init.copy_ skips weights loaded from a checkpoint)."""
     import torch
 
-    eye = torch.eye(module.state_size, device=module.dictionary.device, dtype=module.dictionary.dtype)
-    start = torch.randn_like(module.dictionary) * module.state_size**-0.5
+    eye = torch.eye(module.head_state_size, device=module.dictionary.device, dtype=module.dictionary.dtype)
+    start = torch.randn_like(module.dictionary) * module.head_state_size**-0.5
     init.copy_(module.dictionary, start + module.dictionary_diagonal_init * eye)
     if module.initial_state_kind == "learned":
         init.copy_(module.learned_initial_state, module.one_hot_initial_state(module.dictionary.device))
@@ -268,20 +268,20 @@ def _pd_ssm_parts():
 def _check_lru(config, blocked: bool) -> None:
     from .configuration_hybrid_ssm import LRU_NORMALIZATIONS, check_choice, check_positive_int
 
-    check_positive_int("lru_state_size", config.lru_state_size)
-    check_positive_int("lru_block_size", config.lru_block_size)
+    check_positive_int("lru_total_state_size", config.lru_total_state_size)
+    check_positive_int("lru_group_size", config.lru_group_size)
     check_choice("lru_normalization", config.lru_normalization, LRU_NORMALIZATIONS)
-    if blocked and config.lru_state_size % config.lru_block_size:
+    if blocked and config.lru_total_state_size % config.lru_group_size:
         raise ValueError(
-            f"`lru_state_size` ({config.lru_state_size}) must be divisible by `lru_block_size` "
-            f"({config.lru_block_size}): the state is split into lru_state_size / lru_block_size groups"
+            f"`lru_total_state_size` ({config.lru_total_state_size}) must be divisible by `lru_group_size` "
+            f"({config.lru_group_size}): the state is split into lru_total_state_size / lru_group_size groups"
         )
 
 
 def _check_lrc(config) -> None:
     from .configuration_hybrid_ssm import LRC_SOLVERS, check_choice, check_number, check_positive_int
 
-    check_positive_int("lrc_state_size", config.lrc_state_size)
+    check_positive_int("lrc_num_channels", config.lrc_num_channels)
     check_positive_int("deer_max_iter", config.deer_max_iter)
     if not isinstance(config.lrc_input_term, bool):
         raise ValueError(f"`lrc_input_term` must be True or False, got {config.lrc_input_term!r}")
@@ -296,8 +296,8 @@ def _init_lrc(module, init, config) -> None:
 
 
 def _blocked_lru_width(width: int, fields: Mapping) -> dict:
-    m = fields.get("lru_block_size", 4)
-    return {"lru_block_size": m, "lru_state_size": -(-width // m) * m}
+    m = fields.get("lru_group_size", 4)
+    return {"lru_group_size": m, "lru_total_state_size": -(-width // m) * m}
 
 
 register_mixer(
@@ -306,11 +306,11 @@ register_mixer(
         letter="P",
         load_class=_load_pd_ssm,
         field_prefixes=("pd_ssm_",),
-        state_shape=lambda c: (c.pd_ssm_num_heads, c.pd_ssm_state_size),
+        state_shape=lambda c: (c.pd_ssm_num_heads, c.pd_ssm_head_state_size),
         state_is_complex=True,
-        width_fields=lambda w, f: {"pd_ssm_state_size": -(-w // (2 * f.get("pd_ssm_num_heads", 1)))},
+        width_fields=lambda w, f: {"pd_ssm_head_state_size": -(-w // (2 * f.get("pd_ssm_num_heads", 1)))},
         lora_group="pd_ssm",
-        lora_targets=("selection", "magnitude.up", "phase.up", "input_proj", "output_proj"),
+        lora_targets=("selection", "magnitude.up", "phase.up", "in_proj", "out_proj"),
         check_config=_check_pd_ssm,
         init_weights=_init_pd_ssm,
         part_inits=_pd_ssm_parts,
@@ -325,10 +325,12 @@ for _name, _letter in (("lrc_ssm", "L"), ("gru_ssm", "G"), ("mgu_ssm", "M"), ("l
             load_class=lambda n=_name: _load_lrc(n),
             field_prefixes=("lrc_", "deer_"),
             # the LSTM keeps (c, h) per channel, planar
-            state_shape=(lambda c: (2, c.lrc_state_size)) if _name == "lstm_ssm" else (lambda c: (c.lrc_state_size,)),
-            width_fields=(lambda w, f: {"lrc_state_size": -(-w // 2)})
+            state_shape=(lambda c: (2, c.lrc_num_channels))
             if _name == "lstm_ssm"
-            else (lambda w, f: {"lrc_state_size": w}),
+            else (lambda c: (c.lrc_num_channels,)),
+            width_fields=(lambda w, f: {"lrc_num_channels": -(-w // 2)})
+            if _name == "lstm_ssm"
+            else (lambda w, f: {"lrc_num_channels": w}),
             lora_group="lrc",
             lora_targets=("in_proj", "out_proj"),
             check_config=_check_lrc,
@@ -342,15 +344,15 @@ for _name, _letter in (("bd_lru", "B"), ("h_lru", "H"), ("diag_lru", "D")):
             letter=_letter,
             load_class=lambda n=_name: _load_lru(n),
             field_prefixes=("lru_",),
-            # (N, m): N = lru_state_size / m groups of m; diag_lru is BD-LRU with m = 1 (it ignores lru_block_size)
-            state_shape=(lambda c: (c.lru_state_size, 1))
+            # (N, m): N = lru_total_state_size / m groups of m; diag_lru is BD-LRU with m = 1 (ignores lru_group_size)
+            state_shape=(lambda c: (c.lru_total_state_size, 1))
             if _name == "diag_lru"
-            else (lambda c: (c.lru_state_size // c.lru_block_size, c.lru_block_size)),
-            width_fields=(lambda w, f: {"lru_block_size": 1, "lru_state_size": w})
+            else (lambda c: (c.lru_total_state_size // c.lru_group_size, c.lru_group_size)),
+            width_fields=(lambda w, f: {"lru_group_size": 1, "lru_total_state_size": w})
             if _name == "diag_lru"
             else _blocked_lru_width,
             lora_group="lru",
-            lora_targets=("value_proj", "gate_proj", "output_proj"),
+            lora_targets=("in_proj", "gate_proj", "out_proj"),
             check_config=lambda c, blocked=_name != "diag_lru": _check_lru(c, blocked),
         )
     )

@@ -13,6 +13,7 @@ its own siblings.
 from __future__ import annotations
 
 import inspect
+import warnings
 
 import torch
 from torch import nn
@@ -34,6 +35,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .attention import HybridSSMAttention, HybridSSMMLP, HybridSSMRMSNorm, HybridSSMRotaryEmbedding
 from .configuration_hybrid_ssm import ATTENTION, HybridSSMConfig
+from .legacy_names import LEGACY_KEY_MAPPING, RENAMED_PARAMETERS
 from .mixer_registry import SSM_MIXER_CLASSES, init_hook, mixer_class, mixer_spec
 from .packing import PackedDocuments
 
@@ -156,6 +158,28 @@ class HybridSSMPreTrainedModel(PreTrainedModel):
         hook = init_hook(module)  # a mixer's (or mixer part's) own parameters, as its registry entry declares
         if hook is not None:
             hook(module, init, self.config)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, key_mapping=None, **kwargs):
+        """transformers' from_pretrained. A checkpoint saved before parameters were renamed (legacy_names.py)
+        loads through transformers' `key_mapping`, tensors unchanged, with a FutureWarning; saved again, it is
+        written under the current names (docs/design.md §9.1)."""
+        key_mapping = {**LEGACY_KEY_MAPPING, **(key_mapping or {})}
+        result = super().from_pretrained(pretrained_model_name_or_path, *model_args, key_mapping=key_mapping, **kwargs)
+        model = result[0] if isinstance(result, tuple) else result
+        # transformers keeps the renamings a load used, to write the checkpoint's own layout again on save; a
+        # deprecated name should not be written again, so the legacy ones are dropped.
+        used = getattr(model, "_weight_conversions", None) or []
+        legacy = [c for c in used if getattr(c, "source_patterns", [None])[0] in LEGACY_KEY_MAPPING]
+        if legacy:
+            model._weight_conversions = [c for c in used if c not in legacy]
+            warnings.warn(
+                f"{pretrained_model_name_or_path}: the checkpoint names mixer parameters as before their renaming "
+                f"({RENAMED_PARAMETERS}); loaded under the new names, and save_pretrained writes those",
+                FutureWarning,
+                stacklevel=2,
+            )
+        return result
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """transformers' save_pretrained; where the classes are registered for remote code (`import hf_ssm`),

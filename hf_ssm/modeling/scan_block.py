@@ -27,7 +27,7 @@ import torch
 from torch.nn.functional import pad as nn_pad
 
 
-def _check_inputs(A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
+def _check_inputs(A: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
     if b.dim() != 4:
         raise ValueError(f"b must have shape (B, T, N, m), got {tuple(b.shape)}")
     if tuple(A.shape) != (*b.shape, b.shape[-1]):
@@ -37,11 +37,11 @@ def _check_inputs(A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None, mas
     if b.shape[1] == 0:
         raise ValueError("a block scan needs at least one time step (T >= 1)")
     batch, _, blocks, m = b.shape
-    if h0 is not None:
-        if tuple(h0.shape) != (batch, blocks, m):
-            raise ValueError(f"initial_state must have shape (B, N, m) = {(batch, blocks, m)}, got {tuple(h0.shape)}")
-        if h0.dtype != b.dtype:
-            raise TypeError(f"initial_state must have the dtype of b ({b.dtype}), got {h0.dtype}")
+    if x0 is not None:
+        if tuple(x0.shape) != (batch, blocks, m):
+            raise ValueError(f"initial_state must have shape (B, N, m) = {(batch, blocks, m)}, got {tuple(x0.shape)}")
+        if x0.dtype != b.dtype:
+            raise TypeError(f"initial_state must have the dtype of b ({b.dtype}), got {x0.dtype}")
     check_mask(mask, batch, b.shape[1])
 
 
@@ -177,7 +177,7 @@ def _step_sources(A: torch.Tensor, b: torch.Tensor, chunk: int) -> tuple[torch.T
     return E[:, :, :m], E[:, :, m]
 
 
-def _scan_forward(A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None) -> torch.Tensor:
+def _scan_forward(A: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None) -> torch.Tensor:
     """States of h_t = A_t h_{t-1} + b_t from step-major A (L, m, m, B, C, N) and b (L, m, B, C, N), which are
     only read. No autograd. Returns states (L, m, B, C, N).
 
@@ -195,14 +195,14 @@ def _scan_forward(A: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None) -> 
         for j in range(1, m):
             out.addcmul_(cur[:, j : j + 1], prev[j : j + 1])
         out[:, m] += b[s]
-    return _carry_and_fix_up(E, h0, reverse=False)
+    return _carry_and_fix_up(E, x0, reverse=False)
 
 
-def _scan_elements(E: torch.Tensor, h0: torch.Tensor | None, reverse: bool = False) -> torch.Tensor:
+def _scan_elements(E: torch.Tensor, x0: torch.Tensor | None, reverse: bool = False) -> torch.Tensor:
     """States of h_t = A_t h_{t-1} + b_t for step-major elements E (L, m, m+1, B, C, N). No autograd.
 
     E is overwritten (it is a private buffer). With reverse=True the recurrence runs from the last time to the
-    first, h_t = A_t h_{t+1} + b_t, and h0 (B, N, m) enters after the last time. Returns states (L, m, B, C, N).
+    first, h_t = A_t h_{t+1} + b_t, and x0 (B, N, m) enters after the last time. Returns states (L, m, B, C, N).
     Inside each chunk E_s <- E_s o E_{s-1} (see ``_scan_forward``), then ``_carry_and_fix_up``.
     """
     chunk, m = E.shape[:2]
@@ -213,16 +213,16 @@ def _scan_elements(E: torch.Tensor, h0: torch.Tensor | None, reverse: bool = Fal
             out.addcmul_(cur[:, j : j + 1], prev[j : j + 1])
         out[:, m] += cur[:, m]
         E[s] = out
-    return _carry_and_fix_up(E, h0, reverse)
+    return _carry_and_fix_up(E, x0, reverse)
 
 
-def _carry_and_fix_up(E: torch.Tensor, h0: torch.Tensor | None, reverse: bool) -> torch.Tensor:
+def _carry_and_fix_up(E: torch.Tensor, x0: torch.Tensor | None, reverse: bool) -> torch.Tensor:
     """From the in-chunk maps E (L, m, m+1, B, C, N): the true incoming state of every chunk (C sequential steps
     on (m, B, N)), then h = A_cum h_in + b_cum over the whole sequence (m multiply-adds, in E's b column).
     Returns states (L, m, B, C, N), a view of E."""
     chunk, m, _, batch, chunks, blocks = E.shape
     total = E[0] if reverse else E[-1]  # (m, m+1, B, C, N): each whole chunk
-    carry = torch.zeros(m, batch, blocks, dtype=E.dtype, device=E.device) if h0 is None else h0.permute(2, 0, 1)
+    carry = torch.zeros(m, batch, blocks, dtype=E.dtype, device=E.device) if x0 is None else x0.permute(2, 0, 1)
     incoming = [None] * chunks
     for c in range(chunks - 1, -1, -1) if reverse else range(chunks):
         incoming[c] = carry
@@ -238,22 +238,22 @@ def _carry_and_fix_up(E: torch.Tensor, h0: torch.Tensor | None, reverse: bool) -
 
 class _BlockScanFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, A, b, h0, chunk):
+    def forward(ctx, A, b, x0, chunk):
         steps = b.shape[1]
         A_src, b_src = _step_sources(A, b, chunk)
         # keep the step-major transitions for the adjoint pass: one copy now is far cheaper than a second
         # transposing copy out of the time-major A later (not needed without gradients, e.g. DEER's iterations)
         needs_grad = any(ctx.needs_input_grad)
         A_steps = A_src.clone(memory_format=torch.contiguous_format) if needs_grad else None
-        states = _from_chunks(_scan_forward(A_src, b_src, h0), steps, planar=_is_planar(b))
-        ctx.save_for_backward(A_steps, h0, states)
-        ctx.h0_is_none = h0 is None
+        states = _from_chunks(_scan_forward(A_src, b_src, x0), steps, planar=_is_planar(b))
+        ctx.save_for_backward(A_steps, x0, states)
+        ctx.x0_is_none = x0 is None
         return states, states[:, -1].clone()
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_states, grad_final):
-        A_steps, h0, states = ctx.saved_tensors
+        A_steps, x0, states = ctx.saved_tensors
         steps, m = states.shape[1], states.shape[-1]
         # lambda_t = dL/dh_t = g_t + A_{t+1}^T lambda_{t+1}: the same scan, run backwards in time
         g = torch.zeros_like(states) if grad_states is None else grad_states
@@ -262,18 +262,18 @@ class _BlockScanFunction(torch.autograd.Function):
             g[:, -1] += grad_final
         lam = _from_chunks(_scan_elements(_adjoint_elements(A_steps, g), None, reverse=True), steps)
 
-        grad_A = grad_h0 = None
+        grad_A = grad_x0 = None
         if ctx.needs_input_grad[0]:
             # dL/dA_t[i, j] = lambda_t[i] h_{t-1}[j], written row by row: a broadcast outer product of tiny (m,)
             # rows is several times slower on CPU
             grad_A = torch.empty(*states.shape, m, dtype=states.dtype, device=states.device)
             for i in range(m):
                 torch.mul(states[:, :-1], lam[:, 1:, :, i : i + 1], out=grad_A[:, 1:, :, i])
-            grad_A[:, 0] = 0 if h0 is None else lam[:, 0].unsqueeze(-1) * h0.unsqueeze(-2)
-        if not ctx.h0_is_none and ctx.needs_input_grad[2]:
+            grad_A[:, 0] = 0 if x0 is None else lam[:, 0].unsqueeze(-1) * x0.unsqueeze(-2)
+        if not ctx.x0_is_none and ctx.needs_input_grad[2]:
             A_first = A_steps[0, ..., 0, :].permute(2, 3, 0, 1)  # (B, N, m, m): the transition at t = 0
-            grad_h0 = (A_first.transpose(-1, -2) @ lam[:, 0].unsqueeze(-1)).squeeze(-1)
-        return grad_A, lam, grad_h0, None
+            grad_x0 = (A_first.transpose(-1, -2) @ lam[:, 0].unsqueeze(-1)).squeeze(-1)
+        return grad_A, lam, grad_x0, None
 
 
 def block_scan(
@@ -341,7 +341,7 @@ def _single_step(new: torch.Tensor, h: torch.Tensor, mask: torch.Tensor | None):
 def block_step(
     A: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``block_scan`` for T = 1 (decoding): the single update h = A_0 h0 + b_0, O(N m^2), no chunk machinery."""
+    """``block_scan`` for T = 1 (decoding): the single update h = A_0 x0 + b_0, O(N m^2), no chunk machinery."""
     _check_inputs(A, b, initial_state, mask)
     if b.shape[1] != 1:
         raise ValueError(f"block_step takes one time step (T = 1), got T = {b.shape[1]}")

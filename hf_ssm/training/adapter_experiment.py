@@ -211,7 +211,7 @@ class AdapterExperimentSettings:
         settings = {}
         if self.mixer == "pd_ssm":
             settings = {
-                "pd_ssm_state_size": self.state_size,
+                "pd_ssm_head_state_size": self.state_size,
                 "pd_ssm_num_heads": self.num_heads,
                 "pd_ssm_dict_size": self.dict_size,
                 "pd_ssm_temperature": self.temperature,

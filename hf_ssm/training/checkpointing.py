@@ -21,6 +21,8 @@ import tempfile
 from collections.abc import Callable, Collection
 from pathlib import Path
 
+from ..modeling.legacy_names import RENAMED_CONFIG_FIELDS
+
 COMPLETE_MARKER = "checkpoint_complete.json"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
@@ -106,7 +108,9 @@ def _as_json(value):
 def check_resumed_settings(settings, recorded: dict, safe: Collection[str], where: str | os.PathLike) -> None:
     """ValueError naming every field of the dataclass `settings` that differs from `recorded` (the settings the
     run in `where` was trained with) and is not in `safe`. A field missing from `recorded` (a run written before
-    the field existed) counts as its default."""
+    the field existed) counts as its default; one recorded under a name that was renamed since
+    (modeling/legacy_names.py, e.g. `lru_block_size`) counts under its new name."""
+    recorded = {RENAMED_CONFIG_FIELDS.get(key, key): value for key, value in recorded.items()}
     new = _as_json(dataclasses.asdict(settings))
     defaults = _as_json(dataclasses.asdict(type(settings)()))
     changed = [

@@ -10,8 +10,8 @@ other architectures):
 | group       | modules (in `model.layers.<i>.mixer` / `.mlp`)                    | mixers                              |
 |-------------|-------------------------------------------------------------------|-------------------------------------|
 | `attention` | q_proj, k_proj, v_proj, o_proj                                    | attention                           |
-| `pd_ssm`    | selection (W_s), magnitude.up, phase.up (the D generators), input_proj (B), output_proj (C) | pd_ssm   |
-| `lru`       | value_proj (W_v), gate_proj (W_g), output_proj (W_o)              | bd_lru, h_lru, diag_lru             |
+| `pd_ssm`    | selection (W_s), magnitude.up, phase.up (the D generators), in_proj (B), out_proj (C) | pd_ssm     |
+| `lru`       | in_proj (W_v), gate_proj (W_g), out_proj (W_o)                    | bd_lru, h_lru, diag_lru             |
 | `lrc`       | in_proj (the input matrices of every gate), out_proj              | lrc_ssm, gru_ssm, mgu_ssm, lstm_ssm |
 | `ssm`       | pd_ssm + lru + lrc (+ the group of any other registered mixer)    | every SSM mixer                     |
 | `mlp`       | gate_proj, up_proj, down_proj                                     | the SwiGLU MLP of every block       |
@@ -70,7 +70,7 @@ def lora_target_modules(spec: str, model=None) -> list[str]:
     """PEFT `target_modules` for a comma-separated spec.
 
     Group names (attention, ssm, pd_ssm, lru, lrc, mlp) resolve, layer by layer from `model.config.mixers`, to
-    the full module names of a hybrid model (so PD-SSM's and BD-LRU's `output_proj`, or BD-LRU's and the MLP's
+    the full module names of a hybrid model (so PD-SSM's and BD-LRU's `out_proj`, or BD-LRU's and the MLP's
     `gate_proj`, are told apart); any other names are returned as given (PEFT matches them as name suffixes).
     """
     items = [item.strip() for item in spec.split(",") if item.strip()]

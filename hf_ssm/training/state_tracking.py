@@ -63,7 +63,7 @@ class StateTrackingSettings:
     state_size: int = 8
     num_heads: int = 1
     dict_size: int = 16
-    lru_block_size: int = 4
+    lru_group_size: int = 4
     train_min_length: int = 3
     train_max_length: int = 40
     test_min_length: int = 40
@@ -180,7 +180,7 @@ def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
         ssm_mixer=ssm_mixer,
         max_position_embeddings=max(settings.test_max_length, settings.train_max_length),
         pd_ssm_num_heads=settings.num_heads,
-        pd_ssm_state_size=settings.state_size,
+        pd_ssm_head_state_size=settings.state_size,
         pd_ssm_dict_size=settings.dict_size,
         pd_ssm_initial_state=settings.pd_ssm_initial_state,
         block_type=settings.block_type,
@@ -202,7 +202,7 @@ def _mixer_settings(settings: StateTrackingSettings, mixers: set) -> dict:
     """State widths of the other mixers matched to PD-SSM's: N complex numbers per head = 2 N H real numbers, each
     mixer's fields from its registry declaration (`width_fields`, mixer_registry.py)."""
     width = 2 * settings.state_size * settings.num_heads
-    chosen = {"pd_ssm_num_heads": settings.num_heads, "lru_block_size": settings.lru_block_size}
+    chosen = {"pd_ssm_num_heads": settings.num_heads, "lru_group_size": settings.lru_group_size}
     return width_matched_fields(sorted(m for m in mixers if m is not None), width, chosen)
 
 

@@ -49,7 +49,7 @@ class TimeSeriesSettings:
     state_size: int = 16
     num_heads: int = 1
     dict_size: int = 8
-    lru_block_size: int = 4
+    lru_group_size: int = 4
     batch_size: int = 8
     max_epochs: int = 50
     patience: int = 15
@@ -68,7 +68,7 @@ class TimeSeriesSettings:
             raise ValueError(f"`split` must be one of {list(SPLIT_MODES)}, got {self.split!r}")
         if self.missing not in MISSING_POLICIES:
             raise ValueError(f"`missing` must be one of {list(MISSING_POLICIES)}, got {self.missing!r}")
-        for name in ("hidden_size", "state_size", "num_heads", "dict_size", "lru_block_size", "batch_size"):
+        for name in ("hidden_size", "state_size", "num_heads", "dict_size", "lru_group_size", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
         for name in ("max_epochs", "patience"):
@@ -103,11 +103,11 @@ def model_config(settings: TimeSeriesSettings, input_channels: int, num_labels: 
         ssm_mixer=ssm_mixer,
         max_position_embeddings=max(max_length, 1),
         pd_ssm_num_heads=settings.num_heads,
-        pd_ssm_state_size=settings.state_size,
+        pd_ssm_head_state_size=settings.state_size,
         pd_ssm_dict_size=settings.dict_size,
-        lru_state_size=settings.state_size,
-        lru_block_size=1 if settings.mixer == "diag_lru" else settings.lru_block_size,
-        lrc_state_size=settings.state_size,
+        lru_total_state_size=settings.state_size,
+        lru_group_size=1 if settings.mixer == "diag_lru" else settings.lru_group_size,
+        lrc_num_channels=settings.state_size,
         input_channels=input_channels,
         num_labels=num_labels,
         classifier_pooling="mean",  # as in the papers: average over time, then classify
