@@ -377,6 +377,21 @@ def test_train_adapter_script_smoke_run(tmp_path):
     assert bad.returncode == 2 and "`initial_state` must be one of" in bad.stderr
 
 
+def test_experiment_input_map_none_builds_an_adapter_without_b_and_needs_a_start_state():
+    """--input_map none reaches the adapter's PD-SSM (no input map B); from x_0 = 0 it is refused, naming both."""
+    from hf_ssm.adapters.layer import SSMAdapter
+    from hf_ssm.training.adapter_experiment import AdapterExperimentSettings
+
+    settings = AdapterExperimentSettings(input_map="none", initial_state="one_hot")
+    settings.validate()
+    adapter = SSMAdapter(settings.adapter_config(), hidden_size=16)
+    assert adapter.mixer.input_kind == "none" and not hasattr(adapter.mixer, "in_proj")
+    with pytest.raises(ValueError, match="input_map='none'.*initial_state"):
+        AdapterExperimentSettings(input_map="none").validate()
+    with pytest.raises(ValueError, match="input_map"):
+        AdapterExperimentSettings(input_map="zero", initial_state="one_hot").validate()
+
+
 def test_adapter_mixer_settings_override_the_near_identity_start():
     """near_identity_init supplies D's start and the identity diagonal, but explicit mixer_settings win."""
     from hf_ssm.adapters.layer import SSMAdapter

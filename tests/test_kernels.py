@@ -442,6 +442,10 @@ def _model_pair(pattern, **overrides):
 MODEL_CASES = {
     "pd_ssm": ("PA", {}),
     "pd_ssm learned start, real D": ("P", {"pd_ssm_initial_state": "learned", "pd_ssm_diagonal": "magnitude"}),
+    "pd_ssm no input map, bank": (
+        "P",
+        {"pd_ssm_input": "none", "pd_ssm_initial_state": "head_basis", "pd_ssm_transition": "bank"},
+    ),
     "bd_lru+h_lru": ("BH", {"lru_total_state_size": 6, "lru_group_size": 3}),
     "diag_lru": ("D", {"lru_total_state_size": 6}),
     "lrc_ssm": ("L", {"lrc_num_channels": 6}),

@@ -68,6 +68,8 @@ def test_one_hot_initial_state_survives_left_padding():
         dict(pd_ssm_diagonal="unit", pd_ssm_initial_state="one_hot"),
         dict(pd_ssm_initial_state="learned"),
         dict(pd_ssm_initial_state="head_basis"),
+        dict(pd_ssm_input="none", pd_ssm_initial_state="one_hot", pd_ssm_diagonal="magnitude"),
+        dict(pd_ssm_input="none", pd_ssm_initial_state="learned", pd_ssm_transition="bank"),
     ],
 )
 def test_options_keep_cached_decode_and_reload_exact(overrides, tmp_path):
@@ -162,3 +164,32 @@ def test_loaded_dictionary_is_not_shifted_again(tmp_path):
 def test_invalid_options_raise_naming_the_field(overrides, field):
     with pytest.raises(ValueError, match=field):
         HybridSSMConfig(num_hidden_layers=1, mixers="S", **overrides)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("transition", ["dictionary", "bank"])
+def test_no_input_map_runs_the_automaton_from_x0(transition):
+    """pd_ssm_input="none": the layer has no B, and from e_0 with real D every state is a scaled basis vector
+    (exactly one non-zero entry per head), the state the automaton A_t ... A_1 e_0 reaches."""
+    layer = mixer(
+        pd_ssm_input="none", pd_ssm_initial_state="one_hot", pd_ssm_diagonal="magnitude", pd_ssm_transition=transition
+    )
+    assert not hasattr(layer, "in_proj") and "in_proj.weight" not in layer.state_dict()
+    u = torch.randn(3, 17, 32)
+    _, final = layer(u)
+    assert ((final.abs() > 0).sum(-1) == 1).all()
+    idx, dv = layer.transitions(u)
+    expected = layer.initial_state(3)
+    for t in range(17):  # x_t = P_t D_t x_{t-1}: column j of P_t has its 1 in row idx[..., j]
+        expected = torch.zeros_like(expected).scatter_add_(-1, idx[:, t], dv[:, t] * expected)
+    assert torch.allclose(final, expected, atol=1e-6)
+    with_b = mixer(pd_ssm_initial_state="one_hot", pd_ssm_diagonal="magnitude", pd_ssm_transition=transition)
+    assert hasattr(with_b, "in_proj")
+
+
+def test_no_input_map_needs_a_nonzero_start_state():
+    """From x_0 = 0 with no input the state would stay 0: the config is refused, naming both fields."""
+    with pytest.raises(ValueError, match="pd_ssm_input='none'.*pd_ssm_initial_state"):
+        tiny_config("S", pd_ssm_input="none", pd_ssm_initial_state="zeros")
+    with pytest.raises(ValueError, match="pd_ssm_input"):
+        tiny_config("S", pd_ssm_input="linear", pd_ssm_initial_state="one_hot")

@@ -31,6 +31,8 @@ PD_SSM_DIAGONALS = ("complex", "magnitude", "unit")
 PD_SSM_INITIAL_STATES = ("zeros", "one_hot", "head_basis", "learned")
 # How PD-SSM makes P_t: mix a dictionary per token (the paper) or pick one of a bank of fixed matrices (Flash PD-SSM).
 PD_SSM_TRANSITIONS = ("dictionary", "bank")
+# What PD-SSM adds to the state each step: b_t = B u_t (the paper) or nothing (the state is x_0 moved by A_t alone).
+PD_SSM_INPUTS = ("projection", "none")
 # The DEER solvers of the lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm family (`lrc_` / `deer_` fields, docs/design.md §6).
 LRC_SOLVERS = ("deer", "sequential")
 # The gate normalisations of the bd_lru / h_lru / diag_lru family (`lru_` fields, docs/design.md §5).
@@ -169,6 +171,11 @@ class HybridSSMConfig(PretrainedConfig):
             arXiv 2605.19150): K trainable score matrices give K fixed column-one-hot matrices once per forward,
             and every token picks one by the argmax of its selection logits, Theta(d K + N) per token.
             Straight-through gradients in both modes.
+        pd_ssm_input: what each step adds to the state. `"projection"` (default, docs/design.md §4): b_t = B u_t.
+            `"none"`: b_t = 0 and the layer has no B, so x_t = A_t ... A_1 x_0 is exactly the run of the automaton
+            that the transitions spell from the start state (needs a non-zero pd_ssm_initial_state). With B the
+            trained layers also accumulate injected inputs along directions that A_t keeps, a component that grows
+            with the sequence length and, past the training lengths, swamps the automaton's state (RESULTS.md).
         lrc_num_channels: D, the state channels of lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm (one number each; the
             LSTM keeps (c, h), two per channel).
         lrc_input_term: keep the input term W_eps u in the LRC elastance eps (the released code drops it).
@@ -247,6 +254,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_diagonal: str = "complex"
     pd_ssm_initial_state: str = "zeros"
     pd_ssm_transition: str = "dictionary"
+    pd_ssm_input: str = "projection"
     lrc_num_channels: int = 64
     lrc_input_term: bool = True
     lrc_solver: str = "deer"

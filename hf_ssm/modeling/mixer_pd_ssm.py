@@ -9,6 +9,7 @@ Per head (H heads, state N each), with u_t the layer input (B, T, d) and K matri
   |D_t| = sigmoid(MLP_mag(u_t)), arg D_t = 2 pi sigmoid(MLP_phase(u_t))
           (config.pd_ssm_diagonal: "complex" as here; "magnitude": arg D_t = 0; "unit": D_t = 1)
   x_t   = P_t D_t x_{t-1} + B u_t,   y_t = Re(C x_t) + D_skip * u_t
+          (config.pd_ssm_input: "projection" as here; "none": no B, x_t = P_t D_t x_{t-1})
 
 The mixer computes the op's inputs, calls its op (pd_ops.py: torch or Triton, bound once per device and backend)
 and projects (`in_proj` is B, `out_proj` C); Re(C x) is a real linear map of [Re x, Im x]. Under autocast the
@@ -87,7 +88,10 @@ class PDSSMMixer(nn.Module):
             self.magnitude = HeadwiseMLP(d, h, width, n, config.pd_ssm_magnitude_bias_init)
         if self.diagonal_kind == "complex":
             self.phase = HeadwiseMLP(d, h, width, n, config.pd_ssm_phase_bias_init)
-        self.in_proj = nn.Linear(d, 2 * h * n, bias=False)  # complex B: real and imaginary parts
+        # pd_ssm_input="none": no B at all, the state is x_0 moved by the transitions alone
+        self.input_kind = getattr(config, "pd_ssm_input", "projection")
+        if self.input_kind == "projection":
+            self.in_proj = nn.Linear(d, 2 * h * n, bias=False)  # complex B: real and imaginary parts
         self.out_proj = nn.Linear(2 * h * n, d, bias=False)  # Re(C x) = [C_re, -C_im] [Re x; Im x]
         self.skip = nn.Parameter(torch.ones(d))
         self.dictionary_diagonal_init = float(getattr(config, "pd_ssm_dictionary_diagonal_init", 0.0))
@@ -151,6 +155,17 @@ class PDSSMMixer(nn.Module):
         angle = (2 * math.pi) * torch.sigmoid(phase_out.float())
         return torch.polar(magnitude, angle)
 
+    def step_inputs(self, u: torch.Tensor) -> torch.Tensor:
+        """b_t = B u_t, or zeros with pd_ssm_input="none": (B, T, H, N) complex64."""
+        batch, steps, _ = u.shape
+        if self.input_kind == "none":
+            return torch.zeros(
+                batch, steps, self.num_heads, self.head_state_size, dtype=self.state_dtype, device=u.device
+            )
+        return torch.view_as_complex(
+            self.in_proj(u).float().view(batch, steps, self.num_heads, self.head_state_size, 2)
+        )
+
     @torch.no_grad()
     def transitions(self, u: torch.Tensor):
         """The transitions the layer applies to input u (B, T, d), for inspection: idx (B, T, H, N) int64 (row of
@@ -178,7 +193,7 @@ class PDSSMMixer(nn.Module):
         x0 = None if state is None else state.to(self.state_dtype)
         logits = self.selection_logits(u)
         selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
-        b = torch.view_as_complex(self.in_proj(u).float().view(batch, steps, self.num_heads, self.head_state_size, 2))
+        b = self.step_inputs(u)
         op = self.scan_op(u.device)
         states, final = op(selection, self.dictionary, self.diagonal(u), b, x0, mask, self.temperature)
         # per head [Re x, Im x] (B, T, H * 2N): the (re, im) pairs moved to the front of each head's state, one copy

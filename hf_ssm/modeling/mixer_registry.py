@@ -224,6 +224,7 @@ def _check_pd_ssm(config) -> None:
     from .configuration_hybrid_ssm import (
         PD_SSM_DIAGONALS,
         PD_SSM_INITIAL_STATES,
+        PD_SSM_INPUTS,
         PD_SSM_TRANSITIONS,
         check_choice,
         check_number,
@@ -235,6 +236,12 @@ def _check_pd_ssm(config) -> None:
     check_choice("pd_ssm_diagonal", config.pd_ssm_diagonal, PD_SSM_DIAGONALS)
     check_choice("pd_ssm_initial_state", config.pd_ssm_initial_state, PD_SSM_INITIAL_STATES)
     check_choice("pd_ssm_transition", config.pd_ssm_transition, PD_SSM_TRANSITIONS)
+    check_choice("pd_ssm_input", config.pd_ssm_input, PD_SSM_INPUTS)
+    if config.pd_ssm_input == "none" and config.pd_ssm_initial_state == "zeros":
+        raise ValueError(
+            "`pd_ssm_input='none'` needs a non-zero start state: with `pd_ssm_initial_state='zeros'` the state would "
+            f"stay 0; choose pd_ssm_initial_state from {[s for s in PD_SSM_INITIAL_STATES if s != 'zeros']}"
+        )
     if not config.pd_ssm_temperature > 0:
         raise ValueError(f"`pd_ssm_temperature` must be > 0, got {config.pd_ssm_temperature!r}")
     for name in ("pd_ssm_magnitude_bias_init", "pd_ssm_phase_bias_init", "pd_ssm_dictionary_diagonal_init"):

@@ -49,7 +49,7 @@ from ..data.nl_state_tracking import (
     narrative_corpus,
     task_vocabulary,
 )
-from ..modeling.configuration_hybrid_ssm import PD_SSM_INITIAL_STATES, check_choice
+from ..modeling.configuration_hybrid_ssm import PD_SSM_INITIAL_STATES, PD_SSM_INPUTS, check_choice
 from . import loop
 from .checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
 from .optimization import warmup_cosine_schedule
@@ -100,6 +100,9 @@ class AdapterExperimentSettings:
     # PD-SSM x_0 (HybridSSMConfig.pd_ssm_initial_state): "zeros" (docs/design.md §4), "one_hot" (an automaton's start
     # state) or "learned"
     initial_state: str = "zeros"
+    # PD-SSM input map (HybridSSMConfig.pd_ssm_input): "projection" (b_t = B u_t) or "none" (no B: the state is x_0
+    # moved by the transitions alone; needs a non-zero initial_state)
+    input_map: str = "projection"
     # Mixer parameters kept at their (near-identity) start: for the PD-SSM, D's magnitude and phase MLPs, so the
     # state is carried by the exact permutations P (a trained D fits the training lengths but drifts on longer
     # stories; RESULTS.md). "" trains everything.
@@ -152,6 +155,9 @@ class AdapterExperimentSettings:
         check_choice("answer_loss", self.answer_loss, ANSWER_LOSSES)
         check_choice("dtype", self.dtype, DTYPES)
         check_choice("initial_state", self.initial_state, PD_SSM_INITIAL_STATES)
+        check_choice("input_map", self.input_map, PD_SSM_INPUTS)
+        if self.input_map == "none" and self.initial_state == "zeros":
+            raise ValueError("`input_map='none'` needs a non-zero `initial_state` (one_hot, head_basis or learned)")
         check_choice("feature_cache", self.feature_cache, FEATURE_CACHES)
         check_choice("feature_cache_dtype", self.feature_cache_dtype, tuple(STORE_DTYPES))
         if not self.feature_cache_max_mb >= 0:
@@ -216,6 +222,7 @@ class AdapterExperimentSettings:
                 "pd_ssm_dict_size": self.dict_size,
                 "pd_ssm_temperature": self.temperature,
                 "pd_ssm_initial_state": self.initial_state,
+                "pd_ssm_input": self.input_map,
             }
         frozen = [n.strip() for n in self.frozen_mixer_parameters.split(",") if n.strip()]
         return SSMAdapterConfig(

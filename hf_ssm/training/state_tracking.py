@@ -30,7 +30,9 @@ from ..modeling import HybridSSMConfig, HybridSSMForTokenClassification
 from ..modeling.configuration_hybrid_ssm import (
     ATTENTION,
     BLOCK_TYPES,
+    PD_SSM_DIAGONALS,
     PD_SSM_INITIAL_STATES,
+    PD_SSM_INPUTS,
     check_choice,
     check_config_keys,
 )
@@ -75,6 +77,10 @@ class StateTrackingSettings:
     # PD-SSM's x_0: "one_hot" = e_0, the automaton's start state (the authors' state-tracking code; see
     # HybridSSMConfig.pd_ssm_initial_state), or "zeros" as in docs/design.md §4. Other mixers ignore it.
     pd_ssm_initial_state: str = "one_hot"
+    # PD-SSM's D and input map (HybridSSMConfig.pd_ssm_diagonal / pd_ssm_input): "complex" D with b_t = B u_t is
+    # the paper's layer; the issue-14 experiments in RESULTS.md compare them with real D and no input map.
+    pd_ssm_diagonal: str = "complex"
+    pd_ssm_input: str = "projection"
     learning_rate: float = 1e-2
     weight_decay: float = 0.0
     warmup_steps: int = 50
@@ -119,6 +125,8 @@ class StateTrackingSettings:
                 f"test_min_length ({self.test_min_length}) is above test_max_length ({self.test_max_length})"
             )
         check_choice("pd_ssm_initial_state", self.pd_ssm_initial_state, PD_SSM_INITIAL_STATES)
+        check_choice("pd_ssm_diagonal", self.pd_ssm_diagonal, PD_SSM_DIAGONALS)
+        check_choice("pd_ssm_input", self.pd_ssm_input, PD_SSM_INPUTS)
         check_choice("validation_lengths", self.validation_lengths, VALIDATION_LENGTHS)
         self._validate_recipe_fields()
         for name in (
@@ -183,6 +191,8 @@ def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
         pd_ssm_head_state_size=settings.state_size,
         pd_ssm_dict_size=settings.dict_size,
         pd_ssm_initial_state=settings.pd_ssm_initial_state,
+        pd_ssm_diagonal=settings.pd_ssm_diagonal,
+        pd_ssm_input=settings.pd_ssm_input,
         block_type=settings.block_type,
         block_dropout=settings.block_dropout,
         num_labels=task.num_classes,
