@@ -25,9 +25,7 @@ and are scored once, at the end.
 
 Recipes (hf_ssm/training/recipes.py): --recipe default (the package's protocol, the defaults shown below) or
 --recipe paper (the PD-SSM authors' protocol: two post-norm PD-SSM blocks, d = N = 128, last-token labels, ...).
-A recipe may also set values for one task (the default recipe runs parity with D = 1 and no input map B, see
-recipes.py). Precedence: a flag given on the command line always wins over the recipe's value for the task,
-which wins over the recipe's value, which wins over the default.
+Precedence: a flag given on the command line always wins over the recipe's value, which wins over the default.
 Every seed trained is also merged into <output_dir>/summary.json and, with --summary PATH, into PATH (e.g.
 results/state_tracking/summary.json).
 """
@@ -129,12 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     suite = args.suite or len(tasks) * len(mixers) > 1
     skip = ("task", "mixer", "extra_config")
     explicit = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings) if hasattr(args, f.name)}
-    per_task = {
-        t: {k: v for k, v in resolve_settings(args.recipe, explicit, t).items() if k not in skip} for t in tasks
-    }
-    runs = [
-        StateTrackingSettings(task=t, mixer=m, extra_config=args.config, **per_task[t]) for t in tasks for m in mixers
-    ]
+    common = {k: v for k, v in resolve_settings(args.recipe, explicit).items() if k not in skip}
+    runs = [StateTrackingSettings(task=t, mixer=m, extra_config=args.config, **common) for t in tasks for m in mixers]
     out = Path(args.output_dir or f"runs/state_tracking/{time.strftime('%Y%m%d-%H%M%S')}")
     run_dirs = [out / f"{settings.task}_{settings.mixer}" if suite else out for settings in runs]
     try:

@@ -19,7 +19,7 @@ from hf_ssm.data.automata import minimal_dfa_size, task_automaton
 from hf_ssm.data.state_tracking import last_token_correct, supervised_labels
 from hf_ssm.training.optimization import build_optimizer, build_scheduler
 from hf_ssm.training.recipes import resolve_settings
-from hf_ssm.training.state_tracking import StateTrackingSettings, build_model, model_config
+from hf_ssm.training.state_tracking import StateTrackingSettings, build_model
 from hf_ssm.training.summary import merge_summary, run_record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,18 +77,6 @@ def test_paper_optimizer_has_no_weight_decay_on_the_embedding_and_warms_up_then_
 def test_default_recipe_keeps_the_package_defaults():
     """--recipe default changes nothing: the settings equal StateTrackingSettings() (recipe label aside)."""
     assert StateTrackingSettings(**resolve_settings("default", {})) == StateTrackingSettings()
-
-
-def test_default_recipe_runs_parity_as_the_pure_automaton_and_flags_still_win():
-    """The default recipe's one per-task value: parity gets D = 1 and no input map; cycle navigation keeps the
-    paper's layer; an explicit flag overrides the task value; the model built for parity has no B."""
-    parity = StateTrackingSettings(**resolve_settings("default", {}, "parity"), task="parity")
-    assert (parity.pd_ssm_diagonal, parity.pd_ssm_input) == ("unit", "none")
-    assert model_config(parity).pd_ssm_input == "none" and model_config(parity).pd_ssm_diagonal == "unit"
-    cycle = resolve_settings("default", {}, "cycle_navigation")
-    assert "pd_ssm_input" not in cycle and StateTrackingSettings(**cycle).pd_ssm_input == "projection"
-    explicit = resolve_settings("default", {"task": "parity", "pd_ssm_input": "projection"})
-    assert (explicit["pd_ssm_input"], explicit["pd_ssm_diagonal"]) == ("projection", "unit")
 
 
 def test_explicit_values_override_the_recipe_and_the_warmup_follows_max_steps():

@@ -2,11 +2,7 @@
 
 - `default`: the package's own protocol (today's `StateTrackingSettings` defaults): one pre-norm residual
   PD-SSM layer with SwiGLU, d = 64, N = 8, K = 16, every prefix labelled, AdamW lr 1e-2 without weight decay,
-  50 warm-up steps then cosine to 0, gradient clipping at 1, 1,000 steps, 3 restarts. One per-task value
-  (TASK_VALUES): on parity the PD-SSM layer is the pure automaton, D = 1 and no input map B
-  (`pd_ssm_diagonal="unit"`, `pd_ssm_input="none"`), which learned parity exactly on every seed tried, where
-  the paper's layer (complex D, B u_t) degrades with the length on most seeds (RESULTS.md, issue 14). On the
-  other tasks that automaton did not even fit the training lengths, so they keep the paper's layer.
+  50 warm-up steps then cosine to 0, gradient clipping at 1, 1,000 steps, 3 restarts.
 - `paper`: the PD-SSM authors' released state-tracking protocol as closely as this package allows: two
   post-norm mixer-only PD-SSM blocks (`block_type="post_norm_mixer"`, dropout 0.01), d = N = 128, one head,
   K = 8, x_0 = e_0; last-token supervision; AdamW lr 2e-3, weight decay 0.01 except on the embedding; linear
@@ -15,8 +11,8 @@
   lengths 40-256 every 5,000 steps; stop once validation reaches 99.95 %; up to 100,000 steps; one seed per run
   (no restarts: seeds are reported one by one).
 
-Precedence (`resolve_settings`): the settings' defaults, then the recipe's values, then the recipe's values for
-the task, then every value given explicitly (a command-line flag), which always wins. A recipe's warm-up is a fraction of `max_steps`, computed
+Precedence (`resolve_settings`): the settings' defaults, then the recipe's values, then every value given
+explicitly (a command-line flag), which always wins. A recipe's warm-up is a fraction of `max_steps`, computed
 after the explicit values are in, unless `warmup_steps` itself is given.
 """
 
@@ -52,22 +48,15 @@ RECIPES: dict[str, dict] = {
         restarts=1,
     ),
 }
-# Values a recipe sets for one task only (applied over the recipe's own values; explicit flags still win).
-TASK_VALUES: dict[str, dict[str, dict]] = {
-    "default": {"parity": dict(pd_ssm_diagonal="unit", pd_ssm_input="none")},
-    "paper": {},
-}
 # Warm-up as a fraction of max_steps, per recipe (None: the `warmup_steps` value as it stands).
 WARMUP_FRACTIONS: dict[str, float | None] = {"default": None, "paper": 0.1}
 
 
-def resolve_settings(recipe: str, explicit: dict, task: str | None = None) -> dict:
-    """The StateTrackingSettings field values of `recipe` (and its values for `task`, given or in `explicit`) with
-    the `explicit` ones on top (they always win)."""
+def resolve_settings(recipe: str, explicit: dict) -> dict:
+    """The StateTrackingSettings field values of `recipe` with the `explicit` ones on top (they always win)."""
     if recipe not in RECIPES:
         raise ValueError(f"`recipe` must be one of {list(RECIPE_NAMES)}, got {recipe!r}")
-    task = explicit.get("task", task)
-    values = {**RECIPES[recipe], **TASK_VALUES[recipe].get(task, {}), **explicit, "recipe": recipe}
+    values = {**RECIPES[recipe], **explicit, "recipe": recipe}
     fraction = WARMUP_FRACTIONS[recipe]
     if fraction is not None and "warmup_steps" not in explicit:
         from .state_tracking import StateTrackingSettings

@@ -50,7 +50,7 @@ def recipe_overrides(settings: dict, recipe: str) -> dict:
     from .recipes import resolve_settings
     from .state_tracking import StateTrackingSettings
 
-    base = {**vars(StateTrackingSettings()), **resolve_settings(recipe, {}, settings.get("task"))}
+    base = {**vars(StateTrackingSettings()), **resolve_settings(recipe, {})}
     return {k: v for k, v in settings.items() if k not in NOT_OVERRIDES and base.get(k) != v}
 
 
