@@ -1,12 +1,13 @@
 """Training recipes of the state-tracking driver (docs/design.md §8.3): named sets of `StateTrackingSettings` values.
 
 - `default`: the package's own protocol (today's `StateTrackingSettings` defaults): one pre-norm residual
-  PD-SSM layer with SwiGLU, d = 64, N = 8, K = 16, every prefix labelled, AdamW lr 1e-2 without weight decay,
-  50 warm-up steps then cosine to 0, gradient clipping at 1, 1,000 steps, 3 restarts.
+  PD-SSM layer with SwiGLU, d = 64, 16 heads of N = 8, K = 16, the pure-automaton layer (D = 1, no input map
+  B: `pd_ssm_diagonal="unit"`, `pd_ssm_input="none"`, x_0 = e_0), every prefix labelled, AdamW lr 1e-2 without
+  weight decay, 50 warm-up steps then cosine to 0, gradient clipping at 1, 1,000 steps, 3 restarts.
 - `paper`: the PD-SSM authors' released state-tracking protocol as closely as this package allows: two
   post-norm mixer-only PD-SSM blocks (`block_type="post_norm_mixer"`, dropout 0.01), d = N = 128, one head,
-  K = 8, x_0 = e_0; last-token supervision; AdamW lr 2e-3, weight decay 0.01 except on the embedding; linear
-  warm-up over 10 % of the steps, then cosine to 1e-5 (transformers' get_cosine_with_min_lr_schedule_with_warmup);
+  K = 8, x_0 = e_0, the paper's layer (complex D, b_t = B u_t); last-token supervision; AdamW lr 2e-3, weight
+  decay 0.01 except on the embedding; linear warm-up over 10 % of the steps, then cosine to 1e-5 (transformers' get_cosine_with_min_lr_schedule_with_warmup);
   batch 256 of fresh samples every step; no gradient clipping; validation on 8 x 1,024 = 8,192 sequences at
   lengths 40-256 every 5,000 steps; stop once validation reaches 99.95 %; up to 100,000 steps; one seed per run
   (no restarts: seeds are reported one by one).
@@ -29,6 +30,8 @@ RECIPES: dict[str, dict] = {
         num_heads=1,
         dict_size=8,
         pd_ssm_initial_state="one_hot",
+        pd_ssm_diagonal="complex",
+        pd_ssm_input="projection",
         block_type="post_norm_mixer",
         block_dropout=0.01,
         supervision="last",

@@ -63,7 +63,7 @@ class StateTrackingSettings:
     pattern: str = "S"
     hidden_size: int = 64
     state_size: int = 8
-    num_heads: int = 1
+    num_heads: int = 16  # PD-SSM heads (independent automata; more heads, more chances to find the task's)
     dict_size: int = 16
     lru_group_size: int = 4
     train_min_length: int = 3
@@ -77,10 +77,12 @@ class StateTrackingSettings:
     # PD-SSM's x_0: "one_hot" = e_0, the automaton's start state (the authors' state-tracking code; see
     # HybridSSMConfig.pd_ssm_initial_state), or "zeros" as in docs/design.md §4. Other mixers ignore it.
     pd_ssm_initial_state: str = "one_hot"
-    # PD-SSM's D and input map (HybridSSMConfig.pd_ssm_diagonal / pd_ssm_input): "complex" D with b_t = B u_t is
-    # the paper's layer; the issue-14 experiments in RESULTS.md compare them with real D and no input map.
-    pd_ssm_diagonal: str = "complex"
-    pd_ssm_input: str = "projection"
+    # PD-SSM's D and input map (HybridSSMConfig.pd_ssm_diagonal / pd_ssm_input). The default is the pure automaton,
+    # D = 1 and no input map, so x_t = P_t ... P_1 e_0 is a basis vector naming the state: it learned parity, even
+    # pairs, cycle navigation and A5 past the training lengths where the paper's layer ("complex" D with
+    # b_t = B u_t, the paper recipe) degrades with the length (RESULTS.md, issue 14).
+    pd_ssm_diagonal: str = "unit"
+    pd_ssm_input: str = "none"
     learning_rate: float = 1e-2
     weight_decay: float = 0.0
     warmup_steps: int = 50
