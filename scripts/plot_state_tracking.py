@@ -1,12 +1,13 @@
 """Learning curves of state-tracking runs from a summary.json (docs/design.md §8): validation accuracy vs step.
 
 One panel per task; one colour per series. A series is a mixer, or a label given with --series LABEL=SUBSTRING
-(the records whose run folder contains SUBSTRING). Every seed is drawn as a thin line, the mean over seeds as a
-thick one. Reads only the records (their `validation_curve`), so the figure can be redrawn from
-results/state_tracking/summary.json alone. Example:
+(the records whose run folder contains SUBSTRING; one label may be given with several substrings). Every seed is
+drawn as a thin line, the mean over seeds as a thick one (a seed that stopped early at its target counts with
+its last value after it stopped). Reads only the records (their `validation_curve`), so the figure can be redrawn
+from results/state_tracking/summary.json alone. Example:
 
     python scripts/plot_state_tracking.py --summary results/state_tracking/summary.json \\
-        --series "pd_ssm magnitude=exp14/par_mag/" --series "diag_lru=exp14/par_diag/" \\
+        --series "pd_ssm real D=exp14/par_mag/" --series "diag_lru=_diag_lru" \\
         --out results/state_tracking/learning_curves.png
 """
 
@@ -25,6 +26,17 @@ def series_of(record: dict, series: list[tuple[str, str]]) -> str | None:
     if not series:
         return record["mixer"]
     return next((label for label, part in series if part in record.get("run", "")), None)
+
+
+def mean_curve(runs: list[list]) -> tuple[list, list]:
+    """The mean over seeds at every step of the longest run; a run that stopped early (it reached the target
+    accuracy, and its kept weights are those of its last evaluation) counts with its last value from then on."""
+    steps = [step for step, _ in max(runs, key=len)]
+    mean = []
+    for step in steps:
+        values = [next((acc for s, acc in reversed(curve) if s <= step), curve[0][1]) for curve in runs]
+        mean.append(sum(values) / len(values))
+    return steps, mean
 
 
 def parse_series(text: str) -> tuple[str, str]:
@@ -65,9 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             colour = colours.setdefault(label, f"C{len(colours) % 10}")
             for curve in runs:
                 ax.plot(*zip(*curve), color=colour, alpha=0.3, linewidth=0.8)
-            # mean over the seeds at the steps every seed reached (runs that stopped early end sooner)
-            steps = [step for step, _ in min(runs, key=len)]
-            mean = [sum(c[i][1] for c in runs) / len(runs) for i in range(len(steps))]
+            steps, mean = mean_curve(runs)
             ax.plot(steps, mean, color=colour, linewidth=2, label=f"{label} ({len(runs)} seeds)")
         ax.set(title=task, xlabel="training step", ylabel="validation accuracy (test lengths)", ylim=(0, 1.02))
         ax.legend(fontsize=8)

@@ -20,8 +20,9 @@ those declared safe: how often it evaluates / checkpoints, when it stops, how ma
 Model selection (hf_ssm/training/state_tracking.py): every --eval_every steps the model is scored on held-out
 validation sequences at the test lengths (--validation_lengths test, the default; "train" selects on the
 training lengths instead), and the best-scoring weights are kept. --restarts R trains seeds seed..seed+R-1 in
-seed_<s>/ folders and keeps the restart with the best validation accuracy. The test sequences use their own seed
-and are scored once, at the end.
+seed_<s>/ folders and keeps the restart with the best validation accuracy; it applies to the PD-SSM runs, the
+baselines (every other mixer) train --baseline_restarts seeds (default 1: a baseline gets no second chance that
+would only cost time). The test sequences use their own seed and are scored once, at the end.
 
 Recipes (hf_ssm/training/recipes.py): --recipe default (the package's protocol, the defaults shown below) or
 --recipe paper (the PD-SSM authors' protocol: two post-norm PD-SSM blocks, d = N = 128, last-token labels, ...).
@@ -93,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--recipe", choices=RECIPE_NAMES, default="default", help="settings preset (default: default)")
     parser.add_argument("--summary", default=None, help="also merge every seed's record into this summary.json")
     parser.add_argument(
+        "--baseline_restarts",
+        type=int,
+        default=1,
+        help="restarts of the runs whose mixer is not pd_ssm (--restarts applies to pd_ssm; default 1)",
+    )
+    parser.add_argument(
         "--config",
         type=json.loads,
         default={},
@@ -128,7 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     skip = ("task", "mixer", "extra_config")
     explicit = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings) if hasattr(args, f.name)}
     common = {k: v for k, v in resolve_settings(args.recipe, explicit).items() if k not in skip}
-    runs = [StateTrackingSettings(task=t, mixer=m, extra_config=args.config, **common) for t in tasks for m in mixers]
+    runs = [
+        StateTrackingSettings(task=t, mixer=m, extra_config=args.config, **{**common, **_restarts(m, args)})
+        for t in tasks
+        for m in mixers
+    ]
     out = Path(args.output_dir or f"runs/state_tracking/{time.strftime('%Y%m%d-%H%M%S')}")
     run_dirs = [out / f"{settings.task}_{settings.mixer}" if suite else out for settings in runs]
     try:
@@ -162,6 +173,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nLast-position accuracy (%) by test length; written to {out}/comparison.{{md,json,png}}\n")
         print(table)
     return 0
+
+
+def _restarts(mixer: str, args) -> dict:
+    """{"restarts": R} of one run: --restarts (or the recipe's) for PD-SSM, --baseline_restarts for the others."""
+    if mixer == "pd_ssm":
+        return {}
+    return {"restarts": args.baseline_restarts}
 
 
 def _dfa_note(settings: StateTrackingSettings) -> str:

@@ -63,6 +63,10 @@ def test_suite_writes_comparison(tmp_path):
     assert [r["mixer"] for r in rows] == ["pd_ssm", "attention"]
     assert (tmp_path / "comparison.png").is_file()
     assert (tmp_path / "comparison.md").read_text().count("| parity |") == 2
+    # --restarts 2 applies to PD-SSM; the baseline trains --baseline_restarts seeds (default 1)
+    assert len(rows[0]["restarts"]) == 2 and "restarts" not in rows[1]
+    settings = json.loads((tmp_path / "parity_attention" / "settings.json").read_text())
+    assert settings["restarts"] == 1
 
 
 @pytest.mark.parametrize(
@@ -73,6 +77,7 @@ def test_suite_writes_comparison(tmp_path):
         (["--task", "parity", "--train_max_length", "300"], "train_max_length"),
         (["--task", "parity", "--mixer", "lstm"], "unknown mixer"),
         (["--task", "parity", "--validation_lengths", "all"], "validation_lengths"),
+        (["--task", "parity", "--mixer", "diag_lru", "--baseline_restarts", "0"], "restarts"),
         (["--task", "parity", "--pd_ssm_initial_state", "ones"], "pd_ssm_initial_state"),
         # HybridSSMConfig's pattern letters (any other letter used to mean the mixer): S, A, P, B, H, D, L, G, M, R
         (["--task", "parity", "--pattern", "SXA"], "unknown letters ['X']"),
