@@ -28,10 +28,10 @@ def series_of(record: dict, series: list[tuple[str, str]]) -> str | None:
     return next((label for label, part in series if part in record.get("run", "")), None)
 
 
-def mean_curve(runs: list[list]) -> tuple[list, list]:
-    """The mean over seeds at every step of the longest run; a run that stopped early (it reached the target
-    accuracy, and its kept weights are those of its last evaluation) counts with its last value from then on."""
-    steps = [step for step, _ in max(runs, key=len)]
+def mean_curve(runs: list[list], steps: list) -> tuple[list, list]:
+    """The mean over seeds at `steps` (those of the series' longest run); a run that stopped early (it reached
+    the target accuracy, and its kept weights are those of its last evaluation) counts with its last value from
+    then on. Returns (steps, means)."""
     mean = []
     for step in steps:
         values = [next((acc for s, acc in reversed(curve) if s <= step), curve[0][1]) for curve in runs]
@@ -75,10 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     for ax, task in zip(axes[0], tasks):
         for label, runs in curves.get(task, {}).items():
             colour = colours.setdefault(label, f"C{len(colours) % 10}")
-            for curve in runs:
-                ax.plot(*zip(*curve), color=colour, alpha=0.3, linewidth=0.8)
-            steps, mean = mean_curve(runs)
-            ax.plot(steps, mean, color=colour, linewidth=2, label=f"{label} ({len(runs)} seeds)")
+            for curve in runs:  # each seed's evaluations, marked where it stopped
+                ax.plot(*zip(*curve), color=colour, alpha=0.3, linewidth=0.8, marker=".", markevery=[-1])
+            steps, mean = mean_curve(runs, [step for step, _ in max(runs, key=len)])
+            # a marker at the mean's last point, so that a series whose seeds all stopped at once is visible
+            ax.plot(
+                steps, mean, color=colour, linewidth=2, marker="o", markevery=[-1], label=f"{label} ({len(runs)} seeds)"
+            )
         ax.set(title=task, xlabel="training step", ylabel="validation accuracy (test lengths)", ylim=(0, 1.02))
         ax.legend(fontsize=8)
     fig.tight_layout()
