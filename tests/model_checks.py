@@ -190,3 +190,18 @@ def assert_loads_without_hf_ssm(model, directory, vocab_size: int = 37) -> set[s
     assert "hf_ssm" not in result["module"], result
     assert result["identical"], result
     return set(os.listdir(directory))
+
+
+def die_at_evaluation(monkeypatch, module, call: int):
+    """Simulate a run killed mid-training: `module.evaluate` raises KeyboardInterrupt at its `call`-th call (the
+    ones before run normally). Returns a function that puts the real evaluate back, for the resumed run."""
+    real_evaluate, calls = module.evaluate, []
+
+    def evaluate_then_die(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == call:
+            raise KeyboardInterrupt
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(module, "evaluate", evaluate_then_die)
+    return lambda: monkeypatch.setattr(module, "evaluate", real_evaluate)

@@ -16,6 +16,7 @@ from hf_ssm.data.lm_corpus import build_block_sources, make_batch
 from hf_ssm.tokenization import ByteTokenizer
 from hf_ssm.training.finetune import FinetuneSettings, add_lora, finetune, lora_target_modules
 from hf_ssm.training.lm import token_loss_sum
+from model_checks import die_at_evaluation
 
 ROOT = Path(__file__).resolve().parents[1]
 MIXERS = ["pd_ssm", "attention", "bd_lru", "lrc_ssm"]
@@ -134,18 +135,11 @@ def test_lora_resume_reproduces_the_uninterrupted_run(base_dir, tmp_path, monkey
 
     settings = dict(model=str(base_dir), lora=True, learning_rate=2e-2, **{**SMALL, "max_steps": 6})
     full = finetune(FinetuneSettings(**settings), tmp_path / "full")
-    real_evaluate, calls = lm.evaluate, []
-
-    def evaluate_then_die(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 4:  # evaluations at steps 0, 2, 4, 6: dies after the step-4 checkpoint
-            raise KeyboardInterrupt
-        return real_evaluate(*args, **kwargs)
-
-    monkeypatch.setattr(lm, "evaluate", evaluate_then_die)
+    # evaluations at steps 0, 2, 4, 6: dies after the step-4 checkpoint
+    restore_evaluate = die_at_evaluation(monkeypatch, lm, 4)
     with pytest.raises(KeyboardInterrupt):
         finetune(FinetuneSettings(**settings), tmp_path / "part")
-    monkeypatch.setattr(lm, "evaluate", real_evaluate)
+    restore_evaluate()
     resumed = finetune(FinetuneSettings(**settings), tmp_path / "part", resume=True)
     assert resumed["resumed_from"] == [4]
     assert [h["loss"] for h in resumed["history"]] == pytest.approx([h["loss"] for h in full["history"]], rel=1e-6)

@@ -32,6 +32,7 @@ from hf_ssm.tokenization import BYTE_OFFSET, ByteTokenizer
 from hf_ssm.training import lm
 from hf_ssm.training.checkpointing import is_complete, latest_checkpoint
 from hf_ssm.training.lm import PretrainSettings, learning_rate_at, pretrain, token_loss_sum
+from model_checks import die_at_evaluation
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "pretrain.py"
@@ -283,18 +284,11 @@ def test_resume_after_interruption_reproduces_the_uninterrupted_run(tmp_path, mo
     settings = dict(max_steps=8, eval_every=2, save_every=2, **variant)
     full = pretrain(tiny(**settings), tmp_path / "full")
 
-    real_evaluate, calls = lm.evaluate, []
-
-    def evaluate_then_die(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 4:  # evaluations at steps 0, 2, 4, then 6: after the step-4 checkpoint
-            raise KeyboardInterrupt
-        return real_evaluate(*args, **kwargs)
-
-    monkeypatch.setattr(lm, "evaluate", evaluate_then_die)
+    # evaluations at steps 0, 2, 4, then 6: after the step-4 checkpoint
+    restore_evaluate = die_at_evaluation(monkeypatch, lm, 4)
     with pytest.raises(KeyboardInterrupt):
         pretrain(tiny(**settings), tmp_path / "part")
-    monkeypatch.setattr(lm, "evaluate", real_evaluate)
+    restore_evaluate()
     assert sorted(p.name for p in (tmp_path / "part" / "checkpoints").iterdir()) == ["step_2", "step_4"]
     assert not (tmp_path / "part" / "model").exists()
 

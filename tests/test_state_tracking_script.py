@@ -18,6 +18,7 @@ from hf_ssm.training.state_tracking import (
     train_state_tracking,
     train_with_restarts,
 )
+from model_checks import die_at_evaluation
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_state_tracking.py"
@@ -121,18 +122,11 @@ def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkey
     )  # fmt: skip
     full = train_state_tracking(StateTrackingSettings(**settings), tmp_path / "full")
 
-    real_evaluate, calls = st.evaluate, []
-
-    def evaluate_then_die(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:  # the evaluation at step 6: after the step-4 checkpoint, before the step-6 one
-            raise KeyboardInterrupt
-        return real_evaluate(*args, **kwargs)
-
-    monkeypatch.setattr(st, "evaluate", evaluate_then_die)
+    # the evaluation at step 6: after the step-4 checkpoint, before the step-6 one
+    restore_evaluate = die_at_evaluation(monkeypatch, st, 3)
     with pytest.raises(KeyboardInterrupt):
         train_state_tracking(StateTrackingSettings(**settings), tmp_path / "part")
-    monkeypatch.setattr(st, "evaluate", real_evaluate)
+    restore_evaluate()
     assert sorted(p.name for p in (tmp_path / "part" / "checkpoints").iterdir()) == ["step_2", "step_4"]
     assert not (tmp_path / "part" / "model").exists()
 
@@ -254,18 +248,10 @@ def _interrupted_run(run_dir: Path, monkeypatch, **overrides) -> dict:
         num_buckets=1, eval_samples_per_bucket=8, train_max_length=12, test_min_length=12, test_max_length=20,
         target_accuracy=1.0, max_steps=8, **overrides,
     )  # fmt: skip
-    real_evaluate, calls = st.evaluate, []
-
-    def evaluate_then_die(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real_evaluate(*args, **kwargs)
-
-    monkeypatch.setattr(st, "evaluate", evaluate_then_die)
+    restore_evaluate = die_at_evaluation(monkeypatch, st, 3)
     with pytest.raises(KeyboardInterrupt):
         train_state_tracking(StateTrackingSettings(**settings), run_dir)
-    monkeypatch.setattr(st, "evaluate", real_evaluate)
+    restore_evaluate()
     return settings
 
 

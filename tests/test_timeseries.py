@@ -24,6 +24,7 @@ from hf_ssm.data.timeseries import (
     stratified_split,
 )
 from hf_ssm.training.timeseries import TimeSeriesSettings, train_timeseries
+from model_checks import die_at_evaluation
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_timeseries.py"
@@ -361,18 +362,11 @@ def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkey
     )  # fmt: skip
     full = train_timeseries(TimeSeriesSettings(**settings), tmp_path / "full")
 
-    real_evaluate, calls = ts_training.evaluate, []
-
-    def evaluate_then_die(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 5:  # validation of epoch 5: after the epoch-4 checkpoint
-            raise KeyboardInterrupt
-        return real_evaluate(*args, **kwargs)
-
-    monkeypatch.setattr(ts_training, "evaluate", evaluate_then_die)
+    # validation of epoch 5: after the epoch-4 checkpoint
+    restore_evaluate = die_at_evaluation(monkeypatch, ts_training, 5)
     with pytest.raises(KeyboardInterrupt):
         train_timeseries(TimeSeriesSettings(**settings), tmp_path / "part")
-    monkeypatch.setattr(ts_training, "evaluate", real_evaluate)
+    restore_evaluate()
     assert sorted(p.name for p in (tmp_path / "part" / "checkpoints").iterdir()) == ["step_2", "step_4"]
     resumed = train_timeseries(TimeSeriesSettings(**settings), tmp_path / "part", resume=True)
     assert [h["epoch"] for h in resumed["history"]] == [1, 2, 3, 4, 5, 6]
