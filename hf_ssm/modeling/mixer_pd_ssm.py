@@ -101,14 +101,16 @@ class PDSSMMixer(nn.Module):
 
     def one_hot_initial_state(self, device=None) -> torch.Tensor:
         """e_0 in every head as [real, imag] pairs: (H, N, 2) float32."""
-        x0 = torch.zeros(self.num_heads, self.head_state_size, 2, device=device)
-        x0[:, 0, 0] = 1
-        return x0
+        return self._basis_initial_state(torch.zeros(self.num_heads, dtype=torch.long), device)
 
     def head_basis_initial_state(self, device=None) -> torch.Tensor:
         """e_(h mod N) in head h as [real, imag] pairs: (H, N, 2) float32."""
+        return self._basis_initial_state(torch.arange(self.num_heads) % self.head_state_size, device)
+
+    def _basis_initial_state(self, rows: torch.Tensor, device=None) -> torch.Tensor:
+        """e_(rows[h]) in head h as [real, imag] pairs: (H, N, 2) float32."""
         x0 = torch.zeros(self.num_heads, self.head_state_size, 2, device=device)
-        x0[torch.arange(self.num_heads), torch.arange(self.num_heads) % self.head_state_size, 0] = 1
+        x0[torch.arange(self.num_heads), rows, 0] = 1
         return x0
 
     def initial_state(self, batch_size: int, device=None) -> torch.Tensor:
@@ -117,11 +119,12 @@ class PDSSMMixer(nn.Module):
         shape = (batch_size, self.num_heads, self.head_state_size)
         if self.initial_state_kind == "zeros":
             return torch.zeros(shape, dtype=self.state_dtype, device=device)
-        pairs = {
-            "learned": lambda: self.learned_initial_state,
-            "head_basis": self.head_basis_initial_state,
-            "one_hot": self.one_hot_initial_state,
-        }[self.initial_state_kind]()
+        if self.initial_state_kind == "learned":
+            pairs = self.learned_initial_state
+        elif self.initial_state_kind == "head_basis":
+            pairs = self.head_basis_initial_state()
+        else:
+            pairs = self.one_hot_initial_state()
         return torch.view_as_complex(pairs.float().to(device).contiguous()).expand(shape)
 
     def selection_logits(self, u: torch.Tensor) -> torch.Tensor:
