@@ -320,6 +320,79 @@ def test_decoder_layers_found_without_model_specific_code():
         assert name == "model.layers" and layers is owner.layers and len(layers) == 2
 
 
+def test_lora_on_chosen_layers_only_and_bad_layers_refused():
+    """add_lora(layers=...) puts LoRA into those decoder layers only, its parameter count matches
+    lora_parameters_per_rank, and an out-of-range layer index is refused with the valid range."""
+    from hf_ssm.adapters.lora import ATTENTION_TARGETS, lora_parameters_per_rank
+
+    base = tiny_base(layers=3)
+    per_rank = lora_parameters_per_rank(base, ATTENTION_TARGETS, layers=[0, 1])
+    assert per_rank == 2 * lora_parameters_per_rank(base, ATTENTION_TARGETS, layers=[2])
+    model = add_lora(base, 3, ATTENTION_TARGETS, layers=[0, 1])
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    assert all(".layers.0." in n or ".layers.1." in n for n in trainable) and trainable
+    assert sum(p.numel() for p in trainable.values()) == 3 * per_rank
+    with pytest.raises(ValueError, match=r"`layers` must be decoder layer indices in \[0, 2\]"):
+        add_lora(tiny_base(layers=3), 2, layers=[3])
+
+
+def test_prefix_lora_classifier_starts_at_the_base_and_trains_only_lora_and_its_head():
+    """The LoRA baseline with a classifier after layer k: at init (LoRA B = 0) its logits are the head applied to
+    the base's own normalised layer-k hidden state; the layers above k never run; only LoRA (in layers <= k)
+    and the head receive gradients."""
+    from hf_ssm.training.adapter_experiment import PrefixLoRAClassifier
+
+    base = tiny_base(layers=3)
+    reference = copy.deepcopy(base)
+    model = PrefixLoRAClassifier(base, layer_index=1, num_classes=3, rank=2)
+    calls = []
+    top = model.layers[2].register_forward_hook(lambda *args: calls.append(1))
+    x = ids()
+    mask, positions = torch.ones_like(x), torch.arange(x.shape[1]).expand_as(x)
+    keep = torch.tensor([2, x.shape[1] - 1])
+    logits = model(x, mask, positions, keep)
+    assert logits.shape == (x.shape[0], 2, 3) and not calls
+    hidden = reference(x, attention_mask=mask, output_hidden_states=True).hidden_states[2]  # after layer 1
+    torch.testing.assert_close(logits, model.head(model.norm(hidden[:, keep])))
+    with pytest.raises(ValueError, match=r"`layer_index` must be in \[-3, 2\]"):
+        PrefixLoRAClassifier(tiny_base(layers=3), layer_index=3, num_classes=3, rank=2)
+    model(x, mask, positions, keep).sum().backward()
+    top.remove()
+    with_grad = {n for n, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert {"head.weight", "head.bias"} <= with_grad
+    assert all(n.startswith("head.") or ("lora_" in n and (".layers.0." in n or ".layers.1." in n)) for n in with_grad)
+    assert any("lora_B" in n and ".layers.1." in n for n in with_grad)
+
+
+@pytest.mark.parametrize("method", ["ssm", "lora", "ssm_lora"])
+def test_answer_word_logits_equal_the_full_lm_head_at_those_words(method):
+    """The LM-head methods' answer scores come from the answer words' rows of the head only; they equal the full
+    vocabulary logits at those words (with the adapter's hook and LoRA in the decoder), values and gradients."""
+    from hf_ssm.training.adapter_experiment import (
+        AdapterExperimentSettings,
+        _answer_logits,
+        _full_logits,
+        _head_is_linear,
+        build_method,
+    )
+
+    settings = AdapterExperimentSettings(state_size=4, dict_size=4, layer_index=0)
+    model, params, _ = build_method(method, settings, tiny_base(kind="llama"), num_classes=3)
+    with torch.no_grad():
+        for p in params:
+            p.normal_(0.0, 0.2)  # LoRA B and the adapter's out_proj start at zero
+    x = ids()
+    inputs = {"input_ids": x, "attention_mask": torch.ones_like(x), "position_ids": torch.arange(11).expand_as(x)}
+    keep, answer_ids = torch.tensor([3, 10]), torch.tensor([5, 17, 40])
+    assert _head_is_linear(model)
+    full = _full_logits(model, inputs, keep, answer_ids)[..., answer_ids]
+    part = _answer_logits(model, inputs, keep, answer_ids)
+    torch.testing.assert_close(part, full, atol=1e-5, rtol=1e-5)
+    grads = [torch.autograd.grad(out.square().sum(), params) for out in (part, full)]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
 def test_train_adapter_script_smoke_run(tmp_path):
     """scripts/train_adapter.py runs offline on the built-in tiny Qwen2 and writes results, plot, the adapter
     (only adapter files plus its model card) and the card in --model_card_dir; bad arguments exit clearly."""
@@ -339,20 +412,26 @@ def test_train_adapter_script_smoke_run(tmp_path):
     cards = tmp_path / "cards"
     args = [sys.executable, str(root / "scripts" / "train_adapter.py"), "--output_dir", str(tmp_path / "run")]
     result = subprocess.run(
-        [*args, "--methods", "fewshot,probe,lora,ssm,ssm_classifier", "--model_card_dir", str(cards), *tiny,
+        [*args, "--methods", "fewshot,probe,lora,ssm,ssm_classifier,lora_classifier", "--model_card_dir", str(cards),
+         *tiny,
          "--train_examples", "6", "--feature_cache", "disk", "--summary_json", str(tmp_path / "summary.json")],
         capture_output=True, text=True, env=env, cwd=root, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "run"
     summary = json.loads((run / "results.json").read_text())
-    assert [r["method"] for r in summary["results"]] == ["fewshot", "probe", "lora", "ssm", "ssm_classifier"]
-    assert [r["readout"] for r in summary["results"]] == ["lm_head", "probe", "lm_head", "lm_head", "classifier"]
+    methods = ["fewshot", "probe", "lora", "ssm", "ssm_classifier", "lora_classifier"]
+    assert [r["method"] for r in summary["results"]] == methods
+    readouts = ["lm_head", "probe", "lm_head", "lm_head", "classifier", "classifier"]
+    assert [r["readout"] for r in summary["results"]] == readouts
+    assert (run / "lora_classifier" / "adapter" / "adapter_config.json").is_file()
+    assert (run / "lora_classifier" / "classifier.safetensors").is_file()
     assert summary["results"][0]["trainable_parameters"] == 0 and summary["results"][0]["fewshot_prefix_tokens"] > 0
     summary["results"] = summary["results"][1:]
     records = json.loads((tmp_path / "summary.json").read_text())
     assert [(r["method"], r["readout"]) for r in records][1:] == [
-        ("probe", "probe"), ("lora", "lm_head"), ("ssm", "lm_head"), ("ssm_classifier", "classifier")
+        ("probe", "probe"), ("lora", "lm_head"), ("ssm", "lm_head"), ("ssm_classifier", "classifier"),
+        ("lora_classifier", "classifier"),
     ]  # fmt: skip
     records = records[1:]
     assert set(records[2]["accuracy_by_transitions"]) == {"1-3", "8-9"} and summary["results"][2]["cpu_seconds"] > 0
@@ -365,7 +444,11 @@ def test_train_adapter_script_smoke_run(tmp_path):
         ADAPTER_CONFIG_NAME,
         ADAPTER_WEIGHTS_NAME,
     ]
-    assert (cards / "ssm-adapter-tiny-qwen2-parity.md").read_text().startswith("---\nlibrary_name: hf_ssm")
+    from huggingface_hub import ModelCard
+
+    tiny_card = ModelCard((cards / "ssm-adapter-tiny-qwen2-parity.md").read_text())
+    assert tiny_card.data.library_name == "hf_ssm" and "ssm-adapter" in tiny_card.data.tags
+    assert "## Limitations" in tiny_card.text
     card = (cards / "ssm-adapter-tiny-qwen2-parity-classifier.md").read_text()
     assert '["adapter_logits"]' in card and "--train_examples 6" in card and "--methods fewshot,probe" in card
     assert "| ssm |" in result.stdout and "| chance |" in result.stdout

@@ -5,9 +5,13 @@ One run trains, on stories of `train_min_transitions .. train_max_transitions` t
 - `probe`: the frozen base alone, a linear probe on its last hidden state at the question's end;
 - `lora`: PEFT LoRA on every projection of the base, rank chosen for a parameter count similar to the SSM
   adapter's, answering through the LM head;
+- `lora_classifier`: PEFT LoRA on the attention projections of layers 0..`layer_index` with a linear classifier
+  after that layer (the layers above are not run): the LoRA baseline at the `ssm_classifier` method's readout,
+  depth and parameter budget, affordable on a CPU with a real base;
 - `ssm`: the SSM adapter (default: one PD-SSM layer after the first decoder layer, D kept at its near-identity
   start), answering through the LM head;
-- `ssm_lora` (optional): both together;
+- `ssm_classifier`: the SSM adapter with its own linear classifier (the base's logits are not used);
+- `ssm_lora` (optional): the SSM adapter and LoRA together;
 
 and evaluates each by story length in `test_buckets`, far past the training lengths, on the answer after the
 final question. The LM-head methods score the answer classes by the LM-head logits of the answer words' first
@@ -29,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from huggingface_hub import ModelCardData
 from torch import nn
 
 from ..adapters.bases import DTYPES, NAMED_BASES
@@ -36,7 +41,7 @@ from ..adapters.bases import load_base as _load_base
 from ..adapters.config import SSMAdapterConfig
 from ..adapters.feature_cache import STORE_DTYPES, FeatureStore, FrozenPrefix, batch_features
 from ..adapters.layer import SSMAdapter
-from ..adapters.lora import add_lora, lora_parameters_per_rank, lora_rank_for_budget
+from ..adapters.lora import ATTENTION_TARGETS, add_lora, lora_parameters_per_rank, lora_rank_for_budget
 from ..adapters.model import SSMAdapterModel, attach_ssm_adapter, find_decoder_layers
 from ..adapters.tiny_base import build_tiny_qwen2, build_word_tokenizer, pretrain_language_model
 from ..data.nl_state_tracking import (
@@ -49,17 +54,24 @@ from ..data.nl_state_tracking import (
     narrative_corpus,
     task_vocabulary,
 )
-from ..modeling.configuration_hybrid_ssm import PD_SSM_INITIAL_STATES, PD_SSM_INPUTS, check_choice
+from ..model_card import check_model_card
+from ..modeling.configuration_hybrid_ssm import (
+    PD_SSM_INITIAL_STATES,
+    PD_SSM_INPUTS,
+    PD_SSM_TRANSITIONS,
+    check_choice,
+)
 from . import loop
 from .checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
 from .optimization import warmup_cosine_schedule
 
-METHODS = ("fewshot", "probe", "lora", "ssm", "ssm_classifier", "ssm_lora")
+METHODS = ("fewshot", "probe", "lora", "lora_classifier", "ssm", "ssm_classifier", "ssm_lora")
 # How each method answers: the frozen LM head (logits of the answer words' first tokens) or its own classifier.
 READOUT_OF_METHOD = {
     "fewshot": "lm_head",
     "probe": "probe",
     "lora": "lm_head",
+    "lora_classifier": "classifier",
     "ssm": "lm_head",
     "ssm_classifier": "classifier",
     "ssm_lora": "lm_head",
@@ -103,12 +115,13 @@ class AdapterExperimentSettings:
     # PD-SSM input map (HybridSSMConfig.pd_ssm_input): "projection" (b_t = B u_t) or "none" (no B: the state is x_0
     # moved by the transitions alone; needs a non-zero initial_state)
     input_map: str = "projection"
+    # PD-SSM transition (HybridSSMConfig.pd_ssm_transition): "dictionary" (P_t = column-argmax of a mix of K
+    # score matrices, per token) or "bank" (K fixed one-hot matrices, one picked per token; docs/design.md §4.4)
+    transition: str = "dictionary"
     # Mixer parameters kept at their (near-identity) start: for the PD-SSM, D's magnitude and phase MLPs, so the
     # state is carried by the exact permutations P (a trained D fits the training lengths but drifts on longer
     # stories; RESULTS.md). "" trains everything.
-    frozen_mixer_parameters: str = (
-        "magnitude,phase"  # PD-SSM straight-through temperature: sharper columns train P much faster here
-    )
+    frozen_mixer_parameters: str = "magnitude,phase"
     # data
     train_min_transitions: int = 1
     train_max_transitions: int = 10
@@ -156,6 +169,7 @@ class AdapterExperimentSettings:
         check_choice("dtype", self.dtype, DTYPES)
         check_choice("initial_state", self.initial_state, PD_SSM_INITIAL_STATES)
         check_choice("input_map", self.input_map, PD_SSM_INPUTS)
+        check_choice("transition", self.transition, PD_SSM_TRANSITIONS)
         if self.input_map == "none" and self.initial_state == "zeros":
             raise ValueError("`input_map='none'` needs a non-zero `initial_state` (one_hot, head_basis or learned)")
         check_choice("feature_cache", self.feature_cache, FEATURE_CACHES)
@@ -223,6 +237,7 @@ class AdapterExperimentSettings:
                 "pd_ssm_temperature": self.temperature,
                 "pd_ssm_initial_state": self.initial_state,
                 "pd_ssm_input": self.input_map,
+                "pd_ssm_transition": self.transition,
             }
         frozen = [n.strip() for n in self.frozen_mixer_parameters.split(",") if n.strip()]
         return SSMAdapterConfig(
@@ -336,6 +351,48 @@ class LastHiddenStateProbe(nn.Module):
         return self.head(hidden.float())
 
 
+class PrefixLoRAClassifier(nn.Module):
+    """LoRA on the attention projections of decoder layers 0..k, and a linear classifier on the normalised hidden
+    state after layer k (k = `layer_index`): the LoRA baseline with the `ssm_classifier` method's readout, depth
+    and trainable-parameter budget. The layers above k are never run.
+
+    forward(input_ids, attention_mask, position_ids, logits_to_keep (K,) positions) -> class logits (B, K, C).
+    """
+
+    def __init__(self, base: nn.Module, layer_index: int, num_classes: int, rank: int):
+        super().__init__()
+        base.requires_grad_(False)
+        count = len(find_decoder_layers(base)[1])
+        if not -count <= layer_index < count:
+            raise ValueError(f"`layer_index` must be in [{-count}, {count - 1}] for this base, got {layer_index}")
+        self.k = layer_index % count
+        self.peft = add_lora(base, rank, ATTENTION_TARGETS, layers=range(self.k + 1))
+        self.layers = find_decoder_layers(self.peft)[1]
+        width = base.config.get_text_config().hidden_size
+        self.norm = nn.RMSNorm(width, elementwise_affine=False)
+        self.head = nn.Linear(width, num_classes)
+
+    def forward(self, input_ids, attention_mask, position_ids, logits_to_keep):
+        captured = {}
+
+        def stop(module, args, output):
+            captured["hidden"] = output[0] if isinstance(output, tuple) else output
+            raise _StopAtLayer
+
+        handle = self.layers[self.k].register_forward_hook(stop)
+        try:
+            self.peft(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+        except _StopAtLayer:
+            pass
+        finally:
+            handle.remove()
+        return self.head(self.norm(captured["hidden"][:, logits_to_keep].float()))
+
+
+class _StopAtLayer(Exception):
+    """Raised by PrefixLoRAClassifier's hook once layer k has run (the layers above it are not needed)."""
+
+
 def build_method(method: str, settings: AdapterExperimentSettings, base, num_classes: int):
     """(model to train, its trainable parameters, extra info) for one method on a fresh copy of the base."""
     info = {}
@@ -348,6 +405,16 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
         rank = lora_rank_for_budget(base, budget)
         info = {"lora_rank": rank, "lora_parameters_per_rank": lora_parameters_per_rank(base)}
         model = add_lora(base, rank)
+    elif method == "lora_classifier":
+        config = dataclasses.replace(settings.adapter_config(), readout="classifier", num_labels=num_classes)
+        budget = sum(p.numel() for p in SSMAdapter(config, base.config.get_text_config().hidden_size).parameters())
+        layers = range(settings.layer_index % len(find_decoder_layers(base)[1]) + 1)
+        rank = lora_rank_for_budget(base, budget, ATTENTION_TARGETS, layers=layers)
+        info = {
+            "lora_rank": rank,
+            "lora_parameters_per_rank": lora_parameters_per_rank(base, ATTENTION_TARGETS, layers),
+        }
+        model = PrefixLoRAClassifier(base, settings.layer_index, num_classes, rank)
     elif method == "ssm_classifier":
         config = dataclasses.replace(settings.adapter_config(), readout="classifier", num_labels=num_classes)
         model = attach_ssm_adapter(base, config)
@@ -367,7 +434,7 @@ def parameter_groups(method: str, model, settings: AdapterExperimentSettings) ->
     """AdamW parameter groups of a method's trainable parameters: the SSM adapter's readout (classifier or
     out_proj) at `readout_learning_rate` when it is set, everything else at `learning_rate` (LoRA:
     `lora_learning_rate`)."""
-    lr = settings.lora_learning_rate if method == "lora" else settings.learning_rate
+    lr = settings.lora_learning_rate if method in ("lora", "lora_classifier") else settings.learning_rate
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if method not in ("ssm", "ssm_classifier", "ssm_lora") or not settings.readout_learning_rate:
         return [{"params": [p for _, p in named], "lr": lr}]
@@ -416,6 +483,9 @@ def _scores(
         mask = inputs["attention_mask"].bool()
         scores = adapted.ssm_adapter(hidden, mask=None if bool(mask.all()) else mask)[0][:, keep].float()
         final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
+    elif method == "lora_classifier":
+        scores = model(**inputs, logits_to_keep=keep)
+        final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
     elif method == "probe":
         if features is None:
             scores = model(**inputs, logits_to_keep=keep).float()
@@ -423,12 +493,15 @@ def _scores(
             scores = _unwrapped(model).head(features[:, keep])
         final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
     else:
+        # With the answer-word loss only the answer words' rows of the LM head are needed: a 49k-word head over
+        # every supervised position would cost more than the rest of the step on a CPU.
+        forward = _full_logits if vocab_loss or not _head_is_linear(model) else _answer_logits
         if features is None:
-            logits = model(**inputs, use_cache=False, logits_to_keep=keep).logits
+            logits = forward(model, inputs, keep, answer_ids)
         else:
             with FrozenPrefix(_unwrapped(model)).replaced_by(features):
-                logits = model(**inputs, use_cache=False, logits_to_keep=keep).logits
-        scores = logits[..., answer_ids].float()
+                logits = forward(model, inputs, keep, answer_ids)
+        scores = logits.float() if forward is _answer_logits else logits[..., answer_ids].float()
         if vocab_loss:
             final_loss = nn.functional.cross_entropy(
                 logits[:, -1].float(), batch["answer_token"].to(device), reduction="sum"
@@ -442,9 +515,47 @@ def _scores(
     return (dense_loss + final_loss) / count, scores[:, -1].argmax(-1)
 
 
+def _full_logits(model, inputs: dict, keep: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
+    """LM-head logits (B, K, V) over the whole vocabulary at the positions `keep` (K,)."""
+    return model(**inputs, use_cache=False, logits_to_keep=keep).logits
+
+
+def _answer_logits(model, inputs: dict, keep: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
+    """The LM-head logits of the answer words only (B, K, C) at the positions `keep` (K,): the base's decoder
+    (with the adapter's hook and any LoRA in it) to its final norm, then the head's rows `answer_ids`. Equal to
+    `_full_logits(...)[..., answer_ids]` for a plain linear LM head (`_head_is_linear`)."""
+    base = _causal_lm(model)
+    decoder = find_decoder_layers(base)[0]
+    hidden = decoder(**inputs, use_cache=False).last_hidden_state[:, keep]
+    head = base.get_output_embeddings()
+    bias = None if head.bias is None else head.bias[answer_ids]
+    return nn.functional.linear(hidden, head.weight[answer_ids], bias)
+
+
+def _causal_lm(model) -> nn.Module:
+    """The (possibly LoRA-injected) causal LM inside a method's model."""
+    model = _unwrapped(model)
+    if isinstance(model, SSMAdapterModel):
+        model = model.base_model
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _head_is_linear(model) -> bool:
+    """Whether the base's logits are exactly its output embedding applied to the decoder's last hidden state (no
+    soft-capping or scaling after the head, as in Llama, Qwen2, Mistral)."""
+    config = _causal_lm(model).config.get_text_config()
+    return (
+        isinstance(_causal_lm(model).get_output_embeddings(), nn.Linear)
+        and getattr(config, "final_logit_softcapping", None) is None
+        and getattr(config, "logit_scale", None) is None
+    )
+
+
 def _unwrapped(model):
     """The model under accelerate's / torch's wrappers (DDP keeps it in `.module`)."""
-    while not isinstance(model, (SSMAdapterModel, LastHiddenStateProbe)) and hasattr(model, "module"):
+    while not isinstance(model, (SSMAdapterModel, LastHiddenStateProbe, PrefixLoRAClassifier)) and hasattr(
+        model, "module"
+    ):
         model = model.module
     return model
 
@@ -701,6 +812,10 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
             save_file(lora_state, str(method_dir / "adapter" / "lora_weights.safetensors"))
     elif method == "lora":
         unwrapped.save_pretrained(method_dir / "adapter")
+    elif method == "lora_classifier":
+        unwrapped.peft.save_pretrained(method_dir / "adapter")  # the LoRA weights and their PEFT config
+        head = {f"head.{k}": v.contiguous() for k, v in unwrapped.head.state_dict().items()}
+        save_file(head, str(method_dir / "classifier.safetensors"))
     else:
         save_file(
             {k: v.contiguous() for k, v in unwrapped.head.state_dict().items()}, str(method_dir / "probe.safetensors")
@@ -721,6 +836,10 @@ def model_name(result: dict) -> str:
         return f"untrained base, {result['settings']['fewshot_examples']}-shot"
     if result["method"] == "lora":
         return f"lora r={result['lora_rank']}"
+    if result["method"] == "lora_classifier":
+        return (
+            f"lora r={result['lora_rank']} (attention, layers 0-{settings['layer_index']}) @L{settings['layer_index']}"
+        )
     name = f"{settings['mixer']} adapter @L{settings['layer_index']}"
     return name + (f" + lora r={result['lora_rank']}" if result["method"] == "ssm_lora" else "")
 
@@ -828,7 +947,6 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
     if named is not None:
         base = f"{settings.base_model}: {named.description}"
         load_base = f'from hf_ssm.adapters import load_base\n\nbase, tokenizer = load_base("{settings.base_model}")'
-    front = "" if tiny else f"base_model: {named.hub_id if named else settings.base_model}\n"
     classifier = ssm["method"] == "ssm_classifier"
     defaults = asdict(AdapterExperimentSettings())
     reproduce = " ".join(
@@ -845,17 +963,15 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
         if classifier
         else "scores = model(**batch).logits[:, -1, answer_token_ids]  # hf_ssm.data.nl_state_tracking.answer_token_ids"
     )
-    return f"""---
-library_name: hf_ssm
-license: apache-2.0
-{front}tags:
-- ssm-adapter
-- {config.mixer.replace("_", "-")}
-- state-tracking
-pipeline_tag: text-generation
----
-
-# SSM adapter ({config.mixer}) for natural-language {settings.task}
+    data = ModelCardData(
+        library_name="hf_ssm",
+        license="apache-2.0",
+        base_model=None if tiny else (named.hub_id if named else settings.base_model),
+        tags=["ssm-adapter", config.mixer.replace("_", "-"), "state-tracking"],
+        pipeline_tag="text-generation",
+    )
+    samples = settings.eval_samples_per_bucket
+    body = f"""# SSM adapter ({config.mixer}) for natural-language {settings.task}
 
 One {config.mixer} layer inserted after decoder layer {config.layer_index} of a frozen causal LM ({base}),
 {branch}. Only the adapter was trained:
@@ -884,7 +1000,17 @@ batch = tokenizer([story], return_tensors="pt", padding=True)  # story ends with
 
 Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with
 `python scripts/train_adapter.py {reproduce}` (see docs/adapter.md).
+
+## Limitations
+
+- Trained and tested only on the generated stories of this task (their sentence templates, names and
+  vocabulary); other phrasings, languages and tasks are untested.
+- The accuracies above come from {samples} fresh stories per bucket and one training seed; how often the same
+  command succeeds across seeds is reported in the project's RESULTS.md, not here.
+- {"The classifier answers only with the task's answer classes; the base model's own generations are unchanged." if classifier else "The answer is read from the LM head's logits of the answer words; other generations of the adapted model are not evaluated."}
+- A research artefact of the hf_ssm package, not a product: no safety or bias evaluation was done.
 """
+    return check_model_card(f"---\n{data.to_yaml()}\n---\n\n" + body)
 
 
 def run_experiment(settings: AdapterExperimentSettings, run_dir, resume: bool = False, model_card_dir=None) -> dict:
