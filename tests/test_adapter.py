@@ -655,3 +655,27 @@ def test_a_resumed_adapter_method_ends_as_the_uninterrupted_run(tmp_path, monkey
     assert resumed["test"] == whole["test"] and resumed["steps"] == 4
     again = load_file(str(method / "adapter" / ADAPTER_WEIGHTS_NAME))
     assert weights.keys() == again.keys() and all(torch.equal(weights[k], again[k]) for k in weights)
+
+
+def test_plot_adapter_draws_the_matching_records_and_refuses_an_empty_selection(tmp_path):
+    """scripts/plot_adapter.py draws a PNG from summary records whose run folder matches a --series, and exits 1
+    with a message when no record matches (rather than writing an empty figure)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "plot_adapter.py"
+    record = {"base": "smollm2-135m", "task": "parity", "run_dir": "runs/x/par_s0", "seed": 0}
+    records = [
+        {**record, "accuracy_by_transitions": {"1-10": 1.0, "40-40": 0.9}},
+        {**record, "seed": 1, "run_dir": "runs/x/par_s1", "accuracy_by_transitions": {"1-10": 0.8, "40-40": 0.5}},
+    ]
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps(records))
+    out = tmp_path / "plot.png"
+    args = [sys.executable, str(script), "--summary", str(summary), "--tasks", "parity", "--out", str(out)]
+    done = subprocess.run([*args, "--series", "PD=runs/x/par_"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "2 records" in done.stdout
+    empty = subprocess.run([*args, "--series", "PD=nothing"], capture_output=True, text=True, timeout=120)
+    assert empty.returncode == 1 and "matches any --series" in empty.stderr
