@@ -53,7 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = AdapterExperimentSettings()
     for f in fields(AdapterExperimentSettings):
         value = getattr(defaults, f.name)
-        kind = _boolean if isinstance(value, bool) else type(value)
+        # an optional number (default None) takes that number's type from the field's annotation
+        kind = (
+            _boolean if isinstance(value, bool) else float if value is None and "float" in str(f.type) else type(value)
+        )
+        if kind is type(None):
+            raise TypeError(f"AdapterExperimentSettings.{f.name}: no command-line type for a None default of {f.type}")
         if f.name == "base_model":
             parser.add_argument(
                 "--base_model",

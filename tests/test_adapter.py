@@ -679,3 +679,21 @@ def test_plot_adapter_draws_the_matching_records_and_refuses_an_empty_selection(
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "2 records" in done.stdout
     empty = subprocess.run([*args, "--series", "PD=nothing"], capture_output=True, text=True, timeout=120)
     assert empty.returncode == 1 and "matches any --series" in empty.stderr
+
+
+def test_experiment_dictionary_diagonal_init_overrides_the_near_identity_start():
+    """--dictionary_diagonal_init replaces the adapter's near-identity diagonal (+1 on every score matrix) and
+    --transition reaches the mixer; by default the near-identity start stays."""
+    from hf_ssm.training.adapter_experiment import AdapterExperimentSettings
+
+    def diagonal_mean(**overrides):
+        settings = AdapterExperimentSettings(state_size=8, dict_size=4, **overrides)
+        torch.manual_seed(0)
+        from hf_ssm.adapters.layer import SSMAdapter
+
+        adapter = SSMAdapter(settings.adapter_config(), 32)
+        assert adapter.mixer.transition == settings.transition
+        return adapter.mixer.dictionary.diagonal(dim1=-2, dim2=-1).mean().item()
+
+    assert abs(diagonal_mean() - 1.0) < 0.2
+    assert abs(diagonal_mean(transition="bank", dictionary_diagonal_init=0.0)) < 0.2

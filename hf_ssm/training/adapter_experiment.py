@@ -118,6 +118,10 @@ class AdapterExperimentSettings:
     # PD-SSM transition (HybridSSMConfig.pd_ssm_transition): "dictionary" (P_t = column-argmax of a mix of K
     # score matrices, per token) or "bank" (K fixed one-hot matrices, one picked per token; docs/design.md §4.4)
     transition: str = "dictionary"
+    # PD-SSM: added to the diagonal of every dictionary (bank) score matrix at init; None = the adapter's
+    # near-identity start (1.0, so P = I at first). In bank mode a strong diagonal on every entry saturates the
+    # straight-through column softmax and the entries barely move (RESULTS.md, issue 15); 0 starts them random.
+    dictionary_diagonal_init: float | None = None
     # Mixer parameters kept at their (near-identity) start: for the PD-SSM, D's magnitude and phase MLPs, so the
     # state is carried by the exact permutations P (a trained D fits the training lengths but drifts on longer
     # stories; RESULTS.md). "" trains everything.
@@ -239,6 +243,8 @@ class AdapterExperimentSettings:
                 "pd_ssm_input": self.input_map,
                 "pd_ssm_transition": self.transition,
             }
+            if self.dictionary_diagonal_init is not None:
+                settings["pd_ssm_dictionary_diagonal_init"] = self.dictionary_diagonal_init
         frozen = [n.strip() for n in self.frozen_mixer_parameters.split(",") if n.strip()]
         return SSMAdapterConfig(
             mixer=self.mixer, mixer_settings=settings, layer_index=self.layer_index, frozen_mixer_parameters=frozen
