@@ -1,12 +1,13 @@
 """Model-level properties every mixer must keep, and the pieces the tests that check them share.
 
-tests/test_model_invariants.py runs the properties for every mixer from one parametrised place; per-mixer test
+tests/models/test_model_invariants.py runs the properties for every mixer from one parametrised place; per-mixer test
 files call the same helpers with their own configs.
 """
 
 from __future__ import annotations
 
 import collections
+import importlib.util
 import json
 import os
 import subprocess
@@ -18,6 +19,9 @@ from pathlib import Path
 import torch
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository (tests/ sits at its top)
+SCRIPTS = ROOT / "scripts"
 
 
 def tiny_config(mixers: str | list[str], **overrides) -> HybridSSMConfig:
@@ -75,7 +79,7 @@ def reload_is_bit_identical(config: HybridSSMConfig, directory: str) -> bool:
 
 # Tensor -> Python conversions: the host reads (device synchronisations) behind `if t:`, `t.item()`, `int(t)`.
 _HOST_READS = ("__bool__", "item", "tolist", "__int__", "__float__", "__index__")
-HF_SSM_MODELING_FILES = {p.name for p in (Path(__file__).resolve().parents[1] / "hf_ssm" / "modeling").glob("*.py")}
+HF_SSM_MODELING_FILES = {p.name for p in (ROOT / "hf_ssm" / "modeling").glob("*.py")}
 
 
 @torch.no_grad()
@@ -205,3 +209,27 @@ def die_at_evaluation(monkeypatch, module, call: int):
 
     monkeypatch.setattr(module, "evaluate", evaluate_then_die)
     return lambda: monkeypatch.setattr(module, "evaluate", real_evaluate)
+
+
+# ------------------------------------------------------------------------------------------------ scripts
+
+
+def load_script(name: str):
+    """scripts/<name>.py imported as a module (its main() then runs in-process: no interpreter start per case)."""
+    spec = importlib.util.spec_from_file_location(f"_script_{name}", SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_script(name: str, *args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    """scripts/<name>.py run in a subprocess from the repository root, offline; its captured text output."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / f"{name}.py"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=timeout,
+    )

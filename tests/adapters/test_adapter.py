@@ -29,6 +29,7 @@ from hf_ssm.adapters import (
 )
 from hf_ssm.adapters.lora import add_lora, lora_rank_for_budget
 from hf_ssm.modeling import SSM_MIXER_CLASSES
+from model_checks import run_script
 
 VOCAB = 61
 PD_SETTINGS = {"pd_ssm_head_state_size": 5, "pd_ssm_num_heads": 2, "pd_ssm_dict_size": 4}
@@ -323,25 +324,18 @@ def test_decoder_layers_found_without_model_specific_code():
 def test_train_adapter_script_smoke_run(tmp_path):
     """scripts/train_adapter.py runs offline on the built-in tiny Qwen2 and writes results, plot, the adapter
     (only adapter files plus its model card) and the card in --model_card_dir; bad arguments exit clearly."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
     tiny = [
         "--tiny_hidden_size", "16", "--tiny_layers", "1", "--tiny_heads", "2", "--pretrain_steps", "2",
         "--pretrain_batch_size", "2", "--max_steps", "3", "--eval_every", "3", "--batch_size", "4",
         "--eval_batch_size", "8", "--eval_samples_per_bucket", "4", "--train_max_transitions", "3",
         "--test_buckets", "1-3,8-9", "--state_size", "4", "--dict_size", "4",
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     cards = tmp_path / "cards"
-    args = [sys.executable, str(root / "scripts" / "train_adapter.py"), "--output_dir", str(tmp_path / "run")]
-    result = subprocess.run(
-        [*args, "--methods", "fewshot,probe,lora,ssm,ssm_classifier", "--model_card_dir", str(cards), *tiny,
-         "--train_examples", "6", "--feature_cache", "disk", "--summary_json", str(tmp_path / "summary.json")],
-        capture_output=True, text=True, env=env, cwd=root, timeout=300,
+    args = ["train_adapter", "--output_dir", str(tmp_path / "run")]
+    result = run_script(
+        *args, "--methods", "fewshot,probe,lora,ssm,ssm_classifier", "--model_card_dir", str(cards), *tiny,
+        "--train_examples", "6", "--feature_cache", "disk", "--summary_json", str(tmp_path / "summary.json"),
+        timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "run"
@@ -369,11 +363,9 @@ def test_train_adapter_script_smoke_run(tmp_path):
     card = (cards / "ssm-adapter-tiny-qwen2-parity-classifier.md").read_text()
     assert '["adapter_logits"]' in card and "--train_examples 6" in card and "--methods fewshot,probe" in card
     assert "| ssm |" in result.stdout and "| chance |" in result.stdout
-    bad = subprocess.run([*args, "--task", "dyck"], capture_output=True, text=True, env=env, cwd=root, timeout=120)
+    bad = run_script(*args, "--task", "dyck")
     assert bad.returncode == 2 and "`task` must be one of" in bad.stderr
-    bad = subprocess.run(
-        [*args, "--initial_state", "e1"], capture_output=True, text=True, env=env, cwd=root, timeout=120
-    )
+    bad = run_script(*args, "--initial_state", "e1")
     assert bad.returncode == 2 and "`initial_state` must be one of" in bad.stderr
 
 

@@ -3,14 +3,12 @@ crash-safe checkpoints) and scripts/pretrain.py's argument errors."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -32,10 +30,8 @@ from hf_ssm.tokenization import BYTE_OFFSET, ByteTokenizer
 from hf_ssm.training import lm
 from hf_ssm.training.checkpointing import is_complete, latest_checkpoint
 from hf_ssm.training.lm import PretrainSettings, learning_rate_at, pretrain, token_loss_sum
-from model_checks import die_at_evaluation
+from model_checks import ROOT, SCRIPTS, die_at_evaluation, load_script
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "pretrain.py"
 # One thread per process: tiny models gain nothing from more, and on a loaded machine OpenMP threads waiting for
 # busy cores make every step ~50x slower.
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -237,7 +233,7 @@ def test_two_cpu_processes_match_one_process_and_save_loadable_checkpoints(tmp_p
     out = tmp_path / "ddp"
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "scripts/configs/cpu_ddp.yaml"),
-        "--num_processes", "2", "--main_process_port", str(_free_port()), str(SCRIPT), "--output_dir", str(out),
+        "--num_processes", "2", "--main_process_port", str(_free_port()), str(SCRIPTS / "pretrain.py"), "--output_dir", str(out),
         "--max_steps", "4", "--eval_every", "2", "--save_every", "2", "--batch_size", "2", *TINY_ARGS,
     ]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300)
@@ -354,13 +350,6 @@ def test_loss_falls_and_run_folder_is_complete(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _script_module(name: str):
-    spec = importlib.util.spec_from_file_location(f"_script_{name}", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -379,7 +368,7 @@ def _script_module(name: str):
 def test_bad_arguments_exit_with_a_clear_message(args, message, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    script = _script_module("pretrain")
+    script = load_script("pretrain")
     with pytest.raises(SystemExit) as exit_info:
         script.main([*args, "--output_dir", str(tmp_path / "run")])
     assert exit_info.value.code == 2
@@ -388,7 +377,7 @@ def test_bad_arguments_exit_with_a_clear_message(args, message, tmp_path, capsys
 
 
 def test_list_presets(capsys):
-    assert _script_module("pretrain").main(["--list_presets"]) == 0
+    assert load_script("pretrain").main(["--list_presets"]) == 0
     assert "hybrid-pd_ssm-tiny" in capsys.readouterr().out
 
 
@@ -421,7 +410,7 @@ def test_a_config_file_with_a_misspelt_field_is_refused(tmp_path, capsys):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"hidden_size": 32, "num_hidden_layers": 2, "mixers": "SA", "hiden_act": "silu"}))
     with pytest.raises(SystemExit) as exit_info:
-        _script_module("pretrain").main(["--config", str(path), "--output_dir", str(tmp_path / "run")])
+        load_script("pretrain").main(["--config", str(path), "--output_dir", str(tmp_path / "run")])
     assert exit_info.value.code == 2
     assert "'hiden_act' is not a HybridSSMConfig field; did you mean `hidden_act`" in capsys.readouterr().err
 
@@ -440,7 +429,7 @@ def test_resume_with_changed_settings_is_refused_before_the_run_folder_changes(t
     with pytest.raises(ValueError, match="learning_rate 0.01 -> 0.02"):
         pretrain(changed, run, resume=True)
     with pytest.raises(SystemExit) as exit_info:
-        _script_module("pretrain").main(
+        load_script("pretrain").main(
             [
                 *TINY_ARGS,
                 "--max_steps",

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,10 +20,8 @@ from hf_ssm.data.timeseries import (
     stratified_split,
 )
 from hf_ssm.training.timeseries import TimeSeriesSettings, train_timeseries
-from model_checks import die_at_evaluation
+from model_checks import die_at_evaluation, load_script, run_script
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "train_timeseries.py"
 needs_aeon = pytest.mark.skipif(
     aeon_data_dir() is None or not (aeon_data_dir() / "BasicMotions").is_dir(), reason="aeon (BasicMotions) missing"
 )
@@ -349,17 +343,23 @@ def test_model_rejects_bad_input():
 # ------------------------------------------------------------------------------------------------ training
 
 
+def resumable_run_settings(data_dir: Path, max_epochs: int) -> dict:
+    """Writes a small two-class dataset "Res" (16 train, 6 test series) to `data_dir`; settings of a tiny diag_lru
+    run on it that saves a checkpoint every 2 epochs."""
+    g = torch.Generator().manual_seed(4)
+    write_ts(data_dir, "Res_TRAIN", "a b", random_rows(16, 2, g))
+    write_ts(data_dir, "Res_TEST", "a b", random_rows(6, 2, g))
+    return dict(
+        dataset="Res", data_dir=str(data_dir), mixer="diag_lru", hidden_size=8, state_size=4,
+        batch_size=4, max_epochs=max_epochs, patience=10, save_every=2,
+    )  # fmt: skip
+
+
 def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkeypatch):
     """A run killed in epoch 5 resumes from its epoch-4 checkpoint and reproduces the uninterrupted history."""
     import hf_ssm.training.timeseries as ts_training
 
-    g = torch.Generator().manual_seed(4)
-    write_ts(tmp_path / "data", "Res_TRAIN", "a b", random_rows(16, 2, g))
-    write_ts(tmp_path / "data", "Res_TEST", "a b", random_rows(6, 2, g))
-    settings = dict(
-        dataset="Res", data_dir=str(tmp_path / "data"), mixer="diag_lru", hidden_size=8, state_size=4,
-        batch_size=4, max_epochs=6, patience=10, save_every=2,
-    )  # fmt: skip
+    settings = resumable_run_settings(tmp_path / "data", max_epochs=6)
     full = train_timeseries(TimeSeriesSettings(**settings), tmp_path / "full")
 
     # validation of epoch 5: after the epoch-4 checkpoint
@@ -381,13 +381,7 @@ def test_resume_with_changed_settings_is_refused_and_safe_ones_may_change(tmp_pa
     naming the field before settings.json is rewritten; patience (declared safe) may change."""
     from hf_ssm.training.timeseries import RESUME_SAFE_SETTINGS
 
-    g = torch.Generator().manual_seed(4)
-    write_ts(tmp_path / "data", "Res_TRAIN", "a b", random_rows(16, 2, g))
-    write_ts(tmp_path / "data", "Res_TEST", "a b", random_rows(6, 2, g))
-    settings = dict(
-        dataset="Res", data_dir=str(tmp_path / "data"), mixer="diag_lru", hidden_size=8, state_size=4,
-        batch_size=4, max_epochs=3, patience=10, save_every=2,
-    )  # fmt: skip
+    settings = resumable_run_settings(tmp_path / "data", max_epochs=3)
     run = tmp_path / "run"
     train_timeseries(TimeSeriesSettings(**settings), run)
     recorded = (run / "settings.json").read_text()
@@ -400,19 +394,13 @@ def test_resume_with_changed_settings_is_refused_and_safe_ones_may_change(tmp_pa
     assert not (run / "model" / "checkpoint_complete.json").exists()  # an exported model, not a checkpoint
 
 
-def run_script(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
-    )
-
-
 @needs_aeon
 def test_script_smoke_run_on_basicmotions(tmp_path):
     """Two seeds of a tiny model on BasicMotions write per-run folders, a reloadable model and the summary table."""
     result = run_script(
-        "--dataset", "BasicMotions", "--mixer", "diag_lru", "--seeds", "0,1", "--max_epochs", "3",
-        "--hidden_size", "8", "--state_size", "4", "--batch_size", "16", "--output_dir", str(tmp_path),
+        "train_timeseries", "--dataset", "BasicMotions", "--mixer", "diag_lru", "--seeds", "0,1",
+        "--max_epochs", "3", "--hidden_size", "8", "--state_size", "4", "--batch_size", "16",
+        "--output_dir", str(tmp_path), timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     for seed in (0, 1):
@@ -451,9 +439,7 @@ def test_script_smoke_run_on_basicmotions(tmp_path):
 )
 def test_script_bad_arguments_exit_with_clear_message(args, message, tmp_path, capsys):
     """Bad arguments stop the script (exit 2) before any training, with a message naming the problem."""
-    spec = importlib.util.spec_from_file_location("train_timeseries_script", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)  # in-process: a subprocess per case would mostly time imports
+    script = load_script("train_timeseries")  # in-process: a subprocess per case would mostly time imports
     with pytest.raises(SystemExit) as exit_info:
         script.main([*args, "--output_dir", str(tmp_path)])
     assert exit_info.value.code == 2
