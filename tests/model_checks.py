@@ -16,6 +16,7 @@ import textwrap
 import traceback
 from pathlib import Path
 
+import pytest
 import torch
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
@@ -196,9 +197,9 @@ def assert_loads_without_hf_ssm(model, directory, vocab_size: int = 37) -> set[s
     return set(os.listdir(directory))
 
 
-def die_at_evaluation(monkeypatch, module, call: int):
-    """Simulate a run killed mid-training: `module.evaluate` raises KeyboardInterrupt at its `call`-th call (the
-    ones before run normally). Returns a function that puts the real evaluate back, for the resumed run."""
+def kill_at_evaluation(monkeypatch, module, call: int, train, *args, **kwargs) -> None:
+    """Simulate a run killed mid-training: train(*args, **kwargs) with `module.evaluate` raising KeyboardInterrupt
+    at its `call`-th call (the ones before run normally). The real evaluate is back afterwards, for the resumed run."""
     real_evaluate, calls = module.evaluate, []
 
     def evaluate_then_die(*args, **kwargs):
@@ -208,7 +209,16 @@ def die_at_evaluation(monkeypatch, module, call: int):
         return real_evaluate(*args, **kwargs)
 
     monkeypatch.setattr(module, "evaluate", evaluate_then_die)
-    return lambda: monkeypatch.setattr(module, "evaluate", real_evaluate)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train(*args, **kwargs)
+    finally:
+        monkeypatch.setattr(module, "evaluate", real_evaluate)
+
+
+def checkpoint_names(run_dir) -> list[str]:
+    """The checkpoint folders a run left in run_dir/checkpoints, sorted."""
+    return sorted(p.name for p in (Path(run_dir) / "checkpoints").iterdir())
 
 
 # ------------------------------------------------------------------------------------------------ scripts

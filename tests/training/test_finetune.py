@@ -15,7 +15,7 @@ from hf_ssm.data.lm_corpus import build_block_sources, make_batch
 from hf_ssm.tokenization import ByteTokenizer
 from hf_ssm.training.finetune import FinetuneSettings, add_lora, finetune, lora_target_modules
 from hf_ssm.training.lm import token_loss_sum
-from model_checks import die_at_evaluation, load_script
+from model_checks import kill_at_evaluation, load_script
 
 MIXERS = ["pd_ssm", "attention", "bd_lru", "lrc_ssm"]
 SMALL = dict(
@@ -134,10 +134,7 @@ def test_lora_resume_reproduces_the_uninterrupted_run(base_dir, tmp_path, monkey
     settings = dict(model=str(base_dir), lora=True, learning_rate=2e-2, **{**SMALL, "max_steps": 6})
     full = finetune(FinetuneSettings(**settings), tmp_path / "full")
     # evaluations at steps 0, 2, 4, 6: dies after the step-4 checkpoint
-    restore_evaluate = die_at_evaluation(monkeypatch, lm, 4)
-    with pytest.raises(KeyboardInterrupt):
-        finetune(FinetuneSettings(**settings), tmp_path / "part")
-    restore_evaluate()
+    kill_at_evaluation(monkeypatch, lm, 4, finetune, FinetuneSettings(**settings), tmp_path / "part")
     resumed = finetune(FinetuneSettings(**settings), tmp_path / "part", resume=True)
     assert resumed["resumed_from"] == [4]
     assert [h["loss"] for h in resumed["history"]] == pytest.approx([h["loss"] for h in full["history"]], rel=1e-6)

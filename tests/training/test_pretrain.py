@@ -30,7 +30,7 @@ from hf_ssm.tokenization import BYTE_OFFSET, ByteTokenizer
 from hf_ssm.training import lm
 from hf_ssm.training.checkpointing import is_complete, latest_checkpoint
 from hf_ssm.training.lm import PretrainSettings, learning_rate_at, pretrain, token_loss_sum
-from model_checks import ROOT, SCRIPTS, die_at_evaluation, load_script
+from model_checks import ROOT, SCRIPTS, checkpoint_names, kill_at_evaluation, load_script
 
 # One thread per process: tiny models gain nothing from more, and on a loaded machine OpenMP threads waiting for
 # busy cores make every step ~50x slower.
@@ -281,11 +281,8 @@ def test_resume_after_interruption_reproduces_the_uninterrupted_run(tmp_path, mo
     full = pretrain(tiny(**settings), tmp_path / "full")
 
     # evaluations at steps 0, 2, 4, then 6: after the step-4 checkpoint
-    restore_evaluate = die_at_evaluation(monkeypatch, lm, 4)
-    with pytest.raises(KeyboardInterrupt):
-        pretrain(tiny(**settings), tmp_path / "part")
-    restore_evaluate()
-    assert sorted(p.name for p in (tmp_path / "part" / "checkpoints").iterdir()) == ["step_2", "step_4"]
+    kill_at_evaluation(monkeypatch, lm, 4, pretrain, tiny(**settings), tmp_path / "part")
+    assert checkpoint_names(tmp_path / "part") == ["step_2", "step_4"]
     assert not (tmp_path / "part" / "model").exists()
 
     resumed = pretrain(tiny(**settings), tmp_path / "part", resume=True)
@@ -322,7 +319,7 @@ pretrain(PretrainSettings(**{{**{TINY!r}, **{settings!r}}}), {str(run)!r})
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300)
     assert result.returncode == -9, result.stderr[-3000:]
-    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    names = checkpoint_names(run)
     assert names[0] == "step_2" and len(names) == 2 and names[1].startswith("step_4.tmp-")
     assert latest_checkpoint(run / "checkpoints").name == "step_2"
 
@@ -330,7 +327,7 @@ pretrain(PretrainSettings(**{{**{TINY!r}, **{settings!r}}}), {str(run)!r})
     full = pretrain(tiny(**settings), tmp_path / "full")
     assert resumed["resumed_from"] == [2]
     assert losses(resumed) == pytest.approx(losses(full), rel=1e-6, abs=1e-7)
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_2", "step_4"]
+    assert checkpoint_names(run) == ["step_2", "step_4"]
 
 
 def test_loss_falls_and_run_folder_is_complete(tmp_path):

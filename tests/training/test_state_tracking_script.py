@@ -15,7 +15,7 @@ from hf_ssm.training.state_tracking import (
     train_state_tracking,
     train_with_restarts,
 )
-from model_checks import die_at_evaluation, load_script, run_script
+from model_checks import checkpoint_names, kill_at_evaluation, load_script, run_script
 
 TINY = [
     "--hidden_size", "16", "--state_size", "4", "--dict_size", "4", "--batch_size", "8",
@@ -121,11 +121,8 @@ def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkey
     full = train_state_tracking(StateTrackingSettings(**settings), tmp_path / "full")
 
     # the evaluation at step 6: after the step-4 checkpoint, before the step-6 one
-    restore_evaluate = die_at_evaluation(monkeypatch, st, 3)
-    with pytest.raises(KeyboardInterrupt):
-        train_state_tracking(StateTrackingSettings(**settings), tmp_path / "part")
-    restore_evaluate()
-    assert sorted(p.name for p in (tmp_path / "part" / "checkpoints").iterdir()) == ["step_2", "step_4"]
+    kill_at_evaluation(monkeypatch, st, 3, train_state_tracking, StateTrackingSettings(**settings), tmp_path / "part")
+    assert checkpoint_names(tmp_path / "part") == ["step_2", "step_4"]
     assert not (tmp_path / "part" / "model").exists()
 
     resumed = train_state_tracking(StateTrackingSettings(**settings), tmp_path / "part", resume=True)
@@ -246,10 +243,7 @@ def _interrupted_run(run_dir: Path, monkeypatch, **overrides) -> dict:
         num_buckets=1, eval_samples_per_bucket=8, train_max_length=12, test_min_length=12, test_max_length=20,
         target_accuracy=1.0, max_steps=8, **overrides,
     )  # fmt: skip
-    restore_evaluate = die_at_evaluation(monkeypatch, st, 3)
-    with pytest.raises(KeyboardInterrupt):
-        train_state_tracking(StateTrackingSettings(**settings), run_dir)
-    restore_evaluate()
+    kill_at_evaluation(monkeypatch, st, 3, train_state_tracking, StateTrackingSettings(**settings), run_dir)
     return settings
 
 
@@ -266,7 +260,7 @@ def test_resume_refuses_changed_settings_before_touching_the_run_folder(tmp_path
             StateTrackingSettings(**{**settings, "task": "even_pairs", "hidden_size": 32}), tmp_path, resume=True
         )
     assert (tmp_path / "settings.json").read_text() == recorded
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_2", "step_4"]
+    assert checkpoint_names(tmp_path) == ["step_2", "step_4"]
 
 
 def test_resume_accepts_safe_changes_and_counts_the_time_before_the_interruption(tmp_path, monkeypatch):
