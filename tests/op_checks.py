@@ -1,6 +1,5 @@
-"""Pieces the scan-op tests (tests/ops/) share: the device the Triton kernels run on, the mark that skips a test
-where they cannot, random scan inputs, and the comparison of a scan's states, final state and input gradients with
-its reference.
+"""Pieces the scan-op tests (tests/ops/) share: the device the Triton kernels run on, the marks of a kernel test,
+random scan inputs, and the comparison of a scan's states, final state and input gradients with its reference.
 
 On a CPU the kernels run in the Triton interpreter: TRITON_INTERPRET=1 must be set before anything imports triton
 (tests/conftest.py sets it for the whole tree; this module repeats it for a direct import).
@@ -20,7 +19,20 @@ from hf_ssm import kernels  # noqa: E402  (never fails: kernels.AVAILABLE says w
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 _CAN_RUN, _WHY_NOT = kernels.can_run(DEVICE)
-needs_kernels = pytest.mark.skipif(not _CAN_RUN, reason=f"Triton kernels cannot run on {DEVICE}: {_WHY_NOT}")
+# A test of the Triton kernels carries the `triton` mark (`pytest -m triton tests` selects them all, as a GPU check
+# does) and is skipped where the kernels cannot run. A module of such tests sets `pytestmark = KERNEL_MARKS`.
+KERNEL_MARKS = [
+    pytest.mark.triton,
+    pytest.mark.skipif(not _CAN_RUN, reason=f"Triton kernels cannot run on {DEVICE}: {_WHY_NOT}"),
+]
+
+
+def needs_kernels(test):
+    """Decorator: KERNEL_MARKS on one test."""
+    for mark in KERNEL_MARKS:
+        test = mark(test)
+    return test
+
 
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
 # (batch, steps, chunk) of the kernel tests: T = 1; odd T in one chunk; T not a multiple of the chunk (3 chunks);

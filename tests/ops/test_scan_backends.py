@@ -16,13 +16,13 @@ import sys
 
 import pytest
 import torch
-from op_checks import DEVICE, assert_close, kernels, needs_kernels
+from op_checks import DEVICE, KERNEL_MARKS, assert_close, kernels
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
 from hf_ssm.modeling import scan_dispatch
 from model_checks import SCRIPTS, tiny_config
 
-pytestmark = needs_kernels
+pytestmark = KERNEL_MARKS
 
 
 # ---------------------------------------------------------------------------------------------------------------
