@@ -4,10 +4,12 @@ import sys
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))  # lets test modules import model_checks
+# Lets the test modules in every subfolder import the shared helpers beside this file (model_checks, op_checks).
+sys.path.insert(0, os.path.dirname(__file__))
 
-# Triton kernels (tests/test_kernels.py) run in the interpreter on CPU-only machines; triton reads this variable when
-# the kernels are defined, so it must be set before anything imports hf_ssm.kernels.
+# Triton kernels (tests/ops/, tests/mixers/test_pd_ssm.py) run in the interpreter on CPU-only machines; triton reads
+# this variable when the kernels are defined, so it must be set before anything imports hf_ssm.kernels (this file is
+# loaded before any test module of the tree).
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

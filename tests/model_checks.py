@@ -1,12 +1,13 @@
 """Model-level properties every mixer must keep, and the pieces the tests that check them share.
 
-tests/test_model_invariants.py runs the properties for every mixer from one parametrised place; per-mixer test
+tests/models/test_model_invariants.py runs the properties for every mixer from one parametrised place; per-mixer test
 files call the same helpers with their own configs.
 """
 
 from __future__ import annotations
 
 import collections
+import importlib.util
 import json
 import os
 import subprocess
@@ -15,9 +16,13 @@ import textwrap
 import traceback
 from pathlib import Path
 
+import pytest
 import torch
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository (tests/ sits at its top)
+SCRIPTS = ROOT / "scripts"
 
 
 def tiny_config(mixers: str | list[str], **overrides) -> HybridSSMConfig:
@@ -75,7 +80,7 @@ def reload_is_bit_identical(config: HybridSSMConfig, directory: str) -> bool:
 
 # Tensor -> Python conversions: the host reads (device synchronisations) behind `if t:`, `t.item()`, `int(t)`.
 _HOST_READS = ("__bool__", "item", "tolist", "__int__", "__float__", "__index__")
-HF_SSM_MODELING_FILES = {p.name for p in (Path(__file__).resolve().parents[1] / "hf_ssm" / "modeling").glob("*.py")}
+HF_SSM_MODELING_FILES = {p.name for p in (ROOT / "hf_ssm" / "modeling").glob("*.py")}
 
 
 @torch.no_grad()
@@ -192,9 +197,9 @@ def assert_loads_without_hf_ssm(model, directory, vocab_size: int = 37) -> set[s
     return set(os.listdir(directory))
 
 
-def die_at_evaluation(monkeypatch, module, call: int):
-    """Simulate a run killed mid-training: `module.evaluate` raises KeyboardInterrupt at its `call`-th call (the
-    ones before run normally). Returns a function that puts the real evaluate back, for the resumed run."""
+def kill_at_evaluation(monkeypatch, module, call: int, train, *args, **kwargs) -> None:
+    """Simulate a run killed mid-training: train(*args, **kwargs) with `module.evaluate` raising KeyboardInterrupt
+    at its `call`-th call (the ones before run normally). The real evaluate is back afterwards, for the resumed run."""
     real_evaluate, calls = module.evaluate, []
 
     def evaluate_then_die(*args, **kwargs):
@@ -204,4 +209,37 @@ def die_at_evaluation(monkeypatch, module, call: int):
         return real_evaluate(*args, **kwargs)
 
     monkeypatch.setattr(module, "evaluate", evaluate_then_die)
-    return lambda: monkeypatch.setattr(module, "evaluate", real_evaluate)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train(*args, **kwargs)
+    finally:
+        monkeypatch.setattr(module, "evaluate", real_evaluate)
+
+
+def checkpoint_names(run_dir) -> list[str]:
+    """The checkpoint folders a run left in run_dir/checkpoints, sorted."""
+    return sorted(p.name for p in (Path(run_dir) / "checkpoints").iterdir())
+
+
+# ------------------------------------------------------------------------------------------------ scripts
+
+
+def load_script(name: str):
+    """scripts/<name>.py imported as a module (its main() then runs in-process: no interpreter start per case)."""
+    spec = importlib.util.spec_from_file_location(f"_script_{name}", SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_script(name: str, *args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    """scripts/<name>.py run in a subprocess from the repository root, offline; its captured text output."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / f"{name}.py"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=timeout,
+    )

@@ -3,7 +3,6 @@ fine-tuning, and scripts/finetune.py's argument errors."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,8 @@ from hf_ssm.data.lm_corpus import build_block_sources, make_batch
 from hf_ssm.tokenization import ByteTokenizer
 from hf_ssm.training.finetune import FinetuneSettings, add_lora, finetune, lora_target_modules
 from hf_ssm.training.lm import token_loss_sum
-from model_checks import die_at_evaluation
+from model_checks import kill_at_evaluation, load_script
 
-ROOT = Path(__file__).resolve().parents[1]
 MIXERS = ["pd_ssm", "attention", "bd_lru", "lrc_ssm"]
 SMALL = dict(
     block_size=64, batch_size=2, builtin_documents=60, eval_documents=12, eval_blocks=4, warmup_steps=1,
@@ -136,10 +134,7 @@ def test_lora_resume_reproduces_the_uninterrupted_run(base_dir, tmp_path, monkey
     settings = dict(model=str(base_dir), lora=True, learning_rate=2e-2, **{**SMALL, "max_steps": 6})
     full = finetune(FinetuneSettings(**settings), tmp_path / "full")
     # evaluations at steps 0, 2, 4, 6: dies after the step-4 checkpoint
-    restore_evaluate = die_at_evaluation(monkeypatch, lm, 4)
-    with pytest.raises(KeyboardInterrupt):
-        finetune(FinetuneSettings(**settings), tmp_path / "part")
-    restore_evaluate()
+    kill_at_evaluation(monkeypatch, lm, 4, finetune, FinetuneSettings(**settings), tmp_path / "part")
     resumed = finetune(FinetuneSettings(**settings), tmp_path / "part", resume=True)
     assert resumed["resumed_from"] == [4]
     assert [h["loss"] for h in resumed["history"]] == pytest.approx([h["loss"] for h in full["history"]], rel=1e-6)
@@ -158,13 +153,6 @@ def test_resume_with_changed_settings_is_refused(base_dir, tmp_path):
     assert not (tmp_path / "adapter" / "checkpoint_complete.json").exists()
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("_script_finetune", ROOT / "scripts" / "finetune.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -181,7 +169,7 @@ def test_bad_arguments_exit_with_a_clear_message(args, message, base_dir, tmp_pa
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     args = [a.replace("{base}", str(base_dir)) for a in args]
     with pytest.raises(SystemExit) as exit_info:
-        _script().main([*args, "--output_dir", str(tmp_path / "run")])
+        load_script("finetune").main([*args, "--output_dir", str(tmp_path / "run")])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run").exists()

@@ -10,26 +10,14 @@ import pytest
 import torch
 
 from hf_ssm.adapters.tiny_base import build_word_tokenizer
-from hf_ssm.data.nl_state_tracking import (
-    ANSWER_PROMPT,
-    NL_TASK_NAMES,
-    NLStateTrackingDataset,
-    answer_token_ids,
-    check_sentence_tokenization,
-    collate_nl_state_tracking,
-    get_nl_task,
-    narrative_corpus,
-    sentence_token_mismatches,
-    task_vocabulary,
-    words_of,
-)
+from hf_ssm.data import nl_state_tracking as nl
 
-TASKS = {name: get_nl_task(name) for name in NL_TASK_NAMES}
+TASKS = {name: nl.get_nl_task(name) for name in nl.NL_TASK_NAMES}
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return build_word_tokenizer(task_vocabulary(list(TASKS.values())))
+    return build_word_tokenizer(nl.task_vocabulary(list(TASKS.values())))
 
 
 def simulate(name: str, symbols: list[int]) -> int:
@@ -44,7 +32,7 @@ def simulate(name: str, symbols: list[int]) -> int:
     return coin
 
 
-@pytest.mark.parametrize("name", NL_TASK_NAMES)
+@pytest.mark.parametrize("name", nl.NL_TASK_NAMES)
 def test_answers_match_an_independent_simulation(name):
     """The story's answer is the automaton's state after its transitions, as the answer word."""
     task, rng = TASKS[name], random.Random(0)
@@ -53,10 +41,10 @@ def test_answers_match_an_independent_simulation(name):
         assert story.num_transitions == n == len(story.symbols)
         assert story.answer == simulate(name, story.symbols)
         assert story.answer_word == task.answer_words[story.answer]
-        assert story.prompt.endswith(f"? {ANSWER_PROMPT}")
+        assert story.prompt.endswith(f"? {nl.ANSWER_PROMPT}")
 
 
-@pytest.mark.parametrize("name", NL_TASK_NAMES)
+@pytest.mark.parametrize("name", nl.NL_TASK_NAMES)
 def test_each_sentence_determines_its_transition(name):
     """No template is shared between two transitions, and every transition has several templates whose word
     counts differ (varied wording and length)."""
@@ -67,7 +55,7 @@ def test_each_sentence_determines_its_transition(name):
             assert seen.setdefault(template, symbol) == symbol, template
     if name in ("parity", "cycle_navigation"):
         for templates in task.transition_templates.values():
-            assert len(templates) >= 4 and len({len(words_of(t)) for t in templates}) >= 3
+            assert len(templates) >= 4 and len({len(nl.words_of(t)) for t in templates}) >= 3
 
 
 def test_cups_story_reads_as_written():
@@ -94,7 +82,7 @@ def test_word_tokenizer_covers_every_story_word(tokenizer):
         for _ in range(20):
             ids = tokenizer.encode(task.sample(12, rng, distractor_prob=0.5).prompt)
             assert tokenizer.unk_token_id not in ids
-        assert len(set(answer_token_ids(task, tokenizer))) == task.num_classes
+        assert len(set(nl.answer_token_ids(task, tokenizer))) == task.num_classes
 
 
 def test_ambiguous_answer_tokens_raise():
@@ -103,24 +91,24 @@ def test_ambiguous_answer_tokens_raise():
             return [ord(text.strip()[0])]
 
     with pytest.raises(ValueError, match="share first tokens"):
-        answer_token_ids(TASKS["s5"], FirstLetter())  # "first" / "fifth" both start with f
+        nl.answer_token_ids(TASKS["s5"], FirstLetter())  # "first" / "fifth" both start with f
 
 
 def test_dataset_is_deterministic_and_lengths_in_range(tokenizer):
     task = TASKS["parity"]
-    a = NLStateTrackingDataset(task, tokenizer, 16, 3, 6, seed=0)
-    b = NLStateTrackingDataset(task, tokenizer, 16, 3, 6, seed=0)
-    c = NLStateTrackingDataset(task, tokenizer, 16, 3, 6, seed=1)
+    a = nl.NLStateTrackingDataset(task, tokenizer, 16, 3, 6, seed=0)
+    b = nl.NLStateTrackingDataset(task, tokenizer, 16, 3, 6, seed=0)
+    c = nl.NLStateTrackingDataset(task, tokenizer, 16, 3, 6, seed=1)
     assert all(torch.equal(a[i]["input_ids"], b[i]["input_ids"]) for i in range(16))
     assert any(not torch.equal(a[i]["input_ids"], c[i]["input_ids"]) for i in range(16))
     assert {a[i]["num_transitions"] for i in range(16)} <= {3, 4, 5, 6}
     item = a[0]
-    assert item["answer_token"] == answer_token_ids(task, tokenizer)[item["label"]]
+    assert item["answer_token"] == nl.answer_token_ids(task, tokenizer)[item["label"]]
 
 
 def test_collate_left_pads_so_every_prompt_ends_at_the_last_position(tokenizer):
-    data = NLStateTrackingDataset(TASKS["s5"], tokenizer, 4, 1, 9, seed=3)
-    batch = collate_nl_state_tracking([data[i] for i in range(4)], tokenizer.pad_token_id)
+    data = nl.NLStateTrackingDataset(TASKS["s5"], tokenizer, 4, 1, 9, seed=3)
+    batch = nl.collate_nl_state_tracking([data[i] for i in range(4)], tokenizer.pad_token_id)
     colon = tokenizer.convert_tokens_to_ids(":")
     assert (batch["input_ids"][:, -1] == colon).all() and batch["attention_mask"][:, -1].all()
     for row in range(4):
@@ -131,18 +119,18 @@ def test_collate_left_pads_so_every_prompt_ends_at_the_last_position(tokenizer):
 
 def test_narrative_corpus_has_no_question_or_answer():
     """Language-model pretraining text must not teach the answers."""
-    texts = narrative_corpus(list(TASKS.values()), 12, 1, 5, seed=0, group_size=4)
-    assert len(texts) == 12 and not any("Question" in t or ANSWER_PROMPT in t for t in texts)
+    texts = nl.narrative_corpus(list(TASKS.values()), 12, 1, 5, seed=0, group_size=4)
+    assert len(texts) == 12 and not any("Question" in t or nl.ANSWER_PROMPT in t for t in texts)
 
 
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: get_nl_task("dyck"), "unknown natural-language task"),
+        (lambda: nl.get_nl_task("dyck"), "unknown natural-language task"),
         (lambda: TASKS["parity"].sample(0, random.Random(0)), "num_transitions"),
         (lambda: TASKS["parity"].sample(3, random.Random(0), distractor_prob=1.0), "distractor_prob"),
-        (lambda: NLStateTrackingDataset(TASKS["parity"], None, 4, 5, 2, 0), "min_transitions"),
-        (lambda: collate_nl_state_tracking([], 0), "at least one item"),
+        (lambda: nl.NLStateTrackingDataset(TASKS["parity"], None, 4, 5, 2, 0), "min_transitions"),
+        (lambda: nl.collate_nl_state_tracking([], 0), "at least one item"),
     ],
 )
 def test_bad_arguments_raise_value_error(call, message):
@@ -162,15 +150,15 @@ def smollm2_tokenizer():
     return load_tokenizer("smollm2-135m")
 
 
-@pytest.mark.parametrize("name", NL_TASK_NAMES)
+@pytest.mark.parametrize("name", nl.NL_TASK_NAMES)
 def test_every_sentence_tokenises_on_its_own_boundaries_with_smollm2(name, smollm2_tokenizer):
     """With the real SmolLM2 BPE tokenizer, cutting a story at every transition end and tokenising the pieces
     gives the tokens of the whole story (no token straddles two sentences), the dense-supervision positions are
     the last token of each sentence, and the answer words' first tokens differ."""
     task = TASKS[name]
-    seen = check_sentence_tokenization(task, smollm2_tokenizer, num_stories=40)
+    seen = nl.check_sentence_tokenization(task, smollm2_tokenizer, num_stories=40)
     assert seen["stories"] == 40 and seen["tokens"] > 10 * seen["transitions"] > 0
-    data = NLStateTrackingDataset(task, smollm2_tokenizer, 8, 1, 12, seed=1, distractor_prob=0.3)
+    data = nl.NLStateTrackingDataset(task, smollm2_tokenizer, 8, 1, 12, seed=1, distractor_prob=0.3)
     for i in range(len(data)):
         item, story = data[i], data.story(i)
         ends = item["supervised_positions"][:-1].tolist()
@@ -178,21 +166,21 @@ def test_every_sentence_tokenises_on_its_own_boundaries_with_smollm2(name, smoll
         for k, position in enumerate(ends):  # the token at each supervised position closes sentence k
             prefix = smollm2_tokenizer.decode(item["input_ids"][: position + 1])
             assert prefix == story.prompt[: story.transition_ends[k]]
-    assert len(set(answer_token_ids(task, smollm2_tokenizer))) == task.num_classes
+    assert len(set(nl.answer_token_ids(task, smollm2_tokenizer))) == task.num_classes
 
 
 def test_a_sentence_that_straddles_a_token_boundary_is_reported(tokenizer):
-    """sentence_token_mismatches finds a boundary inside a token (here a transition end placed mid-word), and
-    check_sentence_tokenization raises naming it; the word-level tokenizer passes on real stories."""
+    """nl.sentence_token_mismatches finds a boundary inside a token (here a transition end placed mid-word), and
+    nl.check_sentence_tokenization raises naming it; the word-level tokenizer passes on real stories."""
     story = TASKS["parity"].sample(3, random.Random(0))
-    assert sentence_token_mismatches(tokenizer, story) == []
+    assert nl.sentence_token_mismatches(tokenizer, story) == []
     inside = dataclasses.replace(story, transition_ends=[story.transition_ends[0] - 3, *story.transition_ends[1:]])
-    assert sentence_token_mismatches(tokenizer, inside) != []
-    assert check_sentence_tokenization(TASKS["cycle_navigation"], tokenizer, num_stories=5)["stories"] == 5
+    assert nl.sentence_token_mismatches(tokenizer, inside) != []
+    assert nl.check_sentence_tokenization(TASKS["cycle_navigation"], tokenizer, num_stories=5)["stories"] == 5
 
     class Broken:  # a tokenizer whose tokens of a sentence depend on what came before
         def encode(self, text, add_special_tokens=False):
             return [len(text)]
 
     with pytest.raises(ValueError, match="does not tokenise on its own boundaries"):
-        check_sentence_tokenization(TASKS["parity"], Broken(), num_stories=1)
+        nl.check_sentence_tokenization(TASKS["parity"], Broken(), num_stories=1)

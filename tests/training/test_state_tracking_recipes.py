@@ -3,13 +3,8 @@ last-token supervision ignores every other position, summary.json merges runs, a
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import random
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,9 +16,7 @@ from hf_ssm.training.optimization import build_optimizer, build_scheduler
 from hf_ssm.training.recipes import resolve_settings
 from hf_ssm.training.state_tracking import StateTrackingSettings, build_model
 from hf_ssm.training.summary import merge_summary, run_record
-
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "train_state_tracking.py"
+from model_checks import load_script, run_script
 
 
 def paper_settings(**explicit) -> StateTrackingSettings:
@@ -89,16 +82,9 @@ def test_explicit_values_override_the_recipe_and_the_warmup_follows_max_steps():
         resolve_settings("papers", {})
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("train_state_tracking_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_command_line_flags_override_the_recipe(monkeypatch, tmp_path):
     """`--recipe paper --learning_rate 1e-3 --decay_embedding true`: those two flags win, the rest is the recipe."""
-    script = _load_script()
+    script = load_script("train_state_tracking")
     seen = []
 
     def fake_train(settings, run_dir, resume=False):
@@ -115,13 +101,7 @@ def test_command_line_flags_override_the_recipe(monkeypatch, tmp_path):
 
 
 def test_bad_recipe_exits_with_code_2_naming_the_accepted_values(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--recipe", "authors", "--output_dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        timeout=120,
-    )
+    result = run_script("train_state_tracking", "--recipe", "authors", "--output_dir", str(tmp_path))
     assert result.returncode == 2
     assert "--recipe: invalid choice: 'authors'" in result.stderr and "'default', 'paper'" in result.stderr
 
@@ -218,11 +198,9 @@ def test_script_run_writes_one_summary_record_per_restart_seed(tmp_path):
         "4", "--train_max_length", "12", "--test_min_length", "12", "--test_max_length", "30", "--restarts", "2",
         "--target_accuracy", "1.0",
     ]  # fmt: skip
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--recipe", "paper", "--task", "parity", "--mixer", "pd_ssm", "--output_dir",
-         str(tmp_path / "run"),
-         "--summary", str(summary), *tiny],
-        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300,
+    result = run_script(
+        "train_state_tracking", "--recipe", "paper", "--task", "parity", "--mixer", "pd_ssm", "--output_dir",
+        str(tmp_path / "run"), "--summary", str(summary), *tiny, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     records = json.loads(summary.read_text())
@@ -236,11 +214,7 @@ def test_script_run_writes_one_summary_record_per_restart_seed(tmp_path):
     assert records[0]["overrides"]["hidden_size"] == 16 and records[0]["overrides"]["train_max_length"] == 12
     assert "block_type" not in records[0]["overrides"] and "seed" not in records[0]["overrides"]
     figure = tmp_path / "curves.png"
-    plotted = subprocess.run(
-        [sys.executable, str(SCRIPT.with_name("plot_state_tracking.py")), "--summary", str(summary), "--out",
-         str(figure)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    plotted = run_script("plot_state_tracking", "--summary", str(summary), "--out", str(figure))
     assert plotted.returncode == 0, plotted.stderr[-3000:]
     assert figure.stat().st_size > 0
 
@@ -249,11 +223,9 @@ def test_plot_script_refuses_a_series_that_matches_no_record(tmp_path):
     """--series that selects nothing is an error naming the flag, not an empty figure."""
     summary = tmp_path / "summary.json"
     merge_summary(summary, [run_record({**_results(), "history": [{"step": 5, "val_accuracy": 0.5}]}, "default", "a")])
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT.with_name("plot_state_tracking.py")), "--summary", str(summary), "--series",
-         "x=nowhere", "--out", str(tmp_path / "f.png")],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    result = run_script(
+        "plot_state_tracking", "--summary", str(summary), "--series", "x=nowhere", "--out", str(tmp_path / "f.png")
+    )
     assert result.returncode == 2 and "--series" in result.stderr and not (tmp_path / "f.png").exists()
 
 

@@ -1,5 +1,5 @@
 """The post-norm mixer-only block (config.block_type = "post_norm_mixer", docs/design.md §7.1): what it computes, the
-model-level invariants of tests/test_model_invariants.py for it, and its config checks."""
+model-level invariants of tests/models/test_model_invariants.py for it, and its config checks."""
 
 from __future__ import annotations
 

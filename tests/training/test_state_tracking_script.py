@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,10 +15,8 @@ from hf_ssm.training.state_tracking import (
     train_state_tracking,
     train_with_restarts,
 )
-from model_checks import die_at_evaluation
+from model_checks import checkpoint_names, kill_at_evaluation, load_script, run_script
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "train_state_tracking.py"
 TINY = [
     "--hidden_size", "16", "--state_size", "4", "--dict_size", "4", "--batch_size", "8",
     "--max_steps", "6", "--eval_every", "3", "--save_every", "3", "--num_buckets", "2",
@@ -30,16 +25,11 @@ TINY = [
 ]  # fmt: skip
 
 
-def run_script(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
-    )
-
-
 def test_smoke_run_writes_run_folder_and_loadable_checkpoint(tmp_path):
     """A tiny run produces settings, results, plot and a model that reloads with identical outputs."""
-    result = run_script("--task", "parity", "--mixer", "pd_ssm", "--output_dir", str(tmp_path), *TINY)
+    result = run_script(
+        "train_state_tracking", "--task", "parity", "--mixer", "pd_ssm", "--output_dir", str(tmp_path), *TINY
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     for name in ("settings.json", "results.json", "accuracy_vs_length.png", "model/model.safetensors"):
         assert (tmp_path / name).is_file(), name
@@ -57,7 +47,15 @@ def test_smoke_run_writes_run_folder_and_loadable_checkpoint(tmp_path):
 def test_suite_writes_comparison(tmp_path):
     """--suite over two mixers writes one comparison table (Markdown + JSON) and plot."""
     result = run_script(
-        "--suite", "--tasks", "parity", "--mixers", "pd_ssm,attention", "--output_dir", str(tmp_path), *TINY
+        "train_state_tracking",
+        "--suite",
+        "--tasks",
+        "parity",
+        "--mixers",
+        "pd_ssm,attention",
+        "--output_dir",
+        str(tmp_path),
+        *TINY,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads((tmp_path / "comparison.json").read_text())
@@ -90,7 +88,7 @@ def test_suite_writes_comparison(tmp_path):
 )
 def test_bad_arguments_exit_with_clear_message(args, message, tmp_path):
     """Refused (exit 2) before any training, naming the problem; none is silently ignored."""
-    result = run_script(*args, "--output_dir", str(tmp_path))
+    result = run_script("train_state_tracking", *args, "--output_dir", str(tmp_path))
     assert result.returncode == 2
     assert message in result.stderr
     assert not any(tmp_path.iterdir())
@@ -123,11 +121,8 @@ def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkey
     full = train_state_tracking(StateTrackingSettings(**settings), tmp_path / "full")
 
     # the evaluation at step 6: after the step-4 checkpoint, before the step-6 one
-    restore_evaluate = die_at_evaluation(monkeypatch, st, 3)
-    with pytest.raises(KeyboardInterrupt):
-        train_state_tracking(StateTrackingSettings(**settings), tmp_path / "part")
-    restore_evaluate()
-    assert sorted(p.name for p in (tmp_path / "part" / "checkpoints").iterdir()) == ["step_2", "step_4"]
+    kill_at_evaluation(monkeypatch, st, 3, train_state_tracking, StateTrackingSettings(**settings), tmp_path / "part")
+    assert checkpoint_names(tmp_path / "part") == ["step_2", "step_4"]
     assert not (tmp_path / "part" / "model").exists()
 
     resumed = train_state_tracking(StateTrackingSettings(**settings), tmp_path / "part", resume=True)
@@ -248,10 +243,7 @@ def _interrupted_run(run_dir: Path, monkeypatch, **overrides) -> dict:
         num_buckets=1, eval_samples_per_bucket=8, train_max_length=12, test_min_length=12, test_max_length=20,
         target_accuracy=1.0, max_steps=8, **overrides,
     )  # fmt: skip
-    restore_evaluate = die_at_evaluation(monkeypatch, st, 3)
-    with pytest.raises(KeyboardInterrupt):
-        train_state_tracking(StateTrackingSettings(**settings), run_dir)
-    restore_evaluate()
+    kill_at_evaluation(monkeypatch, st, 3, train_state_tracking, StateTrackingSettings(**settings), run_dir)
     return settings
 
 
@@ -268,7 +260,7 @@ def test_resume_refuses_changed_settings_before_touching_the_run_folder(tmp_path
             StateTrackingSettings(**{**settings, "task": "even_pairs", "hidden_size": 32}), tmp_path, resume=True
         )
     assert (tmp_path / "settings.json").read_text() == recorded
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_2", "step_4"]
+    assert checkpoint_names(tmp_path) == ["step_2", "step_4"]
 
 
 def test_resume_accepts_safe_changes_and_counts_the_time_before_the_interruption(tmp_path, monkeypatch):
@@ -286,21 +278,12 @@ def test_resume_accepts_safe_changes_and_counts_the_time_before_the_interruption
     assert json.loads((tmp_path / "settings.json").read_text())["save_every"] == 3
 
 
-def _script_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("train_state_tracking_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_script_resume_checks_every_restart_before_training(tmp_path, monkeypatch, capsys):
     """The script compares the settings of every restart (finished or interrupted) before any run starts; --resume
     needs --output_dir (it used to start a fresh time-stamped run)."""
     _scripted_validation(monkeypatch, {5: 0.4, 6: 0.5, 7: 0.6})
     train_with_restarts(StateTrackingSettings(**RESTART_SETTINGS), tmp_path)
-    script = _script_module()
+    script = load_script("train_state_tracking")
     args = [f"--{k}={v}" for k, v in RESTART_SETTINGS.items() if k not in ("task", "learning_rate")]
     with pytest.raises(SystemExit) as exit_info:
         script.main(["--task", "parity", "--mixer", "pd_ssm", *args, "--learning_rate", "0.5", "--output_dir",

@@ -23,7 +23,7 @@ from hf_ssm.modeling.configuration_hybrid_ssm import SSM_MIXERS, check_config_ke
 from hf_ssm.modeling.legacy_names import RENAMED_CONFIG_FIELDS, RENAMED_PARAMETERS, rename_legacy_keys
 from model_checks import assert_loads_without_hf_ssm, tiny_config
 
-FIXTURES = Path(__file__).parent / "fixtures" / "legacy_checkpoints"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "legacy_checkpoints"
 MODELS = sorted(p.name for p in FIXTURES.iterdir() if (p / "model.safetensors").is_file())
 ADAPTERS = sorted(p.name for p in FIXTURES.iterdir() if (p / "adapter").is_dir())
 

@@ -29,6 +29,7 @@ from hf_ssm.adapters import (
 )
 from hf_ssm.adapters.lora import add_lora, lora_rank_for_budget
 from hf_ssm.modeling import SSM_MIXER_CLASSES
+from model_checks import run_script
 
 VOCAB = 61
 PD_SETTINGS = {"pd_ssm_head_state_size": 5, "pd_ssm_num_heads": 2, "pd_ssm_dict_size": 4}
@@ -396,26 +397,18 @@ def test_answer_word_logits_equal_the_full_lm_head_at_those_words(method):
 def test_train_adapter_script_smoke_run(tmp_path):
     """scripts/train_adapter.py runs offline on the built-in tiny Qwen2 and writes results, plot, the adapter
     (only adapter files plus its model card) and the card in --model_card_dir; bad arguments exit clearly."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
     tiny = [
         "--tiny_hidden_size", "16", "--tiny_layers", "1", "--tiny_heads", "2", "--pretrain_steps", "2",
         "--pretrain_batch_size", "2", "--max_steps", "3", "--eval_every", "3", "--batch_size", "4",
         "--eval_batch_size", "8", "--eval_samples_per_bucket", "4", "--train_max_transitions", "3",
         "--test_buckets", "1-3,8-9", "--state_size", "4", "--dict_size", "4",
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     cards = tmp_path / "cards"
-    args = [sys.executable, str(root / "scripts" / "train_adapter.py"), "--output_dir", str(tmp_path / "run")]
-    result = subprocess.run(
-        [*args, "--methods", "fewshot,probe,lora,ssm,ssm_classifier,lora_classifier", "--model_card_dir", str(cards),
-         *tiny,
-         "--train_examples", "6", "--feature_cache", "disk", "--summary_json", str(tmp_path / "summary.json")],
-        capture_output=True, text=True, env=env, cwd=root, timeout=300,
+    args = ["train_adapter", "--output_dir", str(tmp_path / "run")]
+    result = run_script(
+        *args, "--methods", "fewshot,probe,lora,ssm,ssm_classifier,lora_classifier", "--model_card_dir", str(cards),
+        *tiny, "--train_examples", "6", "--feature_cache", "disk", "--summary_json", str(tmp_path / "summary.json"),
+        timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "run"
@@ -452,11 +445,9 @@ def test_train_adapter_script_smoke_run(tmp_path):
     card = (cards / "ssm-adapter-tiny-qwen2-parity-classifier.md").read_text()
     assert '["adapter_logits"]' in card and "--train_examples 6" in card and "--methods fewshot,probe" in card
     assert "| ssm |" in result.stdout and "| chance |" in result.stdout
-    bad = subprocess.run([*args, "--task", "dyck"], capture_output=True, text=True, env=env, cwd=root, timeout=120)
+    bad = run_script(*args, "--task", "dyck")
     assert bad.returncode == 2 and "`task` must be one of" in bad.stderr
-    bad = subprocess.run(
-        [*args, "--initial_state", "e1"], capture_output=True, text=True, env=env, cwd=root, timeout=120
-    )
+    bad = run_script(*args, "--initial_state", "e1")
     assert bad.returncode == 2 and "`initial_state` must be one of" in bad.stderr
 
 
@@ -660,11 +651,6 @@ def test_a_resumed_adapter_method_ends_as_the_uninterrupted_run(tmp_path, monkey
 def test_plot_adapter_draws_the_matching_records_and_refuses_an_empty_selection(tmp_path):
     """scripts/plot_adapter.py draws a PNG from summary records whose run folder matches a --series, and exits 1
     with a message when no record matches (rather than writing an empty figure)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[1] / "scripts" / "plot_adapter.py"
     record = {"base": "smollm2-135m", "task": "parity", "run_dir": "runs/x/par_s0", "seed": 0}
     records = [
         {**record, "accuracy_by_transitions": {"1-10": 1.0, "40-40": 0.9}},
@@ -673,11 +659,11 @@ def test_plot_adapter_draws_the_matching_records_and_refuses_an_empty_selection(
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps(records))
     out = tmp_path / "plot.png"
-    args = [sys.executable, str(script), "--summary", str(summary), "--tasks", "parity", "--out", str(out)]
-    done = subprocess.run([*args, "--series", "PD=runs/x/par_"], capture_output=True, text=True, timeout=120)
+    args = ["plot_adapter", "--summary", str(summary), "--tasks", "parity", "--out", str(out)]
+    done = run_script(*args, "--series", "PD=runs/x/par_")
     assert done.returncode == 0, done.stderr[-2000:]
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "2 records" in done.stdout
-    empty = subprocess.run([*args, "--series", "PD=nothing"], capture_output=True, text=True, timeout=120)
+    empty = run_script(*args, "--series", "PD=nothing")
     assert empty.returncode == 1 and "matches any --series" in empty.stderr
 
 

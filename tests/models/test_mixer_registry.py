@@ -157,7 +157,7 @@ def test_registered_mixer_cached_decode_equals_full_forward(toy):
 
 
 def test_registered_mixer_keeps_the_model_invariants(toy, tmp_path):
-    """The model-invariant suite of tests/test_model_invariants.py, run on the toy mixer: no host read in a
+    """The model-invariant suite of tests/models/test_model_invariants.py, run on the toy mixer: no host read in a
     decode step, left padding = each row alone, packing = documents separately, reload bit-identical.
 
     Left out: loading through trust_remote_code where hf_ssm is not installed. The toy class lives in this test

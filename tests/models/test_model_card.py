@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,8 +11,7 @@ from huggingface_hub import ModelCard
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
 from hf_ssm.model_card import check_model_card, count_parameters, render_model_card, write_model_card
-
-ROOT = Path(__file__).resolve().parents[1]
+from model_checks import ROOT, load_script
 
 
 def front_matter(card: str) -> dict:
@@ -82,9 +79,7 @@ def test_script_writes_card_from_model_and_run_folders(config, tmp_path, capsys)
     torch.manual_seed(0)
     HybridSSMForCausalLM(config).save_pretrained(run / "model")
     (run / "metrics.json").write_text(json.dumps(run_metrics()))
-    spec = importlib.util.spec_from_file_location("_script_card", ROOT / "scripts" / "make_model_card.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("make_model_card")
     out = tmp_path / "card.md"
     assert script.main([str(run / "model"), "--output", str(out)]) == 0
     meta = front_matter(out.read_text())

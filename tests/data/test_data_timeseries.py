@@ -1,19 +1,15 @@
-"""UEA / UCR time series: the `.ts` parser, splits, training-only normalisation, the model and the script."""
+"""UEA / UCR time series data (hf_ssm/data/timeseries.py): the `.ts` parser, splits, training-only normalisation,
+imputation, agreement with aeon's reader, and bad input. The model: tests/models/test_model_timeseries.py; training
+and the script: tests/training/test_timeseries.py."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from timeseries_files import needs_aeon, random_rows, write_ts
 
-from hf_ssm import HybridSSMConfig, HybridSSMForTimeSeriesClassification
 from hf_ssm.data.timeseries import (
     ChannelNormalizer,
     TimeSeriesSplit,
@@ -22,14 +18,6 @@ from hf_ssm.data.timeseries import (
     load_timeseries,
     parse_ts,
     stratified_split,
-)
-from hf_ssm.training.timeseries import TimeSeriesSettings, train_timeseries
-from model_checks import die_at_evaluation
-
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "train_timeseries.py"
-needs_aeon = pytest.mark.skipif(
-    aeon_data_dir() is None or not (aeon_data_dir() / "BasicMotions").is_dir(), reason="aeon (BasicMotions) missing"
 )
 
 EQUAL = """\
@@ -59,32 +47,6 @@ UNEQUAL = """\
 
 10,20:30,40:b
 """
-
-
-def write_ts(folder: Path, name: str, header_classes: str, rows: list[tuple[list[list[float]], str]], missing=False):
-    """Write a small multivariate .ts file; rows are (dims, label) with dims[c] the values of channel c."""
-    lines = [
-        f"@problemName {name.split('_')[0]}",
-        f"@missing {'true' if missing else 'false'}",
-        f"@dimensions {len(rows[0][0])}",
-        "@equalLength false",
-        f"@classLabel true {header_classes}",
-        "@data",
-    ]
-    for dims, label in rows:
-        text = ":".join(",".join("?" if isinstance(v, float) and math.isnan(v) else repr(v) for v in d) for d in dims)
-        lines.append(f"{text}:{label}")
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{name}.ts").write_text("\n".join(lines) + "\n")
-
-
-def random_rows(count: int, channels: int, generator, offset: float = 0.0, scale: float = 1.0, classes="ab"):
-    rows = []
-    for i in range(count):
-        length = int(torch.randint(3, 9, (1,), generator=generator))
-        values = torch.randn(channels, length, generator=generator) * scale + offset
-        rows.append(([[round(float(v), 4) for v in ch] for ch in values], classes[i % len(classes)]))
-    return rows
 
 
 # ------------------------------------------------------------------------------------------------ parser
@@ -292,170 +254,3 @@ def test_unknown_dataset_and_bad_options_raise(tmp_path):
         load_timeseries("NoSuchData", data_dir=tmp_path, split="random")
     with pytest.raises(ValueError, match="`missing` must be one of"):
         load_timeseries("NoSuchData", data_dir=tmp_path, missing="drop")
-
-
-# ------------------------------------------------------------------------------------------------ model
-
-
-def tiny_config(mixer: str = "pd_ssm", **kw) -> HybridSSMConfig:
-    options = dict(
-        vocab_size=1, hidden_size=16, intermediate_size=32, num_hidden_layers=2, mixers=f"S{'A' if kw.pop('attn', False) else 'S'}",
-        ssm_mixer=mixer, num_attention_heads=2, pd_ssm_head_state_size=4, pd_ssm_dict_size=4, lru_total_state_size=8,
-        lrc_num_channels=8, input_channels=3, num_labels=4, classifier_pooling="mean",
-    )  # fmt: skip
-    options.update(kw)
-    return HybridSSMConfig(**options)
-
-
-@pytest.mark.parametrize("mixer", ["pd_ssm", "lrc_ssm", "diag_lru"])
-def test_model_save_reload_and_padding_invariance(mixer, tmp_path):
-    """A saved model reloads with identical logits, and right padding (masked) does not change a series' logits."""
-    model = HybridSSMForTimeSeriesClassification(tiny_config(mixer, attn=True)).eval()
-    x = torch.randn(2, 9, 3)
-    mask = torch.ones(2, 9, dtype=torch.long)
-    mask[1, 5:] = 0
-    x[1, 5:] = 0
-    with torch.no_grad():
-        logits = model(x, attention_mask=mask).logits
-        alone = model(x[1:, :5]).logits
-    assert logits.shape == (2, 4)
-    torch.testing.assert_close(logits[1:], alone, atol=1e-5, rtol=1e-4)
-    model.save_pretrained(tmp_path)
-    reloaded = HybridSSMForTimeSeriesClassification.from_pretrained(tmp_path).eval()
-    assert reloaded.config.input_channels == 3
-    with torch.no_grad():
-        torch.testing.assert_close(reloaded(x, attention_mask=mask).logits, logits)
-    out = model(x, attention_mask=mask, labels=torch.tensor([0, 3]))
-    assert out.loss.ndim == 0 and torch.isfinite(out.loss)
-
-
-def test_model_rejects_bad_input():
-    """Wrong channel count, NaN (unimputed missing values) and a config without input_channels raise ValueError."""
-    model = HybridSSMForTimeSeriesClassification(tiny_config("diag_lru"))
-    with pytest.raises(ValueError, match=r"\(batch, seq_len, 3\)"):
-        model(torch.randn(2, 5, 4))
-    bad = torch.randn(2, 5, 3)
-    bad[0, 1, 2] = math.nan
-    with pytest.raises(ValueError, match="NaN"):
-        model(bad)
-    with pytest.raises(ValueError, match="attention_mask"):
-        model(torch.randn(2, 5, 3), attention_mask=torch.ones(2, 4))
-    with pytest.raises(ValueError, match="`input_channels` must be set"):
-        HybridSSMForTimeSeriesClassification(tiny_config("diag_lru", input_channels=None))
-    with pytest.raises(ValueError, match="`input_channels` must be an integer >= 1"):
-        tiny_config("diag_lru", input_channels=0)
-
-
-# ------------------------------------------------------------------------------------------------ training
-
-
-def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkeypatch):
-    """A run killed in epoch 5 resumes from its epoch-4 checkpoint and reproduces the uninterrupted history."""
-    import hf_ssm.training.timeseries as ts_training
-
-    g = torch.Generator().manual_seed(4)
-    write_ts(tmp_path / "data", "Res_TRAIN", "a b", random_rows(16, 2, g))
-    write_ts(tmp_path / "data", "Res_TEST", "a b", random_rows(6, 2, g))
-    settings = dict(
-        dataset="Res", data_dir=str(tmp_path / "data"), mixer="diag_lru", hidden_size=8, state_size=4,
-        batch_size=4, max_epochs=6, patience=10, save_every=2,
-    )  # fmt: skip
-    full = train_timeseries(TimeSeriesSettings(**settings), tmp_path / "full")
-
-    # validation of epoch 5: after the epoch-4 checkpoint
-    restore_evaluate = die_at_evaluation(monkeypatch, ts_training, 5)
-    with pytest.raises(KeyboardInterrupt):
-        train_timeseries(TimeSeriesSettings(**settings), tmp_path / "part")
-    restore_evaluate()
-    assert sorted(p.name for p in (tmp_path / "part" / "checkpoints").iterdir()) == ["step_2", "step_4"]
-    resumed = train_timeseries(TimeSeriesSettings(**settings), tmp_path / "part", resume=True)
-    assert [h["epoch"] for h in resumed["history"]] == [1, 2, 3, 4, 5, 6]
-    for a, b in zip(resumed["history"], full["history"]):
-        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5, abs=1e-6)
-        assert a["val_accuracy"] == b["val_accuracy"]
-    assert resumed["test_accuracy"] == full["test_accuracy"] and resumed["best_epoch"] == full["best_epoch"]
-
-
-def test_resume_with_changed_settings_is_refused_and_safe_ones_may_change(tmp_path):
-    """train_timeseries(resume=True) compares the settings with the checkpoint's: a new hidden size is refused
-    naming the field before settings.json is rewritten; patience (declared safe) may change."""
-    from hf_ssm.training.timeseries import RESUME_SAFE_SETTINGS
-
-    g = torch.Generator().manual_seed(4)
-    write_ts(tmp_path / "data", "Res_TRAIN", "a b", random_rows(16, 2, g))
-    write_ts(tmp_path / "data", "Res_TEST", "a b", random_rows(6, 2, g))
-    settings = dict(
-        dataset="Res", data_dir=str(tmp_path / "data"), mixer="diag_lru", hidden_size=8, state_size=4,
-        batch_size=4, max_epochs=3, patience=10, save_every=2,
-    )  # fmt: skip
-    run = tmp_path / "run"
-    train_timeseries(TimeSeriesSettings(**settings), run)
-    recorded = (run / "settings.json").read_text()
-    with pytest.raises(ValueError, match="hidden_size 8 -> 16"):
-        train_timeseries(TimeSeriesSettings(**{**settings, "hidden_size": 16}), run, resume=True)
-    assert (run / "settings.json").read_text() == recorded
-    assert "patience" in RESUME_SAFE_SETTINGS
-    resumed = train_timeseries(TimeSeriesSettings(**{**settings, "patience": 12}), run, resume=True)
-    assert [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
-    assert not (run / "model" / "checkpoint_complete.json").exists()  # an exported model, not a checkpoint
-
-
-def run_script(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
-    )
-
-
-@needs_aeon
-def test_script_smoke_run_on_basicmotions(tmp_path):
-    """Two seeds of a tiny model on BasicMotions write per-run folders, a reloadable model and the summary table."""
-    result = run_script(
-        "--dataset", "BasicMotions", "--mixer", "diag_lru", "--seeds", "0,1", "--max_epochs", "3",
-        "--hidden_size", "8", "--state_size", "4", "--batch_size", "16", "--output_dir", str(tmp_path),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    for seed in (0, 1):
-        run = tmp_path / "BasicMotions_diag_lru" / f"seed_{seed}"
-        for name in ("settings.json", "data.json", "results.json", "curves.png", "model/model.safetensors"):
-            assert (run / name).is_file(), name
-        results = json.loads((run / "results.json").read_text())
-        assert 0.0 <= results["test_accuracy"] <= 1.0 and results["sizes"] == {"train": 32, "val": 8, "test": 40}
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    (row,) = summary["summary"]
-    assert row["seeds"] == [0, 1] and len(row["test_accuracies"]) == 2
-    assert (tmp_path / "summary.md").read_text().count("| BasicMotions | diag_lru |") == 1
-    assert "| dataset | model |" in result.stdout
-
-    model_dir = tmp_path / "BasicMotions_diag_lru" / "seed_0" / "model"
-    model = HybridSSMForTimeSeriesClassification.from_pretrained(model_dir).eval()
-    norm = ChannelNormalizer.from_dict(json.loads((model_dir / "normalizer.json").read_text()))
-    data = load_timeseries("BasicMotions", seed=0)
-    assert torch.allclose(norm.mean, data.normalizer.mean)
-    with torch.no_grad():
-        preds = model(data.test.values).logits.argmax(-1)
-    accuracy = (preds == data.test.labels).float().mean().item()
-    assert accuracy == pytest.approx(json.loads((model_dir.parent / "results.json").read_text())["test_accuracy"])
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--mixer", "lstm"], "unknown mixer"),
-        (["--dataset", "NoSuchData", "--data_dir", "."], "not found"),
-        (["--pattern", "SX"], "unknown letters"),
-        (["--split", "random"], "invalid choice"),
-        (["--extra_config", '{"lru_blok_size": 2}'], "did you mean `lru_group_size`"),
-        (["--extra_config", '{"hiden_size": 8}'], "did you mean `hidden_size`"),
-    ],
-)
-def test_script_bad_arguments_exit_with_clear_message(args, message, tmp_path, capsys):
-    """Bad arguments stop the script (exit 2) before any training, with a message naming the problem."""
-    spec = importlib.util.spec_from_file_location("train_timeseries_script", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)  # in-process: a subprocess per case would mostly time imports
-    with pytest.raises(SystemExit) as exit_info:
-        script.main([*args, "--output_dir", str(tmp_path)])
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
-    assert not any(tmp_path.iterdir())

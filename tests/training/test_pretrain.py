@@ -3,14 +3,12 @@ crash-safe checkpoints) and scripts/pretrain.py's argument errors."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -32,10 +30,8 @@ from hf_ssm.tokenization import BYTE_OFFSET, ByteTokenizer
 from hf_ssm.training import lm
 from hf_ssm.training.checkpointing import is_complete, latest_checkpoint
 from hf_ssm.training.lm import PretrainSettings, learning_rate_at, pretrain, token_loss_sum
-from model_checks import die_at_evaluation
+from model_checks import ROOT, SCRIPTS, checkpoint_names, kill_at_evaluation, load_script
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "pretrain.py"
 # One thread per process: tiny models gain nothing from more, and on a loaded machine OpenMP threads waiting for
 # busy cores make every step ~50x slower.
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -237,7 +233,7 @@ def test_two_cpu_processes_match_one_process_and_save_loadable_checkpoints(tmp_p
     out = tmp_path / "ddp"
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "scripts/configs/cpu_ddp.yaml"),
-        "--num_processes", "2", "--main_process_port", str(_free_port()), str(SCRIPT), "--output_dir", str(out),
+        "--num_processes", "2", "--main_process_port", str(_free_port()), str(SCRIPTS / "pretrain.py"), "--output_dir", str(out),
         "--max_steps", "4", "--eval_every", "2", "--save_every", "2", "--batch_size", "2", *TINY_ARGS,
     ]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300)
@@ -285,11 +281,8 @@ def test_resume_after_interruption_reproduces_the_uninterrupted_run(tmp_path, mo
     full = pretrain(tiny(**settings), tmp_path / "full")
 
     # evaluations at steps 0, 2, 4, then 6: after the step-4 checkpoint
-    restore_evaluate = die_at_evaluation(monkeypatch, lm, 4)
-    with pytest.raises(KeyboardInterrupt):
-        pretrain(tiny(**settings), tmp_path / "part")
-    restore_evaluate()
-    assert sorted(p.name for p in (tmp_path / "part" / "checkpoints").iterdir()) == ["step_2", "step_4"]
+    kill_at_evaluation(monkeypatch, lm, 4, pretrain, tiny(**settings), tmp_path / "part")
+    assert checkpoint_names(tmp_path / "part") == ["step_2", "step_4"]
     assert not (tmp_path / "part" / "model").exists()
 
     resumed = pretrain(tiny(**settings), tmp_path / "part", resume=True)
@@ -326,7 +319,7 @@ pretrain(PretrainSettings(**{{**{TINY!r}, **{settings!r}}}), {str(run)!r})
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300)
     assert result.returncode == -9, result.stderr[-3000:]
-    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    names = checkpoint_names(run)
     assert names[0] == "step_2" and len(names) == 2 and names[1].startswith("step_4.tmp-")
     assert latest_checkpoint(run / "checkpoints").name == "step_2"
 
@@ -334,7 +327,7 @@ pretrain(PretrainSettings(**{{**{TINY!r}, **{settings!r}}}), {str(run)!r})
     full = pretrain(tiny(**settings), tmp_path / "full")
     assert resumed["resumed_from"] == [2]
     assert losses(resumed) == pytest.approx(losses(full), rel=1e-6, abs=1e-7)
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_2", "step_4"]
+    assert checkpoint_names(run) == ["step_2", "step_4"]
 
 
 def test_loss_falls_and_run_folder_is_complete(tmp_path):
@@ -352,13 +345,6 @@ def test_loss_falls_and_run_folder_is_complete(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # scripts/pretrain.py arguments
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def _script_module(name: str):
-    spec = importlib.util.spec_from_file_location(f"_script_{name}", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(
@@ -379,7 +365,7 @@ def _script_module(name: str):
 def test_bad_arguments_exit_with_a_clear_message(args, message, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    script = _script_module("pretrain")
+    script = load_script("pretrain")
     with pytest.raises(SystemExit) as exit_info:
         script.main([*args, "--output_dir", str(tmp_path / "run")])
     assert exit_info.value.code == 2
@@ -388,7 +374,7 @@ def test_bad_arguments_exit_with_a_clear_message(args, message, tmp_path, capsys
 
 
 def test_list_presets(capsys):
-    assert _script_module("pretrain").main(["--list_presets"]) == 0
+    assert load_script("pretrain").main(["--list_presets"]) == 0
     assert "hybrid-pd_ssm-tiny" in capsys.readouterr().out
 
 
@@ -421,7 +407,7 @@ def test_a_config_file_with_a_misspelt_field_is_refused(tmp_path, capsys):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"hidden_size": 32, "num_hidden_layers": 2, "mixers": "SA", "hiden_act": "silu"}))
     with pytest.raises(SystemExit) as exit_info:
-        _script_module("pretrain").main(["--config", str(path), "--output_dir", str(tmp_path / "run")])
+        load_script("pretrain").main(["--config", str(path), "--output_dir", str(tmp_path / "run")])
     assert exit_info.value.code == 2
     assert "'hiden_act' is not a HybridSSMConfig field; did you mean `hidden_act`" in capsys.readouterr().err
 
@@ -440,7 +426,7 @@ def test_resume_with_changed_settings_is_refused_before_the_run_folder_changes(t
     with pytest.raises(ValueError, match="learning_rate 0.01 -> 0.02"):
         pretrain(changed, run, resume=True)
     with pytest.raises(SystemExit) as exit_info:
-        _script_module("pretrain").main(
+        load_script("pretrain").main(
             [
                 *TINY_ARGS,
                 "--max_steps",

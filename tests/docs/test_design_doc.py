@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from model_checks import ROOT
+
 DESIGN = ROOT / "docs" / "design.md"
 # "## 4. PD-SSM" -> "4", "### 4.2 Generating P and D" -> "4.2"
 HEADING = re.compile(r"^(#{2,3}) (\d+(?:\.\d+)?)\.? (.+)$", re.MULTILINE)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,13 +21,12 @@ from hf_ssm import (
 )
 from model_checks import (
     HF_SSM_MODELING_FILES,
+    ROOT,
     host_reads_in_decode_step,
     load_without_hf_ssm,
     save_with_reference,
     tiny_config,
 )
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _heads():
@@ -265,12 +263,12 @@ def test_token_classifier_refuses_a_time_series_config():
 def test_docs_name_the_current_activation_checkpointing_method():
     """README, docs, the package and the scripts use `activation_checkpointing_enable` (transformers 5.x), not
     the deprecated `gradient_checkpointing_enable`."""
-    texts = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     # the package's own training code and scripts call the current name too
-    texts += [*sorted((REPO / "hf_ssm").rglob("*.py")), *sorted((REPO / "scripts").glob("*.py"))]
+    texts += [*sorted((ROOT / "hf_ssm").rglob("*.py")), *sorted((ROOT / "scripts").glob("*.py"))]
     stale = [p.name for p in texts if "gradient_checkpointing_enable" in p.read_text()]
     assert not stale, stale
-    assert "activation_checkpointing_enable" in (REPO / "README.md").read_text()
+    assert "activation_checkpointing_enable" in (ROOT / "README.md").read_text()
 
 
 @pytest.mark.filterwarnings("error::FutureWarning")
@@ -417,7 +415,7 @@ def test_non_finite_inputs_embeds_raise(bad):
 def test_decode_step_reads_no_tensor_value_beyond_transformers_own():
     """One cached decode step (with a padded 2-D mask, as generate passes it) makes no host read in hf_ssm's code,
     and no more in total than a Qwen2 decode step of the same shape (transformers' mask utilities make theirs).
-    tests/test_model_invariants.py checks the hf_ssm part for every mixer."""
+    tests/models/test_model_invariants.py checks the hf_ssm part for every mixer."""
     ids = torch.randint(1, 37, (2, 6))
     mask = torch.ones(2, 7, dtype=torch.long)
     mask[1, :2] = 0

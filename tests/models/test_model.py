@@ -8,12 +8,10 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 import hf_ssm.modeling.pd_ops as pd_ops
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
-from model_checks import BLOCKED_LOAD, max_cached_decode_error, packed_batch, tiny_config
+from model_checks import max_cached_decode_error, packed_batch, tiny_config
 
 # Cached decode, left padding, packing, reload and remote-code loading for every mixer (next to attention) are in
-# tests/test_model_invariants.py; the tests here cover layouts and the rest of the model. test_lrc.py imports
-# BLOCKED_LOAD from here.
-__all__ = ["BLOCKED_LOAD"]
+# tests/models/test_model_invariants.py; the tests here cover layouts and the rest of the model.
 
 PATTERNS = ["S", "AS", "SASA"]  # pure SSM, attention first, deeper: layouts the invariant suite does not build
 

@@ -1,4 +1,7 @@
-"""BD-LRU, H-LRU and diag_lru (docs/design.md §5): block scans, mixers, normalisations, cache and checkpoints."""
+"""BD-LRU, H-LRU and diag_lru (mixer_lru.py, docs/design.md §5): each mixer's recurrence written out as a literal
+loop, the normalisations and the state bound, a hand-set automaton, padding, cache, dtype, init, settings and
+checkpoints. The three share one module and most tests run on all three (diag_lru is BD-LRU with m = 1); the block
+scans they run are tested in tests/ops/test_block_scans.py."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from hf_ssm.modeling.mixer_lru import (
     HigherOrderLRUMixer,
     normalize_gates,
 )
-from hf_ssm.modeling.scan_block import block_scan, block_scan_sequential, companion_matrices
+from hf_ssm.modeling.scan_block import block_scan, companion_matrices
 from model_checks import assert_loads_without_hf_ssm, max_cached_decode_error, reload_is_bit_identical, tiny_config
 
 BOUNDED = [n for n in LRU_NORMALIZATIONS if n != "none"]
@@ -32,67 +35,6 @@ MIXER_CLASSES = {"bd_lru": BlockDiagonalLRUMixer, "h_lru": HigherOrderLRUMixer, 
 
 def make_mixer(mixer: str, **overrides):
     return MIXER_CLASSES[mixer](lru_config(mixer, **overrides), 0)
-
-
-def random_scan_inputs(batch, steps, blocks, m, dtype=torch.float32):
-    """Transitions with row-normalised signed entries (as the mixers make them), inputs and an initial state."""
-    p = normalize_gates(3 * torch.randn(batch, steps, blocks, m, m + 1, dtype=dtype), "tanh_l1")
-    A = p[..., :m].contiguous().requires_grad_()
-    b = torch.randn(batch, steps, blocks, m, dtype=dtype, requires_grad=True)
-    x0 = torch.randn(batch, blocks, m, dtype=dtype, requires_grad=True)
-    return A, b, x0
-
-
-# ----------------------------------------------------------------------------------------------- scans
-
-
-@pytest.mark.parametrize("m", [1, 2, 3, 4, 8])
-def test_parallel_block_scan_matches_sequential(m):
-    """block_scan (chunked, hand-written backward) == the sequential loop: states, final state and the gradients
-    of A, b and x0, for B = 1, odd T and several chunk sizes (dividing T or not)."""
-    A, b, x0 = random_scan_inputs(1, 37, 3, m)
-    g_states, g_final = torch.randn(1, 37, 3, m), torch.randn(1, 3, m)
-    ref_states, ref_final = block_scan_sequential(A, b, x0)
-    ref_grads = torch.autograd.grad((ref_states * g_states).sum() + (ref_final * g_final).sum(), (A, b, x0))
-    for chunk in (None, 1, 5, 37, 64):
-        states, final = block_scan(A, b, x0, chunk_size=chunk)
-        grads = torch.autograd.grad((states * g_states).sum() + (final * g_final).sum(), (A, b, x0))
-        torch.testing.assert_close(states, ref_states, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(final, ref_final, atol=1e-5, rtol=1e-5)
-        for got, want in zip(grads, ref_grads):
-            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("steps", [1, 2, 16])
-def test_block_scan_edge_cases(steps):
-    """T = 1 and short T, B = 2, no initial state, gradient through the final state only: same as the loop."""
-    A, b, _ = random_scan_inputs(2, steps, 2, 3)
-    states, final = block_scan(A, b, chunk_size=4)
-    ref_states, ref_final = block_scan_sequential(A, b)
-    torch.testing.assert_close(states, ref_states, atol=1e-6, rtol=1e-5)
-    grads = torch.autograd.grad(final.pow(2).sum(), (A, b))
-    ref_grads = torch.autograd.grad(ref_final.pow(2).sum(), (A, b))
-    for got, want in zip(grads, ref_grads):
-        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
-
-
-def test_block_scan_backward_passes_gradcheck():
-    """The hand-written backward equals finite differences (float64), independently of the sequential loop."""
-    A, b, x0 = random_scan_inputs(1, 7, 2, 3, dtype=torch.float64)
-    assert torch.autograd.gradcheck(lambda A, b, x0: block_scan(A, b, x0, chunk_size=3), (A, b, x0))
-
-
-def test_block_scan_rejects_bad_shapes():
-    """Mismatched shapes, T = 0 and a wrong initial state raise ValueError instead of broadcasting silently."""
-    A, b, x0 = random_scan_inputs(1, 5, 2, 3)
-    with pytest.raises(ValueError, match="A must have shape"):
-        block_scan(A[..., :2], b)
-    with pytest.raises(ValueError, match="initial_state must have shape"):
-        block_scan(A, b, x0[:, :1])
-    with pytest.raises(ValueError, match="T >= 1"):
-        block_scan(A[:, :0], b[:, :0])
-    with pytest.raises(ValueError, match="b must have shape"):
-        block_scan_sequential(A, b[0])
 
 
 # --------------------------------------------------------------------------------- recurrences as written
@@ -118,12 +60,6 @@ def test_h_lru_literal_loop_equals_companion_scan(m):
     a, v = mixer.scan_inputs(u)
     wrong, _ = block_scan(companion_matrices(a).transpose(-1, -2), nn.functional.pad(v.unsqueeze(-1), (0, m - 1)))
     assert not torch.allclose(mixer.out_proj(wrong.flatten(2)), expected, atol=1e-3)
-
-
-def test_companion_matrix_layout():
-    """companion_matrices puts (a_1 ... a_m) in the first row and ones on the sub-diagonal."""
-    C = companion_matrices(torch.tensor([0.5, 0.3, 0.2]))
-    assert torch.equal(C, torch.tensor([[0.5, 0.3, 0.2], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
 
 
 def test_bd_lru_literal_loop_equals_scan():
