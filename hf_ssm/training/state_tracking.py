@@ -28,7 +28,6 @@ from ..data import StateTrackingDataset, collate_state_tracking, get_task
 from ..data.state_tracking import SUPERVISIONS, last_token_correct, supervised_labels
 from ..modeling import HybridSSMConfig, HybridSSMForTokenClassification
 from ..modeling.configuration_hybrid_ssm import (
-    ATTENTION,
     BLOCK_TYPES,
     PD_SSM_DIAGONALS,
     PD_SSM_INITIAL_STATES,
@@ -41,6 +40,7 @@ from . import loop
 from .checkpointing import atomic_save_dir, check_resume, check_resumed_settings, recorded_settings
 from .optimization import LR_SCHEDULES, build_optimizer, build_scheduler
 from .recipes import RECIPE_NAMES
+from .stack import stack_config_fields, stack_pattern
 
 VALIDATION_LENGTHS = ("train", "test")
 VALIDATION_SEED, TEST_SEED = 10_000, 20_000  # disjoint data seeds: validation and test never share sequences
@@ -176,22 +176,12 @@ def length_buckets(low: int, high: int, count: int) -> list[tuple[int, int]]:
 def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
     """The HybridSSMConfig of a run: one layer per pattern letter (HybridSSMConfig's letters, S = the mixer)."""
     task = get_task(settings.task, **settings.task_kwargs())
-    pattern, ssm_mixer = settings.pattern, settings.mixer
-    if settings.mixer == ATTENTION:  # an attention-only baseline: every S becomes A
-        pattern, ssm_mixer = pattern.replace("S", "A"), HybridSSMConfig.ssm_mixer
+    pattern, ssm_mixer = stack_pattern(settings.mixer, settings.pattern)
     letters = {**pattern_letters(), "S": ssm_mixer}
     config_fields = dict(
+        stack_config_fields(settings, pattern, ssm_mixer),
         vocab_size=task.vocab_size,
-        hidden_size=settings.hidden_size,
-        intermediate_size=2 * settings.hidden_size,
-        num_hidden_layers=len(pattern),
-        num_attention_heads=max(1, settings.hidden_size // 16),
-        mixers=pattern,
-        ssm_mixer=ssm_mixer,
         max_position_embeddings=max(settings.test_max_length, settings.train_max_length),
-        pd_ssm_num_heads=settings.num_heads,
-        pd_ssm_head_state_size=settings.state_size,
-        pd_ssm_dict_size=settings.dict_size,
         pd_ssm_initial_state=settings.pd_ssm_initial_state,
         pd_ssm_diagonal=settings.pd_ssm_diagonal,
         pd_ssm_input=settings.pd_ssm_input,

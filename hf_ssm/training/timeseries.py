@@ -24,6 +24,7 @@ from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_con
 from . import loop
 from .checkpointing import atomic_save_dir
 from .optimization import warmup_cosine_schedule
+from .stack import stack_config_fields, stack_pattern
 
 BEST_WEIGHTS = "best_model.safetensors"
 # Settings a resumed run may change (checkpointing.check_resume): when it checkpoints and how long it waits for a
@@ -90,21 +91,11 @@ class TimeSeriesSettings:
 
 def model_config(settings: TimeSeriesSettings, input_channels: int, num_labels: int, max_length: int):
     """HybridSSMConfig of a run: one layer per pattern letter, `S` = `settings.mixer` (docs/design.md §7 letters)."""
-    pattern, ssm_mixer = settings.pattern, settings.mixer
-    if settings.mixer == ATTENTION:  # an attention-only baseline: every S becomes A
-        pattern, ssm_mixer = pattern.replace("S", "A"), "pd_ssm"
+    pattern, ssm_mixer = stack_pattern(settings.mixer, settings.pattern)
     options = dict(
+        stack_config_fields(settings, pattern, ssm_mixer),
         vocab_size=1,  # continuous input: the token table is not used
-        hidden_size=settings.hidden_size,
-        intermediate_size=2 * settings.hidden_size,
-        num_hidden_layers=len(pattern),
-        num_attention_heads=max(1, settings.hidden_size // 16),
-        mixers=pattern,
-        ssm_mixer=ssm_mixer,
         max_position_embeddings=max(max_length, 1),
-        pd_ssm_num_heads=settings.num_heads,
-        pd_ssm_head_state_size=settings.state_size,
-        pd_ssm_dict_size=settings.dict_size,
         lru_total_state_size=settings.state_size,
         lru_group_size=1 if settings.mixer == "diag_lru" else settings.lru_group_size,
         lrc_num_channels=settings.state_size,
