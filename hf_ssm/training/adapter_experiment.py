@@ -889,12 +889,9 @@ Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with
 
 def run_experiment(settings: AdapterExperimentSettings, run_dir, resume: bool = False, model_card_dir=None) -> dict:
     """All methods of `settings` in one run; writes run_dir/{settings.json, results.json, plot, <method>/}."""
-    settings.validate()
-    accelerator = loop.make_accelerator(mixed_precision=None)  # what `accelerate launch` set, else fp32
-    run_dir = Path(run_dir)
     # The run folder and its settings.json; resuming is per method (finished methods and their checkpoints,
     # run_dir/<method>/checkpoints), so there is no run-level checkpoint to check here.
-    loop.open_run(accelerator, settings, run_dir, resume=False, safe=())
+    accelerator, run_dir, _ = loop.begin_run(settings, run_dir, resume=False, safe=())
     began = time.perf_counter()
     base_source, base_info = prepare_base(settings, run_dir, accelerator)
     base_seconds = time.perf_counter() - began

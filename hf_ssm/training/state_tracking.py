@@ -258,10 +258,7 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
 
     Returns the results dict (also written to results.json).
     """
-    settings.validate()
-    accelerator = accelerator or loop.make_accelerator(mixed_precision=None)  # what `accelerate launch` set
-    run_dir = Path(run_dir)
-    found = loop.open_run(accelerator, settings, run_dir, resume, RESUME_SAFE_SETTINGS)
+    accelerator, run_dir, found = loop.begin_run(settings, run_dir, resume, RESUME_SAFE_SETTINGS, accelerator)
     task = get_task(settings.task, **settings.task_kwargs())
     model = build_model(settings)
     optimizer = build_optimizer(model, settings)

@@ -173,10 +173,7 @@ def train_timeseries(
     model/ holds the best-validation weights (save_pretrained) and normalizer.json (the training-split channel
     statistics to apply to new series). Returns the results dict (also written to results.json).
     """
-    settings.validate()
-    accelerator = accelerator or loop.make_accelerator(mixed_precision=None)  # what `accelerate launch` set
-    run_dir = Path(run_dir)
-    found = loop.open_run(accelerator, settings, run_dir, resume, RESUME_SAFE_SETTINGS)
+    accelerator, run_dir, found = loop.begin_run(settings, run_dir, resume, RESUME_SAFE_SETTINGS, accelerator)
     data = data or load_data(settings)
     if accelerator.is_main_process:
         (run_dir / "data.json").write_text(json.dumps(data.describe(), indent=2))
