@@ -12,7 +12,8 @@ checkpoint holds; the pieces around it live here:
 - `open_run`: the resume check (before anything is written) and the run folder's settings.json; `begin_run`:
   settings check, accelerator and `open_run` in one call;
 - `Stopwatch`: training time, counting what a resumed run spent before the interruption;
-- `BestWeights`: the weights with the best validation score so far (the ones a driver tests and saves);
+- `BestWeights`: the weights with the best validation score so far (the ones a driver tests and saves), and
+  their file in a checkpoint;
 - `save_checkpoint` / `load_checkpoint`: crash-safe `accelerator.save_state` folders with their metadata;
 - `optimizer_step`: backward, clipping, optimizer and schedule step of a plain (unaccumulated) step.
 """
@@ -27,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from .checkpointing import atomic_save_dir, check_resume, prune_checkpoints, read_metadata
 from .progress import training_progress
@@ -102,6 +104,23 @@ class BestWeights:
     def keep(self, model: torch.nn.Module, record: dict) -> None:
         self.record = record
         self.state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+    def save(self, folder: Path, name: str) -> None:
+        """Write the kept weights to folder/name, a safetensors file for a `.safetensors` name, else `torch.save`
+        (nothing while no weights are kept): a checkpoint carries the best weights so far along."""
+        if self.state is None:
+            return
+        if name.endswith(".safetensors"):
+            save_file(self.state, str(folder / name))
+        else:
+            torch.save(self.state, folder / name)
+
+    @classmethod
+    def load(cls, record: dict, folder: Path, name: str) -> BestWeights:
+        """The weights `save` wrote to folder/name, with their `record`."""
+        path = folder / name
+        state = load_file(str(path)) if name.endswith(".safetensors") else torch.load(path, map_location="cpu")
+        return cls(record, state)
 
 
 def load_checkpoint(accelerator, folder: Path) -> dict:

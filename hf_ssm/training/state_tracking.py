@@ -280,7 +280,7 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
         seconds_before = meta.get("train_seconds", 0.0)  # the training time before the interruption
         cpu_seconds_before = meta.get("cpu_seconds", 0.0)
         if (found / BEST_WEIGHTS).is_file():
-            best = loop.BestWeights(meta["best"], torch.load(found / BEST_WEIGHTS, map_location="cpu"))
+            best = loop.BestWeights.load(meta["best"], found, BEST_WEIGHTS)
         accelerator.print(f"resumed from {found} at step {start_step}")
 
     test_buckets = length_buckets(settings.test_min_length, settings.test_max_length, settings.num_buckets)
@@ -323,12 +323,9 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
             "cpu_seconds": clock.cpu_seconds,
             "settings": asdict(settings),
         }
-
-        def write_best(tmp: Path) -> None:  # the best weights so far travel along
-            if best.state is not None:
-                torch.save(best.state, tmp / BEST_WEIGHTS)
-
-        loop.save_checkpoint(accelerator, checkpoints / f"step_{step}", meta, write_best, keep=2)
+        loop.save_checkpoint(
+            accelerator, checkpoints / f"step_{step}", meta, lambda tmp: best.save(tmp, BEST_WEIGHTS), keep=2
+        )
 
     model.train()
     outcome = loop.run_training(

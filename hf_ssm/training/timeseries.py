@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 
 from ..data.timeseries import MISSING_POLICIES, SPLIT_MODES, TimeSeriesData, TimeSeriesSplit, load_timeseries
 from ..modeling import HybridSSMConfig, HybridSSMForTimeSeriesClassification
@@ -196,7 +195,7 @@ def train_timeseries(
         start_epoch, history, bad_epochs = meta["epoch"], meta["history"], meta["bad_epochs"]
         seconds_before = meta["train_seconds"]
         if meta["best"] is not None:
-            best = loop.BestWeights(meta["best"], load_file(str(found / BEST_WEIGHTS)))
+            best = loop.BestWeights.load(meta["best"], found, BEST_WEIGHTS)
         accelerator.print(f"resumed from {found} at epoch {start_epoch}")
 
     clock = loop.Stopwatch(seconds_before)
@@ -241,11 +240,8 @@ def train_timeseries(
             "train_seconds": clock.seconds,
             "settings": asdict(settings),
         }
-
-        def write_best(tmp: Path) -> None:  # the best weights so far travel along
-            save_file(best.state, str(tmp / BEST_WEIGHTS))
-
-        loop.save_checkpoint(accelerator, checkpoints / f"step_{epoch}", meta, write_best, keep=2)  # step = epoch here
+        folder = checkpoints / f"step_{epoch}"  # step = epoch here
+        loop.save_checkpoint(accelerator, folder, meta, lambda tmp: best.save(tmp, BEST_WEIGHTS), keep=2)
 
     model.train()
     outcome = loop.run_training(
