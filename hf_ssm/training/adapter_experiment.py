@@ -53,6 +53,7 @@ from ..modeling.configuration_hybrid_ssm import PD_SSM_INITIAL_STATES, PD_SSM_IN
 from . import loop
 from .checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
 from .optimization import warmup_cosine_schedule
+from .plotting import pyplot, save_figure
 
 METHODS = ("fewshot", "probe", "lora", "ssm", "ssm_classifier", "ssm_lora")
 # How each method answers: the frozen LM head (logits of the answer words' first tokens) or its own classifier.
@@ -787,10 +788,7 @@ def results_table(results: list[dict], num_classes: int | None = None) -> str:
 
 
 def plot_results(results: list[dict], settings: AdapterExperimentSettings, num_classes: int, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in results:
@@ -805,9 +803,7 @@ def plot_results(results: list[dict], settings: AdapterExperimentSettings, num_c
         ylim=(0, 1.02),
     )
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, table: str) -> str:

@@ -39,6 +39,7 @@ from ..modeling.mixer_registry import pattern_letters, width_matched_fields
 from . import loop
 from .checkpointing import atomic_save_dir, check_resume, check_resumed_settings, recorded_settings
 from .optimization import LR_SCHEDULES, build_optimizer, build_scheduler
+from .plotting import pyplot, save_figure
 from .recipes import RECIPE_NAMES
 from .stack import stack_config_fields, stack_pattern
 
@@ -441,10 +442,7 @@ def check_resume_runs(settings: StateTrackingSettings, run_dir: str | Path) -> N
 
 def plot_accuracy_vs_length(all_results: list[dict], path: str | Path) -> None:
     """One line per (task, mixer): last-position accuracy against the bucket's mean length."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     tasks = sorted({r["task"] for r in all_results})
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
@@ -455,9 +453,7 @@ def plot_accuracy_vs_length(all_results: list[dict], path: str | Path) -> None:
         ax.axvspan(*all_results[0]["train_lengths"], color="grey", alpha=0.15, label="train lengths")
         ax.set(title=task, xlabel="sequence length", ylabel="last-position accuracy", ylim=(0, 1.02))
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def results_table(all_results: list[dict]) -> str:

@@ -23,6 +23,7 @@ from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_con
 from . import loop
 from .checkpointing import atomic_save_dir
 from .optimization import warmup_cosine_schedule
+from .plotting import pyplot, save_figure
 from .stack import stack_config_fields, stack_pattern
 
 BEST_WEIGHTS = "best_model.safetensors"
@@ -333,10 +334,7 @@ def results_table(rows: list[dict]) -> str:
 
 def plot_curves(all_results: list[dict], path: str | Path) -> None:
     """Training loss and validation accuracy per epoch; one colour per model, one line per seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     labels = sorted({r["label"] for r in all_results})
     colours = {label: f"C{i % 10}" for i, label in enumerate(labels)}
@@ -352,6 +350,4 @@ def plot_curves(all_results: list[dict], path: str | Path) -> None:
     ax_loss.set(title="training loss", xlabel="epoch", yscale="log")
     ax_acc.set(title=f"{all_results[0]['dataset']}: validation accuracy (dot = best)", xlabel="epoch", ylim=(0, 1.02))
     ax_acc.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
