@@ -22,7 +22,13 @@ import sys
 import time
 from pathlib import Path
 
-from hf_ssm.training.cli import add_run_folder_arguments, add_settings_arguments, print_eval_summary, start_run
+from hf_ssm.training.cli import (
+    add_run_folder_arguments,
+    add_settings_arguments,
+    print_training_summary,
+    run_folder,
+    start_run,
+)
 from hf_ssm.training.lm import prepare_pretraining, pretrain
 from hf_ssm.training.lm_settings import RESUME_SAFE_SETTINGS, PretrainSettings
 
@@ -55,17 +61,16 @@ def main(argv: list[str] | None = None) -> int:
         parser, args, PretrainSettings, RESUME_SAFE_SETTINGS, prepare_pretraining
     )
     name = settings.preset or Path(settings.config).stem
-    out = Path(args.output_dir or f"runs/pretrain/{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = run_folder(args.output_dir, f"runs/pretrain/{name}-")
     began = time.perf_counter()
     metrics = pretrain(settings, out, resume=args.resume, accelerator=accelerator, prepared=prepared)
     if accelerator.is_main_process:
         print(f"\nrun folder: {out}  (model: {out / 'model'})")
-        print(
+        trained = (
             f"{metrics['model']['parameters']:,} parameters, {metrics['steps']} steps, "
-            f"{metrics['tokens_seen']:,} tokens, {metrics['num_processes']} process(es), "
-            f"train {metrics['train_seconds']:.0f} s, wall {time.perf_counter() - began:.0f} s"
+            f"{metrics['tokens_seen']:,} tokens, {metrics['num_processes']} process(es)"
         )
-        print_eval_summary(metrics)
+        print_training_summary(metrics, trained, began)
     return 0
 
 
