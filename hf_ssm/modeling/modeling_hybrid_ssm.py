@@ -528,6 +528,16 @@ def check_sequence_labels(labels: torch.Tensor, batch: int, config) -> None:
         )
 
 
+def sequence_classification_loss(model, labels: torch.Tensor | None, logits: torch.Tensor, **kwargs):
+    """The loss of a sequence-level head: None without `labels`; else the labels are checked
+    (`check_sequence_labels`) and scored by the model's transformers loss (ForSequenceClassification) against
+    the pooled `logits` (B, num_labels)."""
+    if labels is None:
+        return None
+    check_sequence_labels(labels, logits.shape[0], model.config)
+    return model.loss_function(labels=labels, pooled_logits=logits, config=model.config, **kwargs)
+
+
 class _HybridSSMWithScoreHead(HybridSSMPreTrainedModel):
     """The hybrid stack plus a linear `score` head; subclasses decide where the head reads (pooled or per token)."""
 
@@ -601,12 +611,11 @@ class HybridSSMForSequenceClassification(_HybridSSMWithScoreHead):
         outputs = self._encode(input_ids, attention_mask, inputs_embeds, **kwargs)
         pooling_mask = self._pooling_mask(input_ids, attention_mask, inputs_embeds)
         logits = self.score(_pool(outputs.last_hidden_state, pooling_mask, self.config.classifier_pooling))
-        loss = None
-        if labels is not None:
-            check_sequence_labels(labels, logits.shape[0], self.config)
-            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config, **kwargs)
         return SequenceClassifierOutputWithPast(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+            loss=sequence_classification_loss(self, labels, logits, **kwargs),
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
