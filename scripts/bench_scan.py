@@ -156,26 +156,18 @@ def bench_models(steps_list, batch, repeats):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     width, layers, heads, vocab = 256, 4, 4, 256
-    hybrid_cfg = HybridSSMConfig(
+    # Both models get the same sizes, positions and attention kernel (a fair comparison).
+    common = dict(
         vocab_size=vocab,
         hidden_size=width,
         intermediate_size=688,
         num_hidden_layers=layers,
         num_attention_heads=heads,
-        mixers="SASA",
         max_position_embeddings=8192,
         attn_implementation="sdpa",
     )
-    qwen_cfg = Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=width,
-        intermediate_size=688,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
-        max_position_embeddings=8192,
-        attn_implementation="sdpa",
-    )
+    hybrid_cfg = HybridSSMConfig(**common, mixers="SASA")
+    qwen_cfg = Qwen2Config(**common, num_key_value_heads=heads)
     rows = []
     for steps in steps_list:
         torch.manual_seed(0)
