@@ -34,20 +34,20 @@ _SIZE_ROWS = {
 def _size_fields(d, mlp, layers, heads, kv_heads, positions, pd_heads, pd_state) -> dict:
     """The config fields of one size. The rules every size follows: PD-SSM's dictionary has K = N matrices,
     the LRU and LRC mixers keep a state of d real numbers, the block LRUs in groups of 4."""
-    return dict(
-        hidden_size=d,
-        intermediate_size=mlp,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=positions,
-        pd_ssm_num_heads=pd_heads,
-        pd_ssm_head_state_size=pd_state,
-        pd_ssm_dict_size=pd_state,
-        lru_total_state_size=d,
-        lru_group_size=4,
-        lrc_num_channels=d,
-    )
+    return {
+        "hidden_size": d,
+        "intermediate_size": mlp,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "max_position_embeddings": positions,
+        "pd_ssm_num_heads": pd_heads,
+        "pd_ssm_head_state_size": pd_state,
+        "pd_ssm_dict_size": pd_state,
+        "lru_total_state_size": d,
+        "lru_group_size": 4,
+        "lrc_num_channels": d,
+    }
 
 
 SIZES: dict[str, dict] = {size: _size_fields(*row) for size, row in _SIZE_ROWS.items()}
