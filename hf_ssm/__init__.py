@@ -25,26 +25,23 @@ from .modeling import (
 
 __version__ = "0.1.0"
 
+# Each model class, the Auto class its saved auto_map names (trust_remote_code), and whether that Auto class
+# also builds it here from a HybridSSMConfig: no Auto class reads time-series input, so its checkpoints name it
+# under AutoModelForSequenceClassification, where HybridSSMForSequenceClassification is registered.
+_AUTO_CLASSES = (
+    (HybridSSMModel, AutoModel, True),
+    (HybridSSMForCausalLM, AutoModelForCausalLM, True),
+    (HybridSSMForSequenceClassification, AutoModelForSequenceClassification, True),
+    (HybridSSMForTokenClassification, AutoModelForTokenClassification, True),
+    (HybridSSMForTimeSeriesClassification, AutoModelForSequenceClassification, False),
+)
+
 AutoConfig.register(HybridSSMConfig.model_type, HybridSSMConfig, exist_ok=True)
-AutoModel.register(HybridSSMConfig, HybridSSMModel, exist_ok=True)
-AutoModelForCausalLM.register(HybridSSMConfig, HybridSSMForCausalLM, exist_ok=True)
-AutoModelForSequenceClassification.register(HybridSSMConfig, HybridSSMForSequenceClassification, exist_ok=True)
-AutoModelForTokenClassification.register(HybridSSMConfig, HybridSSMForTokenClassification, exist_ok=True)
-
 HybridSSMConfig.register_for_auto_class()
-HybridSSMModel.register_for_auto_class("AutoModel")
-HybridSSMForCausalLM.register_for_auto_class("AutoModelForCausalLM")
-HybridSSMForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
-HybridSSMForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
-# No Auto class reads time-series input; its checkpoints name it under AutoModelForSequenceClassification.
-HybridSSMForTimeSeriesClassification.register_for_auto_class("AutoModelForSequenceClassification")
+for _model_class, _auto_class, _local in _AUTO_CLASSES:
+    if _local:
+        _auto_class.register(HybridSSMConfig, _model_class, exist_ok=True)
+    _model_class.register_for_auto_class(_auto_class.__name__)
+del _model_class, _auto_class, _local
 
-__all__ = [
-    "HybridSSMConfig",
-    "HybridSSMForCausalLM",
-    "HybridSSMForSequenceClassification",
-    "HybridSSMForTimeSeriesClassification",
-    "HybridSSMForTokenClassification",
-    "HybridSSMModel",
-    "HybridSSMPreTrainedModel",
-]
+__all__ = ["HybridSSMConfig", "HybridSSMPreTrainedModel", *(entry[0].__name__ for entry in _AUTO_CLASSES)]

@@ -23,50 +23,34 @@ from __future__ import annotations
 from .modeling import HybridSSMConfig
 from .modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS
 
-SIZES: dict[str, dict] = {
-    "tiny": dict(
-        hidden_size=128,
-        intermediate_size=352,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=1024,
-        pd_ssm_num_heads=1,
-        pd_ssm_head_state_size=16,
-        pd_ssm_dict_size=16,
-        lru_total_state_size=128,
-        lru_group_size=4,
-        lrc_num_channels=128,
-    ),
-    "small": dict(
-        hidden_size=512,
-        intermediate_size=1376,
-        num_hidden_layers=8,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        max_position_embeddings=2048,
-        pd_ssm_num_heads=8,
-        pd_ssm_head_state_size=32,
-        pd_ssm_dict_size=32,
-        lru_total_state_size=512,
-        lru_group_size=4,
-        lrc_num_channels=512,
-    ),
-    "base": dict(
-        hidden_size=768,
-        intermediate_size=2048,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        num_key_value_heads=4,
-        max_position_embeddings=4096,
-        pd_ssm_num_heads=12,
-        pd_ssm_head_state_size=64,
-        pd_ssm_dict_size=64,
-        lru_total_state_size=768,
-        lru_group_size=4,
-        lrc_num_channels=768,
-    ),
+# size: (d, SwiGLU width, layers, attention heads, key-value heads, positions, PD-SSM heads, PD-SSM N per head)
+_SIZE_ROWS = {
+    "tiny": (128, 352, 4, 4, 4, 1024, 1, 16),
+    "small": (512, 1376, 8, 8, 4, 2048, 8, 32),
+    "base": (768, 2048, 12, 12, 4, 4096, 12, 64),
 }
+
+
+def _size_fields(d, mlp, layers, heads, kv_heads, positions, pd_heads, pd_state) -> dict:
+    """The config fields of one size. The rules every size follows: PD-SSM's dictionary has K = N matrices,
+    the LRU and LRC mixers keep a state of d real numbers, the block LRUs in groups of 4."""
+    return {
+        "hidden_size": d,
+        "intermediate_size": mlp,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "max_position_embeddings": positions,
+        "pd_ssm_num_heads": pd_heads,
+        "pd_ssm_head_state_size": pd_state,
+        "pd_ssm_dict_size": pd_state,
+        "lru_total_state_size": d,
+        "lru_group_size": 4,
+        "lrc_num_channels": d,
+    }
+
+
+SIZES: dict[str, dict] = {size: _size_fields(*row) for size, row in _SIZE_ROWS.items()}
 
 # The layer pattern of a hybrid ("S" = the family's SSM mixer, "A" = attention) for each size.
 HYBRID_PATTERNS = {"tiny": "SASA", "small": "SSSASSSA", "base": "SSSASSSASSSA"}

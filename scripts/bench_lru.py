@@ -17,9 +17,9 @@ import json
 import os
 import platform
 import statistics
-import time
 
 import torch
+from bench_common import wall_times
 
 from hf_ssm import HybridSSMConfig
 from hf_ssm.modeling.modeling_hybrid_ssm import SSM_MIXER_CLASSES
@@ -34,12 +34,7 @@ def timed(fn, repeats: int) -> dict:
 
     The table reports the best run: on a shared machine, other processes only ever add time.
     """
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+    times = wall_times(fn, repeats)
     return {"best": min(times), "median": statistics.median(times)}
 
 

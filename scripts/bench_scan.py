@@ -18,9 +18,9 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 
 import torch
+from bench_common import print_table_head, wall_times
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
 from hf_ssm.modeling.scan_pd import default_chunk_size, pd_scan, pd_scan_sequential, pd_to_dense
@@ -28,13 +28,7 @@ from hf_ssm.modeling.scan_pd import default_chunk_size, pd_scan, pd_scan_sequent
 
 def timed(fn, repeats: int) -> float:
     """Median wall time of fn() in seconds over `repeats` runs, after one warm-up."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(wall_times(fn, repeats))
 
 
 def pd_inputs(batch, steps, heads, n, seed=0):
@@ -162,26 +156,18 @@ def bench_models(steps_list, batch, repeats):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     width, layers, heads, vocab = 256, 4, 4, 256
-    hybrid_cfg = HybridSSMConfig(
+    # Both models get the same sizes, positions and attention kernel (a fair comparison).
+    common = dict(
         vocab_size=vocab,
         hidden_size=width,
         intermediate_size=688,
         num_hidden_layers=layers,
         num_attention_heads=heads,
-        mixers="SASA",
         max_position_embeddings=8192,
         attn_implementation="sdpa",
     )
-    qwen_cfg = Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=width,
-        intermediate_size=688,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
-        max_position_embeddings=8192,
-        attn_implementation="sdpa",
-    )
+    hybrid_cfg = HybridSSMConfig(**common, mixers="SASA")
+    qwen_cfg = Qwen2Config(**common, num_key_value_heads=heads)
     rows = []
     for steps in steps_list:
         torch.manual_seed(0)
@@ -245,9 +231,10 @@ def main():
 
 def print_sequential(results, seq_shape, repeats):
     results["parallel_vs_sequential"] = r = bench_parallel_vs_sequential(*seq_shape, repeats)
-    print("\n### PD scan: parallel vs sequential loop (forward + backward)\n")
-    print("| B | T | H | N | parallel (s) | sequential loop (s) | speedup |")
-    print("|---|---|---|---|---|---|---|")
+    print_table_head(
+        "PD scan: parallel vs sequential loop (forward + backward)",
+        ["B", "T", "H", "N", "parallel (s)", "sequential loop (s)", "speedup"],
+    )
     s = r["shape"]
     print(
         f"| {s['B']} | {s['T']} | {s['H']} | {s['N']} | {r['parallel_fwd_bwd_s']:.3f} | "
@@ -257,9 +244,10 @@ def print_sequential(results, seq_shape, repeats):
 
 def print_dense(results, dense_shape, repeats):
     results["pd_vs_dense"] = r = bench_pd_vs_dense(*dense_shape, repeats)
-    print("\n### PD scan vs dense N x N transition scan (forward)\n")
-    print("| B | T | H | N | PD (s) | dense (s) | speedup | PD peak MiB | dense peak MiB | memory ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print_table_head(
+        "PD scan vs dense N x N transition scan (forward)",
+        ["B", "T", "H", "N", "PD (s)", "dense (s)", "speedup", "PD peak MiB", "dense peak MiB", "memory ratio"],
+    )
     s = r["shape"]
     print(
         f"| {s['B']} | {s['T']} | {s['H']} | {s['N']} | {r['pd_forward_s']:.3f} | {r['dense_forward_s']:.3f} | "
@@ -270,9 +258,10 @@ def print_dense(results, dense_shape, repeats):
 
 def print_models(results, model_steps, model_batch, repeats):
     results["models"] = rows = bench_models(model_steps, model_batch, repeats)
-    print("\n### Training throughput: 4-layer SASA hybrid vs Qwen2ForCausalLM (d=256, fwd+bwd+AdamW)\n")
-    print("| T | B | hybrid SASA tokens/s | Qwen2 tokens/s | ratio |")
-    print("|---|---|---|---|---|")
+    print_table_head(
+        "Training throughput: 4-layer SASA hybrid vs Qwen2ForCausalLM (d=256, fwd+bwd+AdamW)",
+        ["T", "B", "hybrid SASA tokens/s", "Qwen2 tokens/s", "ratio"],
+    )
     for row in rows:
         print(
             f"| {row['T']} | {row['B']} | {row['hybrid_SASA_tokens_per_s']:.0f} | "

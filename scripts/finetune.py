@@ -22,37 +22,33 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-from hf_ssm.training.cli import add_run_folder_arguments, add_settings_arguments, print_eval_summary, start_run
+from hf_ssm.training import cli
 from hf_ssm.training.finetune import FinetuneSettings, finetune, prepare_finetuning
 from hf_ssm.training.lm_settings import RESUME_SAFE_SETTINGS
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_folder_arguments(parser, "runs/finetune/<time>")
-    add_settings_arguments(parser, FinetuneSettings)
+    cli.add_run_folder_arguments(parser, "runs/finetune/<time>")
+    cli.add_settings_arguments(parser, FinetuneSettings)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    settings, accelerator, prepared = start_run(
+    settings, accelerator, prepared = cli.start_run(
         parser, args, FinetuneSettings, RESUME_SAFE_SETTINGS, prepare_finetuning
     )
-    out = Path(args.output_dir or f"runs/finetune/{time.strftime('%Y%m%d-%H%M%S')}")
+    out = cli.run_folder(args.output_dir, "runs/finetune/")
     began = time.perf_counter()
     metrics = finetune(settings, out, resume=args.resume, accelerator=accelerator, prepared=prepared)
     if accelerator.is_main_process:
         model = metrics["model"]
         print(f"\nrun folder: {out}")
-        print(
-            f"{model['trainable_parameters']:,} of {model['parameters']:,} parameters trained, {metrics['steps']} steps, "
-            f"train {metrics['train_seconds']:.0f} s, wall {time.perf_counter() - began:.0f} s"
-        )
-        print_eval_summary(metrics)
+        trained = f"{model['trainable_parameters']:,} of {model['parameters']:,} parameters trained"
+        cli.print_training_summary(metrics, f"{trained}, {metrics['steps']} steps", began)
     return 0
 
 

@@ -22,16 +22,16 @@ import sys
 import time
 from pathlib import Path
 
-from hf_ssm.training.cli import add_run_folder_arguments, add_settings_arguments, print_eval_summary, start_run
+from hf_ssm.training import cli
 from hf_ssm.training.lm import prepare_pretraining, pretrain
 from hf_ssm.training.lm_settings import RESUME_SAFE_SETTINGS, PretrainSettings
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_folder_arguments(parser, "runs/pretrain/<preset>-<time>")
+    cli.add_run_folder_arguments(parser, "runs/pretrain/<preset>-<time>")
     parser.add_argument("--list_presets", action="store_true", help="print the model presets and exit")
-    add_settings_arguments(parser, PretrainSettings)
+    cli.add_settings_arguments(parser, PretrainSettings)
     return parser
 
 
@@ -51,21 +51,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.list_presets:
         list_presets()
         return 0
-    settings, accelerator, prepared = start_run(
+    settings, accelerator, prepared = cli.start_run(
         parser, args, PretrainSettings, RESUME_SAFE_SETTINGS, prepare_pretraining
     )
     name = settings.preset or Path(settings.config).stem
-    out = Path(args.output_dir or f"runs/pretrain/{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = cli.run_folder(args.output_dir, f"runs/pretrain/{name}-")
     began = time.perf_counter()
     metrics = pretrain(settings, out, resume=args.resume, accelerator=accelerator, prepared=prepared)
     if accelerator.is_main_process:
         print(f"\nrun folder: {out}  (model: {out / 'model'})")
-        print(
+        trained = (
             f"{metrics['model']['parameters']:,} parameters, {metrics['steps']} steps, "
-            f"{metrics['tokens_seen']:,} tokens, {metrics['num_processes']} process(es), "
-            f"train {metrics['train_seconds']:.0f} s, wall {time.perf_counter() - began:.0f} s"
+            f"{metrics['tokens_seen']:,} tokens, {metrics['num_processes']} process(es)"
         )
-        print_eval_summary(metrics)
+        cli.print_training_summary(metrics, trained, began)
     return 0
 
 

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from dataclasses import fields
-from pathlib import Path
 
 from hf_ssm.adapters.bases import NAMED_BASES
 from hf_ssm.training.adapter_experiment import (
@@ -30,6 +28,7 @@ from hf_ssm.training.adapter_experiment import (
     summary_records,
     update_summary_json,
 )
+from hf_ssm.training.cli import run_folder
 
 
 def _boolean(text: str) -> bool:
@@ -80,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         settings.validate()
     except ValueError as err:
         parser.error(str(err))
-    out = Path(args.output_dir or f"runs/adapter/{settings.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = run_folder(args.output_dir, f"runs/adapter/{settings.task}-")
     summary = run_experiment(settings, out, resume=args.resume, model_card_dir=args.model_card_dir or None)
     if args.summary_json:
         update_summary_json(args.summary_json, summary_records(summary, str(out)))

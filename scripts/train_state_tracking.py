@@ -36,15 +36,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 import typing
 from dataclasses import fields
-from pathlib import Path
 
 from hf_ssm.data import TASK_NAMES, get_task
 from hf_ssm.data.automata import minimal_dfa_size
 from hf_ssm.modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS, SSM_MIXERS
 from hf_ssm.training.checkpointing import check_run_folder_arguments
+from hf_ssm.training.cli import add_suite_folder_arguments, chosen_mixers, comma_list, run_folder
 from hf_ssm.training.recipes import RECIPE_NAMES, RECIPES, resolve_settings
 from hf_ssm.training.state_tracking import (
     RESUME_SAFE_SETTINGS,
@@ -64,10 +63,6 @@ HELP = {
 }
 
 
-def comma_list(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
 def boolean(text: str) -> bool:
     if text.lower() in ("true", "1", "yes"):
         return True
@@ -84,13 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mixer", help=f"one mixer: {', '.join((*SSM_MIXERS, ATTENTION))}")
     parser.add_argument("--mixers", type=comma_list, help="comma-separated mixers (a suite)")
     parser.add_argument("--suite", action="store_true", help="run every task x mixer and write one comparison")
-    parser.add_argument("--output_dir", default=None, help="run folder (default runs/state_tracking/<time>)")
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue each run from its latest checkpoint (with the same settings, apart from "
-        f"{', '.join(sorted(RESUME_SAFE_SETTINGS))})",
-    )
+    add_suite_folder_arguments(parser, "runs/state_tracking/<time>", RESUME_SAFE_SETTINGS)
     parser.add_argument("--recipe", choices=RECIPE_NAMES, default="default", help="settings preset (default: default)")
     parser.add_argument("--summary", default=None, help="also merge every seed's record into this summary.json")
     parser.add_argument(
@@ -124,13 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     tasks = args.tasks or ([args.task] if args.task else DEFAULT_TASKS)
-    mixers = args.mixers or ([args.mixer] if args.mixer else DEFAULT_MIXERS)
     for task in tasks:
         if task not in TASK_NAMES:
             parser.error(f"unknown task {task!r}; choose from {', '.join(TASK_NAMES)}")
-    for mixer in mixers:
-        if mixer not in (*SSM_MIXERS, ATTENTION):
-            parser.error(f"unknown mixer {mixer!r}; choose from {', '.join((*SSM_MIXERS, ATTENTION))}")
+    mixers = chosen_mixers(parser, args, DEFAULT_MIXERS)
     suite = args.suite or len(tasks) * len(mixers) > 1
     skip = ("task", "mixer", "extra_config")
     explicit = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings) if hasattr(args, f.name)}
@@ -140,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         for t in tasks
         for m in mixers
     ]
-    out = Path(args.output_dir or f"runs/state_tracking/{time.strftime('%Y%m%d-%H%M%S')}")
+    out = run_folder(args.output_dir, "runs/state_tracking/")
     run_dirs = [out / f"{settings.task}_{settings.mixer}" if suite else out for settings in runs]
     try:
         for settings in runs:

@@ -25,13 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import fields
-from pathlib import Path
 
 from hf_ssm.data.timeseries import MISSING_POLICIES, SPLIT_MODES, load_timeseries
 from hf_ssm.modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS
 from hf_ssm.training.checkpointing import check_resume, check_run_folder_arguments
+from hf_ssm.training.cli import add_suite_folder_arguments, chosen_mixers, comma_list, run_folder
 from hf_ssm.training.timeseries import (
     RESUME_SAFE_SETTINGS,
     TimeSeriesSettings,
@@ -45,10 +44,6 @@ from hf_ssm.training.timeseries import (
 DEFAULT_MIXERS = ["pd_ssm"]
 DEFAULT_SEEDS = [0, 1, 2]
 _SPECIAL = ("mixer", "seed", "extra_config", "data_dir", "missing_indicators", "split", "missing")
-
-
-def comma_list(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def seed_list(text: str) -> list[int]:
@@ -81,13 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--missing", choices=MISSING_POLICIES, default=defaults.missing, help="'?' / NaN policy")
     parser.add_argument("--missing_indicators", action="store_true", help="append the observed mask as channels")
     parser.add_argument("--extra_config", type=json_object, default={}, help="more HybridSSMConfig fields (JSON)")
-    parser.add_argument("--output_dir", default=None, help="run folder (default runs/timeseries/<time>)")
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue each run from its latest checkpoint (with the same settings, apart from "
-        f"{', '.join(sorted(RESUME_SAFE_SETTINGS))})",
-    )
+    add_suite_folder_arguments(parser, "runs/timeseries/<time>", RESUME_SAFE_SETTINGS)
     for f in fields(TimeSeriesSettings):
         if f.name in _SPECIAL:
             continue
@@ -100,11 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    mixers = args.mixers or ([args.mixer] if args.mixer else DEFAULT_MIXERS)
+    mixers = chosen_mixers(parser, args, DEFAULT_MIXERS)
     seeds = args.seeds or ([args.seed] if args.seed is not None else DEFAULT_SEEDS)
-    for mixer in mixers:
-        if mixer not in (*SSM_MIXERS, ATTENTION):
-            parser.error(f"unknown mixer {mixer!r}; choose from {', '.join((*SSM_MIXERS, ATTENTION))}")
     common = {f.name: getattr(args, f.name) for f in fields(TimeSeriesSettings) if f.name not in ("mixer", "seed")}
     runs = [TimeSeriesSettings(mixer=m, seed=s, **common) for m in mixers for s in seeds]
     try:
@@ -118,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         parser.error(str(err))
 
-    out = Path(args.output_dir or f"runs/timeseries/{time.strftime('%Y%m%d-%H%M%S')}")
+    out = run_folder(args.output_dir, "runs/timeseries/")
     run_dirs = [out / f"{name}_{s.label.replace(':', '_')}" / f"seed_{s.seed}" for s in runs]
     if args.resume:  # refuse changed settings before any run trains or rewrites its settings.json
         try:

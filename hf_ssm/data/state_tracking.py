@@ -132,15 +132,31 @@ class Task:
         )
 
 
-class ParityTask(Task):
-    """Symbols a (id 1), b (id 2); class = count of b mod 2 (0 = even)."""
+class _FreeStringTask(Task):
+    """A task whose inputs are all strings over its symbols (ids 1 .. vocab_size - 1), each symbol drawn
+    uniformly and independently; every prefix is labelled."""
 
-    name = "parity"
+    labels_every_prefix = True
+
+    def sample(self, length, rng):
+        self._check_sample_length(length)
+        tokens = rng.choices(range(1, self.vocab_size), k=length)
+        return tokens, self.labels(tokens)
+
+
+class _BinaryStringTask(_FreeStringTask):
+    """Strings over a (id 1) and b (id 2), shown without separators, with two classes."""
+
     vocab_size = 3
     num_classes = 2
     token_names = ["<pad>", "a", "b"]
-    labels_every_prefix = True
     _separator = ""
+
+
+class ParityTask(_BinaryStringTask):
+    """Symbols a (id 1), b (id 2); class = count of b mod 2 (0 = even)."""
+
+    name = "parity"
 
     def labels(self, tokens):
         out, p = [], 0
@@ -149,21 +165,11 @@ class ParityTask(Task):
             out.append(int(p))
         return out
 
-    def sample(self, length, rng):
-        self._check_sample_length(length)
-        tokens = rng.choices((1, 2), k=length)
-        return tokens, self.labels(tokens)
 
-
-class EvenPairsTask(Task):
+class EvenPairsTask(_BinaryStringTask):
     """Symbols a (id 1), b (id 2); class 0 = first symbol equals last symbol, 1 = they differ."""
 
     name = "even_pairs"
-    vocab_size = 3
-    num_classes = 2
-    token_names = ["<pad>", "a", "b"]
-    labels_every_prefix = True
-    _separator = ""
 
     def labels(self, tokens):
         if not tokens:
@@ -171,20 +177,14 @@ class EvenPairsTask(Task):
         first = tokens[0]
         return [int(t != first) for t in tokens]
 
-    def sample(self, length, rng):
-        self._check_sample_length(length)
-        tokens = rng.choices((1, 2), k=length)
-        return tokens, self.labels(tokens)
 
-
-class CycleNavigationTask(Task):
+class CycleNavigationTask(_FreeStringTask):
     """Moves stay (id 1), +1 (id 2), -1 (id 3) on a 5-cycle from position 0; class = position."""
 
     name = "cycle_navigation"
     vocab_size = 4
     num_classes = 5
     token_names = ["<pad>", "stay", "+1", "-1"]
-    labels_every_prefix = True
     _STEP = (0, 0, 1, 4)  # indexed by token id; -1 == +4 (mod 5)
 
     def labels(self, tokens):
@@ -193,11 +193,6 @@ class CycleNavigationTask(Task):
             pos = (pos + step[t]) % 5
             out.append(pos)
         return out
-
-    def sample(self, length, rng):
-        self._check_sample_length(length)
-        tokens = rng.choices((1, 2, 3), k=length)
-        return tokens, self.labels(tokens)
 
 
 # --- modular arithmetic ------------------------------------------------------------------------------------
@@ -384,7 +379,7 @@ _GROUP_SPECS = {
 }
 
 
-class PermutationGroupTask(Task):
+class PermutationGroupTask(_FreeStringTask):
     """Word problem in A5 or S5 with ``num_generators`` generators.
 
     ``elements`` is the sorted list of permutation tuples (``p[i]`` = image of ``i``); the class of a
@@ -394,7 +389,6 @@ class PermutationGroupTask(Task):
     The state after a prefix is ``g_t ∘ ... ∘ g_1`` (earlier tokens act first).
     """
 
-    labels_every_prefix = True
     _separator = ", "
 
     def __init__(self, name: str, num_generators: int = 2):
@@ -435,11 +429,6 @@ class PermutationGroupTask(Task):
             state = rows[t][state]
             out.append(state)
         return out
-
-    def sample(self, length, rng):
-        self._check_sample_length(length)
-        tokens = rng.choices(range(1, self.vocab_size), k=length)
-        return tokens, self.labels(tokens)
 
 
 _SIMPLE_TASKS = {

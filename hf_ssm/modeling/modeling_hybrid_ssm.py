@@ -528,8 +528,20 @@ def check_sequence_labels(labels: torch.Tensor, batch: int, config) -> None:
         )
 
 
+def sequence_classification_loss(model, labels: torch.Tensor | None, logits: torch.Tensor, **kwargs):
+    """The loss of a sequence-level head: None without `labels`; else the labels are checked
+    (`check_sequence_labels`) and scored by the model's transformers loss (ForSequenceClassification) against
+    the pooled `logits` (B, num_labels)."""
+    if labels is None:
+        return None
+    check_sequence_labels(labels, logits.shape[0], model.config)
+    return model.loss_function(labels=labels, pooled_logits=logits, config=model.config, **kwargs)
+
+
 class _HybridSSMWithScoreHead(HybridSSMPreTrainedModel):
-    """The hybrid stack plus a linear `score` head; subclasses decide where the head reads (pooled or per token)."""
+    """The hybrid stack plus a linear `score` head, and the forward both heads share. Each subclass defines
+    `_head(outputs, input_ids, attention_mask, inputs_embeds, labels, **kwargs)`: where the head reads (pooled or
+    per token), its label checks and loss, and its output class."""
 
     def __init__(self, config: HybridSSMConfig):
         super().__init__(config)
@@ -549,8 +561,18 @@ class _HybridSSMWithScoreHead(HybridSSMPreTrainedModel):
     def set_input_embeddings(self, value):
         self.model.embed_tokens = value
 
-    def _encode(self, input_ids, attention_mask, inputs_embeds, **kwargs) -> BaseModelOutputWithPast:
-        return self.model(
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutputWithPast | TokenClassifierOutput:
+        """input_ids (B, T) or inputs_embeds (B, T, d), attention_mask (B, T); `labels` as the head's class
+        docstring says. The stack runs without a cache; `_head` turns its output into logits and the loss."""
+        outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
@@ -558,6 +580,7 @@ class _HybridSSMWithScoreHead(HybridSSMPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
+        return self._head(outputs, input_ids, attention_mask, inputs_embeds, labels, **kwargs)
 
 
 class HybridSSMForSequenceClassification(_HybridSSMWithScoreHead):
@@ -589,24 +612,16 @@ class HybridSSMForSequenceClassification(_HybridSSMWithScoreHead):
             return None
         return input_ids != pad
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        **kwargs,
+    def _head(
+        self, outputs, input_ids, attention_mask, inputs_embeds, labels, **kwargs
     ) -> SequenceClassifierOutputWithPast:
-        outputs = self._encode(input_ids, attention_mask, inputs_embeds, **kwargs)
         pooling_mask = self._pooling_mask(input_ids, attention_mask, inputs_embeds)
         logits = self.score(_pool(outputs.last_hidden_state, pooling_mask, self.config.classifier_pooling))
-        loss = None
-        if labels is not None:
-            check_sequence_labels(labels, logits.shape[0], self.config)
-            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config, **kwargs)
         return SequenceClassifierOutputWithPast(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+            loss=sequence_classification_loss(self, labels, logits, **kwargs),
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
@@ -615,16 +630,7 @@ class HybridSSMForTokenClassification(_HybridSSMWithScoreHead):
 
     The loss is transformers' ForTokenClassification (cross-entropy, `num_items_in_batch` honoured)."""
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        **kwargs,
-    ) -> TokenClassifierOutput:
-        outputs = self._encode(input_ids, attention_mask, inputs_embeds, **kwargs)
+    def _head(self, outputs, input_ids, attention_mask, inputs_embeds, labels, **kwargs) -> TokenClassifierOutput:
         logits = self.score(outputs.last_hidden_state)
         loss = None
         if labels is not None:

@@ -16,7 +16,7 @@ from torch import nn
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.utils import can_return_tuple
 
-from .modeling_hybrid_ssm import HybridSSMModel, HybridSSMPreTrainedModel, _pool, check_sequence_labels
+from .modeling_hybrid_ssm import HybridSSMModel, HybridSSMPreTrainedModel, _pool, sequence_classification_loss
 
 
 class HybridSSMForTimeSeriesClassification(HybridSSMPreTrainedModel):
@@ -96,12 +96,11 @@ class HybridSSMForTimeSeriesClassification(HybridSSMPreTrainedModel):
         )
         pooled = _pool(outputs.last_hidden_state, attention_mask, self.config.classifier_pooling)
         logits = self.score(pooled)
-        loss = None
-        if labels is not None:
-            check_sequence_labels(labels, logits.shape[0], self.config)
-            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config, **kwargs)
         return SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+            loss=sequence_classification_loss(self, labels, logits, **kwargs),
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 

@@ -64,6 +64,7 @@ from ..modeling.configuration_hybrid_ssm import (
 from . import loop
 from .checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
 from .optimization import warmup_cosine_schedule
+from .plotting import pyplot, save_figure
 
 METHODS = ("fewshot", "probe", "lora", "lora_classifier", "ssm", "ssm_classifier", "ssm_lora")
 # How each method answers: the frozen LM head (logits of the answer words' first tokens) or its own classifier.
@@ -912,10 +913,7 @@ def results_table(results: list[dict], num_classes: int | None = None) -> str:
 
 
 def plot_results(results: list[dict], settings: AdapterExperimentSettings, num_classes: int, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in results:
@@ -930,9 +928,7 @@ def plot_results(results: list[dict], settings: AdapterExperimentSettings, num_c
         ylim=(0, 1.02),
     )
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, table: str) -> str:
@@ -1021,12 +1017,9 @@ Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with
 
 def run_experiment(settings: AdapterExperimentSettings, run_dir, resume: bool = False, model_card_dir=None) -> dict:
     """All methods of `settings` in one run; writes run_dir/{settings.json, results.json, plot, <method>/}."""
-    settings.validate()
-    accelerator = loop.make_accelerator(mixed_precision=None)  # what `accelerate launch` set, else fp32
-    run_dir = Path(run_dir)
     # The run folder and its settings.json; resuming is per method (finished methods and their checkpoints,
     # run_dir/<method>/checkpoints), so there is no run-level checkpoint to check here.
-    loop.open_run(accelerator, settings, run_dir, resume=False, safe=())
+    accelerator, run_dir, _ = loop.begin_run(settings, run_dir, resume=False, safe=())
     began = time.perf_counter()
     base_source, base_info = prepare_base(settings, run_dir, accelerator)
     base_seconds = time.perf_counter() - began

@@ -1,5 +1,6 @@
-"""Command-line pieces of the training scripts: --options from a settings dataclass, the run-folder arguments,
-CPU threads, the opening of a run (`start_run`) and the closing summary line."""
+"""Command-line pieces of the training scripts: --options from a settings dataclass, the run-folder arguments
+(and the default, time-stamped folder), CPU threads, the opening of a run (`start_run`) and the closing summary
+lines."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import argparse
 import dataclasses
 import json
 import os
+import time
 import typing
+from collections.abc import Collection
+from pathlib import Path
 
 import torch
 
@@ -55,6 +59,47 @@ def settings_from_args(cls, args: argparse.Namespace):
     if "override" in values:
         values["override"] = _parse_override(values["override"])
     return cls(**values)
+
+
+def comma_list(text: str) -> list[str]:
+    """An argparse type: "a, b,,c" -> ["a", "b", "c"]."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def chosen_mixers(parser: argparse.ArgumentParser, args: argparse.Namespace, default: list[str]) -> list[str]:
+    """The mixers of a suite script: --mixers, else --mixer, else `default`; an unknown name is a
+    `parser.error` naming the accepted ones (the registered SSM mixers and attention)."""
+    from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS
+
+    mixers = args.mixers or ([args.mixer] if args.mixer else default)
+    for mixer in mixers:
+        if mixer not in (*SSM_MIXERS, ATTENTION):
+            parser.error(f"unknown mixer {mixer!r}; choose from {', '.join((*SSM_MIXERS, ATTENTION))}")
+    return mixers
+
+
+def run_folder(output_dir: str | None, prefix: str) -> Path:
+    """--output_dir, or by default `prefix` followed by the start time (e.g. runs/timeseries/20260101-120000)."""
+    return Path(output_dir or f"{prefix}{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def add_suite_folder_arguments(parser: argparse.ArgumentParser, default_output: str, safe: Collection[str]) -> None:
+    """--output_dir and --resume of the scripts that train several runs into one folder (state tracking, time
+    series), each run resuming from its own latest checkpoint; `safe`: the settings a resume may change."""
+    parser.add_argument("--output_dir", default=None, help=f"run folder (default {default_output})")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue each run from its latest checkpoint (with the same settings, apart from "
+        f"{', '.join(sorted(safe))})",
+    )
+
+
+def print_training_summary(metrics: dict, trained: str, began: float) -> None:
+    """The closing lines of an LM training script: what was `trained`, the training and wall-clock seconds
+    (since `began`, a `time.perf_counter()` value), then `print_eval_summary`."""
+    print(f"{trained}, train {metrics['train_seconds']:.0f} s, wall {time.perf_counter() - began:.0f} s")
+    print_eval_summary(metrics)
 
 
 def print_eval_summary(metrics: dict) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from .checkpointing import atomic_save_dir
+from .plotting import pyplot, save_figure
 
 
 def default_prompt(settings, eval_data, tokenizer) -> str:
@@ -54,10 +55,7 @@ def closing_sample(settings, eval_data, tokenizer, model, accelerator) -> dict |
 
 def plot_loss_curve(metrics: dict, path: str | Path, title: str | None = None) -> None:
     """Training loss per step (and a moving average), evaluation loss, and the learning rate."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     steps = [h["step"] for h in metrics["history"]]
     losses = [h["loss"] for h in metrics["history"]]
@@ -80,9 +78,7 @@ def plot_loss_curve(metrics: dict, path: str | Path, title: str | None = None) -
     ax_lr.set_ylabel("learning rate")
     ax_lr.set_xlabel("step")
     ax_lr.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def _count_parameters(model) -> tuple[int, int]:

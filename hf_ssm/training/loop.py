@@ -9,9 +9,11 @@ model next). A driver keeps only what is its own: what a unit trains, what an ev
 checkpoint holds; the pieces around it live here:
 
 - `make_accelerator`: Accelerate on the GPU if there is one, else on the CPU (gloo when launched several times);
-- `open_run`: the resume check (before anything is written) and the run folder's settings.json;
+- `open_run`: the resume check (before anything is written) and the run folder's settings.json; `begin_run`:
+  settings check, accelerator and `open_run` in one call;
 - `Stopwatch`: training time, counting what a resumed run spent before the interruption;
-- `BestWeights`: the weights with the best validation score so far (the ones a driver tests and saves);
+- `BestWeights`: the weights with the best validation score so far (the ones a driver tests and saves), and
+  their file in a checkpoint;
 - `save_checkpoint` / `load_checkpoint`: crash-safe `accelerator.save_state` folders with their metadata;
 - `optimizer_step`: backward, clipping, optimizer and schedule step of a plain (unaccumulated) step.
 """
@@ -26,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from .checkpointing import atomic_save_dir, check_resume, prune_checkpoints, read_metadata
 from .progress import training_progress
@@ -47,6 +50,17 @@ def make_accelerator(mixed_precision: str | None = "auto"):
     # Without CUDA, cpu=True is what makes several launched processes (WORLD_SIZE > 1) join as MULTI_CPU (gloo);
     # with cpu=False accelerate would run each of them alone.
     return Accelerator(mixed_precision=mixed_precision, cpu=not torch.cuda.is_available())
+
+
+def begin_run(settings, run_dir, resume: bool, safe: Collection[str], accelerator=None):
+    """The opening of a driver that takes a ready `accelerator` or none: validate `settings`, make the accelerator
+    if none was given (mixed precision: what `accelerate launch` set, else fp32), then `open_run`.
+
+    Returns (accelerator, run_dir as a Path, the checkpoint to resume from or None)."""
+    settings.validate()
+    accelerator = accelerator or make_accelerator(mixed_precision=None)
+    run_dir = Path(run_dir)
+    return accelerator, run_dir, open_run(accelerator, settings, run_dir, resume, safe)
 
 
 def open_run(accelerator, settings, run_dir: Path, resume: bool, safe: Collection[str]) -> Path | None:
@@ -90,6 +104,23 @@ class BestWeights:
     def keep(self, model: torch.nn.Module, record: dict) -> None:
         self.record = record
         self.state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+    def save(self, folder: Path, name: str) -> None:
+        """Write the kept weights to folder/name, a safetensors file for a `.safetensors` name, else `torch.save`
+        (nothing while no weights are kept): a checkpoint carries the best weights so far along."""
+        if self.state is None:
+            return
+        if name.endswith(".safetensors"):
+            save_file(self.state, str(folder / name))
+        else:
+            torch.save(self.state, folder / name)
+
+    @classmethod
+    def load(cls, record: dict, folder: Path, name: str) -> BestWeights:
+        """The weights `save` wrote to folder/name, with their `record`."""
+        path = folder / name
+        state = load_file(str(path)) if name.endswith(".safetensors") else torch.load(path, map_location="cpu")
+        return cls(record, state)
 
 
 def load_checkpoint(accelerator, folder: Path) -> dict:

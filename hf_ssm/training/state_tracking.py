@@ -28,7 +28,6 @@ from ..data import StateTrackingDataset, collate_state_tracking, get_task
 from ..data.state_tracking import SUPERVISIONS, last_token_correct, supervised_labels
 from ..modeling import HybridSSMConfig, HybridSSMForTokenClassification
 from ..modeling.configuration_hybrid_ssm import (
-    ATTENTION,
     BLOCK_TYPES,
     PD_SSM_DIAGONALS,
     PD_SSM_INITIAL_STATES,
@@ -40,7 +39,9 @@ from ..modeling.mixer_registry import pattern_letters, width_matched_fields
 from . import loop
 from .checkpointing import atomic_save_dir, check_resume, check_resumed_settings, recorded_settings
 from .optimization import LR_SCHEDULES, build_optimizer, build_scheduler
+from .plotting import pyplot, save_figure
 from .recipes import RECIPE_NAMES
+from .stack import stack_config_fields, stack_pattern
 
 VALIDATION_LENGTHS = ("train", "test")
 VALIDATION_SEED, TEST_SEED = 10_000, 20_000  # disjoint data seeds: validation and test never share sequences
@@ -176,22 +177,12 @@ def length_buckets(low: int, high: int, count: int) -> list[tuple[int, int]]:
 def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
     """The HybridSSMConfig of a run: one layer per pattern letter (HybridSSMConfig's letters, S = the mixer)."""
     task = get_task(settings.task, **settings.task_kwargs())
-    pattern, ssm_mixer = settings.pattern, settings.mixer
-    if settings.mixer == ATTENTION:  # an attention-only baseline: every S becomes A
-        pattern, ssm_mixer = pattern.replace("S", "A"), HybridSSMConfig.ssm_mixer
+    pattern, ssm_mixer = stack_pattern(settings.mixer, settings.pattern)
     letters = {**pattern_letters(), "S": ssm_mixer}
     config_fields = dict(
+        stack_config_fields(settings, pattern, ssm_mixer),
         vocab_size=task.vocab_size,
-        hidden_size=settings.hidden_size,
-        intermediate_size=2 * settings.hidden_size,
-        num_hidden_layers=len(pattern),
-        num_attention_heads=max(1, settings.hidden_size // 16),
-        mixers=pattern,
-        ssm_mixer=ssm_mixer,
         max_position_embeddings=max(settings.test_max_length, settings.train_max_length),
-        pd_ssm_num_heads=settings.num_heads,
-        pd_ssm_head_state_size=settings.state_size,
-        pd_ssm_dict_size=settings.dict_size,
         pd_ssm_initial_state=settings.pd_ssm_initial_state,
         pd_ssm_diagonal=settings.pd_ssm_diagonal,
         pd_ssm_input=settings.pd_ssm_input,
@@ -268,10 +259,7 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
 
     Returns the results dict (also written to results.json).
     """
-    settings.validate()
-    accelerator = accelerator or loop.make_accelerator(mixed_precision=None)  # what `accelerate launch` set
-    run_dir = Path(run_dir)
-    found = loop.open_run(accelerator, settings, run_dir, resume, RESUME_SAFE_SETTINGS)
+    accelerator, run_dir, found = loop.begin_run(settings, run_dir, resume, RESUME_SAFE_SETTINGS, accelerator)
     task = get_task(settings.task, **settings.task_kwargs())
     model = build_model(settings)
     optimizer = build_optimizer(model, settings)
@@ -293,7 +281,7 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
         seconds_before = meta.get("train_seconds", 0.0)  # the training time before the interruption
         cpu_seconds_before = meta.get("cpu_seconds", 0.0)
         if (found / BEST_WEIGHTS).is_file():
-            best = loop.BestWeights(meta["best"], torch.load(found / BEST_WEIGHTS, map_location="cpu"))
+            best = loop.BestWeights.load(meta["best"], found, BEST_WEIGHTS)
         accelerator.print(f"resumed from {found} at step {start_step}")
 
     test_buckets = length_buckets(settings.test_min_length, settings.test_max_length, settings.num_buckets)
@@ -336,12 +324,9 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
             "cpu_seconds": clock.cpu_seconds,
             "settings": asdict(settings),
         }
-
-        def write_best(tmp: Path) -> None:  # the best weights so far travel along
-            if best.state is not None:
-                torch.save(best.state, tmp / BEST_WEIGHTS)
-
-        loop.save_checkpoint(accelerator, checkpoints / f"step_{step}", meta, write_best, keep=2)
+        loop.save_checkpoint(
+            accelerator, checkpoints / f"step_{step}", meta, lambda tmp: best.save(tmp, BEST_WEIGHTS), keep=2
+        )
 
     model.train()
     outcome = loop.run_training(
@@ -457,10 +442,7 @@ def check_resume_runs(settings: StateTrackingSettings, run_dir: str | Path) -> N
 
 def plot_accuracy_vs_length(all_results: list[dict], path: str | Path) -> None:
     """One line per (task, mixer): last-position accuracy against the bucket's mean length."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     tasks = sorted({r["task"] for r in all_results})
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
@@ -471,9 +453,7 @@ def plot_accuracy_vs_length(all_results: list[dict], path: str | Path) -> None:
         ax.axvspan(*all_results[0]["train_lengths"], color="grey", alpha=0.15, label="train lengths")
         ax.set(title=task, xlabel="sequence length", ylabel="last-position accuracy", ylim=(0, 1.02))
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def results_table(all_results: list[dict]) -> str:

@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 
 from ..data.timeseries import MISSING_POLICIES, SPLIT_MODES, TimeSeriesData, TimeSeriesSplit, load_timeseries
 from ..modeling import HybridSSMConfig, HybridSSMForTimeSeriesClassification
@@ -24,6 +23,8 @@ from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_con
 from . import loop
 from .checkpointing import atomic_save_dir
 from .optimization import warmup_cosine_schedule
+from .plotting import pyplot, save_figure
+from .stack import stack_config_fields, stack_pattern
 
 BEST_WEIGHTS = "best_model.safetensors"
 # Settings a resumed run may change (checkpointing.check_resume): when it checkpoints and how long it waits for a
@@ -90,21 +91,11 @@ class TimeSeriesSettings:
 
 def model_config(settings: TimeSeriesSettings, input_channels: int, num_labels: int, max_length: int):
     """HybridSSMConfig of a run: one layer per pattern letter, `S` = `settings.mixer` (docs/design.md §7 letters)."""
-    pattern, ssm_mixer = settings.pattern, settings.mixer
-    if settings.mixer == ATTENTION:  # an attention-only baseline: every S becomes A
-        pattern, ssm_mixer = pattern.replace("S", "A"), "pd_ssm"
+    pattern, ssm_mixer = stack_pattern(settings.mixer, settings.pattern)
     options = dict(
+        stack_config_fields(settings, pattern, ssm_mixer),
         vocab_size=1,  # continuous input: the token table is not used
-        hidden_size=settings.hidden_size,
-        intermediate_size=2 * settings.hidden_size,
-        num_hidden_layers=len(pattern),
-        num_attention_heads=max(1, settings.hidden_size // 16),
-        mixers=pattern,
-        ssm_mixer=ssm_mixer,
         max_position_embeddings=max(max_length, 1),
-        pd_ssm_num_heads=settings.num_heads,
-        pd_ssm_head_state_size=settings.state_size,
-        pd_ssm_dict_size=settings.dict_size,
         lru_total_state_size=settings.state_size,
         lru_group_size=1 if settings.mixer == "diag_lru" else settings.lru_group_size,
         lrc_num_channels=settings.state_size,
@@ -182,10 +173,7 @@ def train_timeseries(
     model/ holds the best-validation weights (save_pretrained) and normalizer.json (the training-split channel
     statistics to apply to new series). Returns the results dict (also written to results.json).
     """
-    settings.validate()
-    accelerator = accelerator or loop.make_accelerator(mixed_precision=None)  # what `accelerate launch` set
-    run_dir = Path(run_dir)
-    found = loop.open_run(accelerator, settings, run_dir, resume, RESUME_SAFE_SETTINGS)
+    accelerator, run_dir, found = loop.begin_run(settings, run_dir, resume, RESUME_SAFE_SETTINGS, accelerator)
     data = data or load_data(settings)
     if accelerator.is_main_process:
         (run_dir / "data.json").write_text(json.dumps(data.describe(), indent=2))
@@ -208,7 +196,7 @@ def train_timeseries(
         start_epoch, history, bad_epochs = meta["epoch"], meta["history"], meta["bad_epochs"]
         seconds_before = meta["train_seconds"]
         if meta["best"] is not None:
-            best = loop.BestWeights(meta["best"], load_file(str(found / BEST_WEIGHTS)))
+            best = loop.BestWeights.load(meta["best"], found, BEST_WEIGHTS)
         accelerator.print(f"resumed from {found} at epoch {start_epoch}")
 
     clock = loop.Stopwatch(seconds_before)
@@ -253,11 +241,8 @@ def train_timeseries(
             "train_seconds": clock.seconds,
             "settings": asdict(settings),
         }
-
-        def write_best(tmp: Path) -> None:  # the best weights so far travel along
-            save_file(best.state, str(tmp / BEST_WEIGHTS))
-
-        loop.save_checkpoint(accelerator, checkpoints / f"step_{epoch}", meta, write_best, keep=2)  # step = epoch here
+        folder = checkpoints / f"step_{epoch}"  # step = epoch here
+        loop.save_checkpoint(accelerator, folder, meta, lambda tmp: best.save(tmp, BEST_WEIGHTS), keep=2)
 
     model.train()
     outcome = loop.run_training(
@@ -349,10 +334,7 @@ def results_table(rows: list[dict]) -> str:
 
 def plot_curves(all_results: list[dict], path: str | Path) -> None:
     """Training loss and validation accuracy per epoch; one colour per model, one line per seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     labels = sorted({r["label"] for r in all_results})
     colours = {label: f"C{i % 10}" for i, label in enumerate(labels)}
@@ -368,6 +350,4 @@ def plot_curves(all_results: list[dict], path: str | Path) -> None:
     ax_loss.set(title="training loss", xlabel="epoch", yscale="log")
     ax_acc.set(title=f"{all_results[0]['dataset']}: validation accuracy (dot = best)", xlabel="epoch", ylim=(0, 1.02))
     ax_acc.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
