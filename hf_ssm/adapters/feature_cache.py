@@ -11,7 +11,7 @@ Training an adapter for several epochs (or several adapters at the same layer) n
 
 `FeatureStore` keeps per-example features (L, d) in memory or in a memory-mapped file, in bfloat16 / float16 /
 float32, up to a size limit. With a float32 store the loss and the adapter's gradients equal the full model's
-to float rounding (tests/test_adapter.py); bfloat16 rounds h_k to 8 significant bits (relative error <= 2^-9),
+to float rounding (tests/adapters/test_adapter.py); bfloat16 rounds h_k to 8 significant bits (relative error <= 2^-9),
 float16 to 11 bits (and overflows beyond 65504), so training then sees slightly different features than
 inference on the full model does.
 """

@@ -26,11 +26,11 @@ Per-channel normalisation: mean and standard deviation of each channel over the 
 steps of the training split only, applied to every split.
 
 Why this module parses `.ts` itself instead of calling aeon's reader (`aeon.datasets.load_from_ts_file`, aeon
-1.6.0, measured on the files aeon ships and on the malformed files of tests/test_timeseries.py):
+1.6.0, measured on the files aeon ships and on the malformed files of tests/data/test_data_timeseries.py):
 
 - on the 28 files aeon ships that it can read both ways (the 29th is time-stamped), both readers give the same
   values (bit for bit in float32), lengths and labels (up to aeon's lower-casing, below), at the same speed (0.36 s
-  for aeon, 0.32 s here, all 28 files in one process); tests/test_timeseries.py checks this agreement, so aeon's
+  for aeon, 0.32 s here, all 28 files in one process); tests/data/test_data_timeseries.py checks this agreement, so aeon's
   reader is the reference of this parser;
 - aeon lower-cases every line, class labels included (BasicMotions' ``Standing`` becomes ``standing``), so the class
   names a run saves would no longer be the dataset's;
