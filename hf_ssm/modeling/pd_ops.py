@@ -31,8 +31,9 @@ import math
 import torch
 
 from .configuration_hybrid_ssm import PD_SSM_TRANSITIONS, check_choice
+from .scan_common import default_chunk_size, where_kept
 from .scan_dispatch import _load_kernels, requested_backend, resolve_backend
-from .scan_pd import _apply_pd, _scatter_scan_chunked, default_chunk_size, pd_scan_backward
+from .scan_pd import _apply_pd, _scatter_scan_chunked, pd_scan_backward
 from .scan_pd import pd_scan as torch_pd_scan
 
 # Elements of one chunk of (H, rows, N, N) matrices in the dictionary op (1 MiB of float32, cache-sized).
@@ -62,15 +63,15 @@ def _mask_inputs(dv: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None):
     """Padded steps: dv = 1, b = 0 (with the identity P, set by each implementation, the state is unchanged)."""
     if mask is None:
         return dv, b
-    keep = mask.view(*mask.shape, 1, 1)
     one, zero = (torch.full((), v, dtype=dv.dtype, device=dv.device) for v in (1, 0))
-    return torch.where(keep, dv, one), torch.where(keep, b, zero)
+    return where_kept(mask, dv, one), where_kept(mask, b, zero)
 
 
 def _identity_where_masked(idx: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Padded steps: idx = j, the identity permutation."""
     if mask is None:
         return idx
-    return torch.where(mask.view(*mask.shape, 1, 1), idx, torch.arange(idx.shape[-1], device=idx.device))
+    return where_kept(mask, idx, torch.arange(idx.shape[-1], device=idx.device))
 
 
 def _check(name: str, selection, matrices, dv, b, x0, mask, temperature):
@@ -443,7 +444,9 @@ def bound_op_key(setting: str | None, device: torch.device | str):
     return torch.device(device), requested_backend(setting)[0]
 
 
-def _public(transition: str, name: str, selection, matrices, dv, b, initial_state, mask, temperature, backend):
+def _public(transition: str, selection, matrices, dv, b, initial_state, mask, temperature, backend):
+    """The op pd_<transition>_scan: check the inputs, pick the implementation for these inputs and `backend`."""
+    name = f"pd_{transition}_scan"
     _check(name, selection, matrices, _as_shape(dv), _as_shape(b), _as_shape(initial_state), mask, temperature)
     problem = _kernel_problem(selection, matrices, dv, b, initial_state)
     impl = _IMPLS[transition, resolve_backend(backend, dv.device, problem)]
@@ -475,18 +478,7 @@ def pd_dictionary_scan(
     selection (B, T, H, K) weights (softmax of the selection logits); dictionary (H, K, N, N); dv, b (B, T, H, N)
     complex; initial_state (B, H, N) or None (zeros); mask (B, T) bool or None. Returns (states, final).
     """
-    return _public(
-        "dictionary",
-        "pd_dictionary_scan",
-        selection,
-        dictionary,
-        dv,
-        b,
-        initial_state,
-        mask,
-        temperature,
-        backend,
-    )
+    return _public("dictionary", selection, dictionary, dv, b, initial_state, mask, temperature, backend)
 
 
 def pd_bank_scan(
@@ -505,7 +497,7 @@ def pd_bank_scan(
     Straight-through in both choices: softmax(logits / temperature) for k_t, softmax(scores[h, k] / temperature)
     down each column for P_k. logits (B, T, H, K); scores (H, K, N, N); the rest as ``pd_dictionary_scan``.
     """
-    return _public("bank", "pd_bank_scan", logits, scores, dv, b, initial_state, mask, temperature, backend)
+    return _public("bank", logits, scores, dv, b, initial_state, mask, temperature, backend)
 
 
 def pd_scan(
@@ -537,8 +529,7 @@ def _dense_scan(p, dv, b, x0, mask):
     """x_t = P_t (dv_t * x_{t-1}) + b_t with dense P (B, T, H, N, N), autograd through everything."""
     dv, b = _mask_inputs(dv, b, mask)
     if mask is not None:
-        eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)
-        p = torch.where(mask.view(*mask.shape, 1, 1, 1), p, eye)
+        p = where_kept(mask, p, torch.eye(p.shape[-1], dtype=p.dtype, device=p.device))
     x = torch.zeros_like(b[:, 0]) if x0 is None else x0
     states = []
     for t in range(p.shape[1]):
