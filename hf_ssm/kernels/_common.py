@@ -27,6 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hf_ssm.modeling.scan_common import resolve_chunk_size
+
 # Whether the kernels run under the Triton interpreter: decided once, when triton is imported (it reads the
 # variable then), so this records the value at import time rather than reading the environment later.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -70,6 +72,13 @@ def make_layout(batch: int, steps: int, device, name: str = "input") -> Layout:
         raise ValueError(f"the scan needs at least one time step (T >= 1), got {name} with T = {steps}")
     cu = torch.arange(0, (batch + 1) * steps, steps, dtype=torch.int32, device=device)
     return Layout(cu, batch, steps)
+
+
+def schedule(t: torch.Tensor, name: str, chunk_size: int | None) -> tuple[Layout, int]:
+    """The flat layout of a (B, T, ...) input `t` (called `name` in errors) and the time chunk of its schedule:
+    chunk_size, or ``default_chunk_size(T)`` when None."""
+    layout = make_layout(t.shape[0], t.shape[1], t.device, name)
+    return layout, resolve_chunk_size(chunk_size, layout.steps, default_chunk_size)
 
 
 def check_float_dtype(name: str, t: torch.Tensor) -> None:
@@ -196,6 +205,7 @@ __all__ = [
     "make_layout",
     "next_pow2",
     "on_tensor_device",
+    "schedule",
     "single_chunk_starts",
     "step_token",
     "upstream_grads",

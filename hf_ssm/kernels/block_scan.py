@@ -22,7 +22,6 @@ import triton
 import triton.language as tl
 
 from hf_ssm.modeling.scan_block import check_block_shapes, check_block_state, check_companion_shapes
-from hf_ssm.modeling.scan_common import resolve_chunk_size
 
 from ._common import (
     Layout,
@@ -30,13 +29,12 @@ from ._common import (
     cdiv,
     check_float_dtype,
     chunk_program,
-    default_chunk_size,
     final_chunk,
     grid_dim,
     keep_flags,
-    make_layout,
     next_pow2,
     on_tensor_device,
+    schedule,
     single_chunk_starts,
     step_token,
     upstream_grads,
@@ -300,8 +298,7 @@ def _scan(A, b, initial_state, mask, chunk_size, companion: bool) -> tuple[torch
         raise ValueError(f"the Triton block scan supports block sizes m in [1, {MAX_BLOCK}], got m = {m}")
     if initial_state is not None:
         check_float_dtype("initial_state", initial_state)
-    layout = make_layout(b.shape[0], b.shape[1], b.device, "b")
-    chunk = resolve_chunk_size(chunk_size, layout.steps, default_chunk_size)
+    layout, chunk = schedule(b, "b", chunk_size)
     states, final = _BlockScanFunction.apply(A, b, initial_state, keep_flags(mask), layout, chunk, companion)
     return states.to(b.dtype), final.to(b.dtype)
 

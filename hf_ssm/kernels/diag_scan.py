@@ -17,7 +17,6 @@ import torch
 import triton
 import triton.language as tl
 
-from hf_ssm.modeling.scan_common import resolve_chunk_size
 from hf_ssm.modeling.scan_diag import check_diag_inputs, mask_steps
 
 from ._common import (
@@ -26,11 +25,10 @@ from ._common import (
     cdiv,
     check_float_dtype,
     chunk_program,
-    default_chunk_size,
     final_chunk,
     grid_dim,
-    make_layout,
     on_tensor_device,
+    schedule,
     single_chunk_starts,
     step_token,
     upstream_grads,
@@ -268,8 +266,7 @@ def _check(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, mask, chun
             raise TypeError(f"the Triton diagonal scan takes complex64 complex input, got {a.dtype}")
     else:
         check_float_dtype("a and b", a)
-    layout = make_layout(a.shape[0], a.shape[1], a.device, "a")
-    return layout, resolve_chunk_size(chunk_size, layout.steps, default_chunk_size)
+    return schedule(a, "a", chunk_size)
 
 
 def diag_scan(

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from hf_ssm.modeling.pd_ops import bank_straight_through_grads
-from hf_ssm.modeling.scan_common import check_mask, resolve_chunk_size, where_kept
+from hf_ssm.modeling.scan_common import check_mask, where_kept
 
 from ._common import (
     Layout,
@@ -43,13 +43,12 @@ from ._common import (
     cdiv,
     check_float_dtype,
     chunk_program,
-    default_chunk_size,
     final_chunk,
     grid_dim,
     keep_flags,
-    make_layout,
     next_pow2,
     on_tensor_device,
+    schedule,
     single_chunk_starts,
     step_token,
     upstream_grads,
@@ -637,14 +636,13 @@ def _prepare(dv, b, x0, chunk_size, scatter):
         raise ValueError(
             f"dv and b must share the shape (B, T, H, N) (complex) or (B, T, H, N, 2); got {tuple(dv.shape)}, {tuple(b.shape)}"
         )
-    batch, steps, heads, n, _ = dv_r.shape
-    layout = make_layout(batch, steps, dv_r.device, "dv")
+    heads, n = dv_r.shape[2:4]
+    layout, chunk = schedule(dv_r, "dv", chunk_size)
     x0_r = None
     if x0 is not None:
         x0_r = as_real_pairs("x0", x0)
         if tuple(x0_r.shape) != (layout.batch, heads, n, 2):
             raise ValueError(f"x0 must have shape (B, H, N) = {(layout.batch, heads, n)}, got {tuple(x0.shape)}")
-    chunk = resolve_chunk_size(chunk_size, layout.steps, default_chunk_size)
     return dv_r, b_r, x0_r, layout, chunk, _scatter_mode(n, scatter)
 
 

@@ -31,7 +31,7 @@ import math
 import torch
 
 from .configuration_hybrid_ssm import PD_SSM_TRANSITIONS, check_choice
-from .scan_common import default_chunk_size, where_kept
+from .scan_common import check_mask, default_chunk_size, step_where_kept, where_kept
 from .scan_dispatch import _load_kernels, requested_backend, resolve_backend
 from .scan_pd import _apply_pd, _scatter_scan_chunked, pd_scan_backward
 from .scan_pd import pd_scan as torch_pd_scan
@@ -90,10 +90,7 @@ def _check(name: str, selection, matrices, dv, b, x0, mask, temperature):
             )
     if x0 is not None and tuple(x0.shape) != (batch, heads, n):
         raise ValueError(f"{name}: initial_state must have shape {(batch, heads, n)}, got {tuple(x0.shape)}")
-    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != (batch, steps)):
-        raise ValueError(
-            f"{name}: mask must be a bool tensor of shape (B, T) = {(batch, steps)}, got {mask.dtype} {tuple(mask.shape)}"
-        )
+    check_mask(mask, batch, steps, op=name)
     if steps == 0:
         raise ValueError(f"{name}: needs at least one time step (T >= 1)")
     if not temperature > 0:
@@ -124,9 +121,7 @@ def _decode_step(step_indices, selection, matrices, dv, b, x0, mask):
         idx = step_indices(_as_float(selection), _as_float(matrices))
         dv, b = _as_complex(dv)[:, 0], _as_complex(b)[:, 0]
         x0 = torch.zeros_like(b) if x0 is None else _as_complex(x0)
-        x = _apply_pd(idx, dv, x0).add_(b)
-        if mask is not None:
-            x = torch.where(mask.view(-1, 1, 1), x, x0)
+        x = step_where_kept(mask, _apply_pd(idx, dv, x0).add_(b), x0)
         return x.unsqueeze(1), x
 
 

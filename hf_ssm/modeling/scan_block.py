@@ -24,7 +24,14 @@ from __future__ import annotations
 import torch
 from torch.nn.functional import pad as nn_pad
 
-from .scan_common import check_mask, default_chunk_size, resolve_chunk_size, state_gradients, where_kept
+from .scan_common import (
+    check_mask,
+    default_chunk_size,
+    resolve_chunk_size,
+    state_gradients,
+    step_where_kept,
+    where_kept,
+)
 
 
 def check_block_shapes(A: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
@@ -333,8 +340,7 @@ def companion_scan(
 
 def _single_step(new: torch.Tensor, h: torch.Tensor, mask: torch.Tensor | None):
     """(states (B, 1, N, m), final (B, N, m)) of one step whose update is `new`; a masked step keeps h."""
-    if mask is not None:
-        new = torch.where(mask.view(-1, 1, 1), new, h)
+    new = step_where_kept(mask, new, h)
     return new.unsqueeze(1), new
 
 

@@ -27,11 +27,12 @@ def resolve_chunk_size(chunk_size: int | None, steps: int, default: Callable[[in
     return chunk
 
 
-def check_mask(mask: torch.Tensor | None, batch: int, steps: int) -> None:
-    """mask must be None or a (B, T) bool tensor (False = a padded step)."""
+def check_mask(mask: torch.Tensor | None, batch: int, steps: int, op: str | None = None) -> None:
+    """mask must be None or a (B, T) bool tensor (False = a padded step); `op` names the caller in the error."""
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != (batch, steps)):
+        where = "" if op is None else f"{op}: "
         raise ValueError(
-            f"mask must be a bool tensor of shape (B, T) = {(batch, steps)}, got {mask.dtype} {tuple(mask.shape)}"
+            f"{where}mask must be a bool tensor of shape (B, T) = {(batch, steps)}, got {mask.dtype} {tuple(mask.shape)}"
         )
 
 
@@ -41,6 +42,14 @@ def where_kept(mask: torch.Tensor | None, t: torch.Tensor, filler) -> torch.Tens
     if mask is None:
         return t
     return torch.where(mask.view(*mask.shape, *([1] * (t.dim() - 2))), t, filler)
+
+
+def step_where_kept(mask: torch.Tensor | None, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """One time step of every row: the updated state `new` (B, ...) where mask (B,) or (B, 1) is True, the state
+    `old` it replaces where the step is padding (the identity); `new` without a mask."""
+    if mask is None:
+        return new
+    return torch.where(mask.view(-1, *([1] * (new.dim() - 1))), new, old)
 
 
 def state_gradients(
@@ -66,5 +75,6 @@ __all__ = [
     "previous_states",
     "resolve_chunk_size",
     "state_gradients",
+    "step_where_kept",
     "where_kept",
 ]

@@ -23,7 +23,14 @@ from __future__ import annotations
 
 import torch
 
-from .scan_common import check_mask, previous_states, resolve_chunk_size, state_gradients, where_kept
+from .scan_common import (
+    check_mask,
+    previous_states,
+    resolve_chunk_size,
+    state_gradients,
+    step_where_kept,
+    where_kept,
+)
 from .scan_common import default_chunk_size as sqrt_chunk_size
 
 # Inner chunk length cap: each level of the chunked scan is a loop of `chunk` steps over all chunks at once,
@@ -70,7 +77,7 @@ def diag_scan_sequential(
     states = []
     for t in range(a.shape[1]):
         new = a[:, t] * x + b[:, t]
-        x = new if mask is None else torch.where(mask[:, t].view(-1, *([1] * (x.dim() - 1))), new, x)
+        x = step_where_kept(None if mask is None else mask[:, t], new, x)
         states.append(x)
     return torch.stack(states, dim=1), x
 
@@ -192,9 +199,7 @@ def diag_step(
     if a.shape[1] != 1:
         raise ValueError(f"diag_step takes one time step (T = 1), got T = {a.shape[1]}")
     x0 = torch.zeros_like(b[:, 0]) if initial_state is None else initial_state
-    new = a[:, 0] * x0 + b[:, 0]
-    if mask is not None:
-        new = torch.where(mask.view(-1, *([1] * (new.dim() - 1))), new, x0)
+    new = step_where_kept(mask, a[:, 0] * x0 + b[:, 0], x0)
     return new.unsqueeze(1), new
 
 
