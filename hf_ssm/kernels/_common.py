@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from dataclasses import dataclass
 
 import torch
@@ -28,10 +27,6 @@ import triton
 import triton.language as tl
 
 from hf_ssm.modeling.scan_common import resolve_chunk_size
-
-# Whether the kernels run under the Triton interpreter: decided once, when triton is imported (it reads the
-# variable then), so this records the value at import time rather than reading the environment later.
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 # Input dtypes the kernels accept (they load, convert to float32 and accumulate in float32).
 REAL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -191,7 +186,6 @@ def final_chunk(start, end, L, REVERSE: tl.constexpr):
 
 
 __all__ = [
-    "INTERPRET",
     "Layout",
     "as_real_pairs",
     "carry_chunk",

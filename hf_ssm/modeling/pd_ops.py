@@ -32,13 +32,12 @@ import torch
 
 from .configuration_hybrid_ssm import PD_SSM_TRANSITIONS, check_choice
 from .scan_common import check_mask, default_chunk_size, step_where_kept, where_kept
-from .scan_dispatch import _load_kernels, requested_backend, resolve_backend
+from .scan_dispatch import _load_kernels, kernel_dtype_problem, requested_backend, resolve_backend
 from .scan_pd import _apply_pd, _scatter_scan_chunked, pd_scan_backward
 from .scan_pd import pd_scan as torch_pd_scan
 
 # Elements of one chunk of (H, rows, N, N) matrices in the dictionary op (1 MiB of float32, cache-sized).
 GEN_CHUNK_ELEMENTS = 1 << 18
-_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _NO_CONTEXT = contextlib.nullcontext()
 
 
@@ -419,13 +418,6 @@ _IMPLS = {
 }
 
 
-def _kernel_problem(*tensors) -> str | None:
-    for t in tensors:
-        if t is not None and t.dtype not in (*_KERNEL_DTYPES, torch.complex64):
-            return f"dtype {t.dtype} (the kernels take float32 / bfloat16 / float16 / complex64)"
-    return None
-
-
 def bind_pd_op(transition: str, setting: str | None, device: torch.device | str):
     """The implementation of the `transition` op ("dictionary" or "bank") that `setting` (a scan_backend value,
     overridden by HF_SSM_SCAN_BACKEND) selects on `device`; called as op(selection, matrices, dv, b, initial_state,
@@ -443,7 +435,7 @@ def _public(transition: str, selection, matrices, dv, b, initial_state, mask, te
     """The op pd_<transition>_scan: check the inputs, pick the implementation for these inputs and `backend`."""
     name = f"pd_{transition}_scan"
     _check(name, selection, matrices, _as_shape(dv), _as_shape(b), _as_shape(initial_state), mask, temperature)
-    problem = _kernel_problem(selection, matrices, dv, b, initial_state)
+    problem = kernel_dtype_problem(selection, matrices, dv, b, initial_state)
     impl = _IMPLS[transition, resolve_backend(backend, dv.device, problem)]
     return impl(selection, matrices, dv, b, initial_state, mask, temperature)
 
@@ -506,8 +498,7 @@ def pd_scan(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PD scan of given transitions (idx (B, T, H, N) int64, dv, b complex or real pairs), see ``scan_pd.pd_scan``;
     p_soft (B, T, H, N, N) optionally receives the straight-through gradient of P_t."""
-    problem = None if dv.dtype in (*_KERNEL_DTYPES, torch.complex64) else f"dtype {dv.dtype}"
-    if resolve_backend(backend, dv.device, problem) == "triton":
+    if resolve_backend(backend, dv.device, kernel_dtype_problem(dv)) == "triton":
         return _load_kernels()[0].pd_scan(idx, dv, b, initial_state, p_soft)
     return torch_pd_scan(idx, _as_complex(dv), _as_complex(b), _as_complex(initial_state), p_soft)
 

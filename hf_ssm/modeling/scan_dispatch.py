@@ -104,7 +104,8 @@ def resolve_backend(setting: str | None, device: torch.device | str, unsupported
     return "triton"
 
 
-def _real_dtype_problem(*tensors: torch.Tensor | None) -> str | None:
+def kernel_dtype_problem(*tensors: torch.Tensor | None) -> str | None:
+    """Why the Triton kernels (every family) cannot take these tensors' dtypes, or None."""
     for t in tensors:
         if t is not None and t.dtype not in _TRITON_REAL and t.dtype != torch.complex64:
             return f"dtype {t.dtype} (the kernels take float32 / bfloat16 / float16 / complex64)"
@@ -120,7 +121,7 @@ def _kernel_problem(m: int | None, *tensors: torch.Tensor | None) -> str | None:
     the diagonal scan."""
     if m is not None and m > TRITON_MAX_BLOCK:
         return f"block size m = {m} (the kernels take m <= {TRITON_MAX_BLOCK})"
-    problem = _real_dtype_problem(*tensors)
+    problem = kernel_dtype_problem(*tensors)
     if problem is None and m is not None and any(t is not None and t.is_complex() for t in tensors):
         return "complex blocks"
     return problem
@@ -208,6 +209,7 @@ __all__ = [
     "ENV_VAR",
     "SCAN_BACKENDS",
     "ScanOps",
+    "kernel_dtype_problem",
     "requested_backend",
     "resolve_backend",
     "scan_ops",
