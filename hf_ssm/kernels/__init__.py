@@ -7,9 +7,10 @@
   companion blocks (H-LRU), m <= 8;
 - ``diag_scan``: real or complex diagonal scans (the DEER steps of the lrc / gru / mgu mixers).
 
-Each is a ``torch.autograd.Function`` whose torch twin in ``hf_ssm.modeling`` is the reference; each takes a
-(B, T, ...) batch with initial / final states (no ``cu_seqlens``: packed documents run one per row, docs/design.md
-§7.5). The model reaches the block and diagonal scans
+Each is a ``torch.autograd.Function`` whose torch twin in ``hf_ssm.modeling`` is the reference, and checks its
+shapes, mask and chunk size with that twin's own checks (``hf_ssm.modeling.scan_common`` and the scan modules), so
+both backends accept and refuse the same calls; each takes a (B, T, ...) batch with initial / final states and an
+optional (B, T) mask (no ``cu_seqlens``: packed documents run one per row, docs/design.md §7.5). The model reaches the block and diagonal scans
 through ``hf_ssm.modeling.scan_dispatch.scan_ops`` (``scan_backend`` in the config, or ``HF_SSM_SCAN_BACKEND``).
 
 On CPU the kernels run only under the Triton interpreter: set ``TRITON_INTERPRET=1`` before this package (and

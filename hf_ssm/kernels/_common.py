@@ -1,4 +1,5 @@
-"""What every Triton scan shares: the flattened token layout, chunking, dtype rules, launch helpers.
+"""What every Triton scan shares: the flattened token layout, chunking, dtype rules, launch helpers, and the
+schedule's on-chip index arithmetic (which chunk a program runs, in which order, who writes the final state).
 
 Every scan here runs on a flat token axis: the input (B, T, ...) is flattened to (B*T, ...), and the kernels find
 row r between the boundaries cu[r] = r T and cu[r + 1] (the table `Layout.cu`). The state starts every row from
@@ -19,14 +20,13 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from dataclasses import dataclass
 
 import torch
+import triton
+import triton.language as tl
 
-# Whether the kernels run under the Triton interpreter: decided once, when triton is imported (it reads the
-# variable then), so this records the value at import time rather than reading the environment later.
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+from hf_ssm.modeling.scan_common import resolve_chunk_size
 
 # Input dtypes the kernels accept (they load, convert to float32 and accumulate in float32).
 REAL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -69,6 +69,13 @@ def make_layout(batch: int, steps: int, device, name: str = "input") -> Layout:
     return Layout(cu, batch, steps)
 
 
+def schedule(t: torch.Tensor, name: str, chunk_size: int | None) -> tuple[Layout, int]:
+    """The flat layout of a (B, T, ...) input `t` (called `name` in errors) and the time chunk of its schedule:
+    chunk_size, or ``default_chunk_size(T)`` when None."""
+    layout = make_layout(t.shape[0], t.shape[1], t.device, name)
+    return layout, resolve_chunk_size(chunk_size, layout.steps, default_chunk_size)
+
+
 def check_float_dtype(name: str, t: torch.Tensor) -> None:
     if t.dtype not in REAL_DTYPES:
         raise TypeError(
@@ -87,6 +94,29 @@ def as_real_pairs(name: str, t: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"{name} must be complex, or real with a last axis of 2 (real, imag); got {tuple(t.shape)}")
     check_float_dtype(name, t)
     return t
+
+
+def keep_flags(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """(B, T) bool mask -> the flat (B*T,) int32 keep flags the kernels read (None when there is no mask)."""
+    return None if mask is None else mask.reshape(-1).to(torch.int32).contiguous()
+
+
+def upstream_grads(grad_states, grad_final, states: torch.Tensor):
+    """The gradients of a scan's outputs as the reverse pass reads them: grad_states in the flat float32 layout of
+    `states` (zeros where autograd passes None) and grad_final float32 (None stays None), both contiguous."""
+    if grad_states is None:
+        g = torch.zeros_like(states)
+    else:
+        g = grad_states.reshape(states.shape).to(torch.float32).contiguous()
+    return g, None if grad_final is None else grad_final.to(torch.float32).contiguous()
+
+
+def single_chunk_starts(init: torch.Tensor | None, shape, device) -> torch.Tensor:
+    """The state entering every row when one chunk covers it (no summary / carry pass): init as float32, or zeros
+    of (B, *state) `shape`."""
+    if init is not None:
+        return init.to(torch.float32).contiguous()
+    return torch.zeros(*shape, dtype=torch.float32, device=device)
 
 
 def grid_dim(n: int) -> int:
@@ -109,15 +139,68 @@ def on_tensor_device(fn):
     return wrapper
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# on-chip schedule arithmetic, shared by the summary / carry / apply kernels of every family (inlined by triton)
+
+
+@triton.jit
+def chunk_program(cu_ptr, L, max_chunks):
+    """This program's chunk: grid axis 0 is row * max_chunks + chunk. Returns (pid, row, chunk, the row's first
+    token start and end, the chunk's first token t0 and its number of steps, 0 for a chunk past the row's end)."""
+    pid = tl.program_id(0)
+    seq = pid // max_chunks
+    c = pid % max_chunks
+    start = tl.load(cu_ptr + seq)
+    end = tl.load(cu_ptr + seq + 1)
+    t0 = start + c * L
+    steps = tl.minimum(tl.maximum(end - t0, 0), L)
+    return pid, seq, c, start, end, t0, steps
+
+
+@triton.jit
+def step_token(t0, steps, s, REVERSE: tl.constexpr):
+    """Token of the s-th step of a chunk: from its first token forward, from its last in reverse."""
+    if REVERSE:
+        return t0 + steps - 1 - s
+    else:
+        return t0 + s
+
+
+@triton.jit
+def carry_chunk(i, max_chunks, REVERSE: tl.constexpr):
+    """The i-th chunk the carry pass visits: first to last forward, last to first in reverse."""
+    if REVERSE:
+        return max_chunks - 1 - i
+    else:
+        return i
+
+
+@triton.jit
+def final_chunk(start, end, L, REVERSE: tl.constexpr):
+    """The chunk whose program writes the row's final state (forward) / gradient of x0 (reverse): the row's last
+    chunk forward, its first in reverse."""
+    if REVERSE:
+        return 0
+    else:
+        return tl.maximum(tl.cdiv(end - start, L) - 1, 0)
+
+
 __all__ = [
-    "INTERPRET",
     "Layout",
     "as_real_pairs",
+    "carry_chunk",
     "cdiv",
     "check_float_dtype",
+    "chunk_program",
     "default_chunk_size",
+    "final_chunk",
     "grid_dim",
+    "keep_flags",
     "make_layout",
     "next_pow2",
     "on_tensor_device",
+    "schedule",
+    "single_chunk_starts",
+    "step_token",
+    "upstream_grads",
 ]

@@ -21,15 +21,23 @@ import torch
 import triton
 import triton.language as tl
 
+from hf_ssm.modeling.scan_block import check_block_shapes, check_block_state, check_companion_shapes
+
 from ._common import (
     Layout,
+    carry_chunk,
     cdiv,
     check_float_dtype,
-    default_chunk_size,
+    chunk_program,
+    final_chunk,
     grid_dim,
-    make_layout,
+    keep_flags,
     next_pow2,
     on_tensor_device,
+    schedule,
+    single_chunk_starts,
+    step_token,
+    upstream_grads,
 )
 
 MAX_BLOCK = 8
@@ -95,36 +103,21 @@ def _mtv(A, x):
 
 
 @triton.jit
-def _chunk_bounds(cu_ptr, seq, c, L):
-    start = tl.load(cu_ptr + seq)
-    end = tl.load(cu_ptr + seq + 1)
-    t0 = start + c * L
-    n = tl.minimum(tl.maximum(end - t0, 0), L)
-    return start, end, t0, n
-
-
-@triton.jit
 def _block_summary_kernel(
     A_ptr, g_ptr, keep_ptr, cu_ptr, cum_ptr, loc_ptr, N, m, L, max_chunks,
     COMPANION: tl.constexpr, REVERSE: tl.constexpr, HAS_KEEP: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr,
 ):  # fmt: skip
     """Per (sequence, chunk, block tile): the chunk's composed transition and its local end state from zero."""
-    pid = tl.program_id(0)
-    seq = pid // max_chunks
-    c = pid % max_chunks
+    pid, seq, c, start, end, t0, steps = chunk_program(cu_ptr, L, max_chunks)
     n = tl.program_id(1) * BN + tl.arange(0, BN)
     nm = n < N
     ii = tl.arange(0, MP)
     jj = tl.arange(0, MP)
-    start, end, t0, steps = _chunk_bounds(cu_ptr, seq, c, L)
     eye = (ii[:, None] == jj[None, :]).to(tl.float32)
     cum = tl.zeros([BN, MP, MP], tl.float32) + eye[None, :, :]
     loc = tl.zeros([BN, MP], tl.float32)
     for s in range(steps):
-        if REVERSE:
-            t = t0 + steps - 1 - s
-        else:
-            t = t0 + s
+        t = step_token(t0, steps, s, REVERSE)
         A, g = _load_step(A_ptr, g_ptr, keep_ptr, t, n, nm, ii, jj, N, m, COMPANION, REVERSE, HAS_KEEP)
         if REVERSE:  # nu <- A^T (nu + g); cum <- A^T cum
             loc = _mtv(A, loc + g)
@@ -158,11 +151,7 @@ def _block_carry_kernel(
     else:
         x = tl.zeros([BN, MP], tl.float32)
     for i in range(max_chunks):
-        if REVERSE:
-            c = max_chunks - 1 - i
-        else:
-            c = i
-        base = (seq.to(tl.int64) * max_chunks + c) * N + n
+        base = (seq.to(tl.int64) * max_chunks + carry_chunk(i, max_chunks, REVERSE)) * N + n
         tl.store(starts_ptr + base[:, None] * m + ii[None, :], x, mask=mask2)
         cum = tl.load(cum_ptr + (base[:, None, None] * m + ii[None, :, None]) * m + jj[None, None, :], mask=mask3)
         loc = tl.load(loc_ptr + base[:, None] * m + ii[None, :], mask=mask2)
@@ -177,21 +166,15 @@ def _block_apply_kernel(
 ):  # fmt: skip
     """Per (sequence, chunk, block tile): states (forward) or lambda and grad_A (reverse), and the final state /
     grad_x0 of the sequence."""
-    pid = tl.program_id(0)
-    seq = pid // max_chunks
-    c = pid % max_chunks
+    pid, seq, c, start, end, t0, steps = chunk_program(cu_ptr, L, max_chunks)
     n = tl.program_id(1) * BN + tl.arange(0, BN)
     nm = n < N
     ii = tl.arange(0, MP)
     jj = tl.arange(0, MP)
     mask2 = nm[:, None] & (ii < m)[None, :]
-    start, end, t0, steps = _chunk_bounds(cu_ptr, seq, c, L)
     x = tl.load(starts_ptr + (pid.to(tl.int64) * N + n)[:, None] * m + ii[None, :], mask=mask2, other=0.0)
     for s in range(steps):
-        if REVERSE:
-            t = t0 + steps - 1 - s
-        else:
-            t = t0 + s
+        t = step_token(t0, steps, s, REVERSE)
         A, g = _load_step(A_ptr, g_ptr, keep_ptr, t, n, nm, ii, jj, N, m, COMPANION, REVERSE, HAS_KEEP)
         row = (t.to(tl.int64) * N + n)[:, None] * m + ii[None, :]
         if REVERSE:
@@ -218,11 +201,7 @@ def _block_apply_kernel(
         else:
             x = _mv(A, x) + g
             tl.store(out_ptr + row, x, mask=mask2)
-    if REVERSE:
-        last = 0
-    else:
-        last = tl.maximum(tl.cdiv(end - start, L) - 1, 0)
-    is_last = (tl.zeros_like(ii) + c == last)[None, :]
+    is_last = (tl.zeros_like(ii) + c == final_chunk(start, end, L, REVERSE))[None, :]
     tl.store(final_ptr + (seq.to(tl.int64) * N + n)[:, None] * m + ii[None, :], x, mask=mask2 & is_last)
 
 
@@ -254,7 +233,7 @@ def _run(A, g, layout: Layout, chunk, m, init, companion, reverse, states=None, 
             REVERSE=reverse, HAS_INIT=init is not None, MP=mp, BN=bn,
         )  # fmt: skip
     else:
-        starts = init.to(f32).contiguous() if init is not None else torch.zeros(S, N, m, dtype=f32, device=dev)
+        starts = single_chunk_starts(init, (S, N, m), dev)
     out = torch.empty(total, N, m, dtype=f32, device=dev)
     final = torch.empty(S, N, m, dtype=f32, device=dev)
     ga = None
@@ -292,11 +271,7 @@ class _BlockScanFunction(torch.autograd.Function):
         Af, x0f, states, keep = ctx.saved_tensors
         layout, m = ctx.layout, ctx.m
         A_shape, A_dtype, b_shape, b_dtype, x0_dtype = ctx.meta
-        if grad_states is None:
-            g = torch.zeros_like(states)
-        else:
-            g = grad_states.reshape(states.shape).to(torch.float32).contiguous()
-        gf = None if grad_final is None else grad_final.to(torch.float32).contiguous()
+        g, gf = upstream_grads(grad_states, grad_final, states)
         lam, grad_x0, grad_A = _run(
             Af, g, layout, ctx.chunk, m, gf, ctx.companion, reverse=True, states=states, x0=x0f, grad_A=True, keep=keep
         )
@@ -314,32 +289,18 @@ class _BlockScanFunction(torch.autograd.Function):
         )
 
 
-def _keep(mask: torch.Tensor | None, layout: Layout) -> torch.Tensor | None:
-    """(B, T) bool mask -> flat int32 keep flags (None when there is no mask)."""
-    if mask is None:
-        return None
-    if mask.dtype != torch.bool or tuple(mask.shape) != (layout.batch, layout.steps):
-        raise ValueError(
-            f"mask must be a bool tensor of shape (B, T) = {(layout.batch, layout.steps)}, got {mask.dtype} {tuple(mask.shape)}"
-        )
-    return mask.reshape(-1).to(torch.int32).contiguous()
-
-
-def _prepare(b_like: torch.Tensor, m: int, x0, chunk_size) -> tuple[Layout, int]:
+def _scan(A, b, initial_state, mask, chunk_size, companion: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checks and the call shared by the dense and companion scans (their shapes are checked by the caller)."""
+    check_float_dtype("a" if companion else "A", A)
+    check_float_dtype("v" if companion else "b", b)
+    m = A.shape[-1]
     if not 1 <= m <= MAX_BLOCK:
         raise ValueError(f"the Triton block scan supports block sizes m in [1, {MAX_BLOCK}], got m = {m}")
-    layout = make_layout(b_like.shape[0], b_like.shape[1], b_like.device, "b")
-    blocks = b_like.shape[2]
-    if x0 is not None:
-        if tuple(x0.shape) != (layout.batch, blocks, m):
-            raise ValueError(
-                f"initial_state must have shape (B, N, m) = {(layout.batch, blocks, m)}, got {tuple(x0.shape)}"
-            )
-        check_float_dtype("initial_state", x0)
-    chunk = default_chunk_size(layout.steps) if chunk_size is None else int(chunk_size)
-    if chunk < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    return layout, chunk
+    if initial_state is not None:
+        check_float_dtype("initial_state", initial_state)
+    layout, chunk = schedule(b, "b", chunk_size)
+    states, final = _BlockScanFunction.apply(A, b, initial_state, keep_flags(mask), layout, chunk, companion)
+    return states.to(b.dtype), final.to(b.dtype)
 
 
 def block_scan(
@@ -359,15 +320,8 @@ def block_scan(
         mask: optional (B, T) bool; a False step is the identity with zero input (padding).
         chunk_size: time chunk of the schedule; a power of two near sqrt(T) if None.
     """
-    if b.dim() != 4:
-        raise ValueError(f"b must have shape (B, T, N, m), got {tuple(b.shape)}")
-    if tuple(A.shape) != (*b.shape, b.shape[-1]):
-        raise ValueError(f"A must have shape (B, T, N, m, m) = {(*b.shape, b.shape[-1])}, got {tuple(A.shape)}")
-    check_float_dtype("A", A)
-    check_float_dtype("b", b)
-    layout, chunk = _prepare(b, b.shape[-1], initial_state, chunk_size)
-    states, final = _BlockScanFunction.apply(A, b, initial_state, _keep(mask, layout), layout, chunk, False)
-    return states.to(b.dtype), final.to(b.dtype)
+    check_block_shapes(A, b, initial_state, mask)
+    return _scan(A, b, initial_state, mask, chunk_size, companion=False)
 
 
 def companion_scan(
@@ -388,13 +342,9 @@ def companion_scan(
             form itself cannot express.
     Returns (states (B, T, N, m), final (B, N, m)) in v's dtype; states[..., 0] is h_t.
     """
-    if a.dim() != 4 or tuple(v.shape) != tuple(a.shape[:3]):
-        raise ValueError(f"a must be (B, T, N, m) and v (B, T, N); got {tuple(a.shape)} and {tuple(v.shape)}")
-    check_float_dtype("a", a)
-    check_float_dtype("v", v)
-    layout, chunk = _prepare(a, a.shape[-1], initial_state, chunk_size)
-    states, final = _BlockScanFunction.apply(a, v, initial_state, _keep(mask, layout), layout, chunk, True)
-    return states.to(v.dtype), final.to(v.dtype)
+    check_companion_shapes(a, v)
+    check_block_state(a, initial_state, mask)
+    return _scan(a, v, initial_state, mask, chunk_size, companion=True)
 
 
 __all__ = ["MAX_BLOCK", "block_scan", "companion_scan"]

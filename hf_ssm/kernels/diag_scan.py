@@ -1,9 +1,10 @@
 """Triton diagonal scan x_t = a_t * x_{t-1} + b_t, real or complex (docs/design.md §3, §6).
 
 The kernel twin of ``hf_ssm.modeling.scan_diag``: every channel is an independent scalar recurrence (the inner step
-of every DEER iteration of the lrc / gru / mgu mixers; ``diag_lru`` runs the block scan with m = 1). Padding masks
-are applied before the kernel, by ``scan_dispatch.ScanOps.diag_scan``. Layout (B, T, *S) for a, b and the states, (B, *S) for the
-initial / final states. Inputs float32, bfloat16 or float16 (accumulated in float32), or complex64.
+of every DEER iteration of the lrc / gru / mgu mixers; ``diag_lru`` runs the block scan with m = 1). A padded step
+(mask False) is set to the identity (a = 1, b = 0) before the kernel, as the torch scan does. Layout (B, T, *S) for a,
+b and the states, (B, *S) for the initial / final states. Inputs float32, bfloat16 or float16 (accumulated in
+float32), or complex64.
 
 Backward: lambda_t = g_t + conj(a_{t+1}) lambda_{t+1}, run as nu_t = conj(a_t) lambda_t, lambda_t = g_t + nu_{t+1}
 (the same chunked schedule in reversed time, see ``_common``); grad_a_t = lambda_t conj(x_{t-1}), grad_b = lambda,
@@ -16,7 +17,22 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import Layout, cdiv, check_float_dtype, default_chunk_size, grid_dim, make_layout, on_tensor_device
+from hf_ssm.modeling.scan_diag import check_diag_inputs, mask_steps
+
+from ._common import (
+    Layout,
+    carry_chunk,
+    cdiv,
+    check_float_dtype,
+    chunk_program,
+    final_chunk,
+    grid_dim,
+    on_tensor_device,
+    schedule,
+    single_chunk_starts,
+    step_token,
+    upstream_grads,
+)
 
 BLOCK_D = 256
 
@@ -52,12 +68,12 @@ def _mul(ar, ai, br, bi, COMPLEX: tl.constexpr):
 
 
 @triton.jit
-def _chunk_bounds(cu_ptr, seq, c, L):
-    start = tl.load(cu_ptr + seq)
-    end = tl.load(cu_ptr + seq + 1)
-    t0 = start + c * L
-    n = tl.minimum(tl.maximum(end - t0, 0), L)
-    return start, end, t0, n
+def _load_step(a_ptr, g_ptr, t, d, dm, D, COMPLEX: tl.constexpr):
+    """Offsets of step t, its coefficient a_t and its input (forward) / state gradient (reverse) g_t."""
+    off = t.to(tl.int64) * D + d
+    ar, ai = _load(a_ptr, off, dm, COMPLEX)
+    gr, gi = _load(g_ptr, off, dm, COMPLEX)
+    return off, ar, ai, gr, gi
 
 
 @triton.jit
@@ -66,24 +82,15 @@ def _diag_summary_kernel(
     COMPLEX: tl.constexpr, REVERSE: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Per (sequence, chunk): composed coefficient and local end state of the chunk from a zero start."""
-    pid = tl.program_id(0)
-    seq = pid // max_chunks
-    c = pid % max_chunks
+    pid, seq, c, start, end, t0, n = chunk_program(cu_ptr, L, max_chunks)
     d = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     dm = d < D
-    start, end, t0, n = _chunk_bounds(cu_ptr, seq, c, L)
     cr = tl.full([BLOCK], 1.0, tl.float32)
     ci = tl.zeros([BLOCK], tl.float32)
     lr = tl.zeros([BLOCK], tl.float32)
     li = tl.zeros([BLOCK], tl.float32)
     for s in range(n):
-        if REVERSE:
-            t = t0 + n - 1 - s
-        else:
-            t = t0 + s
-        off = t.to(tl.int64) * D + d
-        ar, ai = _load(a_ptr, off, dm, COMPLEX)
-        gr, gi = _load(g_ptr, off, dm, COMPLEX)
+        off, ar, ai, gr, gi = _load_step(a_ptr, g_ptr, step_token(t0, n, s, REVERSE), d, dm, D, COMPLEX)
         if REVERSE:  # nu <- conj(a) (nu + g)
             lr, li = _mul(ar, -ai, lr + gr, li + gi, COMPLEX)
             cr, ci = _mul(ar, -ai, cr, ci, COMPLEX)
@@ -112,11 +119,7 @@ def _diag_carry_kernel(
         xr = tl.zeros([BLOCK], tl.float32)
         xi = tl.zeros([BLOCK], tl.float32)
     for i in range(max_chunks):
-        if REVERSE:
-            c = max_chunks - 1 - i
-        else:
-            c = i
-        off = (seq.to(tl.int64) * max_chunks + c) * D + d
+        off = (seq.to(tl.int64) * max_chunks + carry_chunk(i, max_chunks, REVERSE)) * D + d
         _store(starts_ptr, off, xr, xi, dm, COMPLEX)
         cr, ci = _load(cum_ptr, off, dm, COMPLEX)
         lr, li = _load(loc_ptr, off, dm, COMPLEX)
@@ -132,21 +135,13 @@ def _diag_apply_kernel(
 ):  # fmt: skip
     """Per (sequence, chunk): run the chunk from its true incoming state, write every state (forward) or
     lambda and grad_a (reverse), and the sequence's final state (forward) / grad_x0 (reverse)."""
-    pid = tl.program_id(0)
-    seq = pid // max_chunks
-    c = pid % max_chunks
+    pid, seq, c, start, end, t0, n = chunk_program(cu_ptr, L, max_chunks)
     d = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     dm = d < D
-    start, end, t0, n = _chunk_bounds(cu_ptr, seq, c, L)
     xr, xi = _load(starts_ptr, pid.to(tl.int64) * D + d, dm, COMPLEX)
     for s in range(n):
-        if REVERSE:
-            t = t0 + n - 1 - s
-        else:
-            t = t0 + s
-        off = t.to(tl.int64) * D + d
-        ar, ai = _load(a_ptr, off, dm, COMPLEX)
-        gr, gi = _load(g_ptr, off, dm, COMPLEX)
+        t = step_token(t0, n, s, REVERSE)
+        off, ar, ai, gr, gi = _load_step(a_ptr, g_ptr, t, d, dm, D, COMPLEX)
         if REVERSE:
             lr = gr + xr
             li = gi + xi
@@ -166,10 +161,7 @@ def _diag_apply_kernel(
             xr += gr
             xi += gi
             _store(out_ptr, off, xr, xi, dm, COMPLEX)
-    if REVERSE:
-        last = 0
-    else:
-        last = tl.maximum(tl.cdiv(end - start, L) - 1, 0)
+    last = final_chunk(start, end, L, REVERSE)
     _store(final_ptr, seq.to(tl.int64) * D + d, xr, xi, dm & (tl.zeros_like(d) + c == last), COMPLEX)
 
 
@@ -206,7 +198,7 @@ def _run(
         init_arg = init if init is not None else cum
         _diag_carry_kernel[(S, nd)](cum, loc, init_arg, starts, D, C, HAS_INIT=init is not None, **flags)
     else:
-        starts = init.to(f32).contiguous() if init is not None else torch.zeros(S, *shape, dtype=f32, device=dev)
+        starts = single_chunk_starts(init, (S, *shape), dev)
     out = torch.empty(a.shape[0], *shape, dtype=f32, device=dev)
     final = torch.empty(S, *shape, dtype=f32, device=dev)
     ga = torch.empty_like(out) if grad_a else out
@@ -218,8 +210,10 @@ def _run(
     return out, final, (ga if grad_a else None)
 
 
-def _flat(t: torch.Tensor, complex_: bool) -> torch.Tensor:
+def _flat(t: torch.Tensor | None, complex_: bool) -> torch.Tensor | None:
     """(B, T, *S) -> contiguous (B*T, D) (complex: (B*T, D, 2) float32 view)."""
+    if t is None:
+        return None
     t = t.reshape(t.shape[0] * t.shape[1], -1)
     if complex_:
         return torch.view_as_real(t.resolve_conj().contiguous())
@@ -254,8 +248,7 @@ class _DiagScanFunction(torch.autograd.Function):
     def backward(ctx, grad_states, grad_final):
         af, x0f, states = ctx.saved_tensors
         complex_, (shape, final_shape) = ctx.complex_, ctx.shapes
-        g = torch.zeros_like(states) if grad_states is None else _flat(grad_states, complex_).to(torch.float32)
-        gf = None if grad_final is None else _flat_state(grad_final, complex_).to(torch.float32)
+        g, gf = upstream_grads(_flat(grad_states, complex_), _flat_state(grad_final, complex_), states)
         lam, grad_x0, grad_a = _run(
             af, g, ctx.layout, ctx.chunk, gf, complex_, reverse=True, states=states, x0=x0f, grad_a=True
         )
@@ -266,35 +259,21 @@ class _DiagScanFunction(torch.autograd.Function):
         return grad_a, grad_b, grad_x0, None, None
 
 
-def _check(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, chunk_size) -> tuple[Layout, int]:
-    if a.dim() < 2:
-        raise ValueError(f"a must have shape (B, T, ...), got {tuple(a.shape)}")
-    if a.shape != b.shape:
-        raise ValueError(f"a and b must share the shape (B, T, ...); got {tuple(a.shape)} and {tuple(b.shape)}")
-    if a.dtype != b.dtype:
-        raise TypeError(f"a and b must share one dtype, got {a.dtype} and {b.dtype}")
+def _check(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, mask, chunk_size) -> tuple[Layout, int]:
+    check_diag_inputs(a, b, x0, mask)
     if a.is_complex():
         if a.dtype != torch.complex64:
             raise TypeError(f"the Triton diagonal scan takes complex64 complex input, got {a.dtype}")
     else:
         check_float_dtype("a and b", a)
-    layout = make_layout(a.shape[0], a.shape[1], a.device, "a")
-    expected = (layout.batch, *a.shape[2:])
-    if x0 is not None:
-        if tuple(x0.shape) != expected:
-            raise ValueError(f"initial_state must have shape (B, ...) = {expected}, got {tuple(x0.shape)}")
-        if x0.dtype != a.dtype:
-            raise TypeError(f"initial_state must have the dtype of a and b ({a.dtype}), got {x0.dtype}")
-    chunk = default_chunk_size(layout.steps) if chunk_size is None else int(chunk_size)
-    if chunk < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    return layout, chunk
+    return schedule(a, "a", chunk_size)
 
 
 def diag_scan(
     a: torch.Tensor,
     b: torch.Tensor,
     initial_state: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
     *,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -303,9 +282,11 @@ def diag_scan(
     Args:
         a, b: (B, T, *S) coefficients and inputs (float32 / bfloat16 / float16 / complex64, one dtype).
         initial_state: (B, *S), zeros if None.
+        mask: optional (B, T) bool; a False step is the identity with zero input (padding).
         chunk_size: time chunk of the schedule; a power of two near sqrt(T) if None.
     """
-    layout, chunk = _check(a, b, initial_state, chunk_size)
+    layout, chunk = _check(a, b, initial_state, mask, chunk_size)
+    a, b = mask_steps(a, b, mask)
     states, final = _DiagScanFunction.apply(a, b, initial_state, layout, chunk)
     return states.to(a.dtype), final.to(a.dtype)
 

@@ -33,16 +33,25 @@ import torch
 import triton
 import triton.language as tl
 
+from hf_ssm.modeling.pd_ops import bank_straight_through_grads
+from hf_ssm.modeling.scan_common import check_mask, where_kept
+
 from ._common import (
     Layout,
     as_real_pairs,
+    carry_chunk,
     cdiv,
     check_float_dtype,
-    default_chunk_size,
+    chunk_program,
+    final_chunk,
     grid_dim,
-    make_layout,
+    keep_flags,
     next_pow2,
     on_tensor_device,
+    schedule,
+    single_chunk_starts,
+    step_token,
+    upstream_grads,
 )
 
 # Largest state size that uses the on-chip one-hot product for the scatter-add; above it, atomic adds into a scratch row.
@@ -103,15 +112,6 @@ def _scatter(idx, vr, vi, lanes, scratch_ptr, NP: tl.constexpr, ONEHOT: tl.const
     return outr, outi
 
 
-@triton.jit
-def _chunk_bounds(cu_ptr, seq, c, L):
-    start = tl.load(cu_ptr + seq)
-    end = tl.load(cu_ptr + seq + 1)
-    t0 = start + c * L
-    n = tl.minimum(tl.maximum(end - t0, 0), L)
-    return start, end, t0, n
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # scan kernels (schedule: see _common)
 
@@ -136,6 +136,17 @@ def _step_idx(idx_ptr, logit_ptr, keep_ptr, t, h, e, lanes, lm, H, K, N,
 
 
 @triton.jit
+def _load_step(idx_ptr, logit_ptr, keep_ptr, dv_ptr, g_ptr, t, h, lanes, lm, H, K, N,
+               BANK: tl.constexpr, HAS_KEEP: tl.constexpr, KP: tl.constexpr):  # fmt: skip
+    """Step t of head h: element offsets e, idx_t, dv_t and the input (forward) / state gradient (reverse) g_t."""
+    e = (t.to(tl.int64) * H + h) * N + lanes
+    idx = _step_idx(idx_ptr, logit_ptr, keep_ptr, t, h, e, lanes, lm, H, K, N, BANK, HAS_KEEP, KP)
+    dr, di = _load_pair(dv_ptr, e, lm)
+    gr, gi = _load_pair(g_ptr, e, lm)
+    return e, idx, dr, di, gr, gi
+
+
+@triton.jit
 def _pd_summary_body(
     idx_ptr, logit_ptr, keep_ptr, dv_ptr, g_ptr, cu_ptr, cidx_ptr, cdv_ptr, loc_ptr, scratch_ptr, H, N, L,
     max_chunks, K, REVERSE: tl.constexpr, ONEHOT: tl.constexpr, NP: tl.constexpr, BANK: tl.constexpr,
@@ -146,28 +157,19 @@ def _pd_summary_body(
     Forward: composed PD matrix (cidx, cdv) with x_end = P(cidx) D(cdv) x_in + loc.
     Reverse: composed gather map (cidx, cdv) with nu_out[j] = cdv[j] nu_in[cidx[j]] + loc[j].
     """
-    pid = tl.program_id(0)
+    pid, seq, c, start, end, t0, steps = chunk_program(cu_ptr, L, max_chunks)
     h = tl.program_id(1)
-    seq = pid // max_chunks
-    c = pid % max_chunks
     lanes = tl.arange(0, NP)
     lm = lanes < N
     scratch = scratch_ptr + (pid.to(tl.int64) * H + h) * 2 * NP
-    start, end, t0, steps = _chunk_bounds(cu_ptr, seq, c, L)
     ck = lanes
     cr = tl.where(lm, 1.0, 0.0)
     ci = tl.zeros([NP], tl.float32)
     lr = tl.zeros([NP], tl.float32)
     li = tl.zeros([NP], tl.float32)
     for s in range(steps):
-        if REVERSE:
-            t = t0 + steps - 1 - s
-        else:
-            t = t0 + s
-        e = (t.to(tl.int64) * H + h) * N + lanes
-        idx = _step_idx(idx_ptr, logit_ptr, keep_ptr, t, h, e, lanes, lm, H, K, N, BANK, HAS_KEEP, KP)
-        dr, di = _load_pair(dv_ptr, e, lm)
-        gr, gi = _load_pair(g_ptr, e, lm)
+        _, idx, dr, di, gr, gi = _load_step(idx_ptr, logit_ptr, keep_ptr, dv_ptr, g_ptr, step_token(t0, steps, s, REVERSE),
+                                            h, lanes, lm, H, K, N, BANK, HAS_KEEP, KP)  # fmt: skip
         if REVERSE:  # nu <- conj(dv) (nu + g)[idx]; map <- conj(dv) map[idx]
             ur = tl.gather(lr + gr, idx, 0)
             ui = tl.gather(li + gi, idx, 0)
@@ -229,11 +231,7 @@ def _pd_carry_kernel(
         xr = tl.zeros([NP], tl.float32)
         xi = tl.zeros([NP], tl.float32)
     for i in range(max_chunks):
-        if REVERSE:
-            c = max_chunks - 1 - i
-        else:
-            c = i
-        e = ((seq.to(tl.int64) * max_chunks + c) * H + h) * N + lanes
+        e = ((seq.to(tl.int64) * max_chunks + carry_chunk(i, max_chunks, REVERSE)) * H + h) * N + lanes
         _store_pair(starts_ptr, e, xr, xi, lm)
         ck = _load_idx(cidx_ptr, e, lanes, lm)
         cr, ci = _load_pair(cdv_ptr, e, lm)
@@ -258,24 +256,16 @@ def _pd_apply_body(
 ):  # fmt: skip
     """Per (sequence, chunk, head). Forward: states and the final state. Reverse: lambda, grad_dv, optionally
     z_t = dv_t * x_{t-1} (for the gradient of P), and grad_x0."""
-    pid = tl.program_id(0)
+    pid, seq, c, start, end, t0, steps = chunk_program(cu_ptr, L, max_chunks)
     h = tl.program_id(1)
-    seq = pid // max_chunks
-    c = pid % max_chunks
     lanes = tl.arange(0, NP)
     lm = lanes < N
     scratch = scratch_ptr + (pid.to(tl.int64) * H + h) * 2 * NP
-    start, end, t0, steps = _chunk_bounds(cu_ptr, seq, c, L)
     xr, xi = _load_pair(starts_ptr, (pid.to(tl.int64) * H + h) * N + lanes, lm)
     for s in range(steps):
-        if REVERSE:
-            t = t0 + steps - 1 - s
-        else:
-            t = t0 + s
-        e = (t.to(tl.int64) * H + h) * N + lanes
-        idx = _step_idx(idx_ptr, logit_ptr, keep_ptr, t, h, e, lanes, lm, H, K, N, BANK, HAS_KEEP, KP)
-        dr, di = _load_pair(dv_ptr, e, lm)
-        gr, gi = _load_pair(g_ptr, e, lm)
+        t = step_token(t0, steps, s, REVERSE)
+        e, idx, dr, di, gr, gi = _load_step(idx_ptr, logit_ptr, keep_ptr, dv_ptr, g_ptr, t, h, lanes, lm, H, K, N, BANK,
+                                            HAS_KEEP, KP)  # fmt: skip
         if REVERSE:
             lr = gr + xr
             li = gi + xi
@@ -300,10 +290,7 @@ def _pd_apply_body(
             xr += gr
             xi += gi
             _store_pair(out_ptr, e, xr, xi, lm)
-    if REVERSE:
-        last = 0
-    else:
-        last = tl.maximum(tl.cdiv(end - start, L) - 1, 0)
+    last = final_chunk(start, end, L, REVERSE)
     _store_pair(final_ptr, (seq.to(tl.int64) * H + h) * N + lanes, xr, xi, lm & (tl.zeros_like(lanes) + c == last))
 
 
@@ -476,7 +463,7 @@ def _run(idx, dv, g, layout: Layout, chunk, init, onehot, reverse, states=None, 
             REVERSE=reverse, HAS_INIT=init is not None, ONEHOT=onehot, NP=NP, num_warps=warps,
         )  # fmt: skip
     else:
-        starts = init.to(f32).contiguous() if init is not None else torch.zeros(S, H, N, 2, dtype=f32, device=dev)
+        starts = single_chunk_starts(init, (S, H, N, 2), dev)
     if not onehot and scratch.numel() < S * C * H * 2 * NP:
         scratch = torch.empty(S * C * H * 2 * NP, dtype=f32, device=dev)
     out = torch.empty(total, H, N, 2, dtype=f32, device=dev)
@@ -537,122 +524,96 @@ def _flat(t: torch.Tensor, total: int) -> torch.Tensor:
 
 
 def _backward_core(ctx, grad_states, grad_final, write_z, bank=None):
+    """The reverse pass every PD node shares, from what ``_forward_core`` saved: (lambda, grad_x0, grad_dv, z)."""
     idx, dv, x0, states = ctx.saved_tensors[:4]
-    layout = ctx.layout
-    g = torch.zeros_like(states) if grad_states is None else _flat(grad_states, layout.total).to(torch.float32)
-    gf = None if grad_final is None else grad_final.to(torch.float32).contiguous()
-    return _run(idx, dv, g, layout, ctx.chunk, gf, ctx.onehot, True, states=states, x0=x0, write_z=write_z, bank=bank)
+    g, gf = upstream_grads(grad_states, grad_final, states)
+    return _run(
+        idx, dv, g, ctx.layout, ctx.chunk, gf, ctx.onehot, True, states=states, x0=x0, write_z=write_z, bank=bank
+    )
+
+
+def _forward_core(ctx, idx, dv, b, x0, layout, chunk, onehot, saved=(), bank=None):
+    """The forward pass every PD node shares: flatten dv, b (B, T, H, N, 2), run the scan over the transitions idx
+    (or the bank), save (idx, dv, x0, states, *saved) and what ``_backward_core`` / ``_input_grads`` read.
+    Returns (states (B, T, H, N, 2), final (B, H, N, 2)), float32."""
+    dv_f, b_f = _flat(dv, layout.total), _flat(b, layout.total)
+    x0_f = None if x0 is None else x0.contiguous()
+    states, final, _, _ = _run(idx, dv_f, b_f, layout, chunk, x0_f, onehot, False, bank=bank)
+    ctx.save_for_backward(idx, dv_f, x0_f, states, *saved)
+    ctx.layout, ctx.chunk, ctx.onehot = layout, chunk, onehot
+    ctx.input_meta = (dv.shape, dv.dtype, b.dtype, None if x0 is None else x0.dtype)
+    return states.view(*dv.shape[:2], *states.shape[1:]), final
+
+
+def _input_grads(ctx, lam, grad_x0, grad_dv):
+    """(grad_dv, grad_b, grad_x0) in the shapes and dtypes of the node's inputs (grad_b = lambda)."""
+    shape, dv_dtype, b_dtype, x0_dtype = ctx.input_meta
+    return (
+        grad_dv.view(shape).to(dv_dtype),
+        lam.view(shape).to(b_dtype),
+        None if x0_dtype is None else grad_x0.to(x0_dtype),
+    )
 
 
 class _PDScanFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, idx, dv, b, x0, p_soft, layout, chunk, onehot):
-        idx_f, dv_f, b_f = _flat(idx, layout.total), _flat(dv, layout.total), _flat(b, layout.total)
-        x0_f = None if x0 is None else x0.contiguous()
-        states, final, _, _ = _run(idx_f, dv_f, b_f, layout, chunk, x0_f, onehot, False)
-        ctx.save_for_backward(idx_f, dv_f, x0_f, states)
-        ctx.layout, ctx.chunk, ctx.onehot = layout, chunk, onehot
-        ctx.meta = (dv.shape, dv.dtype, b.dtype, None if x0 is None else x0.dtype)
         ctx.p_meta = None if p_soft is None else (p_soft.shape, p_soft.dtype)
-        return states.view(*dv.shape[:2], *states.shape[1:]), final
+        return _forward_core(ctx, _flat(idx, layout.total), dv, b, x0, layout, chunk, onehot)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_states, grad_final):
         lam, grad_x0, grad_dv, z = _backward_core(ctx, grad_states, grad_final, ctx.p_meta is not None)
-        shape, dv_dtype, b_dtype, x0_dtype = ctx.meta
         grad_p = None
         if ctx.p_meta is not None:  # straight-through: dL/dP_t[i, j] = Re(conj(lambda_t[i]) z_t[j]); (T, N, N) by API
             lam_c, z_c = torch.view_as_complex(lam), torch.view_as_complex(z)
             p_shape, p_dtype = ctx.p_meta
             grad_p = (lam_c.conj().unsqueeze(-1) * z_c.unsqueeze(-2)).real.reshape(p_shape).to(p_dtype)
-        return (
-            None,
-            grad_dv.view(shape).to(dv_dtype),
-            lam.view(shape).to(b_dtype),
-            None if x0_dtype is None else grad_x0.to(x0_dtype),
-            grad_p,
-            None,
-            None,
-            None,
-        )
+        return None, *_input_grads(ctx, lam, grad_x0, grad_dv), grad_p, None, None, None
 
 
 class _PDGeneratedScanFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, sel, dictionary, dv, b, x0, keep, temperature, layout, chunk, onehot):
-        total = layout.total
-        sel_f, dict_f = _flat(sel, total), dictionary.contiguous()
-        keep_f = None if keep is None else keep.reshape(total).to(torch.int32).contiguous()
+    def forward(ctx, sel, dictionary, dv, b, x0, mask, temperature, layout, chunk, onehot):
+        sel_f, dict_f, keep_f = _flat(sel, layout.total), dictionary.contiguous(), keep_flags(mask)
+        ctx.temperature, ctx.meta = temperature, (sel.shape, sel.dtype, dictionary.dtype)
         idx = _select(sel_f, dict_f, keep_f)
-        dv_f, b_f = _flat(dv, total), _flat(b, total)
-        x0_f = None if x0 is None else x0.contiguous()
-        states, final, _, _ = _run(idx, dv_f, b_f, layout, chunk, x0_f, onehot, False)
-        ctx.save_for_backward(idx, dv_f, x0_f, states, sel_f, dict_f, keep_f)
-        ctx.layout, ctx.chunk, ctx.onehot, ctx.temperature = layout, chunk, onehot, temperature
-        ctx.meta = (
-            sel.shape,
-            sel.dtype,
-            dictionary.dtype,
-            dv.shape,
-            dv.dtype,
-            b.dtype,
-            None if x0 is None else x0.dtype,
-        )
-        return states.view(*dv.shape[:2], *states.shape[1:]), final
+        return _forward_core(ctx, idx, dv, b, x0, layout, chunk, onehot, saved=(sel_f, dict_f, keep_f))
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_states, grad_final):
         sel_f, dict_f, keep_f = ctx.saved_tensors[4:]
-        sel_shape, sel_dtype, dict_dtype, shape, dv_dtype, b_dtype, x0_dtype = ctx.meta
+        sel_shape, sel_dtype, dict_dtype = ctx.meta
         need_gen = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
         lam, grad_x0, grad_dv, z = _backward_core(ctx, grad_states, grad_final, need_gen)
         grad_sel = grad_dict = None
         if need_gen:
             gsel, gdict = _generation_backward(sel_f, dict_f, keep_f, lam, z, ctx.temperature)
             grad_sel, grad_dict = gsel.view(sel_shape).to(sel_dtype), gdict.to(dict_dtype)
-        return (
-            grad_sel,
-            grad_dict,
-            grad_dv.view(shape).to(dv_dtype),
-            lam.view(shape).to(b_dtype),
-            None if x0_dtype is None else grad_x0.to(x0_dtype),
-            None,
-            None,
-            None,
-            None,
-            None,
-        )
+        return grad_sel, grad_dict, *_input_grads(ctx, lam, grad_x0, grad_dv), None, None, None, None, None
 
 
 class _PDBankScanFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, scores, dv, b, x0, keep, temperature, layout, chunk, onehot):
-        total = layout.total
-        logits_f = _flat(logits, total).float()
-        keep_f = None if keep is None else keep.reshape(total).to(torch.int32).contiguous()
+    def forward(ctx, logits, scores, dv, b, x0, mask, temperature, layout, chunk, onehot):
+        logits_f, keep_f = _flat(logits, layout.total).float(), keep_flags(mask)
         bank = scores.float().argmax(dim=-2).to(torch.int32).contiguous()  # (H, K, N), once per call
-        dv_f, b_f = _flat(dv, total), _flat(b, total)
-        x0_f = None if x0 is None else x0.contiguous()
-        states, final, _, _ = _run(bank, dv_f, b_f, layout, chunk, x0_f, onehot, False, bank=(logits_f, keep_f))
-        ctx.save_for_backward(bank, dv_f, x0_f, states, logits_f, scores, keep_f)
-        ctx.layout, ctx.chunk, ctx.onehot, ctx.temperature = layout, chunk, onehot, temperature
-        ctx.meta = (logits.shape, logits.dtype, dv.shape, dv.dtype, b.dtype, None if x0 is None else x0.dtype)
-        return states.view(*dv.shape[:2], *states.shape[1:]), final
+        ctx.temperature, ctx.meta = temperature, (logits.shape, logits.dtype)
+        saved = (logits_f, scores, keep_f)
+        return _forward_core(ctx, bank, dv, b, x0, layout, chunk, onehot, saved=saved, bank=(logits_f, keep_f))
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_states, grad_final):
         logits_f, scores, keep_f = ctx.saved_tensors[4:]
-        logits_shape, logits_dtype, shape, dv_dtype, b_dtype, x0_dtype = ctx.meta
+        logits_shape, logits_dtype = ctx.meta
         need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1])
         lam, grad_x0, grad_dv, z = _backward_core(ctx, grad_states, grad_final, any(need), bank=(logits_f, keep_f))
         grad_logits = grad_scores = None
         if any(need):  # the straight-through gradients, from lambda and z, in torch (shared with the torch op)
-            from hf_ssm.modeling.pd_ops import bank_straight_through_grads
-
-            batch, steps = shape[:2]
+            batch, steps = ctx.input_meta[0][:2]
             lam_c = torch.view_as_complex(lam).view(batch, steps, *lam.shape[1:3])
             z_c = torch.view_as_complex(z).view(batch, steps, *z.shape[1:3])
             mask = None if keep_f is None else keep_f.view(batch, steps).bool()
@@ -662,18 +623,7 @@ class _PDBankScanFunction(torch.autograd.Function):
             )
             grad_logits = None if grad_logits is None else grad_logits.to(logits_dtype)
             grad_scores = None if grad_scores is None else grad_scores.to(scores.dtype)
-        return (
-            grad_logits,
-            grad_scores,
-            grad_dv.view(shape).to(dv_dtype),
-            lam.view(shape).to(b_dtype),
-            None if x0_dtype is None else grad_x0.to(x0_dtype),
-            None,
-            None,
-            None,
-            None,
-            None,
-        )
+        return grad_logits, grad_scores, *_input_grads(ctx, lam, grad_x0, grad_dv), None, None, None, None, None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -686,16 +636,13 @@ def _prepare(dv, b, x0, chunk_size, scatter):
         raise ValueError(
             f"dv and b must share the shape (B, T, H, N) (complex) or (B, T, H, N, 2); got {tuple(dv.shape)}, {tuple(b.shape)}"
         )
-    batch, steps, heads, n, _ = dv_r.shape
-    layout = make_layout(batch, steps, dv_r.device, "dv")
+    heads, n = dv_r.shape[2:4]
+    layout, chunk = schedule(dv_r, "dv", chunk_size)
     x0_r = None
     if x0 is not None:
         x0_r = as_real_pairs("x0", x0)
         if tuple(x0_r.shape) != (layout.batch, heads, n, 2):
             raise ValueError(f"x0 must have shape (B, H, N) = {(layout.batch, heads, n)}, got {tuple(x0.shape)}")
-    chunk = default_chunk_size(layout.steps) if chunk_size is None else int(chunk_size)
-    if chunk < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     return dv_r, b_r, x0_r, layout, chunk, _scatter_mode(n, scatter)
 
 
@@ -740,9 +687,8 @@ def pd_select(sel: torch.Tensor, dictionary: torch.Tensor, mask: torch.Tensor | 
     """
     batch, steps, heads, k = sel.shape
     _check_generation(sel, dictionary, mask)
-    keep = None if mask is None else mask.reshape(-1).to(torch.int32).contiguous()
     with torch.no_grad():
-        idx = _select(sel.reshape(batch * steps, heads, k).contiguous(), dictionary.contiguous(), keep)
+        idx = _select(sel.reshape(batch * steps, heads, k).contiguous(), dictionary.contiguous(), keep_flags(mask))
     return idx.view(batch, steps, heads, -1)
 
 
@@ -750,9 +696,8 @@ def _mask_pairs(dv_r: torch.Tensor, b_r: torch.Tensor, mask: torch.Tensor | None
     """Padded steps (mask False): dv = 1 + 0i and b = 0, on (B, T, H, N, 2) pairs; the kernels set P = identity."""
     if mask is None:
         return dv_r, b_r
-    keep = mask.view(*mask.shape, 1, 1, 1)
     one = torch.tensor([1.0, 0.0], dtype=dv_r.dtype, device=dv_r.device)
-    return torch.where(keep, dv_r, one), torch.where(keep, b_r, torch.zeros((), dtype=b_r.dtype, device=b_r.device))
+    return where_kept(mask, dv_r, one), where_kept(mask, b_r, torch.zeros((), dtype=b_r.dtype, device=b_r.device))
 
 
 def _check_generation(sel, dictionary, mask):
@@ -765,10 +710,7 @@ def _check_generation(sel, dictionary, mask):
         )
     check_float_dtype("sel", sel)
     check_float_dtype("dictionary", dictionary)
-    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(sel.shape[:2])):
-        raise ValueError(
-            f"mask must be a bool tensor of shape (B, T) = {tuple(sel.shape[:2])}, got {mask.dtype} {tuple(mask.shape)}"
-        )
+    check_mask(mask, *sel.shape[:2])
 
 
 def pd_generated_scan(

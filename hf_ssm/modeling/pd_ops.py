@@ -31,13 +31,13 @@ import math
 import torch
 
 from .configuration_hybrid_ssm import PD_SSM_TRANSITIONS, check_choice
-from .scan_dispatch import _load_kernels, requested_backend, resolve_backend
-from .scan_pd import _apply_pd, _scatter_scan_chunked, default_chunk_size, pd_scan_backward
+from .scan_common import check_mask, default_chunk_size, step_where_kept, where_kept
+from .scan_dispatch import _load_kernels, kernel_dtype_problem, requested_backend, resolve_backend
+from .scan_pd import _apply_pd, _scatter_scan_chunked, pd_scan_backward
 from .scan_pd import pd_scan as torch_pd_scan
 
 # Elements of one chunk of (H, rows, N, N) matrices in the dictionary op (1 MiB of float32, cache-sized).
 GEN_CHUNK_ELEMENTS = 1 << 18
-_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _NO_CONTEXT = contextlib.nullcontext()
 
 
@@ -62,15 +62,15 @@ def _mask_inputs(dv: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None):
     """Padded steps: dv = 1, b = 0 (with the identity P, set by each implementation, the state is unchanged)."""
     if mask is None:
         return dv, b
-    keep = mask.view(*mask.shape, 1, 1)
     one, zero = (torch.full((), v, dtype=dv.dtype, device=dv.device) for v in (1, 0))
-    return torch.where(keep, dv, one), torch.where(keep, b, zero)
+    return where_kept(mask, dv, one), where_kept(mask, b, zero)
 
 
 def _identity_where_masked(idx: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Padded steps: idx = j, the identity permutation."""
     if mask is None:
         return idx
-    return torch.where(mask.view(*mask.shape, 1, 1), idx, torch.arange(idx.shape[-1], device=idx.device))
+    return where_kept(mask, idx, torch.arange(idx.shape[-1], device=idx.device))
 
 
 def _check(name: str, selection, matrices, dv, b, x0, mask, temperature):
@@ -89,10 +89,7 @@ def _check(name: str, selection, matrices, dv, b, x0, mask, temperature):
             )
     if x0 is not None and tuple(x0.shape) != (batch, heads, n):
         raise ValueError(f"{name}: initial_state must have shape {(batch, heads, n)}, got {tuple(x0.shape)}")
-    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != (batch, steps)):
-        raise ValueError(
-            f"{name}: mask must be a bool tensor of shape (B, T) = {(batch, steps)}, got {mask.dtype} {tuple(mask.shape)}"
-        )
+    check_mask(mask, batch, steps, op=name)
     if steps == 0:
         raise ValueError(f"{name}: needs at least one time step (T >= 1)")
     if not temperature > 0:
@@ -123,9 +120,7 @@ def _decode_step(step_indices, selection, matrices, dv, b, x0, mask):
         idx = step_indices(_as_float(selection), _as_float(matrices))
         dv, b = _as_complex(dv)[:, 0], _as_complex(b)[:, 0]
         x0 = torch.zeros_like(b) if x0 is None else _as_complex(x0)
-        x = _apply_pd(idx, dv, x0).add_(b)
-        if mask is not None:
-            x = torch.where(mask.view(-1, 1, 1), x, x0)
+        x = step_where_kept(mask, _apply_pd(idx, dv, x0).add_(b), x0)
         return x.unsqueeze(1), x
 
 
@@ -423,13 +418,6 @@ _IMPLS = {
 }
 
 
-def _kernel_problem(*tensors) -> str | None:
-    for t in tensors:
-        if t is not None and t.dtype not in (*_KERNEL_DTYPES, torch.complex64):
-            return f"dtype {t.dtype} (the kernels take float32 / bfloat16 / float16 / complex64)"
-    return None
-
-
 def bind_pd_op(transition: str, setting: str | None, device: torch.device | str):
     """The implementation of the `transition` op ("dictionary" or "bank") that `setting` (a scan_backend value,
     overridden by HF_SSM_SCAN_BACKEND) selects on `device`; called as op(selection, matrices, dv, b, initial_state,
@@ -443,9 +431,11 @@ def bound_op_key(setting: str | None, device: torch.device | str):
     return torch.device(device), requested_backend(setting)[0]
 
 
-def _public(transition: str, name: str, selection, matrices, dv, b, initial_state, mask, temperature, backend):
+def _public(transition: str, selection, matrices, dv, b, initial_state, mask, temperature, backend):
+    """The op pd_<transition>_scan: check the inputs, pick the implementation for these inputs and `backend`."""
+    name = f"pd_{transition}_scan"
     _check(name, selection, matrices, _as_shape(dv), _as_shape(b), _as_shape(initial_state), mask, temperature)
-    problem = _kernel_problem(selection, matrices, dv, b, initial_state)
+    problem = kernel_dtype_problem(selection, matrices, dv, b, initial_state)
     impl = _IMPLS[transition, resolve_backend(backend, dv.device, problem)]
     return impl(selection, matrices, dv, b, initial_state, mask, temperature)
 
@@ -475,18 +465,7 @@ def pd_dictionary_scan(
     selection (B, T, H, K) weights (softmax of the selection logits); dictionary (H, K, N, N); dv, b (B, T, H, N)
     complex; initial_state (B, H, N) or None (zeros); mask (B, T) bool or None. Returns (states, final).
     """
-    return _public(
-        "dictionary",
-        "pd_dictionary_scan",
-        selection,
-        dictionary,
-        dv,
-        b,
-        initial_state,
-        mask,
-        temperature,
-        backend,
-    )
+    return _public("dictionary", selection, dictionary, dv, b, initial_state, mask, temperature, backend)
 
 
 def pd_bank_scan(
@@ -505,7 +484,7 @@ def pd_bank_scan(
     Straight-through in both choices: softmax(logits / temperature) for k_t, softmax(scores[h, k] / temperature)
     down each column for P_k. logits (B, T, H, K); scores (H, K, N, N); the rest as ``pd_dictionary_scan``.
     """
-    return _public("bank", "pd_bank_scan", logits, scores, dv, b, initial_state, mask, temperature, backend)
+    return _public("bank", logits, scores, dv, b, initial_state, mask, temperature, backend)
 
 
 def pd_scan(
@@ -519,8 +498,7 @@ def pd_scan(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PD scan of given transitions (idx (B, T, H, N) int64, dv, b complex or real pairs), see ``scan_pd.pd_scan``;
     p_soft (B, T, H, N, N) optionally receives the straight-through gradient of P_t."""
-    problem = None if dv.dtype in (*_KERNEL_DTYPES, torch.complex64) else f"dtype {dv.dtype}"
-    if resolve_backend(backend, dv.device, problem) == "triton":
+    if resolve_backend(backend, dv.device, kernel_dtype_problem(dv)) == "triton":
         return _load_kernels()[0].pd_scan(idx, dv, b, initial_state, p_soft)
     return torch_pd_scan(idx, _as_complex(dv), _as_complex(b), _as_complex(initial_state), p_soft)
 
@@ -537,8 +515,7 @@ def _dense_scan(p, dv, b, x0, mask):
     """x_t = P_t (dv_t * x_{t-1}) + b_t with dense P (B, T, H, N, N), autograd through everything."""
     dv, b = _mask_inputs(dv, b, mask)
     if mask is not None:
-        eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)
-        p = torch.where(mask.view(*mask.shape, 1, 1, 1), p, eye)
+        p = where_kept(mask, p, torch.eye(p.shape[-1], dtype=p.dtype, device=p.device))
     x = torch.zeros_like(b[:, 0]) if x0 is None else x0
     states = []
     for t in range(p.shape[1]):

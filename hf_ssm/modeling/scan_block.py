@@ -21,45 +21,63 @@ These are the torch implementations of the block-scan family, the references of 
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch.nn.functional import pad as nn_pad
 
+from .scan_common import (
+    check_mask,
+    default_chunk_size,
+    resolve_chunk_size,
+    state_gradients,
+    step_where_kept,
+    where_kept,
+)
 
-def _check_inputs(A: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
+
+def check_block_shapes(A: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
+    """The shapes of every block scan (the Triton kernel's too): b (B, T, N, m) with T >= 1, A (B, T, N, m, m),
+    initial_state (B, N, m), mask (B, T) bool. The dtype rules are each implementation's own."""
     if b.dim() != 4:
         raise ValueError(f"b must have shape (B, T, N, m), got {tuple(b.shape)}")
     if tuple(A.shape) != (*b.shape, b.shape[-1]):
         raise ValueError(f"A must have shape (B, T, N, m, m) = {(*b.shape, b.shape[-1])}, got {tuple(A.shape)}")
+    check_block_state(b, x0, mask)
+
+
+def check_block_state(blocks: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
+    """T >= 1, initial_state (B, N, m) and mask (B, T) of a block scan whose per-step blocks are `blocks`
+    (B, T, N, m): b of the dense scan, the first rows a of the companion scan."""
+    if blocks.shape[1] == 0:
+        raise ValueError("a block scan needs at least one time step (T >= 1)")
+    batch, steps, n, m = blocks.shape
+    if x0 is not None and tuple(x0.shape) != (batch, n, m):
+        raise ValueError(f"initial_state must have shape (B, N, m) = {(batch, n, m)}, got {tuple(x0.shape)}")
+    check_mask(mask, batch, steps)
+
+
+def check_companion_shapes(a: torch.Tensor, v: torch.Tensor, steps: int | None = None) -> None:
+    """The shapes of every companion scan: a (B, T, N, m) first rows and v (B, T, N) slot-0 inputs (T = `steps`
+    when given)."""
+    if a.dim() != 4 or tuple(v.shape) != tuple(a.shape[:3]) or (steps is not None and a.shape[1] != steps):
+        t = "T" if steps is None else steps
+        raise ValueError(f"a must be (B, {t}, N, m) and v (B, {t}, N); got {tuple(a.shape)} and {tuple(v.shape)}")
+
+
+def _check_inputs(A: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
+    """The torch scans' contract: the block shapes, and A, b, initial_state of one real floating dtype."""
+    check_block_shapes(A, b, x0, mask)
     if not (A.is_floating_point() and b.is_floating_point()) or A.dtype != b.dtype:
         raise TypeError(f"A and b must share one real floating dtype, got {A.dtype} and {b.dtype}")
-    if b.shape[1] == 0:
-        raise ValueError("a block scan needs at least one time step (T >= 1)")
-    batch, _, blocks, m = b.shape
-    if x0 is not None:
-        if tuple(x0.shape) != (batch, blocks, m):
-            raise ValueError(f"initial_state must have shape (B, N, m) = {(batch, blocks, m)}, got {tuple(x0.shape)}")
-        if x0.dtype != b.dtype:
-            raise TypeError(f"initial_state must have the dtype of b ({b.dtype}), got {x0.dtype}")
-    check_mask(mask, batch, b.shape[1])
-
-
-def check_mask(mask: torch.Tensor | None, batch: int, steps: int) -> None:
-    """mask must be None or a (B, T) bool tensor."""
-    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != (batch, steps)):
-        raise ValueError(
-            f"mask must be a bool tensor of shape (B, T) = {(batch, steps)}, got {mask.dtype} {tuple(mask.shape)}"
-        )
+    if x0 is not None and x0.dtype != b.dtype:
+        raise TypeError(f"initial_state must have the dtype of b ({b.dtype}), got {x0.dtype}")
 
 
 def _masked(A: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Padding = the identity transition with zero input: (A, b) with I and 0 where mask is False."""
     if mask is None:
         return A, b
-    keep = mask.view(*mask.shape, 1, 1)
     eye = torch.eye(b.shape[-1], dtype=A.dtype, device=A.device)
-    return torch.where(keep.unsqueeze(-1), A, eye), torch.where(keep, b, 0.0)
+    return where_kept(mask, A, eye), where_kept(mask, b, 0.0)
 
 
 def block_scan_sequential(
@@ -80,11 +98,6 @@ def block_scan_sequential(
         h = new if keep_t is None else torch.where(keep_t, new, h)
         states.append(h)
     return torch.stack(states, dim=1), h
-
-
-def default_chunk_size(steps: int) -> int:
-    """A power of two near sqrt(T): balances the intra-chunk and inter-chunk loops."""
-    return max(1, 2 ** round(math.log2(math.sqrt(max(steps, 1)))))
 
 
 # Internal layout of the parallel scan: step-major "structure of arrays", E (L, m, m+1, B, C, N) holds the
@@ -256,10 +269,7 @@ class _BlockScanFunction(torch.autograd.Function):
         A_steps, x0, states = ctx.saved_tensors
         steps, m = states.shape[1], states.shape[-1]
         # lambda_t = dL/dh_t = g_t + A_{t+1}^T lambda_{t+1}: the same scan, run backwards in time
-        g = torch.zeros_like(states) if grad_states is None else grad_states
-        if grad_final is not None:
-            g = g.clone()
-            g[:, -1] += grad_final
+        g = state_gradients(grad_states, grad_final, states)
         lam = _from_chunks(_scan_elements(_adjoint_elements(A_steps, g), None, reverse=True), steps)
 
         grad_A = grad_x0 = None
@@ -294,9 +304,7 @@ def block_scan(
         chunk_size: time chunk; a power of two near sqrt(T) if None.
     """
     _check_inputs(A, b, initial_state, mask)
-    chunk = default_chunk_size(b.shape[1]) if chunk_size is None else int(chunk_size)
-    if chunk < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    chunk = resolve_chunk_size(chunk_size, b.shape[1])
     A, b = _masked(A, b, mask)
     return _BlockScanFunction.apply(A, b, initial_state, chunk)
 
@@ -325,16 +333,14 @@ def companion_scan(
     a (B, T, N, m) companion first rows, v (B, T, N) slot-0 inputs; the rest as ``block_scan``, which this is
     on the m x m companion matrices (the Triton kernel never builds them).
     """
-    if a.dim() != 4 or tuple(v.shape) != tuple(a.shape[:3]):
-        raise ValueError(f"a must be (B, T, N, m) and v (B, T, N); got {tuple(a.shape)} and {tuple(v.shape)}")
+    check_companion_shapes(a, v)
     b = nn_pad(v.unsqueeze(-1), (0, a.shape[-1] - 1))
     return block_scan(companion_matrices(a), b, initial_state, mask, chunk_size=chunk_size)
 
 
 def _single_step(new: torch.Tensor, h: torch.Tensor, mask: torch.Tensor | None):
     """(states (B, 1, N, m), final (B, N, m)) of one step whose update is `new`; a masked step keeps h."""
-    if mask is not None:
-        new = torch.where(mask.view(-1, 1, 1), new, h)
+    new = step_where_kept(mask, new, h)
     return new.unsqueeze(1), new
 
 
@@ -355,8 +361,7 @@ def companion_step(
     a: torch.Tensor, v: torch.Tensor, initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``companion_scan`` for T = 1 (decoding): h_t = a . S + v, the older slots shift down; O(N m)."""
-    if a.dim() != 4 or tuple(v.shape) != tuple(a.shape[:3]) or a.shape[1] != 1:
-        raise ValueError(f"a must be (B, 1, N, m) and v (B, 1, N); got {tuple(a.shape)} and {tuple(v.shape)}")
+    check_companion_shapes(a, v, steps=1)
     a0, v0 = a[:, 0], v[:, 0]
     S = torch.zeros_like(a0) if initial_state is None else initial_state
     if tuple(S.shape) != tuple(a0.shape) or S.dtype != a.dtype:
@@ -372,6 +377,9 @@ __all__ = [
     "block_scan",
     "block_scan_sequential",
     "block_step",
+    "check_block_shapes",
+    "check_block_state",
+    "check_companion_shapes",
     "check_mask",
     "companion_matrices",
     "companion_scan",

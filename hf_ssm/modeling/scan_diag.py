@@ -21,9 +21,17 @@ at a_t = 0).
 
 from __future__ import annotations
 
-import math
-
 import torch
+
+from .scan_common import (
+    check_mask,
+    previous_states,
+    resolve_chunk_size,
+    state_gradients,
+    step_where_kept,
+    where_kept,
+)
+from .scan_common import default_chunk_size as sqrt_chunk_size
 
 # Inner chunk length cap: each level of the chunked scan is a loop of `chunk` steps over all chunks at once,
 # then the chunk-start states are themselves a diagonal scan of length T / chunk (solved recursively), so the
@@ -31,7 +39,9 @@ import torch
 MAX_CHUNK = 64
 
 
-def _check_inputs(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
+def check_diag_inputs(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
+    """The contract of every diagonal scan (the Triton kernel's too): a, b (B, T, *S) of one dtype, T >= 1,
+    initial_state (B, *S) of that dtype, mask (B, T) bool."""
     if a.dim() < 2:
         raise ValueError(f"a must have shape (B, T, ...), got {tuple(a.shape)}")
     if a.shape != b.shape:
@@ -46,18 +56,12 @@ def _check_inputs(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, mas
             raise ValueError(f"initial_state must have shape (B, ...) = {expected}, got {tuple(x0.shape)}")
         if x0.dtype != a.dtype:
             raise TypeError(f"initial_state must have the dtype of a and b ({a.dtype}), got {x0.dtype}")
-    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(a.shape[:2])):
-        raise ValueError(
-            f"mask must be a bool tensor of shape (B, T) = {tuple(a.shape[:2])}, got {mask.dtype} {tuple(mask.shape)}"
-        )
+    check_mask(mask, a.shape[0], a.shape[1])
 
 
 def mask_steps(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Padding = the identity transition with zero input: (a, b) with 1 and 0 where mask is False."""
-    if mask is None:
-        return a, b
-    keep = mask.view(*mask.shape, *([1] * (a.dim() - 2)))
-    return torch.where(keep, a, 1.0), torch.where(keep, b, 0.0)
+    return where_kept(mask, a, 1.0), where_kept(mask, b, 0.0)
 
 
 def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -68,19 +72,19 @@ def diag_scan_sequential(
     a: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Reference loop. Returns (states (B, T, *S), final state (B, *S)); a masked step keeps the state."""
-    _check_inputs(a, b, initial_state, mask)
+    check_diag_inputs(a, b, initial_state, mask)
     x = torch.zeros_like(b[:, 0]) if initial_state is None else initial_state
     states = []
     for t in range(a.shape[1]):
         new = a[:, t] * x + b[:, t]
-        x = new if mask is None else torch.where(mask[:, t].view(-1, *([1] * (x.dim() - 1))), new, x)
+        x = step_where_kept(None if mask is None else mask[:, t], new, x)
         states.append(x)
     return torch.stack(states, dim=1), x
 
 
 def default_chunk_size(steps: int) -> int:
     """A power of two near sqrt(T), at most MAX_CHUNK (longer sequences recurse instead)."""
-    return min(MAX_CHUNK, max(1, 2 ** round(math.log2(math.sqrt(max(steps, 1))))))
+    return min(MAX_CHUNK, sqrt_chunk_size(steps))
 
 
 def _scan_loop(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
@@ -151,11 +155,8 @@ class _DiagScanFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_states, grad_final):
         a, x0, states = ctx.saved_tensors
-        g = torch.zeros_like(states) if grad_states is None else grad_states.clone()
-        if grad_final is not None:
-            g[:, -1] += grad_final
-        lam = diag_scan_adjoint(a, g, ctx.chunk)
-        x_prev = torch.cat([x0.unsqueeze(1), states[:, :-1]], dim=1)
+        lam = diag_scan_adjoint(a, state_gradients(grad_states, grad_final, states), ctx.chunk)
+        x_prev = previous_states(x0, states)
         # PyTorch's complex convention: for y = a x, grad_a = grad_y * conj(x), grad_x = grad_y * conj(a).
         grad_a = lam * x_prev.conj()
         grad_x0 = lam[:, 0] * a[:, 0].conj()
@@ -179,9 +180,9 @@ def diag_scan(
         mask: (B, T) bool or None; a False step is the identity with zero input.
         chunk_size: inner chunk length; ``default_chunk_size(T)`` if None.
     """
-    _check_inputs(a, b, initial_state, mask)
-    if chunk_size is not None and int(chunk_size) < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    check_diag_inputs(a, b, initial_state, mask)
+    if chunk_size is not None:
+        chunk_size = resolve_chunk_size(chunk_size, a.shape[1])
     in_dtype = a.dtype
     dtype = _accumulation_dtype(in_dtype)
     a, b = mask_steps(a, b, mask)
@@ -194,14 +195,20 @@ def diag_step(
     a: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``diag_scan`` for T = 1 (decoding): the single update x = a_0 x0 + b_0, no chunk machinery."""
-    _check_inputs(a, b, initial_state, mask)
+    check_diag_inputs(a, b, initial_state, mask)
     if a.shape[1] != 1:
         raise ValueError(f"diag_step takes one time step (T = 1), got T = {a.shape[1]}")
     x0 = torch.zeros_like(b[:, 0]) if initial_state is None else initial_state
-    new = a[:, 0] * x0 + b[:, 0]
-    if mask is not None:
-        new = torch.where(mask.view(-1, *([1] * (new.dim() - 1))), new, x0)
+    new = step_where_kept(mask, a[:, 0] * x0 + b[:, 0], x0)
     return new.unsqueeze(1), new
 
 
-__all__ = ["diag_scan", "diag_scan_adjoint", "diag_scan_sequential", "diag_step", "default_chunk_size", "mask_steps"]
+__all__ = [
+    "check_diag_inputs",
+    "default_chunk_size",
+    "diag_scan",
+    "diag_scan_adjoint",
+    "diag_scan_sequential",
+    "diag_step",
+    "mask_steps",
+]

@@ -35,7 +35,6 @@ from .scan_block import companion_scan as torch_companion_scan
 from .scan_block import companion_step as torch_companion_step
 from .scan_diag import diag_scan as torch_diag_scan
 from .scan_diag import diag_step as torch_diag_step
-from .scan_diag import mask_steps
 
 ENV_VAR = "HF_SSM_SCAN_BACKEND"
 # Largest block size / order of the Triton block scans.
@@ -105,7 +104,8 @@ def resolve_backend(setting: str | None, device: torch.device | str, unsupported
     return "triton"
 
 
-def _real_dtype_problem(*tensors: torch.Tensor | None) -> str | None:
+def kernel_dtype_problem(*tensors: torch.Tensor | None) -> str | None:
+    """Why the Triton kernels (every family) cannot take these tensors' dtypes, or None."""
     for t in tensors:
         if t is not None and t.dtype not in _TRITON_REAL and t.dtype != torch.complex64:
             return f"dtype {t.dtype} (the kernels take float32 / bfloat16 / float16 / complex64)"
@@ -121,7 +121,7 @@ def _kernel_problem(m: int | None, *tensors: torch.Tensor | None) -> str | None:
     the diagonal scan."""
     if m is not None and m > TRITON_MAX_BLOCK:
         return f"block size m = {m} (the kernels take m <= {TRITON_MAX_BLOCK})"
-    problem = _real_dtype_problem(*tensors)
+    problem = kernel_dtype_problem(*tensors)
     if problem is None and m is not None and any(t is not None and t.is_complex() for t in tensors):
         return "complex blocks"
     return problem
@@ -159,30 +159,27 @@ class ScanOps:
             )
         return problem is None
 
+    def _dispatch(self, kernel_op: str, torch_step, torch_scan, m: int | None, x, y, initial_state, mask):
+        """The one rule of every op: T = 1 (decoding) is the torch single step on either backend; otherwise the
+        kernel `kernel_op` where this backend has the kernels and they take these inputs, else the torch scan."""
+        with _no_autocast(y):  # the scans and states stay in float32, also under autocast
+            if y.dim() >= 2 and y.shape[1] == 1:
+                return torch_step(x, y, initial_state, mask)
+            if self._use_kernels(m, x, y, initial_state):
+                return getattr(self._kernels, kernel_op)(x, y, initial_state, mask)
+            return torch_scan(x, y, initial_state, mask)
+
     def block_scan(self, A, b, initial_state=None, mask=None):
-        with _no_autocast(b):  # the scans and states stay in float32, also under autocast
-            if b.dim() == 4 and b.shape[1] == 1:
-                return torch_block_step(A, b, initial_state, mask)
-            if self._use_kernels(b.shape[-1], A, b, initial_state):
-                return self._kernels.block_scan(A, b, initial_state, mask)
-            return torch_block_scan(A, b, initial_state, mask)
+        return self._dispatch("block_scan", torch_block_step, torch_block_scan, b.shape[-1], A, b, initial_state, mask)
 
     def companion_scan(self, a, v, initial_state=None, mask=None):
-        with _no_autocast(v):
-            if a.dim() == 4 and a.shape[1] == 1:
-                return torch_companion_step(a, v, initial_state, mask)
-            if self._use_kernels(a.shape[-1], a, v, initial_state):
-                return self._kernels.companion_scan(a, v, initial_state, mask)
-            return torch_companion_scan(a, v, initial_state, mask)
+        m = a.shape[-1]
+        return self._dispatch(
+            "companion_scan", torch_companion_step, torch_companion_scan, m, a, v, initial_state, mask
+        )
 
     def diag_scan(self, a, b, initial_state=None, mask=None):
-        with _no_autocast(b):
-            if a.dim() >= 2 and a.shape[1] == 1:
-                return torch_diag_step(a, b, initial_state, mask)
-            if self._use_kernels(None, a, b, initial_state):
-                a, b = mask_steps(a, b, mask)
-                return self._kernels.diag_scan(a, b, initial_state)
-            return torch_diag_scan(a, b, initial_state, mask)
+        return self._dispatch("diag_scan", torch_diag_step, torch_diag_scan, None, a, b, initial_state, mask)
 
 
 def _no_autocast(t: torch.Tensor):
@@ -212,6 +209,7 @@ __all__ = [
     "ENV_VAR",
     "SCAN_BACKENDS",
     "ScanOps",
+    "kernel_dtype_problem",
     "requested_backend",
     "resolve_backend",
     "scan_ops",

@@ -18,9 +18,9 @@ x_{t-1}[j]) with lambda_t = dL/dx_t.
 
 from __future__ import annotations
 
-import math
-
 import torch
+
+from .scan_common import default_chunk_size, previous_states, resolve_chunk_size, state_gradients
 
 
 def _apply_pd(idx: torch.Tensor, dv: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -69,11 +69,6 @@ def pd_scan_sequential(
         x = x_next
         states.append(x)
     return torch.stack(states, dim=1), x
-
-
-def default_chunk_size(steps: int) -> int:
-    """A power of two near sqrt(T): balances the intra-chunk and inter-chunk loops."""
-    return max(1, 2 ** round(math.log2(math.sqrt(max(steps, 1)))))
 
 
 def _pad_time(t: torch.Tensor, pad: int, value) -> torch.Tensor:
@@ -183,11 +178,8 @@ def pd_scan_backward(idx, dv, x0, states, grad_states, grad_final, chunk):
     lam_t = g_t + A_{t+1}^H lam_{t+1} with (A^H l)[j] = conj(dv[j]) l[idx[j]]; grad_dv_t[j] = lam_t[idx_t[j]]
     conj(x_{t-1}[j]); grad_x0 = A_0^H lam_0; x_prev the states shifted by one step (x_{-1} = x0).
     """
-    g = torch.zeros_like(states) if grad_states is None else grad_states.clone()
-    if grad_final is not None:
-        g[:, -1] += grad_final
-    lam = _adjoint_scan_chunked(idx, dv, g, chunk)
-    x_prev = torch.cat([x0.unsqueeze(1), states[:, :-1]], dim=1)
+    lam = _adjoint_scan_chunked(idx, dv, state_gradients(grad_states, grad_final, states), chunk)
+    x_prev = previous_states(x0, states)
     lam_at_target = lam.gather(-1, idx)  # lambda_t[idx_t[j]]
     grad_dv = lam_at_target * x_prev.conj()
     grad_x0 = dv[:, 0].conj() * lam_at_target[:, 0]
@@ -242,10 +234,7 @@ def pd_scan(
         raise ValueError(
             f"p_soft must have shape (B, T, H, N, N) = {(batch, steps, heads, n, n)}, got {tuple(p_soft.shape)}"
         )
-    chunk = default_chunk_size(steps) if chunk_size is None else int(chunk_size)
-    if chunk < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    return _PDScanFunction.apply(idx, dv, b, x0, p_soft, chunk)
+    return _PDScanFunction.apply(idx, dv, b, x0, p_soft, resolve_chunk_size(chunk_size, steps))
 
 
 def pd_compose(later: tuple[torch.Tensor, torch.Tensor], earlier: tuple[torch.Tensor, torch.Tensor]):
@@ -261,3 +250,6 @@ def pd_to_dense(idx: torch.Tensor, dv: torch.Tensor) -> torch.Tensor:
     p = torch.zeros(*idx.shape, n, dtype=dv.dtype, device=dv.device)
     p.scatter_(-2, idx.unsqueeze(-2), 1)  # P[idx[j], j] = 1
     return p * dv.unsqueeze(-2)
+
+
+__all__ = ["default_chunk_size", "pd_compose", "pd_scan", "pd_scan_backward", "pd_scan_sequential", "pd_to_dense"]
