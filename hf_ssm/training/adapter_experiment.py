@@ -414,7 +414,8 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
         model = add_lora(base, rank)
     elif method == "lora_classifier":
         config = dataclasses.replace(settings.adapter_config(), readout="classifier", num_labels=num_classes)
-        budget = sum(p.numel() for p in SSMAdapter(config, base.config.get_text_config().hidden_size).parameters())
+        adapter = SSMAdapter(config, base.config.get_text_config().hidden_size)
+        budget = sum(p.numel() for p in adapter.parameters() if p.requires_grad)  # frozen D MLPs do not count
         layers = range(settings.layer_index % len(find_decoder_layers(base)[1]) + 1)
         rank = lora_rank_for_budget(base, budget, ATTENTION_TARGETS, layers=layers)
         info = {

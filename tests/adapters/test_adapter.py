@@ -417,6 +417,11 @@ def test_train_adapter_script_smoke_run(tmp_path):
     assert [r["method"] for r in summary["results"]] == methods
     readouts = ["lm_head", "probe", "lm_head", "lm_head", "classifier", "classifier"]
     assert [r["readout"] for r in summary["results"]] == readouts
+    # the LoRA baseline's rank is chosen for the classifier adapter's trainable (not frozen) parameter count
+    ssm_cls, lora_cls = summary["results"][4], summary["results"][5]
+    head = lora_cls["trainable_parameters"] - lora_cls["lora_rank"] * lora_cls["lora_parameters_per_rank"]
+    gap = abs(lora_cls["trainable_parameters"] - head - ssm_cls["trainable_parameters"])
+    assert gap <= lora_cls["lora_parameters_per_rank"] / 2 + head
     assert (run / "lora_classifier" / "adapter" / "adapter_config.json").is_file()
     assert (run / "lora_classifier" / "classifier.safetensors").is_file()
     assert summary["results"][0]["trainable_parameters"] == 0 and summary["results"][0]["fewshot_prefix_tokens"] > 0
