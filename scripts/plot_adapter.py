@@ -2,7 +2,8 @@
 
 One panel per task; x = the test buckets of transition counts (as recorded, e.g. "1-10", "40-40", "80-80"), y =
 accuracy. One colour per series: a label given with --series LABEL=SUBSTRING collects the records of one base
-whose `run_dir` contains SUBSTRING (a label may be given several times). Every seed is a dot, the mean over
+whose "<run_dir>:<method>" contains SUBSTRING (e.g. "runs/i15/h16none_s" or ":probe"; a label may be given
+several times). Every seed is a dot, the mean over
 seeds a line, and the legend gives the seed count. Reads only the records, so the figure can be redrawn from the
 summary alone. Example:
 
@@ -28,8 +29,9 @@ def parse_series(text: str) -> tuple[str, str]:
 
 
 def series_of(record: dict, series: list[tuple[str, str]]) -> str | None:
-    """The label of the first --series whose substring is in the record's run folder (None: not drawn)."""
-    return next((label for label, part in series if part in record.get("run_dir", "")), None)
+    """The label of the first --series whose substring is in the record's "<run_dir>:<method>" (None: not drawn)."""
+    key = f"{record.get('run_dir', '')}:{record.get('method', '')}"
+    return next((label for label, part in series if part in key), None)
 
 
 def main(argv: list[str] | None = None) -> int:

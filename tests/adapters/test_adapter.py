@@ -656,7 +656,7 @@ def test_a_resumed_adapter_method_ends_as_the_uninterrupted_run(tmp_path, monkey
 def test_plot_adapter_draws_the_matching_records_and_refuses_an_empty_selection(tmp_path):
     """scripts/plot_adapter.py draws a PNG from summary records whose run folder matches a --series, and exits 1
     with a message when no record matches (rather than writing an empty figure)."""
-    record = {"base": "smollm2-135m", "task": "parity", "run_dir": "runs/x/par_s0", "seed": 0}
+    record = {"base": "smollm2-135m", "task": "parity", "run_dir": "runs/x/par_s0", "seed": 0, "method": "probe"}
     records = [
         {**record, "accuracy_by_transitions": {"1-10": 1.0, "40-40": 0.9}},
         {**record, "seed": 1, "run_dir": "runs/x/par_s1", "accuracy_by_transitions": {"1-10": 0.8, "40-40": 0.5}},
@@ -668,6 +668,8 @@ def test_plot_adapter_draws_the_matching_records_and_refuses_an_empty_selection(
     done = run_script(*args, "--series", "PD=runs/x/par_")
     assert done.returncode == 0, done.stderr[-2000:]
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "2 records" in done.stdout
+    by_method = run_script(*args, "--series", "probe=par_s0:probe")  # "<run_dir>:<method>" selects one
+    assert by_method.returncode == 0 and "1 records" in by_method.stdout
     empty = run_script(*args, "--series", "PD=nothing")
     assert empty.returncode == 1 and "matches any --series" in empty.stderr
 
