@@ -20,12 +20,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-
-def parse_series(text: str) -> tuple[str, str]:
-    label, sep, part = text.partition("=")
-    if not sep or not label or not part:
-        raise argparse.ArgumentTypeError(f"--series must be LABEL=SUBSTRING, got {text!r}")
-    return label, part
+from plot_state_tracking import parse_series  # scripts/ is on the path of a script run
 
 
 def series_of(record: dict, series: list[tuple[str, str]]) -> str | None:

@@ -26,18 +26,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .model import SSMAdapterModel, find_decoder_layers
+from .model import SSMAdapterModel, find_decoder_layers, run_to_layer
 
 STORE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # numpy has no bfloat16: a memory-mapped store keeps the raw bits in an integer type of the same width.
 _BITS = {torch.float32: np.int32, torch.bfloat16: np.int16, torch.float16: np.int16}
 _TORCH_BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
-
-
-class _StopForward(Exception):
-    def __init__(self, output):
-        super().__init__("stopped after the adapter's layer")
-        self.output = output
 
 
 class FrozenPrefix:
@@ -69,19 +63,10 @@ class FrozenPrefix:
     def features(self, **inputs) -> torch.Tensor:
         """h_k (B, T, d): the output of decoder layer k for these inputs (layers above k are not run)."""
 
-        def stop(module, args, output):
-            raise _StopForward(output)
-
-        # prepend: runs before the adapter's own hook on this layer, so the adapter is not run either.
-        handle = self.layers[self.k].register_forward_hook(stop, prepend=True)
         try:
-            self.adapted.base_model(**inputs, use_cache=False)
-        except _StopForward as done:
-            output = done.output
-        else:
-            raise RuntimeError("the base model never ran the adapter's layer")
+            # prepend: stop before the adapter's own hook on this layer, so the adapter is not run either.
+            output = run_to_layer(self.adapted.base_model, self.layers[self.k], prepend=True, **inputs)
         finally:
-            handle.remove()
             self.adapted._context = None  # the decoder's post-hook did not run
         self.returns_tuple = not isinstance(output, torch.Tensor)
         return output[0] if self.returns_tuple else output

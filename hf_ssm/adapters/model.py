@@ -67,6 +67,32 @@ def find_decoder_layers(model: nn.Module) -> tuple[nn.Module, nn.ModuleList, str
     return next(iter(found.values()))
 
 
+class _StopForward(Exception):
+    """Carries a decoder layer's output out of the model's forward (`run_to_layer`)."""
+
+    def __init__(self, output):
+        super().__init__("stopped after the requested decoder layer")
+        self.output = output
+
+
+def run_to_layer(model: nn.Module, layer: nn.Module, *, prepend: bool = False, **inputs):
+    """The raw output of decoder layer `layer` (a tensor, or a tuple from older transformers) for
+    `model(**inputs, use_cache=False)`; the layers above it are not run. Gradients flow unless the caller disables
+    them. `prepend`: stop before the layer's other forward hooks (an SSM adapter's) run."""
+
+    def stop(module, args, output):
+        raise _StopForward(output)
+
+    handle = layer.register_forward_hook(stop, prepend=prepend)
+    try:
+        model(**inputs, use_cache=False)
+    except _StopForward as done:
+        return done.output
+    finally:
+        handle.remove()
+    raise RuntimeError(f"{type(model).__name__} never ran the requested decoder layer")
+
+
 def _argument(signature: inspect.Signature | None, args: tuple, kwargs: dict, *names: str):
     """The value of the first of `names` passed to a call, by keyword or by position (None when absent)."""
     for name in names:
@@ -381,4 +407,5 @@ __all__ = [
     "check_compatible",
     "find_decoder_layers",
     "load_ssm_adapter",
+    "run_to_layer",
 ]

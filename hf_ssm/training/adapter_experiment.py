@@ -42,7 +42,7 @@ from ..adapters.config import SSMAdapterConfig
 from ..adapters.feature_cache import STORE_DTYPES, FeatureStore, FrozenPrefix, batch_features
 from ..adapters.layer import SSMAdapter
 from ..adapters.lora import ATTENTION_TARGETS, add_lora, lora_parameters_per_rank, lora_rank_for_budget
-from ..adapters.model import SSMAdapterModel, attach_ssm_adapter, find_decoder_layers
+from ..adapters.model import SSMAdapterModel, attach_ssm_adapter, find_decoder_layers, run_to_layer
 from ..adapters.tiny_base import build_tiny_qwen2, build_word_tokenizer, pretrain_language_model
 from ..data.nl_state_tracking import (
     NL_TASK_NAMES,
@@ -369,35 +369,27 @@ class PrefixLoRAClassifier(nn.Module):
     def __init__(self, base: nn.Module, layer_index: int, num_classes: int, rank: int):
         super().__init__()
         base.requires_grad_(False)
-        count = len(find_decoder_layers(base)[1])
-        if not -count <= layer_index < count:
-            raise ValueError(f"`layer_index` must be in [{-count}, {count - 1}] for this base, got {layer_index}")
-        self.k = layer_index % count
-        self.peft = add_lora(base, rank, ATTENTION_TARGETS, layers=range(self.k + 1))
+        layers = self.prefix_layers(base, layer_index)
+        self.k = layers[-1]
+        self.peft = add_lora(base, rank, ATTENTION_TARGETS, layers=layers)
         self.layers = find_decoder_layers(self.peft)[1]
         width = base.config.get_text_config().hidden_size
         self.norm = nn.RMSNorm(width, elementwise_affine=False)
         self.head = nn.Linear(width, num_classes)
 
+    @staticmethod
+    def prefix_layers(base: nn.Module, layer_index: int) -> range:
+        """The decoder layers 0..k that get LoRA, k = `layer_index` (negative counts from the end)."""
+        count = len(find_decoder_layers(base)[1])
+        if not -count <= layer_index < count:
+            raise ValueError(f"`layer_index` must be in [{-count}, {count - 1}] for this base, got {layer_index}")
+        return range(layer_index % count + 1)
+
     def forward(self, input_ids, attention_mask, position_ids, logits_to_keep):
-        captured = {}
-
-        def stop(module, args, output):
-            captured["hidden"] = output[0] if isinstance(output, tuple) else output
-            raise _StopAtLayer
-
-        handle = self.layers[self.k].register_forward_hook(stop)
-        try:
-            self.peft(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
-        except _StopAtLayer:
-            pass
-        finally:
-            handle.remove()
-        return self.head(self.norm(captured["hidden"][:, logits_to_keep].float()))
-
-
-class _StopAtLayer(Exception):
-    """Raised by PrefixLoRAClassifier's hook once layer k has run (the layers above it are not needed)."""
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
+        hidden = run_to_layer(self.peft, self.layers[self.k], **inputs)
+        hidden = hidden[0] if isinstance(hidden, tuple) else hidden
+        return self.head(self.norm(hidden[:, logits_to_keep].float()))
 
 
 def build_method(method: str, settings: AdapterExperimentSettings, base, num_classes: int):
@@ -416,7 +408,7 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
         config = dataclasses.replace(settings.adapter_config(), readout="classifier", num_labels=num_classes)
         adapter = SSMAdapter(config, base.config.get_text_config().hidden_size)
         budget = sum(p.numel() for p in adapter.parameters() if p.requires_grad)  # frozen D MLPs do not count
-        layers = range(settings.layer_index % len(find_decoder_layers(base)[1]) + 1)
+        layers = PrefixLoRAClassifier.prefix_layers(base, settings.layer_index)
         rank = lora_rank_for_budget(base, budget, ATTENTION_TARGETS, layers=layers)
         info = {
             "lora_rank": rank,
@@ -551,9 +543,10 @@ def _causal_lm(model) -> nn.Module:
 def _head_is_linear(model) -> bool:
     """Whether the base's logits are exactly its output embedding applied to the decoder's last hidden state (no
     soft-capping or scaling after the head, as in Llama, Qwen2, Mistral)."""
-    config = _causal_lm(model).config.get_text_config()
+    base = _causal_lm(model)
+    config = base.config.get_text_config()
     return (
-        isinstance(_causal_lm(model).get_output_embeddings(), nn.Linear)
+        isinstance(base.get_output_embeddings(), nn.Linear)
         and getattr(config, "final_logit_softcapping", None) is None
         and getattr(config, "logit_scale", None) is None
     )
