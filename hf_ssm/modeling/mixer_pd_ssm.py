@@ -28,6 +28,17 @@ from .configuration_hybrid_ssm import HybridSSMConfig
 from .pd_ops import bank_indices, bind_pd_op, bound_op_key, dictionary_indices, gather_bank
 
 
+def _exact_gelu(x: torch.Tensor) -> torch.Tensor:
+    """GELU(x) = x/2 (1 + erf(x / sqrt 2)), as nn.functional.gelu, for the few elements of a decode step: on CPU,
+    F.gelu hands a contiguous float tensor to oneDNN, whose fixed cost is several times that of these four ops."""
+    xf = x.float()  # like F.gelu, in float32 also for a bfloat16 input
+    half = xf * 0.5
+    return torch.addcmul(half, half, torch.erf(xf * _SQRT_HALF)).to(x.dtype)
+
+
+_SQRT_HALF = math.sqrt(0.5)
+
+
 class HeadwiseMLP(nn.Module):
     """Linear(d, H*W) -> GELU -> per-head Linear(W, out): (B, T, d) -> (B, T, H, out)."""
 
@@ -74,6 +85,7 @@ class PDSSMMixer(nn.Module):
         self.transition = getattr(config, "pd_ssm_transition", "dictionary")
         self.scan_backend = getattr(config, "scan_backend", "auto")
         self._ops = {}  # (device, requested backend) -> the bound op
+        self._decode_weights_cache = None  # (key of the parameters, stacked weights) of the fused decode step
         self.initial_state_kind = getattr(config, "pd_ssm_initial_state", "zeros")
         if self.initial_state_kind == "learned":
             # x_0 as [real, imag] pairs (H, N, 2); starts at e_0 (also when HybridSSMPreTrainedModel re-initialises it)
@@ -146,14 +158,11 @@ class PDSSMMixer(nn.Module):
         if self.diagonal_kind == "magnitude":
             magnitude = torch.sigmoid(self.magnitude(u).float())
             return torch.complex(magnitude, torch.zeros_like(magnitude))
-        if steps == 1:
-            # Decode: one GELU call on both hidden layers (elementwise, the same values; on CPU each GELU call has
-            # a fixed cost several times that of the 2 * H * W elements it computes at T = 1).
-            width = self.magnitude.heads * self.magnitude.width
-            hidden = nn.functional.gelu(torch.cat([self.magnitude.up(u), self.phase.up(u)], dim=-1))
-            mag_out, phase_out = self.magnitude.down(hidden[..., :width]), self.phase.down(hidden[..., width:])
-        else:
-            mag_out, phase_out = self.magnitude(u), self.phase(u)
+        return self._complex_diagonal(self.magnitude(u), self.phase(u))
+
+    @staticmethod
+    def _complex_diagonal(mag_out: torch.Tensor, phase_out: torch.Tensor) -> torch.Tensor:
+        """D = sigmoid(mag_out) exp(2 pi i sigmoid(phase_out)), from the two MLPs' outputs (B, T, H, N)."""
         magnitude = torch.sigmoid(mag_out.float())
         angle = (2 * math.pi) * torch.sigmoid(phase_out.float())
         return torch.polar(magnitude, angle)
@@ -180,6 +189,78 @@ class PDSSMMixer(nn.Module):
             idx = dictionary_indices(self.selection_weights(u), matrices)
         return idx, self.diagonal(u)
 
+    # ---- decode ------------------------------------------------------------------------------------------------
+    #
+    # At T = 1 on a CPU every small op costs a fixed dispatch and threading overhead many times its arithmetic. The
+    # decode step of the default layer (complex D, input projection) therefore stacks the weights of the four maps of
+    # u_t (B, selection, the two MLPs' first layers) into one product, the two per-head output layers into one
+    # block-diagonal product (one head), and permutes C's columns so that it reads the state's (re, im) pairs as
+    # stored. The stacked weights are cached while every weight keeps its storage and version.
+
+    def _decode_maps(self) -> list[nn.Module] | None:
+        """[in_proj, selection, magnitude.up, phase.up, out_proj] when the fused decode step applies: the default
+        layer kind, and every map a plain nn.Linear without hooks (a wrapper such as PEFT LoRA must still apply)."""
+        if self.diagonal_kind != "complex" or self.input_kind != "projection":
+            return None
+        maps = [self.in_proj, self.selection, self.magnitude.up, self.phase.up, self.out_proj]
+        if any(type(m) is not nn.Linear or m._forward_hooks or m._forward_pre_hooks for m in maps):
+            return None
+        return maps
+
+    def _decode_weights(self):
+        """(in weight, in bias, down or None, out weight) of the fused decode step (see above), or None where it does
+        not apply. down = (weight, bias) of blockdiag(W_mag, W_phase), one head only."""
+        maps = self._decode_maps()
+        if maps is None:
+            return None
+        params = [p for m in maps for p in (m.weight, m.bias) if p is not None]
+        params += [self.magnitude.down_weight, self.magnitude.down_bias, self.phase.down_weight, self.phase.down_bias]
+        key = tuple((id(p), p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+        cached = self._decode_weights_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        with torch.no_grad():
+            inputs = maps[:4]
+            in_weight = torch.cat([m.weight for m in inputs])
+            in_bias = torch.cat([m.weight.new_zeros(m.out_features) if m.bias is None else m.bias for m in inputs])
+            if in_weight.shape[0] % 2:  # an even row count keeps every stride even: B u is then a complex view
+                in_weight = torch.cat([in_weight, in_weight.new_zeros(1, in_weight.shape[1])])
+                in_bias = torch.cat([in_bias, in_bias.new_zeros(1)])
+            down = None
+            if self.num_heads == 1:
+                down = (
+                    torch.block_diag(self.magnitude.down_weight[0], self.phase.down_weight[0]),
+                    torch.cat([self.magnitude.down_bias[0], self.phase.down_bias[0]]),
+                )
+            # out_proj reads per head [Re x (N), Im x (N)]; the state as stored is per head N pairs (re, im)
+            h, n = self.num_heads, self.head_state_size
+            out_weight = self.out_proj.weight.unflatten(1, (h, 2, n)).transpose(-1, -2).flatten(1)
+        weights = (in_weight, in_bias, down, out_weight)
+        self._decode_weights_cache = (key, weights)
+        return weights
+
+    def _decode_forward(self, u: torch.Tensor, x0, mask, weights):
+        """One step without gradient, u (B, 1, d): (output (B, 1, d), final state (B, H, N)), equal to the sequence
+        path up to float rounding."""
+        in_weight, in_bias, down, out_weight = weights
+        batch = u.shape[0]
+        h, n, k = self.num_heads, self.head_state_size, self.dict_size
+        width = self.magnitude.heads * self.magnitude.width
+        z = nn.functional.linear(u, in_weight, in_bias)  # [B u, W_s u, first MLP layers (, a zero pad)]
+        b = torch.view_as_complex(z[..., : 2 * h * n].float().view(batch, 1, h, n, 2))
+        logits = z[..., 2 * h * n : 2 * h * n + h * k].float().view(batch, 1, h, k)
+        hidden = _exact_gelu(z[..., 2 * h * n + h * k : 2 * h * n + h * k + 2 * width])  # both MLPs' hidden layers
+        if down is not None:  # one sigmoid call for |D| and arg D
+            gates = torch.sigmoid(nn.functional.linear(hidden, *down).float()).view(batch, 1, 1, 2 * n)
+            dv = torch.polar(gates[..., :n], (2 * math.pi) * gates[..., n:])
+        else:
+            dv = self._complex_diagonal(self.magnitude.down(hidden[..., :width]), self.phase.down(hidden[..., width:]))
+        selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
+        op = self.scan_op(u.device)
+        states, final = op(selection, self.dictionary, dv, b, x0, mask, self.temperature)
+        y = nn.functional.linear(torch.view_as_real(states).reshape(batch, 1, 2 * h * n), out_weight)
+        return torch.addcmul(y, self.skip, u).to(u.dtype), final
+
     def scan_op(self, device: torch.device):
         """This mixer's op (pd_ops.py) on `device`, bound on first use for each device and requested backend."""
         key = bound_op_key(self.scan_backend, device)
@@ -194,6 +275,9 @@ class PDSSMMixer(nn.Module):
         if state is None and self.initial_state_kind != "zeros":
             state = self.initial_state(batch, u.device)
         x0 = None if state is None else state.to(self.state_dtype)
+        weights = self._decode_weights() if steps == 1 and not torch.is_grad_enabled() else None
+        if weights is not None:
+            return self._decode_forward(u, x0, mask, weights)
         logits = self.selection_logits(u)
         selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
         b = self.step_inputs(u)

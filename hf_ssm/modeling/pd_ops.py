@@ -33,7 +33,7 @@ import torch
 from .configuration_hybrid_ssm import PD_SSM_TRANSITIONS, check_choice
 from .scan_common import check_mask, default_chunk_size, step_where_kept, where_kept
 from .scan_dispatch import _load_kernels, kernel_dtype_problem, requested_backend, resolve_backend
-from .scan_pd import _apply_pd, _scatter_scan_chunked, pd_scan_backward
+from .scan_pd import _scatter_scan_chunked, pd_scan_backward
 from .scan_pd import pd_scan as torch_pd_scan
 
 # Elements of one chunk of (H, rows, N, N) matrices in the dictionary op (1 MiB of float32, cache-sized).
@@ -120,7 +120,7 @@ def _decode_step(step_indices, selection, matrices, dv, b, x0, mask):
         idx = step_indices(_as_float(selection), _as_float(matrices))
         dv, b = _as_complex(dv)[:, 0], _as_complex(b)[:, 0]
         x0 = torch.zeros_like(b) if x0 is None else _as_complex(x0)
-        x = step_where_kept(mask, _apply_pd(idx, dv, x0).add_(b), x0)
+        x = step_where_kept(mask, b.clone().scatter_add_(-1, idx, dv * x0), x0)  # b + P D x0
         return x.unsqueeze(1), x
 
 
@@ -154,42 +154,31 @@ def _transposed_flat(dictionary: torch.Tensor) -> torch.Tensor:
     return dictionary.transpose(-1, -2).flatten(2)
 
 
-class _Workspace:
-    """Chunk buffers allocated once and re-used (fresh megabyte tensors per chunk cost more in page faults than
-    the arithmetic on them). view(name, *shape) is the first numel elements of buffer `name`, contiguous."""
-
-    def __init__(self, numel: int, device, names: dict):
-        self.bufs = {name: torch.empty(numel, dtype=dtype, device=device) for name, dtype in names.items()}
-
-    def view(self, name: str, *shape) -> torch.Tensor:
-        return self.bufs[name][: math.prod(shape)].view(shape)
-
-
-def _first_argmax_last(m: torch.Tensor, lanes: torch.Tensor) -> torch.Tensor:
-    """argmax over the last axis of m (..., N), the first of tied maxima like torch.argmax, in float (exact for
-    N < 2^24), from in-place passes (torch.argmax over a short last axis is several times slower on CPU).
-    Overwrites m: m - max >= 0 exactly at the maxima, so index - N * [maximum] is smallest at the first one."""
-    n = m.shape[-1]
-    m.sub_(torch.amax(m, -1, keepdim=True)).ge_(0).mul_(-n).add_(lanes)
-    return torch.amin(m, -1).add_(n)
+def _leading(buffer: torch.Tensor, *shape: int) -> torch.Tensor:
+    """The first prod(shape) elements of a flat chunk buffer as a contiguous tensor of that shape (a view)."""
+    return buffer[: math.prod(shape)].view(shape)
 
 
 def dictionary_indices(sel, dictionary, mask=None):
-    """idx (B, T, H, N) = argmax_i M_t[i, j] with M_t = sum_k sel[..., k] dictionary[h, k], a chunk at a time."""
+    """idx (B, T, H, N) = argmax_i M_t[i, j] with M_t = sum_k sel[..., k] dictionary[h, k], a chunk at a time.
+
+    The argmax is the first of tied maxima (like torch.argmax), found with in-place passes over the chunk
+    (torch.argmax over a short last axis is several times slower on CPU): m >= max is 1 exactly at the maxima, so
+    lane - N * [maximum] is smallest at the first one, and its minimum + N is that lane (exact in float32, N < 2^24).
+    """
     batch, steps, heads, _ = sel.shape
     n = dictionary.shape[-1]
     flat_t = _transposed_flat(dictionary)
-    sel_h = _by_head(sel)
-    idx = torch.empty(heads, batch * steps, n, dtype=torch.long, device=sel.device)
     rows = min(_gen_rows(heads, n), batch * steps)
-    ws = _Workspace(heads * rows * n * n, sel.device, {"m": torch.float32})
+    # One chunk buffer, re-used (fresh megabyte tensors per chunk cost more in page faults than the arithmetic).
+    buf = sel.new_empty(heads * rows * n * n)
     lanes = torch.arange(n, dtype=torch.float32, device=sel.device)
-    for r0 in range(0, batch * steps, rows):
-        sl = slice(r0, r0 + rows)
-        rc = min(rows, batch * steps - r0)
-        m = torch.matmul(sel_h[:, sl], flat_t, out=ws.view("m", heads, rc, n * n))
-        idx[:, sl] = _first_argmax_last(m.view(heads, rc, n, n), lanes)
-    idx = idx.transpose(0, 1).reshape(batch, steps, heads, n)
+    idx = sel.new_empty(heads, batch * steps, n)  # lane - N of the first maximum, in float
+    for sel_c, idx_c in zip(_by_head(sel).split(rows, 1), idx.split(rows, 1)):
+        m = torch.bmm(sel_c, flat_t, out=_leading(buf, heads, sel_c.shape[1], n * n)).view(heads, -1, n, n)
+        torch.ge(m, torch.amax(m, -1, keepdim=True), out=m)
+        torch.amin(torch.add(lanes, m, alpha=-n, out=m), -1, out=idx_c)
+    idx = idx.add_(n).transpose(0, 1).reshape(batch, steps, heads, n).long()
     return _identity_where_masked(idx, mask)
 
 
@@ -204,25 +193,24 @@ def _dictionary_st_backward(sel, dictionary, lam, z, temperature):
     n = dictionary.shape[-1]
     flat_t = _transposed_flat(dictionary)
     scaled = flat_t / temperature
-    sel_h = _by_head(sel)
-    lam_h = _by_head(torch.view_as_real(lam))  # (H, R, N, 2)
-    z_h = _by_head(torch.view_as_real(z))
     grad_sel = sel.new_empty(heads, batch * steps, k)
     grad_flat = torch.zeros_like(flat_t)
     rows = min(_gen_rows(heads, n), batch * steps)
-    f32 = torch.float32
-    ws = _Workspace(heads * rows * n * n, sel.device, {"m": f32, "s": f32, "g": f32})
-    for r0 in range(0, batch * steps, rows):
-        sl = slice(r0, r0 + rows)
-        rc = min(rows, batch * steps - r0)
-        s_c = sel_h[:, sl]
-        mt = torch.matmul(s_c, scaled, out=ws.view("m", heads, rc, n * n)).view(heads, rc, n, n)
-        st = torch.softmax(mt, -1, out=ws.view("s", heads, rc, n, n))  # st[j, i] = S_t[i, j], a contiguous softmax
-        gt = torch.matmul(z_h[:, sl], lam_h[:, sl].transpose(-1, -2), out=ws.view("g", heads, rc, n, n))  # G^T
-        c = torch.sum(torch.mul(gt, st, out=mt), -1, keepdim=True)
+    buf_m, buf_s, buf_p = (sel.new_empty(heads * rows * n * n) for _ in range(3))
+    chunks = zip(
+        *(t.split(rows, 1) for t in (_by_head(sel), _by_head(torch.view_as_real(lam)), _by_head(torch.view_as_real(z))))
+    )
+    for (sel_c, lam_c, z_c), grad_sel_c in zip(chunks, grad_sel.split(rows, 1)):
+        rc = sel_c.shape[1]
+        mt = torch.bmm(sel_c, scaled, out=_leading(buf_m, heads, rc, n * n)).view(heads, rc, n, n)
+        st = torch.softmax(mt, -1, out=_leading(buf_s, heads, rc, n, n))  # st[j, i] = S_t[i, j], a contiguous softmax
+        # G_t^T, written over M_t: one (N, 2) @ (2, N) product per token and head (a copy of 2N floats when H > 1)
+        z_c, lam_c = z_c.reshape(heads * rc, n, 2), lam_c.reshape(heads * rc, n, 2)
+        gt = torch.bmm(z_c, lam_c.transpose(1, 2), out=mt.view(heads * rc, n, n)).view(heads, rc, n, n)
+        c = torch.mul(gt, st, out=_leading(buf_p, heads, rc, n, n)).sum(-1, keepdim=True)
         g = gt.sub_(c).mul_(st).view(heads, rc, n * n)  # tau dL/dM_t^T
-        grad_sel[:, sl] = g @ flat_t.transpose(-1, -2)
-        grad_flat.baddbmm_(s_c.transpose(-1, -2), g)
+        torch.bmm(g, flat_t.transpose(-1, -2), out=grad_sel_c)
+        grad_flat.baddbmm_(sel_c.transpose(-1, -2), g)
     grad_sel = grad_sel.div_(temperature).transpose(0, 1).reshape(batch, steps, heads, k)
     grad_dict = grad_flat.div_(temperature).unflatten(-1, (n, n)).transpose(-1, -2)
     return grad_sel, grad_dict

@@ -1,6 +1,6 @@
 """The decode step (one token on a cache): equal to the full forward with padding, in both PD transition modes and
-with one or several PD heads; greedy generate equal to an uncached argmax loop; the T = 1 shortcuts of the PD
-mixer equal its sequence path."""
+with one or several PD heads; greedy generate equal to an uncached argmax loop; the PD mixer's fused decode step equal
+to its sequence path, rebuilt after weight updates, and never bypassing a wrapped or hooked map."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from hf_ssm import HybridSSMForCausalLM
+from hf_ssm.modeling.mixer_pd_ssm import _exact_gelu
 from model_checks import tiny_config
 
 # (transition, heads): heads = 1 takes the single-head shortcuts of the decode step (one 2-D product for the
@@ -78,19 +79,93 @@ def test_greedy_generate_equals_uncached_argmax_loop(transition, heads):
     assert torch.equal(out, ids)
 
 
-@pytest.mark.parametrize("heads", [1, 2])
-@torch.no_grad()
-def test_single_step_diagonal_equals_sequence_diagonal(heads):
-    """D_t computed for one step (both MLPs' hidden layers through one GELU call) equals D_t of the same step
-    computed inside a sequence (<= 1e-6)."""
+def _mixer(transition: str = "dictionary", heads: int = 1, **overrides):
     torch.manual_seed(3)
-    mixer = _model("dictionary", heads).model.layers[0].mixer
-    u = torch.randn(2, 6, 32)
-    sequence = mixer.diagonal(u)
-    for t in range(u.shape[1]):
-        step = mixer.diagonal(u[:, t : t + 1])
-        assert step.shape == (2, 1, heads, 5) and step.dtype == torch.complex64
-        assert (step[:, 0] - sequence[:, t]).abs().max().item() <= 1e-6, f"step {t}"
+    config = tiny_config("SA", pd_ssm_transition=transition, pd_ssm_num_heads=heads, **overrides)
+    return HybridSSMForCausalLM(config).eval().model.layers[0].mixer
+
+
+def _step_both_ways(mixer, u, state):
+    """(output, state) of one step through the fused decode path (no gradient) and through the sequence path (the
+    same T = 1 call with gradient enabled, which never fuses)."""
+    with torch.no_grad():
+        fused = mixer(u, state)
+    with torch.enable_grad():
+        plain = mixer(u, state)
+    return fused, tuple(t.detach() for t in plain)
+
+
+@pytest.mark.parametrize(("transition", "heads", "dict_size"), [(t, h, 4) for t, h in MODES] + [("dictionary", 1, 3)])
+def test_fused_decode_step_equals_sequence_path(transition, heads, dict_size):
+    """The decode step's stacked products (one for B, W_s and both MLPs' first layers, a block-diagonal one for the
+    output layers with one head, C with permuted columns, erf-form GELU) give the sequence path's output and state
+    (<= 1e-5), for both transitions, one or two heads, and an odd row count (K = 3: the stack gets a zero row)."""
+    mixer = _mixer(transition, heads, pd_ssm_dict_size=dict_size)
+    u = torch.randn(3, 1, 32)
+    state = torch.randn(3, heads, 5, dtype=torch.complex64)
+    (y, x), (y_ref, x_ref) = _step_both_ways(mixer, u, state)
+    assert mixer._decode_weights() is not None  # the fused path was taken
+    assert (y - y_ref).abs().max().item() <= 1e-5
+    assert (x - x_ref).abs().max().item() <= 1e-5
+
+
+def test_fused_decode_step_under_bf16_autocast():
+    """Under CPU autocast (bfloat16) the fused decode step runs its products in bfloat16 like the sequence path, keeps
+    the state complex64 and returns the input's dtype; its output stays within bfloat16 rounding of the sequence
+    path's (<= 3e-2) and its state within 1e-2."""
+    mixer = _mixer()
+    u, state = torch.randn(2, 1, 32), torch.randn(2, 1, 5, dtype=torch.complex64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        (y, x), (y_ref, x_ref) = _step_both_ways(mixer, u, state)
+    assert y.dtype == y_ref.dtype == torch.float32 and x.dtype == torch.complex64
+    assert (y - y_ref).abs().max().item() <= 3e-2
+    assert (x - x_ref).abs().max().item() <= 1e-2
+
+
+def test_fused_decode_weights_follow_parameter_updates():
+    """The stacked weights are rebuilt after an in-place update of any parameter they come from (an optimizer step,
+    load_state_dict), so a decode step never uses stale weights."""
+    mixer = _mixer()
+    u, state = torch.randn(2, 1, 32), torch.randn(2, 1, 5, dtype=torch.complex64)
+    with torch.no_grad():
+        mixer(u, state)
+        for p in (mixer.selection.weight, mixer.phase.down_weight, mixer.out_proj.weight):
+            p.add_(0.5 * torch.randn_like(p))
+    (y, x), (y_ref, x_ref) = _step_both_ways(mixer, u, state)
+    assert (y - y_ref).abs().max().item() <= 1e-5
+    assert (x - x_ref).abs().max().item() <= 1e-5
+
+
+def test_decode_step_keeps_wrapped_and_hooked_maps():
+    """A map of u_t that is wrapped (here a subclass of nn.Linear, as PEFT's LoRA layers are) or hooked is not folded
+    into the stacked product: the decode step calls it, so the wrapper's change and the hook still apply."""
+    mixer = _mixer()
+    calls = []
+    mixer.in_proj.register_forward_hook(lambda module, args, out: calls.append(out.shape))
+    assert mixer._decode_weights() is None
+    with torch.no_grad():
+        mixer(torch.randn(2, 1, 32))
+    assert calls == [(2, 1, 10)]
+
+    class Scaled(torch.nn.Linear):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    mixer = _mixer()
+    scaled = Scaled(32, mixer.selection.out_features, bias=False)
+    scaled.weight = mixer.selection.weight
+    mixer.selection = scaled
+    assert mixer._decode_weights() is None
+
+
+def test_exact_gelu_equals_torch_gelu():
+    """The decode step's erf-form GELU equals nn.functional.gelu (exact, not tanh) within float32 rounding, and
+    returns the input's dtype."""
+    x = torch.linspace(-10, 10, 20001)
+    assert (_exact_gelu(x) - torch.nn.functional.gelu(x)).abs().max().item() <= 2e-6
+    half = x.bfloat16()
+    assert _exact_gelu(half).dtype == torch.bfloat16
+    assert (_exact_gelu(half).float() - torch.nn.functional.gelu(half).float()).abs().max().item() <= 2e-2
 
 
 def test_forward_signature_is_the_undecorated_forwards():
