@@ -28,6 +28,9 @@ class HybridSSMRMSNorm(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         dtype = hidden_states.dtype
+        if dtype == torch.float32 and self.weight.dtype == torch.float32:
+            # torch's fused kernel: the same values as the lines below in float32 (tested), one op instead of six
+            return nn.functional.rms_norm(hidden_states, self.weight.shape, self.weight, self.eps)
         h = hidden_states.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(dtype)

@@ -28,6 +28,12 @@ from .configuration_hybrid_ssm import HybridSSMConfig
 from .pd_ops import bank_indices, bind_pd_op, bound_op_key, dictionary_indices, gather_bank
 
 
+def _is_plain_linear(module: nn.Module) -> bool:
+    """An nn.Linear itself (not a subclass or a wrapper such as PEFT LoRA's) without hooks: its product may be taken
+    on its weight directly (stacked, reordered) with the same result as calling it."""
+    return type(module) is nn.Linear and not (module._forward_hooks or module._forward_pre_hooks)
+
+
 def _exact_gelu(x: torch.Tensor) -> torch.Tensor:
     """GELU(x) = x/2 (1 + erf(x / sqrt 2)), as nn.functional.gelu, for the few elements of a decode step: on CPU,
     F.gelu hands a contiguous float tensor to oneDNN, whose fixed cost is several times that of these four ops."""
@@ -203,9 +209,7 @@ class PDSSMMixer(nn.Module):
         if self.diagonal_kind != "complex" or self.input_kind != "projection":
             return None
         maps = [self.in_proj, self.selection, self.magnitude.up, self.phase.up, self.out_proj]
-        if any(type(m) is not nn.Linear or m._forward_hooks or m._forward_pre_hooks for m in maps):
-            return None
-        return maps
+        return maps if all(_is_plain_linear(m) for m in maps) else None
 
     def _decode_weights(self):
         """(in weight, in bias, down or None, out weight) of the fused decode step (see above), or None where it does
@@ -232,9 +236,7 @@ class PDSSMMixer(nn.Module):
                     torch.block_diag(self.magnitude.down_weight[0], self.phase.down_weight[0]),
                     torch.cat([self.magnitude.down_bias[0], self.phase.down_bias[0]]),
                 )
-            # out_proj reads per head [Re x (N), Im x (N)]; the state as stored is per head N pairs (re, im)
-            h, n = self.num_heads, self.head_state_size
-            out_weight = self.out_proj.weight.unflatten(1, (h, 2, n)).transpose(-1, -2).flatten(1)
+            out_weight = self._pair_order(self.out_proj.weight)
         weights = (in_weight, in_bias, down, out_weight)
         self._decode_weights_cache = (key, weights)
         return weights
@@ -288,3 +290,8 @@ class PDSSMMixer(nn.Module):
         # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
         y = self.out_proj(features.to(self.out_proj.weight.dtype)) + self.skip * u
         return y.to(hidden_states.dtype), final
+
+    def _pair_order(self, weight: torch.Tensor) -> torch.Tensor:
+        """C's weight (d, H * 2N), whose columns are per head [Re x (N), Im x (N)], with its columns reordered to per head
+        N pairs (re, im): the layout of view_as_real(state), read as stored by the decode step."""
+        return weight.unflatten(1, (self.num_heads, 2, self.head_state_size)).transpose(-1, -2).flatten(1)

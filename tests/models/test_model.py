@@ -251,3 +251,30 @@ def test_token_classification_ignores_minus_100_labels():
         out = model(ids, labels=labels)
         expected = torch.nn.functional.cross_entropy(out.logits[:, -1], labels[:, -1])
     assert torch.allclose(out.loss, expected, atol=1e-6)
+
+
+def _explicit_rms_norm(norm, x):
+    """The block's RMSNorm written out: float32 statistics, back to the input dtype, times the weight."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.eps)
+    return norm.weight * h.to(x.dtype)
+
+
+def test_rms_norm_fused_path_equals_explicit_formula():
+    """In float32 the block RMSNorm runs torch's fused rms_norm: the same values as the explicit formula, bit for bit,
+    and the same gradients (<= 1e-6); a bfloat16 input keeps the explicit path (float32 statistics, a float32 result
+    with the float32 weight)."""
+    from hf_ssm.modeling.attention import HybridSSMRMSNorm
+
+    torch.manual_seed(0)
+    norm = HybridSSMRMSNorm(48, eps=1e-5)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(3, 7, 48, requires_grad=True)
+    fused, explicit = norm(x), _explicit_rms_norm(norm, x)
+    assert torch.equal(fused, explicit)
+    (g_fused,) = torch.autograd.grad(fused.square().sum(), x)
+    (g_explicit,) = torch.autograd.grad(explicit.square().sum(), x)
+    assert (g_fused - g_explicit).abs().max().item() <= 1e-6
+    half = x.detach().bfloat16()
+    assert torch.equal(norm(half), _explicit_rms_norm(norm, half)) and norm(half).dtype == torch.float32
