@@ -29,9 +29,13 @@ from .pd_ops import bank_indices, bind_pd_op, bound_op_key, dictionary_indices, 
 
 
 def _is_plain_linear(module: nn.Module) -> bool:
-    """An nn.Linear itself (not a subclass or a wrapper such as PEFT LoRA's) without hooks: its product may be taken
-    on its weight directly (stacked, reordered) with the same result as calling it."""
-    return type(module) is nn.Linear and not (module._forward_hooks or module._forward_pre_hooks)
+    """An nn.Linear itself (not a subclass or a wrapper such as PEFT LoRA's), without hooks or a replaced forward: its
+    product may be taken on its weight directly (stacked, reordered) with the same result as calling it."""
+    return (
+        type(module) is nn.Linear
+        and not (module._forward_hooks or module._forward_pre_hooks)
+        and "forward" not in module.__dict__  # a forward replaced on the instance (e.g. Accelerate's offload hooks)
+    )
 
 
 def _exact_gelu(x: torch.Tensor) -> torch.Tensor:
@@ -102,6 +106,7 @@ class PDSSMMixer(nn.Module):
         # A variant without a learnt phase (or magnitude) has no MLP for it at all.
         self.diagonal_kind = getattr(config, "pd_ssm_diagonal", "complex")
         width = config.pd_ssm_mlp_width
+        self.mlp_hidden_size = h * width  # of each MLP's hidden layer, all heads
         if self.diagonal_kind in ("complex", "magnitude"):
             self.magnitude = HeadwiseMLP(d, h, width, n, config.pd_ssm_magnitude_bias_init)
         if self.diagonal_kind == "complex":
@@ -208,8 +213,12 @@ class PDSSMMixer(nn.Module):
         layer kind, and every map a plain nn.Linear without hooks (a wrapper such as PEFT LoRA must still apply)."""
         if self.diagonal_kind != "complex" or self.input_kind != "projection":
             return None
-        maps = [self.in_proj, self.selection, self.magnitude.up, self.phase.up, self.out_proj]
-        return maps if all(_is_plain_linear(m) for m in maps) else None
+        # Read from _modules: attribute access to a submodule goes through nn.Module.__getattr__, and for these five
+        # that alone costs several µs of a step of about 90.
+        mods = self._modules
+        mag, phase = mods["magnitude"]._modules, mods["phase"]._modules
+        maps = [mods["in_proj"], mods["selection"], mag["up"], phase["up"], mods["out_proj"]]
+        return maps if all(map(_is_plain_linear, maps)) else None
 
     def _decode_weights(self):
         """(in weight, in bias, down or None, out weight) of the fused decode step (see above), or None where it does
@@ -217,9 +226,11 @@ class PDSSMMixer(nn.Module):
         maps = self._decode_maps()
         if maps is None:
             return None
-        params = [p for m in maps for p in (m.weight, m.bias) if p is not None]
-        params += [self.magnitude.down_weight, self.magnitude.down_bias, self.phase.down_weight, self.phase.down_bias]
-        key = tuple((id(p), p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+        # every parameter the stack is built from (the MLPs' own parameters are their per-head output layers); a new
+        # parameter, new storage (also a dtype or device change) or an in-place update changes the key
+        owners = (*maps, self._modules["magnitude"], self._modules["phase"])
+        params = [p for owner in owners for p in owner._parameters.values() if p is not None]
+        key = tuple([(id(p), p.data_ptr(), p._version) for p in params])
         cached = self._decode_weights_cache
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -247,7 +258,7 @@ class PDSSMMixer(nn.Module):
         in_weight, in_bias, down, out_weight = weights
         batch = u.shape[0]
         h, n, k = self.num_heads, self.head_state_size, self.dict_size
-        width = self.magnitude.heads * self.magnitude.width
+        width = self.mlp_hidden_size
         z = nn.functional.linear(u, in_weight, in_bias)  # [B u, W_s u, first MLP layers (, a zero pad)]
         b = torch.view_as_complex(z[..., : 2 * h * n].float().view(batch, 1, h, n, 2))
         logits = z[..., 2 * h * n : 2 * h * n + h * k].float().view(batch, 1, h, k)

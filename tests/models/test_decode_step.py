@@ -137,8 +137,9 @@ def test_fused_decode_weights_follow_parameter_updates():
 
 
 def test_decode_step_keeps_wrapped_and_hooked_maps():
-    """A map of u_t that is wrapped (here a subclass of nn.Linear, as PEFT's LoRA layers are) or hooked is not folded
-    into the stacked product: the decode step calls it, so the wrapper's change and the hook still apply."""
+    """A map that is wrapped (here a subclass of nn.Linear, as PEFT's LoRA layers are), hooked, or has its forward
+    replaced is not folded into the stacked products: the decode step calls it, so the wrapper, hook or new forward
+    still applies."""
     mixer = _mixer()
     calls = []
     mixer.in_proj.register_forward_hook(lambda module, args, out: calls.append(out.shape))
@@ -156,6 +157,14 @@ def test_decode_step_keeps_wrapped_and_hooked_maps():
     scaled.weight = mixer.selection.weight
     mixer.selection = scaled
     assert mixer._decode_weights() is None
+
+    mixer = _mixer()  # a forward replaced on the instance, as Accelerate's offload hooks do
+    plain_forward = mixer.out_proj.forward
+    mixer.out_proj.forward = lambda x: calls.append("out_proj") or plain_forward(x)
+    assert mixer._decode_weights() is None
+    with torch.no_grad():
+        mixer(torch.randn(2, 1, 32))
+    assert calls[-1] == "out_proj"
 
 
 def test_exact_gelu_equals_torch_gelu():
