@@ -271,7 +271,8 @@ class PDSSMMixer(nn.Module):
         selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
         op = self.scan_op(u.device)
         states, final = op(selection, self.dictionary, dv, b, x0, mask, self.temperature)
-        y = nn.functional.linear(torch.view_as_real(states).reshape(batch, 1, 2 * h * n), out_weight)
+        pairs = torch.view_as_real(states).reshape(batch, 1, 2 * h * n).to(out_weight.dtype)
+        y = nn.functional.linear(pairs, out_weight)
         return torch.addcmul(y, self.skip, u).to(u.dtype), final
 
     def scan_op(self, device: torch.device):

@@ -122,6 +122,19 @@ def test_fused_decode_step_under_bf16_autocast():
     assert (x - x_ref).abs().max().item() <= 1e-2
 
 
+def test_fused_decode_step_of_a_bfloat16_model():
+    """A mixer whose weights are bfloat16 (model.to(torch.bfloat16)) decodes through the stacked products with a
+    bfloat16 input: the output is bfloat16 and within bfloat16 rounding of the sequence path (<= 5e-2), the state
+    complex64."""
+    mixer = _mixer().to(torch.bfloat16)
+    u, state = torch.randn(2, 1, 32).bfloat16(), torch.randn(2, 1, 5, dtype=torch.complex64)
+    (y, x), (y_ref, x_ref) = _step_both_ways(mixer, u, state)
+    assert mixer._decode_weights() is not None
+    assert y.dtype == y_ref.dtype == torch.bfloat16 and x.dtype == torch.complex64
+    assert (y.float() - y_ref.float()).abs().max().item() <= 5e-2
+    assert (x - x_ref).abs().max().item() <= 5e-2
+
+
 def test_fused_decode_weights_follow_parameter_updates():
     """The stacked weights are rebuilt after an in-place update of any parameter they come from (an optimizer step,
     load_state_dict), so a decode step never uses stale weights."""
