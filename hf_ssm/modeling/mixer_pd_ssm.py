@@ -38,15 +38,20 @@ def _is_plain_linear(module: nn.Module) -> bool:
     )
 
 
+def _diagonal_from_gates(magnitude: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
+    """D = |D| exp(i arg D) with |D| = magnitude and arg D = 2 pi phase, both gates in (0, 1): complex64."""
+    return torch.polar(magnitude, (2 * math.pi) * phase)
+
+
+_SQRT_HALF = math.sqrt(0.5)
+
+
 def _exact_gelu(x: torch.Tensor) -> torch.Tensor:
     """GELU(x) = x/2 (1 + erf(x / sqrt 2)), as nn.functional.gelu, for the few elements of a decode step: on CPU,
     F.gelu hands a contiguous float tensor to oneDNN, whose fixed cost is several times that of these four ops."""
     xf = x.float()  # like F.gelu, in float32 also for a bfloat16 input
     half = xf * 0.5
     return torch.addcmul(half, half, torch.erf(xf * _SQRT_HALF)).to(x.dtype)
-
-
-_SQRT_HALF = math.sqrt(0.5)
 
 
 class HeadwiseMLP(nn.Module):
@@ -174,9 +179,7 @@ class PDSSMMixer(nn.Module):
     @staticmethod
     def _complex_diagonal(mag_out: torch.Tensor, phase_out: torch.Tensor) -> torch.Tensor:
         """D = sigmoid(mag_out) exp(2 pi i sigmoid(phase_out)), from the two MLPs' outputs (B, T, H, N)."""
-        magnitude = torch.sigmoid(mag_out.float())
-        angle = (2 * math.pi) * torch.sigmoid(phase_out.float())
-        return torch.polar(magnitude, angle)
+        return _diagonal_from_gates(torch.sigmoid(mag_out.float()), torch.sigmoid(phase_out.float()))
 
     def step_inputs(self, u: torch.Tensor) -> torch.Tensor:
         """b_t = B u_t, or zeros with pd_ssm_input="none": (B, T, H, N) complex64."""
@@ -265,7 +268,7 @@ class PDSSMMixer(nn.Module):
         hidden = _exact_gelu(z[..., 2 * h * n + h * k : 2 * h * n + h * k + 2 * width])  # both MLPs' hidden layers
         if down is not None:  # one sigmoid call for |D| and arg D
             gates = torch.sigmoid(nn.functional.linear(hidden, *down).float()).view(batch, 1, 1, 2 * n)
-            dv = torch.polar(gates[..., :n], (2 * math.pi) * gates[..., n:])
+            dv = _diagonal_from_gates(gates[..., :n], gates[..., n:])
         else:
             dv = self._complex_diagonal(self.magnitude.down(hidden[..., :width]), self.phase.down(hidden[..., width:]))
         selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
