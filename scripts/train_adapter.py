@@ -10,7 +10,8 @@ PD-SSM adapter; trained on 1-10 transitions, tested up to 80. Examples:
     accelerate launch scripts/train_adapter.py --base_model Qwen/Qwen2.5-1.5B --dtype bfloat16 --task s5
 
 The run folder holds settings.json, results.json / results.md, accuracy_vs_transitions.png, base/ (tiny base
-only), and per method its weights (<method>/adapter, the SSM adapter with a model card README.md).
+only), and per method its weights (<method>/adapter, the SSM adapter with a model card README.md). The card goes
+into a shared folder such as model_cards/ only when asked: --model_card_dir model_cards.
 """
 
 from __future__ import annotations
@@ -47,7 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="also merge one record per method into this JSON list (e.g. results/adapter/summary.json)",
     )
     parser.add_argument(
-        "--model_card_dir", default="model_cards", help="also write the adapter's model card here ('' to skip)"
+        "--model_card_dir",
+        default="",
+        help="also publish the adapter's model card into this folder, e.g. model_cards (default: only the run "
+        "folder's copy, <output_dir>/<method>/adapter/README.md; publishing overwrites a card of the same name)",
     )
     defaults = AdapterExperimentSettings()
     for f in fields(AdapterExperimentSettings):

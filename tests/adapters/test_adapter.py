@@ -29,7 +29,7 @@ from hf_ssm.adapters import (
 )
 from hf_ssm.adapters.lora import add_lora, lora_rank_for_budget
 from hf_ssm.modeling import SSM_MIXER_CLASSES
-from model_checks import run_script
+from model_checks import ROOT, run_script
 
 VOCAB = 61
 PD_SETTINGS = {"pd_ssm_head_state_size": 5, "pd_ssm_num_heads": 2, "pd_ssm_dict_size": 4}
@@ -396,7 +396,8 @@ def test_answer_word_logits_equal_the_full_lm_head_at_those_words(method):
 
 def test_train_adapter_script_smoke_run(tmp_path):
     """scripts/train_adapter.py runs offline on the built-in tiny Qwen2 and writes results, plot, the adapter
-    (only adapter files plus its model card) and the card in --model_card_dir; bad arguments exit clearly."""
+    (only adapter files plus its model card); it leaves the repository's model_cards/ alone unless
+    --model_card_dir asks for a published copy; bad arguments exit clearly."""
     tiny = [
         "--tiny_hidden_size", "16", "--tiny_layers", "1", "--tiny_heads", "2", "--pretrain_steps", "2",
         "--pretrain_batch_size", "2", "--max_steps", "3", "--eval_every", "3", "--batch_size", "4",
@@ -405,11 +406,17 @@ def test_train_adapter_script_smoke_run(tmp_path):
     ]  # fmt: skip
     cards = tmp_path / "cards"
     args = ["train_adapter", "--output_dir", str(tmp_path / "run")]
-    result = run_script(
-        *args, "--methods", "fewshot,probe,lora,ssm,ssm_classifier,lora_classifier", "--model_card_dir", str(cards),
-        *tiny, "--train_examples", "6", "--feature_cache", "disk", "--summary_json", str(tmp_path / "summary.json"),
-        timeout=300,
-    )  # fmt: skip
+    published = {p.name: p.read_bytes() for p in (ROOT / "model_cards").iterdir()}
+    run_args = [
+        *args, "--methods", "fewshot,probe,lora,ssm,ssm_classifier,lora_classifier", *tiny, "--train_examples", "6",
+        "--feature_cache", "disk", "--summary_json", str(tmp_path / "summary.json"),
+    ]  # fmt: skip
+    result = run_script(*run_args, timeout=300)  # from the repository root, no --model_card_dir
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {p.name: p.read_bytes() for p in (ROOT / "model_cards").iterdir()} == published
+    assert not cards.exists()
+    # publishing is explicit: the resumed run reuses every finished method and writes the cards into --model_card_dir
+    result = run_script(*run_args, "--resume", "--model_card_dir", str(cards), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "run"
     summary = json.loads((run / "results.json").read_text())
