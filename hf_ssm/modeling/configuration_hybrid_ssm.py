@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import warnings
 
 from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
@@ -45,6 +46,23 @@ SCAN_BACKENDS = ("auto", "torch", "triton")
 # What one decoder layer computes around its mixer (docs/design.md §7.1): the package's pre-norm residual block with a
 # SwiGLU MLP, or the PD-SSM authors' state-tracking block (post-norm, no residual, no MLP).
 BLOCK_TYPES = ("pre_norm_residual", "post_norm_mixer")
+
+# Fields whose value decides what the saved weights compute, often with the same parameter names and shapes (a
+# dictionary PD-SSM checkpoint loads cleanly as a bank one): from_pretrained refuses an override of any of them that
+# differs from the checkpoint's value unless `allow_weight_meaning_change=True` is passed (HybridSSMConfig.from_dict).
+WEIGHT_MEANING_FIELDS = (
+    "mixers",
+    "block_type",
+    "hidden_act",
+    "pd_ssm_transition",
+    "pd_ssm_diagonal",
+    "pd_ssm_input",
+    "pd_ssm_initial_state",
+    "lru_normalization",
+    "lrc_input_term",
+    "classifier_pooling",
+)
+ALLOW_WEIGHT_MEANING_CHANGE = "allow_weight_meaning_change"
 
 # Cache layer type of each mixer kind, as transformers' DynamicCache(config=...) understands them:
 # attention keeps keys/values, an SSM layer only its recurrent state.
@@ -107,17 +125,47 @@ def check_config_keys(keys, source: str = "config", config_class=None) -> None:
             )
 
 
-def _reject_misspelt_mixer_fields(config_class, keys) -> None:
-    """ValueError for a keyword that starts like a registered mixer's fields (its field prefixes) but is neither
-    a declared field nor one a registered mixer adds."""
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance: the fewest single-character insertions, deletions and substitutions from a to b."""
+    previous = list(range(len(b) + 1))
+    for i, char_a in enumerate(a, 1):
+        current = [i]
+        for j, char_b in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char_a != char_b)))
+        previous = current
+    return previous[-1]
+
+
+def _typo_of(key: str, names) -> str | None:
+    """The name in `names` that `key` is a typo of (edit distance 1, or 2 for names of 8+ characters), else None."""
+    near = [(edit_distance(key, name), name) for name in names]
+    near = [(d, name) for d, name in near if d <= (2 if len(name) >= 8 else 1)]
+    return min(near)[1] if near else None
+
+
+def _reject_misspelt_fields(config_class, keys) -> None:
+    """ValueError for an extra key (not a declared field) that is most likely a misspelt field of this class.
+
+    The rule: a key that is a declared field (this class's, PretrainedConfig's, or one a registered mixer adds),
+    an old field name, `num_labels` or private (leading underscore) passes. Any other key is refused when
+    (a) it starts with a registered mixer's field prefix (`pd_ssm_`, `lru_`, ...), or (b) it is within a small
+    edit distance of one of this class's own fields (1, or 2 for fields of 8+ characters), naming the closest
+    field. Every other unknown key becomes a plain attribute, as transformers does for extra keys (`architectures`,
+    `auto_map`, task-specific settings...); none of the keys transformers itself sets is that close to a field.
+    """
     prefixes = field_prefixes()
-    valid = [*config_field_names(config_class), *registered_config_fields()]
+    declared = {*config_field_names(config_class), *registered_config_fields()}
     for key in keys:
-        if key.startswith(prefixes) and key not in valid and key not in RENAMED_CONFIG_FIELDS:
+        if key in declared or key in RENAMED_CONFIG_FIELDS or key == "num_labels" or key.startswith("_"):
+            continue
+        if key.startswith(prefixes):
             prefix = next(p for p in prefixes if key.startswith(p))
-            same_prefix = sorted(name for name in valid if name.startswith(prefix))
+            same_prefix = sorted(name for name in declared if name.startswith(prefix))
             hint = _closest(key, same_prefix) or f"; its fields with this prefix: {same_prefix}"
             raise ValueError(f"`{key}` is not a {config_class.__name__} field{hint}")
+        typo_of = _typo_of(key, _own_fields())
+        if typo_of is not None:
+            raise ValueError(f"`{key}` is not a {config_class.__name__} field; did you mean `{typo_of}`?")
 
 
 def _own_fields() -> frozenset:
@@ -214,6 +262,13 @@ class HybridSSMConfig(PretrainedConfig):
         block_dropout: dropout probability in [0, 1) on the mixer output of a `"post_norm_mixer"` block (the
             authors use 0.01); must be 0 for `"pre_norm_residual"`, which has no dropout there.
 
+    Extra keys: like any transformers config, this one keeps an unknown keyword (or `config.x = ...`, or a key of
+    a loaded config.json) as a plain attribute, since transformers itself adds some (`architectures`, `auto_map`,
+    `_name_or_path`, ...). A key that is most likely a misspelt field is refused instead, naming the closest
+    field: one that starts with a mixer's field prefix (`pd_ssm_`, `lru_`, `lrc_`, `deer_`) without being a field,
+    or one within edit distance 1 of a field (2 for fields of 8 or more characters), e.g. `hiden_size` or
+    `block_typ` (`_reject_misspelt_fields`).
+
     Renamed fields (docs/design.md §9.1): `pd_ssm_state_size` is now `pd_ssm_head_state_size`, `lru_state_size`
     `lru_total_state_size`, `lru_block_size` `lru_group_size` and `lrc_state_size` `lrc_num_channels`, with the
     same values. The old names (legacy_names.RENAMED_CONFIG_FIELDS) still work everywhere a field name does, so
@@ -283,7 +338,7 @@ class HybridSSMConfig(PretrainedConfig):
 
     def __post_init__(self, **kwargs):
         self._take_renamed_fields(kwargs)
-        _reject_misspelt_mixer_fields(type(self), kwargs)
+        _reject_misspelt_fields(type(self), kwargs)
         for name, default in registered_config_fields().items():  # fields of mixers registered outside this file
             setattr(self, name, kwargs.pop(name, default))
         self._check_values()
@@ -333,30 +388,53 @@ class HybridSSMConfig(PretrainedConfig):
             key = warn_renamed_field(key, type(self).__name__)
         if key in _own_fields() and self.__dict__.get("_post_init_done"):
             self._apply_changes({key: value})
-        else:
-            super().__setattr__(key, value)
+            return
+        if key not in self.__dict__ and not hasattr(type(self), key):  # a new extra attribute: not a typo of a field
+            _reject_misspelt_fields(type(self), [key])
+        super().__setattr__(key, value)
 
     def update(self, config_dict: dict) -> None:
         """Like PretrainedConfig.update, but this class's fields change together, then are validated once: use it
         to change fields that depend on each other, e.g. `config.update({"num_hidden_layers": 2, "mixers": "SA"})`."""
         config_dict = rename_config_fields(config_dict, type(self).__name__)
         own = {k: v for k, v in config_dict.items() if k in _own_fields()}
-        _reject_misspelt_mixer_fields(type(self), config_dict)
+        _reject_misspelt_fields(type(self), config_dict)
         super().update({k: v for k, v in config_dict.items() if k not in own})
         self._apply_changes(own)
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
         """PretrainedConfig.from_dict; keyword overrides of this class's fields (`from_pretrained(path,
-        mixers="SA")`) are applied together and validated, and a misspelt mixer field is refused. Old field names,
-        in `config_dict` (a config saved before a renaming) or in `kwargs`, load into their new fields."""
+        mixers="SA")`) are applied together and validated, and a misspelt field is refused. Old field names,
+        in `config_dict` (a config saved before a renaming) or in `kwargs`, load into their new fields.
+
+        An override of a field in WEIGHT_MEANING_FIELDS that differs from the saved value (e.g.
+        `from_pretrained(dictionary_checkpoint, pd_ssm_transition="bank")`) would load the saved weights into a
+        layer that computes something else, often without a missing or unexpected parameter to show it: it is
+        refused unless `allow_weight_meaning_change=True` is passed too, which loads it with a warning."""
+        allow = kwargs.pop(ALLOW_WEIGHT_MEANING_CHANGE, False)
+        if not isinstance(allow, bool):
+            raise TypeError(f"`{ALLOW_WEIGHT_MEANING_CHANGE}` must be True or False, got {allow!r}")
         kwargs = rename_config_fields(kwargs, cls.__name__)
-        _reject_misspelt_mixer_fields(cls, kwargs)
+        _reject_misspelt_fields(cls, kwargs)
         own = {k: kwargs.pop(k) for k in list(kwargs) if k in _own_fields()}
         result = super().from_dict(config_dict, **kwargs)
         config = result[0] if isinstance(result, tuple) else result
         if own:
+            saved = {name: getattr(config, name) for name in WEIGHT_MEANING_FIELDS}
             config._apply_changes(own)
+            changed = {
+                name: (saved[name], getattr(config, name)) for name in saved if getattr(config, name) != saved[name]
+            }
+            if changed:
+                listed = ", ".join(f"`{name}` {old!r} -> {new!r}" for name, (old, new) in changed.items())
+                if not allow:
+                    raise ValueError(
+                        f"the override {listed} changes what the saved weights compute (the checkpoint was saved with "
+                        f"the first value); load with the saved value, or pass {ALLOW_WEIGHT_MEANING_CHANGE}=True to "
+                        "reinterpret the weights on purpose (e.g. to start a new model from them)"
+                    )
+                warnings.warn(f"loading with {listed}: the saved weights now compute something else", stacklevel=2)
         return result
 
     def _apply_changes(self, changes: dict) -> None:
@@ -491,4 +569,4 @@ class HybridSSMConfig(PretrainedConfig):
 # The fields this class declares itself (new fields join automatically): changes to them are re-validated.
 _OWN_FIELDS = frozenset(vars(HybridSSMConfig)["__annotations__"])
 
-__all__ = ["HybridSSMConfig", "check_config_keys", "config_field_names"]
+__all__ = ["WEIGHT_MEANING_FIELDS", "HybridSSMConfig", "check_config_keys", "config_field_names"]

@@ -8,6 +8,7 @@ the field and what it accepts; a failed change leaves the config as it was.
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -43,16 +44,18 @@ def saved_ssm_model(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore:loading with `mixers`")
 def test_from_pretrained_with_a_mixers_pattern_rebuilds_mixers_and_layer_types(saved_ssm_model):
     """`from_pretrained(path, mixers="AS")` (a KeyError 'A' before) resolves the pattern and re-derives layer_types,
     for the config class, AutoConfig and the model."""
+    allow = {"allow_weight_meaning_change": True}  # a new layer stack for saved weights is a deliberate choice
     for config in (
-        HybridSSMConfig.from_pretrained(saved_ssm_model, mixers="AS"),
-        AutoConfig.from_pretrained(saved_ssm_model, mixers="AS"),
+        HybridSSMConfig.from_pretrained(saved_ssm_model, mixers="AS", **allow),
+        AutoConfig.from_pretrained(saved_ssm_model, mixers="AS", **allow),
     ):
         assert config.mixers == ["attention", "pd_ssm"]
         assert config.layer_types == ["full_attention", "linear_attention"]
-    model = AutoModelForCausalLM.from_pretrained(saved_ssm_model, mixers="AS")
+    model = AutoModelForCausalLM.from_pretrained(saved_ssm_model, mixers="AS", **allow)
     assert model.config.mixers == ["attention", "pd_ssm"]
     assert type(model.model.layers[0].mixer).__name__ == "HybridSSMAttention"
     assert model(torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 32)
@@ -129,6 +132,7 @@ def test_from_pretrained_overrides_are_validated(saved_ssm_model, overrides, mes
         HybridSSMConfig.from_pretrained(saved_ssm_model, **overrides)
 
 
+@pytest.mark.filterwarnings("ignore:loading with `mixers`")
 def test_a_config_json_as_saved_by_earlier_versions_loads_and_takes_overrides(tmp_path):
     """A checkpoint config with transformers' bookkeeping keys and derived fields (as hf_ssm has always saved it)
     loads, unknown keys without a mixer prefix stay PretrainedConfig extras, and an override re-derives."""
@@ -148,7 +152,8 @@ def test_a_config_json_as_saved_by_earlier_versions_loads_and_takes_overrides(tm
     (tmp_path / "config.json").write_text(json.dumps(saved))
     config = AutoConfig.from_pretrained(tmp_path)
     assert config.mixers == ["pd_ssm", "attention"] and config.some_future_extra == 1
-    changed = AutoConfig.from_pretrained(tmp_path, mixers="AA")  # the saved layer_types give way to the new mixers
+    # the saved layer_types give way to the new mixers
+    changed = AutoConfig.from_pretrained(tmp_path, mixers="AA", allow_weight_meaning_change=True)
     assert changed.layer_types == ["full_attention", "full_attention"]
 
 
@@ -214,3 +219,84 @@ def test_unknown_override_keys_are_refused_with_the_closest_valid_name(key, clos
     ):
         check_config_keys({key: 1}, "--override")
     check_config_keys({"hidden_size": 1, "num_labels": 3, "id2label": {}}, "--override")  # valid keys pass
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 27 point 3: misspelt fields outside the mixer prefixes, through every way of setting a key
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "closest"),
+    [("block_typ", "block_type"), ("hiden_size", "hidden_size"), ("num_hiden_layers", "num_hidden_layers"),
+     ("vocab_sise", "vocab_size"), ("mixer", "mixers")],
+)  # fmt: skip
+def test_a_typo_of_a_field_is_refused_however_it_is_set(key, closest, tmp_path):
+    """Keyword, update, from_pretrained override, a key of a loaded config.json and attribute assignment all refuse
+    a key within a small edit distance of a field, naming it (before: kept as an ignored extra attribute)."""
+    message = f"`{key}` is not a HybridSSMConfig field; did you mean `{closest}`"
+    with pytest.raises(ValueError, match=message):
+        tiny_config(**{key: 1})
+    config = tiny_config()
+    with pytest.raises(ValueError, match=message):
+        config.update({key: 1})
+    with pytest.raises(ValueError, match=message):
+        setattr(config, key, 1)
+    assert not hasattr(config, key) and config.to_dict() == tiny_config().to_dict()
+    config.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        AutoConfig.from_pretrained(tmp_path, **{key: 1})
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, key: 1}))
+    with pytest.raises(ValueError, match=message):
+        AutoConfig.from_pretrained(tmp_path)
+
+
+def test_a_mixer_field_typo_is_refused_on_assignment_too():
+    """`config.pd_ssm_stat_size = 4` is refused as `update({...})` and the keyword already were."""
+    config = tiny_config()
+    with pytest.raises(ValueError, match="`pd_ssm_stat_size` is not a HybridSSMConfig field; did you mean"):
+        config.pd_ssm_stat_size = 4
+
+
+def test_extra_keys_transformers_sets_and_distant_unknown_keys_still_pass(tmp_path):
+    """The rule leaves transformers' own extras and keys far from every field alone: a saved model reloads with
+    its `architectures` / `auto_map`, generate works, and an unrelated extra key is kept as an attribute."""
+    config = tiny_config(mixers="PA", my_experiment_tag="run-7")
+    config.architectures = ["HybridSSMForCausalLM"]
+    config.dataset_note = "synthetic"
+    model = HybridSSMForCausalLM(config)
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert loaded.config.my_experiment_tag == "run-7" and loaded.config.dataset_note == "synthetic"
+    assert loaded.config.architectures == ["HybridSSMForCausalLM"]
+    loaded.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=2, do_sample=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 27 point 4: an override that changes what the saved weights compute is refused unless asked for
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_a_dictionary_checkpoint_does_not_load_silently_as_a_bank_model(tmp_path):
+    """`from_pretrained(dictionary_ckpt, pd_ssm_transition="bank")` loaded every weight without a word (same names
+    and shapes, another function); now it is refused naming the field and both values, unless
+    allow_weight_meaning_change=True, which warns. Overrides to the saved value or of settings that do not change
+    the function (scan_backend) still load quietly."""
+    HybridSSMForCausalLM(tiny_config(mixers="PA")).save_pretrained(tmp_path)
+    message = "`pd_ssm_transition` 'dictionary' -> 'bank' changes what the saved weights compute"
+    with pytest.raises(ValueError, match=message):
+        AutoModelForCausalLM.from_pretrained(tmp_path, pd_ssm_transition="bank")
+    with pytest.raises(ValueError, match="`block_type` 'pre_norm_residual' -> 'post_norm_mixer'"):
+        AutoConfig.from_pretrained(tmp_path, block_type="post_norm_mixer")
+    with pytest.warns(UserWarning, match="the saved weights now compute something else"):
+        model = AutoModelForCausalLM.from_pretrained(
+            tmp_path, pd_ssm_transition="bank", allow_weight_meaning_change=True
+        )
+    assert model.config.pd_ssm_transition == "bank" and not hasattr(model.config, "allow_weight_meaning_change")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        same = AutoModelForCausalLM.from_pretrained(tmp_path, pd_ssm_transition="dictionary", scan_backend="torch")
+    assert same.config.scan_backend == "torch"
+    with pytest.raises(TypeError, match="`allow_weight_meaning_change` must be True or False"):
+        AutoConfig.from_pretrained(tmp_path, allow_weight_meaning_change="yes")
