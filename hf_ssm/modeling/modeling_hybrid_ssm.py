@@ -189,7 +189,14 @@ class HybridSSMPreTrainedModel(PreTrainedModel):
         return super().save_pretrained(save_directory, *args, **kwargs)
 
 
+def _check_is_tensor(name: str, value) -> None:
+    """TypeError naming the argument unless `value` is a torch.Tensor (a list gave AttributeError: no 'dtype')."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"`{name}` must be a torch.Tensor, got {type(value).__name__}; wrap it: torch.tensor(...)")
+
+
 def _check_input_ids(input_ids: torch.Tensor) -> None:
+    _check_is_tensor("input_ids", input_ids)
     if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
         raise TypeError(f"`input_ids` must be an integer tensor (torch.long), got dtype {input_ids.dtype}")
     if input_ids.dim() != 2:
@@ -247,7 +254,10 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
         started = any(cache.layers[i].is_recurrent_states_initialized[0] for i in self.config.ssm_layer_indices)
         return None if started else 0
 
-    def _check_attention_mask(self, attention_mask, batch: int, steps: int, past: int | None) -> None:
+    def _check_attention_mask(
+        self, attention_mask, batch: int, steps: int, past: int | None, read_values: bool
+    ) -> None:
+        """Shape (and, with `read_values`, one host read: every entry 0 or 1) of the padding mask."""
         if isinstance(attention_mask, dict):  # what generate builds for static caches, which are refused
             raise ValueError(
                 "`attention_mask` must be the 2-D padding mask (batch, past + seq_len), not a per-layer-type dict"
@@ -274,6 +284,13 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
                 f"`attention_mask` must have shape (batch, past + seq_len) = ({batch}, {past} + {steps}), "
                 f"got {tuple(attention_mask.shape)}"
             )
+        if read_values and attention_mask.dtype != torch.bool:
+            bad = (attention_mask != 0) & (attention_mask != 1)
+            if bool(bad.any()):
+                raise ValueError(
+                    "`attention_mask` must hold only 1 (a real token) and 0 (padding), got the value "
+                    f"{attention_mask[bad][0].item()!r}"
+                )
 
     @capture_outputs
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
@@ -300,6 +317,7 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
             _check_input_ids(input_ids)
             batch, steps = input_ids.shape
         else:
+            _check_is_tensor("inputs_embeds", inputs_embeds)
             if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_size:
                 raise ValueError(
                     f"`inputs_embeds` must have shape (batch, seq_len, {self.config.hidden_size}), "
@@ -312,15 +330,21 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
             raise ValueError("the batch is empty (batch size 0 in `input_ids` / `inputs_embeds`)")
         if steps == 0:
             raise ValueError("the input sequence is empty (seq_len = 0)")
-        if position_ids is not None and (
-            position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch) or position_ids.shape[1] != steps
-        ):
-            raise ValueError(
-                f"`position_ids` must have shape (batch or 1, seq_len) = ({batch} or 1, {steps}), "
-                f"got {tuple(position_ids.shape)}"
-            )
+        if position_ids is not None:
+            _check_is_tensor("position_ids", position_ids)
+            if position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch) or position_ids.shape[1] != steps:
+                raise ValueError(
+                    f"`position_ids` must have shape (batch or 1, seq_len) = ({batch} or 1, {steps}), "
+                    f"got {tuple(position_ids.shape)}"
+                )
+            if position_ids.is_floating_point() or position_ids.is_complex() or position_ids.dtype == torch.bool:
+                raise TypeError(
+                    f"`position_ids` must be an integer tensor (torch.long), got dtype {position_ids.dtype}"
+                )
         # A decode step reads no tensor value on the host (see the class docstring).
         decode_step = steps == 1 and cache is not None
+        if position_ids is not None and not decode_step and bool((position_ids < 0).any()):
+            raise ValueError(f"`position_ids` must be >= 0, got a minimum of {int(position_ids.min())}")
         if input_ids is not None:
             if not decode_step:
                 _check_token_range("input_ids", input_ids, self.config.vocab_size, "config.vocab_size")
@@ -346,7 +370,7 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
             self._check_cache(cache)
         past = self._past_length(cache)
         if attention_mask is not None:
-            self._check_attention_mask(attention_mask, batch, steps, past)
+            self._check_attention_mask(attention_mask, batch, steps, past, read_values=not decode_step)
 
         ssm_mask = None
         if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
@@ -443,8 +467,11 @@ class HybridSSMForCausalLM(HybridSSMPreTrainedModel, GenerationMixin):
     ) -> CausalLMOutputWithPast:
         """labels (B, T): next-token targets are labels shifted by one inside the loss; -100 is ignored."""
         if labels is not None:
+            _check_is_tensor("labels", labels)
+            if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+                raise TypeError(f"`labels` must be integer token ids (torch.long), got dtype {labels.dtype}")
             inputs = input_ids if input_ids is not None else inputs_embeds
-            if inputs is not None and tuple(labels.shape) != tuple(inputs.shape[:2]):
+            if isinstance(inputs, torch.Tensor) and tuple(labels.shape) != tuple(inputs.shape[:2]):
                 raise ValueError(
                     f"`labels` must have the shape of the input (batch, seq_len) = {tuple(inputs.shape[:2])}, "
                     f"got {tuple(labels.shape)}"
@@ -494,6 +521,7 @@ def _pool(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, pool
 def check_sequence_labels(labels: torch.Tensor, batch: int, config) -> None:
     """labels for transformers' ForSequenceClassificationLoss: (B,) class ids, (B, num_labels) floats for
     multi-label, (B,) / (B, num_labels) floats for regression. Its problem-type rule decides which."""
+    _check_is_tensor("labels", labels)
     num_labels = config.num_labels
     problem_type = config.problem_type
     if problem_type is None:  # the rule ForSequenceClassificationLoss applies (and records in the config)
@@ -634,6 +662,7 @@ class HybridSSMForTokenClassification(_HybridSSMWithScoreHead):
         logits = self.score(outputs.last_hidden_state)
         loss = None
         if labels is not None:
+            _check_is_tensor("labels", labels)
             if labels.is_floating_point() or tuple(labels.shape) != tuple(logits.shape[:2]):
                 raise ValueError(
                     f"`labels` must be integer class ids of shape (batch, seq_len) = {tuple(logits.shape[:2])}, "

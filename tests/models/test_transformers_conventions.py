@@ -440,3 +440,39 @@ def test_prefill_still_checks_token_ids():
     model = HybridSSMForCausalLM(tiny_config("SA")).eval()
     with pytest.raises(ValueError, match=r"input_ids.*\[0, 37\)"):
         model(torch.tensor([[1, 2, 37]]), cache=DynamicCache(config=model.config), use_cache=True)
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "error", "message"),
+    [
+        ("labels", torch.rand(2, 5), TypeError, r"`labels` must be integer token ids \(torch.long\), got dtype"),
+        ("labels", [[1, 2, 3, 4, 5]] * 2, TypeError, "`labels` must be a torch.Tensor, got list"),
+        ("input_ids", [[1, 2, 3, 4, 5]] * 2, TypeError, "`input_ids` must be a torch.Tensor, got list"),
+        ("attention_mask", torch.full((2, 5), 0.5), ValueError, "`attention_mask` must hold only 1 .* and 0 .*0.5"),
+        ("attention_mask", torch.full((2, 5), 2), ValueError, "`attention_mask` must hold only 1 .* and 0 .*got the value 2"),
+        ("position_ids", torch.arange(-1, 4).unsqueeze(0), ValueError, "`position_ids` must be >= 0, got a minimum of -1"),
+        ("position_ids", torch.arange(5.0).unsqueeze(0), TypeError, "`position_ids` must be an integer tensor"),
+        ("inputs_embeds", [[[0.0] * 16] * 5] * 2, TypeError, "`inputs_embeds` must be a torch.Tensor, got list"),
+    ],
+)  # fmt: skip
+def test_inputs_of_the_wrong_kind_or_value_raise_naming_the_argument(argument, value, error, message):
+    """Float labels (a raw torch error before), Python lists (AttributeError: no 'dtype'), a mask of 0.5 or 2 and
+    negative position_ids (accepted before) each raise naming the argument and what it accepts."""
+    model = HybridSSMForCausalLM(tiny_config("SA")).eval()
+    inputs = {"input_ids": torch.randint(1, 37, (2, 5)), argument: value}
+    if argument == "inputs_embeds":
+        del inputs["input_ids"]
+    with pytest.raises(error, match=message):
+        model(**inputs)
+
+
+def test_valid_masks_and_position_ids_still_pass():
+    """0/1 masks of any dtype (bool, int, float) and position_ids from 0 pass, on a prompt and on a cached decode
+    step (which skips the value checks: no host read per generated token)."""
+    model = HybridSSMForCausalLM(tiny_config("SA")).eval()
+    ids = torch.randint(1, 37, (2, 5))
+    for mask in (torch.ones(2, 5, dtype=torch.bool), torch.ones(2, 5), torch.tensor([[0, 1, 1, 1, 1]] * 2)):
+        model(ids, attention_mask=mask, position_ids=torch.arange(5).unsqueeze(0))
+    with torch.no_grad():
+        cache = model(ids, use_cache=True).cache
+        model(ids[:, :1], cache=cache, attention_mask=torch.ones(2, 6))
