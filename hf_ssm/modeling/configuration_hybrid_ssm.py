@@ -251,6 +251,8 @@ class HybridSSMConfig(PretrainedConfig):
             the PyTorch scans) or `"triton"` (always the kernels; a clear error where they cannot run, e.g. CPU
             tensors without `TRITON_INTERPRET=1`). A non-empty environment variable `HF_SSM_SCAN_BACKEND` overrides
             it. Results agree to float32 rounding, so a checkpoint can be trained with one and run with the other.
+            The mixers read it at every call, so `model.config.scan_backend = "torch"` on a built model takes
+            effect at the next forward.
         block_type: what every decoder layer computes around its mixer (docs/design.md §7.1). `"pre_norm_residual"`
             (default): x + Mixer(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)), and a final RMSNorm after the stack.
             `"post_norm_mixer"`, the PD-SSM authors' state-tracking block: x <- LayerNorm(Dropout(Mixer(x)) +

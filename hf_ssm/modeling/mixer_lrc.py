@@ -29,6 +29,8 @@ projections in_proj / out_proj run in bf16.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 
@@ -225,12 +227,17 @@ class NonlinearCellMixer(nn.Module):
             max_iter=config.deer_max_iter,
             damping=config.deer_damping,
             max_growth=config.deer_max_growth,
-            scan_backend=getattr(config, "scan_backend", "auto"),
         )
+        self._config = config  # scan_backend is read from it at every call (the property below)
         self.in_proj = nn.Linear(config.hidden_size, self.projected_gates(config) * d_state, bias=False)
         self.gate_bias = nn.Parameter(torch.zeros(len(self.gate_names), d_state))
         self.out_proj = nn.Linear(d_state, config.hidden_size, bias=False)
         self.last_solve_info = None
+
+    @property
+    def scan_backend(self) -> str:
+        """The config's `scan_backend`, read at every call: changing it on a built model re-binds the scans."""
+        return getattr(self._config, "scan_backend", "auto")
 
     def projected_gates(self, config: HybridSSMConfig) -> int:
         """How many gates read the input through in_proj (the rest are bias only)."""
@@ -280,7 +287,8 @@ class NonlinearCellMixer(nn.Module):
                 states = sequential_rollout(self.cell, inputs, weights, x0, mask)
                 self.last_solve_info = None
             else:
-                states, self.last_solve_info = deer_solve(self.cell, inputs, weights, x0, mask, self.options)
+                options = replace(self.options, scan_backend=self.scan_backend)
+                states, self.last_solve_info = deer_solve(self.cell, inputs, weights, x0, mask, options)
         # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
         y = self.out_proj(self.readout(states).to(self.out_proj.weight.dtype))
         return y.to(hidden_states.dtype), states[:, -1].clone()

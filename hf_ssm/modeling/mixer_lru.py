@@ -81,8 +81,13 @@ class _NormalizedLRUMixer(nn.Module):
         self.total_state_size = config.lru_total_state_size
         self.num_groups = config.lru_total_state_size // group_size
         self.normalization = config.lru_normalization
-        self.scan_backend = getattr(config, "scan_backend", "auto")
+        self._config = config
         self.out_proj = nn.Linear(self.num_groups * group_size, config.hidden_size, bias=False)
+
+    @property
+    def scan_backend(self) -> str:
+        """The config's `scan_backend`, read at every call: changing it on a built model re-binds the scans."""
+        return getattr(self._config, "scan_backend", "auto")
 
     def initial_state(self, batch_size: int, device=None) -> torch.Tensor:
         return torch.zeros(batch_size, self.num_groups, self.group_size, dtype=self.state_dtype, device=device)

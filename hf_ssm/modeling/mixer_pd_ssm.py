@@ -98,7 +98,7 @@ class PDSSMMixer(nn.Module):
         self.dict_size = k = config.pd_ssm_dict_size
         self.temperature = config.pd_ssm_temperature
         self.transition = getattr(config, "pd_ssm_transition", "dictionary")
-        self.scan_backend = getattr(config, "scan_backend", "auto")
+        self._config = config  # scan_backend is read from it at every call (the property below)
         self._ops = {}  # (device, requested backend) -> the bound op
         self._decode_weights_cache = None  # (key of the parameters, stacked weights) of the fused decode step
         self.initial_state_kind = getattr(config, "pd_ssm_initial_state", "zeros")
@@ -277,6 +277,11 @@ class PDSSMMixer(nn.Module):
         pairs = torch.view_as_real(states).reshape(batch, 1, 2 * h * n).to(out_weight.dtype)
         y = nn.functional.linear(pairs, out_weight)
         return torch.addcmul(y, self.skip, u).to(u.dtype), final
+
+    @property
+    def scan_backend(self) -> str:
+        """The config's `scan_backend`, read at every call: changing it on a built model re-binds the scans."""
+        return getattr(self._config, "scan_backend", "auto")
 
     def scan_op(self, device: torch.device):
         """This mixer's op (pd_ops.py) on `device`, bound on first use for each device and requested backend."""

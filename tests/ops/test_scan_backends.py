@@ -106,6 +106,28 @@ def test_lru_and_deer_models_route_through_the_kernels(pattern, kernel, monkeypa
         assert bool(calls) == expected, backend
 
 
+@pytest.mark.parametrize(("pattern", "kernel"), [("P", "pd_generated_scan"), ("B", "block_scan"), ("L", "diag_scan")])
+def test_changing_scan_backend_on_a_built_model_rebinds_its_scans(pattern, kernel, monkeypatch):
+    """`model.config.scan_backend = ...` after construction takes effect at the next forward (the mixers kept
+    the backend bound when they were built, so the change was validated and then ignored)."""
+    calls = []
+    real = getattr(kernels, kernel)
+    monkeypatch.setattr(kernels, kernel, lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    config = tiny_config(pattern, scan_backend="torch", lru_total_state_size=6, lru_group_size=3, lrc_num_channels=4)
+    model = HybridSSMForCausalLM(config).to(DEVICE)
+    ids = torch.randint(1, 37, (1, 5), device=DEVICE)
+    model(ids)
+    assert not calls
+    model.config.scan_backend = "triton"
+    model(ids)
+    assert calls
+    calls.clear()
+    model.config.scan_backend = "torch"
+    model(ids)
+    assert not calls
+
+
 def _model_pair(pattern, **overrides):
     torch.manual_seed(0)
     reference = HybridSSMForCausalLM(tiny_config(pattern, scan_backend="torch", **overrides)).to(DEVICE)
