@@ -16,6 +16,7 @@ CITATION = re.compile(r"docs/design\.md((?:\s*(?:,|and)?\s*§\s*\d+(?:\.\d+)?)+)
 OLD_CITATION = re.compile(r"DESIGN\s*§")
 SECTION = re.compile(r"§\s*(\d+(?:\.\d+)?)")
 LINK = re.compile(r"\]\(#([^)]+)\)")
+TOP_LEVEL_DOCS = ("README.md", "RESULTS.md", "BENCHMARKS.md")
 
 
 def sections() -> dict[str, str]:
@@ -36,7 +37,7 @@ def test_citation_parser_reads_every_spelling():
 def test_no_citation_of_a_design_document_outside_the_repository():
     """Code, scripts, tests, docs and model cards cite the repository's docs/design.md, never "DESIGN §N"."""
     files = [*ROOT.glob("hf_ssm/**/*.py"), *ROOT.glob("scripts/**/*.py"), *ROOT.glob("tests/**/*.py")]
-    files += [*ROOT.glob("docs/**/*.md"), *ROOT.glob("model_cards/*.md"), ROOT / "README.md"]
+    files += [*ROOT.glob("docs/**/*.md"), *ROOT.glob("model_cards/*.md"), *(ROOT / n for n in TOP_LEVEL_DOCS)]
     stale = [
         f"{path.relative_to(ROOT)}:{lineno}"
         for path in files
@@ -53,7 +54,7 @@ def test_every_section_cited_in_code_and_docs_exists():
     known = sections()
     missing = []
     files = [*ROOT.glob("hf_ssm/**/*.py"), *ROOT.glob("scripts/**/*.py"), *ROOT.glob("tests/**/*.py")]
-    files += [p for p in ROOT.glob("docs/**/*.md") if p != DESIGN]
+    files += [p for p in ROOT.glob("docs/**/*.md") if p != DESIGN] + [ROOT / n for n in TOP_LEVEL_DOCS]
     for path in files:
         if path == Path(__file__).resolve():
             continue

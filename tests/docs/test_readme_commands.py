@@ -47,3 +47,28 @@ def test_readme_names_exactly_the_resume_safe_state_tracking_settings():
     assert found, "README.md no longer lists the resume-safe settings of the state-tracking script"
     listed = set(re.findall(r"`--(\w+)`", found.group(1)))
     assert listed == set(RESUME_SAFE_SETTINGS), listed ^ set(RESUME_SAFE_SETTINGS)
+
+
+# A command line that runs a repository file: "python scripts/x.py", "bash scripts/experiments/y.sh".
+RUNS_A_FILE = re.compile(r"\b(?:python|bash)\s+((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
+
+
+def test_every_command_in_the_results_pages_runs_a_committed_file():
+    """README, RESULTS.md and BENCHMARKS.md cite commands that run files of the repository, never a gitignored
+    `runs/` script (those are not there for the next reader), and every file they run exists."""
+    problems = []
+    for name in ("README.md", "RESULTS.md", "BENCHMARKS.md"):
+        text = (ROOT / name).read_text(encoding="utf-8")
+        for path in RUNS_A_FILE.findall(text):
+            if path.startswith("runs/") or not (ROOT / path).is_file():
+                problems.append(f"{name}: {path}")
+    assert not problems, problems
+
+
+def test_the_results_pages_stay_short_and_current():
+    """RESULTS.md is the current results a newcomer reads in minutes, not a lab notebook (that is
+    docs/history.md): under ~250 lines, no session-log sections."""
+    text = (ROOT / "RESULTS.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 260
+    for marker in ("Still running", "this session", "(issue "):
+        assert marker not in text, marker
