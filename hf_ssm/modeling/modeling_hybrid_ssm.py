@@ -258,7 +258,9 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
         self, attention_mask, batch: int, steps: int, past: int | None, read_values: bool
     ) -> None:
         """Shape (and, with `read_values`, one host read: every entry 0 or 1) of the padding mask."""
-        if isinstance(attention_mask, dict):  # what generate builds for static caches, which are refused
+        if isinstance(
+            attention_mask, dict
+        ):  # per-layer-type masks (transformers builds them for static caches; this model does not)
             raise ValueError(
                 "`attention_mask` must be the 2-D padding mask (batch, past + seq_len), not a per-layer-type dict"
             )
@@ -418,9 +420,11 @@ class HybridSSMForCausalLM(HybridSSMPreTrainedModel, GenerationMixin):
     """Hybrid decoder with a language-modelling head (optionally tied to the input embeddings)."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-    # The caches generate may build for this model: the recurrent-state slots live in a DynamicCache. Static
-    # caches come with pre-built 4-D masks that cannot mark padding for the SSM layers.
-    _cache_implementations = (None, "dynamic")
+    # The caches generate may build for this model. Every one of them holds a recurrent-state slot
+    # (LinearAttentionLayer) for each SSM layer and a key/value slot for each attention layer: dynamic slots grow,
+    # static ones ("static", for torch.compile) are allocated once at prompt + max_new_tokens. Refused: "quantized"
+    # (key/value quantization, needs a backend) and the offloaded caches (CUDA streams; untested with this model).
+    _cache_implementations = (None, "dynamic", "static")
 
     def __init__(self, config: HybridSSMConfig):
         super().__init__(config)
@@ -441,12 +445,20 @@ class HybridSSMForCausalLM(HybridSSMPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, new_embeddings):
         self.lm_head = new_embeddings
 
+    def create_masks_for_generate(self, config, inputs_embeds, attention_mask, cache, position_ids, **kwargs):
+        """The mask generate passes to forward when its cache is static: the 2-D padding mask, unchanged.
+
+        transformers would pre-build one 4-D causal mask per layer type here (`masking_utils`), which cannot tell
+        the SSM layers which tokens are padding. The forward builds the attention layers' causal mask from the
+        2-D mask and the cache itself, static or dynamic, and reads no tensor value on a decode step."""
+        return attention_mask
+
     def _prepare_cache_for_generation(self, generation_config, *args, **kwargs):
         """Refuse the cache implementations this model cannot run before generate builds one."""
         if generation_config.cache_implementation not in self._cache_implementations:
             raise ValueError(
                 f"`cache_implementation` must be one of {list(self._cache_implementations)} for "
-                f"{type(self).__name__} (a DynamicCache holding the SSM states), got "
+                f"{type(self).__name__} (caches with a recurrent-state slot for every SSM layer), got "
                 f"{generation_config.cache_implementation!r}"
             )
         return super()._prepare_cache_for_generation(generation_config, *args, **kwargs)

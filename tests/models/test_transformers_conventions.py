@@ -23,6 +23,7 @@ from model_checks import (
     HF_SSM_MODELING_FILES,
     ROOT,
     host_reads_in_decode_step,
+    hybrid_config,
     load_without_hf_ssm,
     save_with_reference,
     tiny_config,
@@ -194,16 +195,56 @@ def test_assisted_decoding_is_refused_up_front_for_the_stateful_model(mode):
         model.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0, **extra)
 
 
-@pytest.mark.parametrize("implementation", ["static", "offloaded_static", "quantized"])
-def test_static_and_other_cache_implementations_are_refused_clearly(implementation):
-    """generate(cache_implementation=...) other than the dynamic cache is a ValueError naming the field and the
-    accepted values (it used to fail with "'dict' object has no attribute 'dim'")."""
+def test_a_cache_implementation_the_model_cannot_run_is_refused_clearly():
+    """generate(cache_implementation="quantized" or an offloaded cache) is a ValueError naming the field and the
+    accepted values before anything runs."""
     model = HybridSSMForCausalLM(tiny_config("SA")).eval()
     prompt = torch.randint(1, 37, (1, 6))
-    with pytest.raises(ValueError, match=r"cache_implementation.*dynamic"):
-        model.generate(prompt, max_new_tokens=3, do_sample=False, pad_token_id=0, cache_implementation=implementation)
-    out = model.generate(prompt, max_new_tokens=3, do_sample=False, pad_token_id=0, cache_implementation="dynamic")
-    assert out.shape == (1, 9)
+    for implementation in ("quantized", "offloaded", "offloaded_static"):
+        with pytest.raises(
+            ValueError, match=rf"`cache_implementation` must be one of .*'static'.*got '{implementation}'"
+        ):
+            model.generate(
+                prompt, max_new_tokens=3, do_sample=False, pad_token_id=0, cache_implementation=implementation
+            )
+
+
+STATIC_CACHE_MIXERS = ["pd_ssm", "bd_lru", "h_lru", "diag_lru", "lrc_ssm", "gru_ssm", "mgu_ssm", "lstm_ssm"]
+
+
+@pytest.mark.parametrize("mixer", STATIC_CACHE_MIXERS)
+def test_static_cache_generates_exactly_what_the_dynamic_cache_does(mixer):
+    """generate(cache_implementation="static") equals the dynamic cache for every mixer beside attention: greedy,
+    beam search and seeded sampling, on a left-padded batch of 2."""
+    torch.manual_seed(0)
+    model = HybridSSMForCausalLM(hybrid_config(mixer)).eval()
+    ids = torch.tensor([[0, 0, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    modes = [dict(do_sample=False), dict(do_sample=False, num_beams=3), dict(do_sample=True, top_k=8)]
+    for mode in modes:
+        torch.manual_seed(1)
+        dynamic = model.generate(ids, attention_mask=mask, max_new_tokens=5, pad_token_id=0, **mode)
+        torch.manual_seed(1)
+        static = model.generate(
+            ids, attention_mask=mask, max_new_tokens=5, pad_token_id=0, cache_implementation="static", **mode
+        )
+        assert torch.equal(static, dynamic), mode
+
+
+def test_static_cache_passed_by_hand_equals_the_full_forward():
+    """A StaticCache(config=model.config) built by the user holds the SSM states in its recurrent slots: prefill
+    plus cached one-token steps give the full forward's logits, and it refuses nothing a dynamic cache accepts."""
+    from transformers import StaticCache
+
+    torch.manual_seed(0)
+    model = HybridSSMForCausalLM(tiny_config("PABA", lru_total_state_size=8, lru_group_size=2)).eval()
+    ids = torch.randint(1, 37, (2, 9))
+    with torch.no_grad():
+        full = model(ids).logits
+        cache = StaticCache(config=model.config, max_cache_len=16)
+        steps = [model(ids[:, :5], cache=cache, use_cache=True).logits]
+        steps += [model(ids[:, t : t + 1], cache=cache, use_cache=True).logits for t in range(5, 9)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------------- 8 auto_map
