@@ -231,12 +231,16 @@ class PDSSMMixer(nn.Module):
             return None
         # every parameter the stack is built from (the MLPs' own parameters are their per-head output layers); a new
         # parameter, new storage (also a dtype or device change) or an in-place update changes the key
-        owners = (*maps, self._modules["magnitude"], self._modules["phase"])
-        params = [p for owner in owners for p in owner._parameters.values() if p is not None]
-        key = tuple([(id(p), p.data_ptr(), p._version) for p in params])
-        cached = self._decode_weights_cache
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        # Under torch.compile the stack is built inside the traced step (reading data pointers there is a graph
+        # break); the compiled graph then does the stacking itself, no cache.
+        compiling = torch.compiler.is_compiling()
+        if not compiling:
+            owners = (*maps, self._modules["magnitude"], self._modules["phase"])
+            params = [p for owner in owners for p in owner._parameters.values() if p is not None]
+            key = tuple([(id(p), p.data_ptr(), p._version) for p in params])
+            cached = self._decode_weights_cache
+            if cached is not None and cached[0] == key:
+                return cached[1]
         with torch.no_grad():
             inputs = maps[:4]
             in_weight = torch.cat([m.weight for m in inputs])
@@ -252,7 +256,8 @@ class PDSSMMixer(nn.Module):
                 )
             out_weight = self._pair_order(self.out_proj.weight)
         weights = (in_weight, in_bias, down, out_weight)
-        self._decode_weights_cache = (key, weights)
+        if not compiling:
+            self._decode_weights_cache = (key, weights)
         return weights
 
     def _decode_forward(self, u: torch.Tensor, x0, mask, weights):

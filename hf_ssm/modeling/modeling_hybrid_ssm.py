@@ -203,8 +203,16 @@ def _check_input_ids(input_ids: torch.Tensor) -> None:
         raise ValueError(f"`input_ids` must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
 
 
+def _reads_values() -> bool:
+    """Whether input checks may read tensor values on the host: not while torch.compile traces the forward (a host
+    read there is a graph break; the compiled model, like transformers' own, trusts its inputs)."""
+    return not torch.compiler.is_compiling()
+
+
 def _check_token_range(name: str, values: torch.Tensor, size: int, size_name: str, ignore_index=None) -> None:
-    """Every entry of `values` lies in [0, size) (or equals ignore_index). One host read."""
+    """Every entry of `values` lies in [0, size) (or equals ignore_index). One host read, skipped under compile."""
+    if not _reads_values():
+        return
     bad = (values < 0) | (values >= size)
     if ignore_index is not None:
         bad &= values != ignore_index
@@ -245,8 +253,9 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
                     f"`cache` has no recurrent-state slot for SSM layer {i}; build it with DynamicCache(config=model.config)"
                 )
 
-    def _past_length(self, cache: Cache | None) -> int | None:
-        """Tokens already in `cache`; None where only SSM layers hold it (a recurrent state has no length)."""
+    def _past_length(self, cache: Cache | None) -> int | torch.Tensor | None:
+        """Tokens already in `cache` (a 0-d tensor for a static cache, which counts on the device); None where only
+        SSM layers hold it (a recurrent state has no length)."""
         if cache is None:
             return 0
         if self.config.has_attention:
@@ -255,12 +264,11 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
         return None if started else 0
 
     def _check_attention_mask(
-        self, attention_mask, batch: int, steps: int, past: int | None, read_values: bool
+        self, attention_mask, batch: int, steps: int, past: int | torch.Tensor | None, read_values: bool
     ) -> None:
         """Shape (and, with `read_values`, one host read: every entry 0 or 1) of the padding mask."""
-        if isinstance(
-            attention_mask, dict
-        ):  # per-layer-type masks (transformers builds them for static caches; this model does not)
+        # per-layer-type masks: transformers builds them for static caches, this model does not (create_masks_for_generate)
+        if isinstance(attention_mask, dict):
             raise ValueError(
                 "`attention_mask` must be the 2-D padding mask (batch, past + seq_len), not a per-layer-type dict"
             )
@@ -275,15 +283,17 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
         if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
             shape = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask)
             raise ValueError(f"`attention_mask` must be a 2-D tensor (batch, past + seq_len), got {shape}")
-        if past is None:  # a cache of SSM layers only: the past length is unknown, the mask must cover the input
+        # Unknown past (a cache of SSM layers only), or one that is a static cache's tensor where no value may be
+        # read: the mask must at least cover the input.
+        if past is None or (isinstance(past, torch.Tensor) and not read_values):
             if attention_mask.shape[0] != batch or attention_mask.shape[1] < steps:
                 raise ValueError(
                     f"`attention_mask` must have shape (batch, past + seq_len) with batch = {batch} and at least "
                     f"seq_len = {steps} columns, got {tuple(attention_mask.shape)}"
                 )
-        elif tuple(attention_mask.shape) != (batch, past + steps):
+        elif tuple(attention_mask.shape) != (batch, int(past) + steps):
             raise ValueError(
-                f"`attention_mask` must have shape (batch, past + seq_len) = ({batch}, {past} + {steps}), "
+                f"`attention_mask` must have shape (batch, past + seq_len) = ({batch}, {int(past)} + {steps}), "
                 f"got {tuple(attention_mask.shape)}"
             )
         if read_values and attention_mask.dtype != torch.bool:
@@ -343,15 +353,16 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
                 raise TypeError(
                     f"`position_ids` must be an integer tensor (torch.long), got dtype {position_ids.dtype}"
                 )
-        # A decode step reads no tensor value on the host (see the class docstring).
+        # A decode step, and a forward traced by torch.compile, read no tensor value on the host (class docstring).
         decode_step = steps == 1 and cache is not None
-        if position_ids is not None and not decode_step and bool((position_ids < 0).any()):
+        read_values = not decode_step and _reads_values()
+        if position_ids is not None and read_values and bool((position_ids < 0).any()):
             raise ValueError(f"`position_ids` must be >= 0, got a minimum of {int(position_ids.min())}")
         if input_ids is not None:
-            if not decode_step:
+            if read_values:
                 _check_token_range("input_ids", input_ids, self.config.vocab_size, "config.vocab_size")
             inputs_embeds = self.embed_tokens(input_ids)
-        elif not decode_step and not bool(torch.isfinite(inputs_embeds).all()):
+        elif read_values and not bool(torch.isfinite(inputs_embeds).all()):
             raise ValueError("`inputs_embeds` contains NaN or inf")
 
         # Packed documents (no attention mask, position_ids restarting inside a row): see packing.py.
@@ -372,7 +383,7 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
             self._check_cache(cache)
         past = self._past_length(cache)
         if attention_mask is not None:
-            self._check_attention_mask(attention_mask, batch, steps, past, read_values=not decode_step)
+            self._check_attention_mask(attention_mask, batch, steps, past, read_values=read_values)
 
         ssm_mask = None
         if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
@@ -385,13 +396,16 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
         causal_mask = position_embeddings = None
         if self.config.has_attention:
             # Dynamic NTK RoPE exists to run past the trained length; every other rope type stops there.
-            if past + steps > self.config.max_position_embeddings and self.rotary_emb.rope_type != "dynamic":
+            # A static cache counts its past in a tensor: read it only where values may be read.
+            known_past = past if isinstance(past, int) else int(past) if read_values else None
+            too_long = known_past is not None and known_past + steps > self.config.max_position_embeddings
+            if too_long and self.rotary_emb.rope_type != "dynamic":
                 raise ValueError(
-                    f"sequence length {past + steps} (cached {past} + new {steps}) exceeds "
+                    f"sequence length {known_past + steps} (cached {known_past} + new {steps}) exceeds "
                     f"config.max_position_embeddings = {self.config.max_position_embeddings}"
                 )
-            if position_ids is None:
-                position_ids = torch.arange(past, past + steps, device=inputs_embeds.device).unsqueeze(0)
+            if position_ids is None:  # arange + past: no host read when past is a static cache's tensor
+                position_ids = (torch.arange(steps, device=inputs_embeds.device) + past).unsqueeze(0)
             causal_mask = create_causal_mask(
                 config=self.config,
                 inputs_embeds=inputs_embeds,

@@ -290,6 +290,13 @@ def _bank_outer_sums(lam, z, choice, k):
     lam_r = torch.view_as_real(lam).transpose(-1, -2)  # (B, T, H, 2, N)
     z_r = torch.view_as_real(z).transpose(-1, -2)
     out = lam_r.new_zeros(heads, k, n, n)
+    if torch.compiler.is_compiling():
+        # The groups' sizes depend on the data (a graph break under torch.compile): sum the per-step outer
+        # products into their choice instead, the same sums at Theta(B T N^2) memory.
+        for h in range(heads):
+            outer = torch.einsum("sci,scj->sij", lam_r[:, :, h].reshape(-1, 2, n), z_r[:, :, h].reshape(-1, 2, n))
+            out[h].index_add_(0, choice[:, :, h].reshape(-1), outer)
+        return out
     for h in range(heads):
         ch = choice[:, :, h].reshape(-1)
         order = torch.argsort(ch, stable=True)

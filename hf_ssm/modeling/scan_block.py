@@ -27,6 +27,7 @@ from torch.nn.functional import pad as nn_pad
 from .scan_common import (
     check_mask,
     default_chunk_size,
+    into,
     resolve_chunk_size,
     state_gradients,
     step_where_kept,
@@ -204,7 +205,7 @@ def _scan_forward(A: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None) -> 
     E[0, :, m] = b[0]
     for s in range(1, chunk):
         cur, prev, out = A[s], E[s - 1], E[s]
-        torch.mul(cur[:, :1], prev[:1], out=out)
+        into(out, torch.mul, cur[:, :1], prev[:1])
         for j in range(1, m):
             out.addcmul_(cur[:, j : j + 1], prev[j : j + 1])
         out[:, m] += b[s]
@@ -278,7 +279,7 @@ class _BlockScanFunction(torch.autograd.Function):
             # rows is several times slower on CPU
             grad_A = torch.empty(*states.shape, m, dtype=states.dtype, device=states.device)
             for i in range(m):
-                torch.mul(states[:, :-1], lam[:, 1:, :, i : i + 1], out=grad_A[:, 1:, :, i])
+                into(grad_A[:, 1:, :, i], torch.mul, states[:, :-1], lam[:, 1:, :, i : i + 1])
             grad_A[:, 0] = 0 if x0 is None else lam[:, 0].unsqueeze(-1) * x0.unsqueeze(-2)
         if not ctx.x0_is_none and ctx.needs_input_grad[2]:
             A_first = A_steps[0, ..., 0, :].permute(2, 3, 0, 1)  # (B, N, m, m): the transition at t = 0

@@ -27,6 +27,15 @@ def resolve_chunk_size(chunk_size: int | None, steps: int, default: Callable[[in
     return chunk
 
 
+def into(out: torch.Tensor, op: Callable, *args) -> torch.Tensor:
+    """`op(*args, out=out)`: in eager the result is written straight into `out` (on CPU a fresh tensor costs more
+    than the math of these small per-step ops); under torch.compile, which cannot trace `out=` into a strided
+    view (a graph break), the same value is computed and copied into `out`."""
+    if torch.compiler.is_compiling():
+        return out.copy_(op(*args))
+    return op(*args, out=out)
+
+
 def check_mask(mask: torch.Tensor | None, batch: int, steps: int, op: str | None = None) -> None:
     """mask must be None or a (B, T) bool tensor (False = a padded step); `op` names the caller in the error."""
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != (batch, steps)):

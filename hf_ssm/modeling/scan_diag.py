@@ -25,6 +25,7 @@ import torch
 
 from .scan_common import (
     check_mask,
+    into,
     previous_states,
     resolve_chunk_size,
     state_gradients,
@@ -92,7 +93,7 @@ def _scan_loop(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor) -> torch.Tens
     out = torch.empty_like(b)
     x = x0
     for t in range(a.shape[1]):
-        x = torch.addcmul(b[:, t], a[:, t], x, out=out[:, t])
+        x = into(out[:, t], torch.addcmul, b[:, t], a[:, t], x)
     return out
 
 
@@ -121,7 +122,7 @@ def _scan_chunked(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor, chunk: int
     local = torch.empty_like(b)
     local[:, :, 0] = b[:, :, 0]
     for step in range(1, chunk):
-        torch.addcmul(b[:, :, step], a[:, :, step], local[:, :, step - 1], out=local[:, :, step])
+        into(local[:, :, step], torch.addcmul, b[:, :, step], a[:, :, step], local[:, :, step - 1])
     cum = torch.cumprod(a, dim=2)
 
     # Chunk-start states: s_0 = x0, s_{c+1} = cum_last_c * s_c + local_last_c.

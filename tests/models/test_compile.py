@@ -1,0 +1,115 @@
+"""torch.compile of the model's forward (training and one-token decode), for every mixer (issue 24).
+
+Properties: the compiled forward equals eager (values and gradients); the decode step on a static cache traces as
+one graph (no graph break) for every mixer, and so does the training forward except for the DEER mixers, whose
+only breaks are DEER's own convergence test (it decides after every Newton iteration whether to stop, a host
+read by design). Most tests compile with the `aot_eager` backend, which traces and functionalises the whole graph
+as inductor does but skips code generation (seconds instead of minutes on this CPU); one test runs inductor itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import StaticCache
+
+from hf_ssm import HybridSSMForCausalLM
+from model_checks import hybrid_config
+
+# (mixer, extra config): every mixer beside attention, PD-SSM in both transition modes
+MIXERS = [
+    ("pd_ssm", {}),
+    ("pd_ssm", {"pd_ssm_transition": "bank", "pd_ssm_diagonal": "unit", "pd_ssm_input": "none",
+                "pd_ssm_initial_state": "one_hot"}),
+    ("bd_lru", {}), ("h_lru", {}), ("diag_lru", {}),
+    ("lrc_ssm", {}), ("gru_ssm", {}), ("mgu_ssm", {}), ("lstm_ssm", {}),
+]  # fmt: skip
+IDS = [f"{m}-{extra.get('pd_ssm_transition', 'default')}" for m, extra in MIXERS]
+DEER_MIXERS = {"lrc_ssm", "gru_ssm", "mgu_ssm", "lstm_ssm"}
+
+
+def _model(mixer: str, extra: dict) -> HybridSSMForCausalLM:
+    torch.manual_seed(0)
+    return HybridSSMForCausalLM(hybrid_config(mixer, **extra))
+
+
+def _decode_inputs(model, ids: torch.Tensor):
+    """A static cache after a 6-token prompt, and the inputs of the next one-token step."""
+    cache = StaticCache(config=model.config, max_cache_len=ids.shape[1] + 4)
+    with torch.no_grad():
+        model(ids, cache=cache, use_cache=True)
+    mask = torch.ones(ids.shape[0], ids.shape[1] + 1, dtype=torch.long)
+    return dict(input_ids=ids[:, -1:], cache=cache, use_cache=True, attention_mask=mask)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mixer", "extra"), MIXERS, ids=IDS)
+def test_compiled_training_forward_equals_eager_in_values_and_gradients(mixer, extra):
+    model = _model(mixer, extra)
+    ids = torch.randint(1, 37, (2, 12))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager")
+    out = compiled(ids, labels=ids, use_cache=False)
+    out.loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    reference = model(ids, labels=ids, use_cache=False)
+    reference.loss.backward()
+    torch.testing.assert_close(out.logits, reference.logits, atol=1e-5, rtol=1e-5)
+    assert set(grads) == {n for n, p in model.named_parameters() if p.grad is not None}
+    for name, param in model.named_parameters():
+        if param.grad is not None:
+            torch.testing.assert_close(grads[name], param.grad, atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize(("mixer", "extra"), MIXERS, ids=IDS)
+def test_the_decode_step_on_a_static_cache_has_no_graph_break(mixer, extra):
+    """One generated token = one graph: no host read, no Python-side check of tensor values, no `out=` into a
+    strided view on the decode path of any mixer."""
+    model = _model(mixer, extra).eval()
+    ids = torch.randint(1, 37, (2, 6))
+    inputs = _decode_inputs(model, ids)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        model(**inputs)  # an eager step first: what it caches (the PD stacked weights) must not break the trace
+        explanation = torch._dynamo.explain(model)(**{**inputs, "attention_mask": torch.ones(2, 8, dtype=torch.long)})
+    assert explanation.graph_break_count == 0, [str(b.reason)[:200] for b in explanation.break_reasons]
+    assert explanation.graph_count == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mixer", "extra"), MIXERS, ids=IDS)
+def test_the_training_forward_breaks_only_in_deers_convergence_test(mixer, extra):
+    """0 graph breaks for PD-SSM and the LRU family; the DEER mixers break only in deer.py, where every Newton
+    iteration reads its residual on the host to decide whether to stop (docs/design.md §6)."""
+    model = _model(mixer, extra)
+    ids = torch.randint(1, 37, (2, 12))
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(model)(ids, labels=ids, use_cache=False)
+    places = {Path(b.user_stack[-1].filename).name for b in explanation.break_reasons if b.user_stack}
+    if mixer in DEER_MIXERS:
+        assert explanation.graph_break_count > 0 and places == {"deer.py"}, places
+    else:
+        assert explanation.graph_break_count == 0, [str(b.reason)[:200] for b in explanation.break_reasons]
+
+
+@pytest.mark.slow
+def test_inductor_compiles_the_decode_step_to_the_eager_logits():
+    """The real CPU backend: torch.compile(model.forward, fullgraph=True) (inductor) decodes four tokens on a static
+    cache with the eager logits."""
+    model = _model("pd_ssm", {}).eval()
+    ids = torch.randint(1, 37, (2, 6))
+
+    def decode(forward) -> torch.Tensor:
+        cache = StaticCache(config=model.config, max_cache_len=12)
+        with torch.no_grad():
+            logits = [model(ids, cache=cache, use_cache=True).logits[:, -1]]
+            for _ in range(4):
+                step = forward(logits[-1].argmax(-1, keepdim=True), cache=cache, use_cache=True)
+                logits.append(step.logits[:, -1])
+        return torch.stack(logits)
+
+    torch._dynamo.reset()
+    torch.testing.assert_close(decode(torch.compile(model.forward, fullgraph=True)), decode(model.forward))
