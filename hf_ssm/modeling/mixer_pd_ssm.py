@@ -38,9 +38,13 @@ def _is_plain_linear(module: nn.Module) -> bool:
     )
 
 
-def _diagonal_from_gates(magnitude: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
-    """D = |D| exp(i arg D) with |D| = magnitude and arg D = 2 pi phase, both gates in (0, 1): complex64."""
-    return torch.polar(magnitude, (2 * math.pi) * phase)
+def _diagonal_from_gates(magnitude: torch.Tensor, phase: torch.Tensor, as_pairs: bool = False) -> torch.Tensor:
+    """D = |D| exp(i arg D) with |D| = magnitude and arg D = 2 pi phase, both gates in (0, 1): complex64, or with
+    `as_pairs` its (re, im) pairs (..., 2) float32 (what a compiled decode step computes with)."""
+    angle = (2 * math.pi) * phase
+    if as_pairs:
+        return torch.stack((magnitude * torch.cos(angle), magnitude * torch.sin(angle)), dim=-1)
+    return torch.polar(magnitude, angle)
 
 
 _SQRT_HALF = math.sqrt(0.5)
@@ -267,13 +271,16 @@ class PDSSMMixer(nn.Module):
         batch = u.shape[0]
         h, n, k = self.num_heads, self.head_state_size, self.dict_size
         width = self.mlp_hidden_size
+        # Compiled, the step computes in real (re, im) pairs (inductor generates no code for complex operators).
+        compiling = torch.compiler.is_compiling()
         z = nn.functional.linear(u, in_weight, in_bias)  # [B u, W_s u, first MLP layers (, a zero pad)]
-        b = torch.view_as_complex(z[..., : 2 * h * n].float().view(batch, 1, h, n, 2))
+        b = z[..., : 2 * h * n].float().view(batch, 1, h, n, 2)
+        b = b if compiling else torch.view_as_complex(b)
         logits = z[..., 2 * h * n : 2 * h * n + h * k].float().view(batch, 1, h, k)
         hidden = _exact_gelu(z[..., 2 * h * n + h * k : 2 * h * n + h * k + 2 * width])  # both MLPs' hidden layers
         if down is not None:  # one sigmoid call for |D| and arg D
             gates = torch.sigmoid(nn.functional.linear(hidden, *down).float()).view(batch, 1, 1, 2 * n)
-            dv = _diagonal_from_gates(gates[..., :n], gates[..., n:])
+            dv = _diagonal_from_gates(gates[..., :n], gates[..., n:], as_pairs=compiling)
         else:
             dv = self._complex_diagonal(self.magnitude.down(hidden[..., :width]), self.phase.down(hidden[..., width:]))
         selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)

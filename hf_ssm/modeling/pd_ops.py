@@ -118,10 +118,29 @@ def _decode_step(step_indices, selection, matrices, dv, b, x0, mask):
     off = torch.autocast(dv.device.type, enabled=False) if torch.is_autocast_enabled(dv.device.type) else _NO_CONTEXT
     with off:
         idx = step_indices(_as_float(selection), _as_float(matrices))
+        if torch.compiler.is_compiling():
+            return _decode_step_in_pairs(idx, dv, b, x0, mask)
         dv, b = _as_complex(dv)[:, 0], _as_complex(b)[:, 0]
         x0 = torch.zeros_like(b) if x0 is None else _as_complex(x0)
         x = step_where_kept(mask, b.clone().scatter_add_(-1, idx, dv * x0), x0)  # b + P D x0
         return x.unsqueeze(1), x
+
+
+def _as_pairs(t: torch.Tensor) -> torch.Tensor:
+    """float32 (..., 2) (re, im) pairs, from complex (a view) or from real pairs."""
+    return torch.view_as_real(t) if t.is_complex() else _as_float(t)
+
+
+def _decode_step_in_pairs(idx, dv, b, x0, mask):
+    """``_decode_step``'s update b + P D x0 in real (re, im) pairs, for torch.compile (inductor generates no code
+    for complex operators, which would then run one by one in eager). Returns complex64 like the eager step."""
+    dv, b = _as_pairs(dv)[:, 0], _as_pairs(b)[:, 0]  # (B, H, N, 2)
+    x0 = torch.zeros_like(b) if x0 is None else _as_pairs(x0)
+    (dr, di), (xr, xi) = dv.unbind(-1), x0.unbind(-1)
+    rotated = torch.stack((dr * xr - di * xi, dr * xi + di * xr), dim=-1)
+    x = b.clone().scatter_add_(-2, idx.unsqueeze(-1).expand_as(rotated), rotated)
+    x = torch.view_as_complex(step_where_kept(mask, x, x0).contiguous())
+    return x.unsqueeze(1), x
 
 
 def _column_softmax_backward(s: torch.Tensor, g: torch.Tensor, temperature: float) -> torch.Tensor:
