@@ -65,6 +65,30 @@ def test_compiled_training_forward_equals_eager_in_values_and_gradients(mixer, e
 
 
 @pytest.mark.parametrize(("mixer", "extra"), MIXERS, ids=IDS)
+def test_compiled_decode_steps_equal_eager(mixer, extra):
+    """Three compiled one-token steps on a static cache give the eager logits and leave the same states."""
+    model = _model(mixer, extra).eval()
+    ids = torch.randint(1, 37, (2, 6))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    runs = []
+    for forward in (model, compiled):
+        inputs = _decode_inputs(model, ids)
+        logits = []
+        with torch.no_grad():
+            for t in range(3):
+                mask = torch.ones(2, ids.shape[1] + t + 1, dtype=torch.long)
+                out = forward(**{**inputs, "attention_mask": mask})
+                logits.append(out.logits)
+                inputs["input_ids"] = out.logits[:, -1:].argmax(-1)
+        runs.append((torch.cat(logits, 1), inputs["cache"]))
+    torch.testing.assert_close(runs[1][0], runs[0][0], atol=1e-5, rtol=1e-5)
+    for i in model.config.ssm_layer_indices:
+        eager_state, compiled_state = (run[1].layers[i].recurrent_states[0] for run in runs)
+        torch.testing.assert_close(compiled_state, eager_state, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("mixer", "extra"), MIXERS, ids=IDS)
 def test_the_decode_step_on_a_static_cache_has_no_graph_break(mixer, extra):
     """One generated token = one graph: no host read, no Python-side check of tensor values, no `out=` into a
     strided view on the decode path of any mixer."""
