@@ -21,14 +21,9 @@ import sys
 from dataclasses import fields
 
 from hf_ssm.adapters.bases import NAMED_BASES
-from hf_ssm.training.adapter_experiment import (
-    TINY_BASE,
-    AdapterExperimentSettings,
-    results_table,
-    run_experiment,
-    summary_records,
-    update_summary_json,
-)
+from hf_ssm.training.adapter_experiment import run_experiment
+from hf_ssm.training.adapter_records import results_table, summary_records, update_summary_json
+from hf_ssm.training.adapter_settings import TINY_BASE, AdapterExperimentSettings
 from hf_ssm.training.cli import run_folder
 
 

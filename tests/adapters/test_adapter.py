@@ -341,7 +341,7 @@ def test_prefix_lora_classifier_starts_at_the_base_and_trains_only_lora_and_its_
     """The LoRA baseline with a classifier after layer k: at init (LoRA B = 0) its logits are the head applied to
     the base's own normalised layer-k hidden state; the layers above k never run; only LoRA (in layers <= k)
     and the head receive gradients."""
-    from hf_ssm.training.adapter_experiment import PrefixLoRAClassifier
+    from hf_ssm.training.adapter_baselines import PrefixLoRAClassifier
 
     base = tiny_base(layers=3)
     reference = copy.deepcopy(base)
@@ -369,13 +369,9 @@ def test_prefix_lora_classifier_starts_at_the_base_and_trains_only_lora_and_its_
 def test_answer_word_logits_equal_the_full_lm_head_at_those_words(method):
     """The LM-head methods' answer scores come from the answer words' rows of the head only; they equal the full
     vocabulary logits at those words (with the adapter's hook and LoRA in the decoder), values and gradients."""
-    from hf_ssm.training.adapter_experiment import (
-        AdapterExperimentSettings,
-        _answer_logits,
-        _full_logits,
-        _head_is_linear,
-        build_method,
-    )
+    from hf_ssm.training.adapter_baselines import build_method
+    from hf_ssm.training.adapter_evaluation import _answer_logits, _full_logits, _head_is_linear
+    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
 
     settings = AdapterExperimentSettings(state_size=4, dict_size=4, layer_index=0)
     model, params, _ = build_method(method, settings, tiny_base(kind="llama"), num_classes=3)
@@ -466,7 +462,7 @@ def test_train_adapter_script_smoke_run(tmp_path):
 def test_experiment_input_map_none_builds_an_adapter_without_b_and_needs_a_start_state():
     """--input_map none reaches the adapter's PD-SSM (no input map B); from x_0 = 0 it is refused, naming both."""
     from hf_ssm.adapters.layer import SSMAdapter
-    from hf_ssm.training.adapter_experiment import AdapterExperimentSettings
+    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
 
     settings = AdapterExperimentSettings(input_map="none", initial_state="one_hot")
     settings.validate()
@@ -611,7 +607,8 @@ def test_feature_store_limit_and_bad_arguments():
 def test_readout_learning_rate_puts_only_the_readout_in_its_own_adam_group():
     """--readout_learning_rate gives the SSM adapter's readout (classifier weight and bias, or out_proj) its own
     learning rate and leaves every other trainable parameter at learning_rate; 0 keeps one group; < 0 raises."""
-    from hf_ssm.training.adapter_experiment import AdapterExperimentSettings, parameter_groups
+    from hf_ssm.training.adapter_baselines import parameter_groups
+    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
 
     for readout, names in (("classifier", {"classifier.weight", "classifier.bias"}), ("lm_head", {"out_proj.weight"})):
         extra = {"num_labels": 2} if readout == "classifier" else {}
@@ -637,7 +634,8 @@ def test_a_resumed_adapter_method_ends_as_the_uninterrupted_run(tmp_path, monkey
     import shutil
 
     from hf_ssm.training import loop
-    from hf_ssm.training.adapter_experiment import AdapterExperimentSettings, run_experiment
+    from hf_ssm.training.adapter_experiment import run_experiment
+    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
 
     settings = AdapterExperimentSettings(
         methods="ssm", tiny_hidden_size=16, tiny_layers=1, tiny_heads=2, pretrain_steps=2, pretrain_batch_size=2,
@@ -684,7 +682,7 @@ def test_plot_adapter_draws_the_matching_records_and_refuses_an_empty_selection(
 def test_experiment_dictionary_diagonal_init_overrides_the_near_identity_start():
     """--dictionary_diagonal_init replaces the adapter's near-identity diagonal (+1 on every score matrix) and
     --transition reaches the mixer; by default the near-identity start stays."""
-    from hf_ssm.training.adapter_experiment import AdapterExperimentSettings
+    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
 
     def diagonal_mean(**overrides):
         settings = AdapterExperimentSettings(state_size=8, dict_size=4, **overrides)
