@@ -13,6 +13,7 @@ from ..adapters.bases import NAMED_BASES
 from ..model_card import check_model_card
 from .adapter_settings import TINY_BASE, AdapterExperimentSettings
 from .plotting import pyplot, save_figure
+from .summary import merge_summary
 
 # --- reporting ---------------------------------------------------------------------------------------------
 
@@ -66,15 +67,14 @@ def summary_records(summary: dict, run_dir: str) -> list[dict]:
     return records
 
 
+# What identifies a record of results/adapter/summary.json: merging a run again replaces its records.
+SUMMARY_KEY = ("run_dir", "method", "seed")
+
+
 def update_summary_json(path, records: list[dict]) -> None:
-    """Merge `records` into the JSON list at `path`: a record of the same run, method and seed is replaced."""
-    path = Path(path)
-    old = json.loads(path.read_text()) if path.is_file() else []
-    key = lambda r: (r["run_dir"], r["method"], r["seed"])  # noqa: E731
-    new_keys = {key(r) for r in records}
-    merged = [r for r in old if key(r) not in new_keys] + records
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(merged, indent=1) + "\n")
+    """Merge `records` into the JSON list at `path` under the summary file's lock (summary.merge_summary): a record
+    of the same run, method and seed is replaced."""
+    merge_summary(path, records, key=SUMMARY_KEY, indent=1)
 
 
 def results_table(results: list[dict], num_classes: int | None = None) -> str:

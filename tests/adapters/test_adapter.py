@@ -459,6 +459,38 @@ def test_train_adapter_script_smoke_run(tmp_path):
     assert bad.returncode == 2 and "`initial_state` must be one of" in bad.stderr
 
 
+def _merge_adapter_records(path: str, run_dir: str, count: int) -> None:
+    from hf_ssm.training.adapter_records import update_summary_json
+
+    for seed in range(count):
+        update_summary_json(path, [{"run_dir": run_dir, "method": "ssm", "seed": seed}])
+
+
+def test_adapter_summary_merges_under_the_lock_and_keeps_every_runs_records(tmp_path):
+    """results/adapter/summary.json is written through summary.merge_summary: a record of the same run, method and
+    seed is replaced, every other kept, under <path>.lock, so processes merging at once lose no record."""
+    import multiprocessing
+
+    from hf_ssm.training.adapter_records import update_summary_json
+
+    path = tmp_path / "summary.json"
+    update_summary_json(path, [{"run_dir": "a", "method": "ssm", "seed": 0, "acc": 0.5}])
+    update_summary_json(path, [{"run_dir": "b", "method": "ssm", "seed": 0, "acc": 0.6}])
+    update_summary_json(path, [{"run_dir": "a", "method": "ssm", "seed": 0, "acc": 0.7}])
+    records = json.loads(path.read_text())
+    assert [(r["run_dir"], r["acc"]) for r in records] == [("b", 0.6), ("a", 0.7)]
+    assert (tmp_path / "summary.json.lock").is_file()
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_merge_adapter_records, args=(str(path), f"run{i}", 15)) for i in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    keys = {(r["run_dir"], r["seed"]) for r in json.loads(path.read_text())}
+    assert keys >= {(f"run{i}", s) for i in range(4) for s in range(15)} and len(keys) == 62
+
+
 def test_experiment_input_map_none_builds_an_adapter_without_b_and_needs_a_start_state():
     """--input_map none reaches the adapter's PD-SSM (no input map B); from x_0 = 0 it is refused, naming both."""
     from hf_ssm.adapters.layer import SSMAdapter
