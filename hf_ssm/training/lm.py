@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from ..data.lm_corpus import IGNORE_INDEX, make_batch
 from .checkpointing import check_run_folder_arguments, latest_checkpoint
-from .cli import add_run_folder_arguments, add_settings_arguments, configure_cpu_threads, settings_from_args
+from .cli import add_run_folder_arguments, configure_cpu_threads, settings_from_args, settings_parser
 from .lm_outputs import (
     closing_sample,
     model_summary,
@@ -279,7 +279,6 @@ __all__ = [
     "PretrainSettings",
     "TrainSettings",
     "add_run_folder_arguments",
-    "add_settings_arguments",
     "build_config",
     "check_block_size",
     "check_run_folder_arguments",
@@ -292,6 +291,7 @@ __all__ = [
     "prepare_pretraining",
     "pretrain",
     "settings_from_args",
+    "settings_parser",
     "token_loss_sum",
     "train_loop",
 ]
