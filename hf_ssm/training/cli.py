@@ -6,6 +6,7 @@ lines."""
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import os
@@ -23,7 +24,14 @@ from .loop import make_accelerator
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The scripts' --help: their docstring as written, each option with its default."""
+    """The scripts' --help: their docstring as written, each option with its default (also an option without a
+    help text, which argparse would list bare)."""
+
+    def add_argument(self, action):
+        if action.help is None and action.option_strings and action.default is not argparse.SUPPRESS:
+            action = copy.copy(action)
+            action.help = "(default: %(default)s)"
+        super().add_argument(action)
 
 
 class FlagAction(argparse.Action):

@@ -29,7 +29,7 @@ from hf_ssm.adapters import (
 )
 from hf_ssm.adapters.lora import add_lora, lora_rank_for_budget
 from hf_ssm.modeling import SSM_MIXER_CLASSES
-from model_checks import ROOT, run_script
+from model_checks import ROOT, load_script, run_script
 
 VOCAB = 61
 PD_SETTINGS = {"pd_ssm_head_state_size": 5, "pd_ssm_num_heads": 2, "pd_ssm_dict_size": 4}
@@ -405,7 +405,7 @@ def test_train_adapter_script_smoke_run(tmp_path):
     published = {p.name: p.read_bytes() for p in (ROOT / "model_cards").iterdir()}
     run_args = [
         *args, "--methods", "fewshot,probe,lora,ssm,ssm_classifier,lora_classifier", *tiny, "--train_examples", "6",
-        "--feature_cache", "disk", "--summary_json", str(tmp_path / "summary.json"),
+        "--feature_cache", "disk", "--summary", str(tmp_path / "summary.json"),
     ]  # fmt: skip
     result = run_script(*run_args, timeout=300)  # from the repository root, no --model_card_dir
     assert result.returncode == 0, result.stderr[-3000:]
@@ -457,6 +457,22 @@ def test_train_adapter_script_smoke_run(tmp_path):
     assert bad.returncode == 2 and "`task` must be one of" in bad.stderr
     bad = run_script(*args, "--initial_state", "e1")
     assert bad.returncode == 2 and "`initial_state` must be one of" in bad.stderr
+
+
+def test_train_adapter_flags_keep_their_spellings_and_the_old_summary_flag_warns():
+    """The script's options come from AdapterExperimentSettings through HfArgumentParser: --base stays an alias of
+    --base_model; --summary_json, the old spelling of --summary, still works and warns naming --summary; a bad
+    value is still refused naming the field."""
+    script = load_script("train_adapter")
+    parser = script.build_parser()
+    args = parser.parse_args(["--base", "smollm2-135m", "--summary", "s.json", "--dictionary_diagonal_init", "0"])
+    assert (args.base_model, args.summary, args.dictionary_diagonal_init) == ("smollm2-135m", "s.json", 0.0)
+    with pytest.warns(FutureWarning, match="--summary_json is deprecated.*use --summary"):
+        old = parser.parse_args(["--summary_json", "s.json"])
+    assert old.summary == "s.json" and parser.parse_args([]).summary == ""
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--max_steps", "0"])
+    assert exit_info.value.code == 2
 
 
 def _merge_adapter_records(path: str, run_dir: str, count: int) -> None:
