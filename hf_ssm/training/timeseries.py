@@ -22,6 +22,7 @@ from ..modeling import HybridSSMConfig, HybridSSMForTimeSeriesClassification
 from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
 from . import loop
 from .checkpointing import atomic_save_dir
+from .cli import config_fields_field
 from .optimization import warmup_cosine_schedule
 from .plotting import pyplot, save_figure
 from .stack import stack_config_fields, stack_pattern
@@ -38,14 +39,16 @@ class TimeSeriesSettings:
     """Everything one training run depends on (saved to the run folder as settings.json)."""
 
     dataset: str = "BasicMotions"
-    data_dir: str | None = None
-    split: str = "auto"
+    data_dir: str | None = field(
+        default=None, metadata={"help": "folder holding <dataset>/ or the .ts files (None: aeon's)"}
+    )
+    split: str = field(default="auto", metadata={"choices": SPLIT_MODES, "help": "how validation/test are made"})
     val_fraction: float = 0.15
     test_fraction: float = 0.15
-    missing: str = "raise"
-    missing_indicators: bool = False
-    mixer: str = "pd_ssm"
-    pattern: str = "S"
+    missing: str = field(default="raise", metadata={"choices": MISSING_POLICIES, "help": "'?' / NaN policy"})
+    missing_indicators: bool = field(default=False, metadata={"help": "append the observed mask as channels"})
+    mixer: str = field(default="pd_ssm", metadata={"help": f"one mixer: {', '.join((*SSM_MIXERS, ATTENTION))}"})
+    pattern: str = field(default="S", metadata={"help": "any HybridSSMConfig pattern; S = the mixer"})
     hidden_size: int = 32
     state_size: int = 16
     num_heads: int = 1
@@ -60,7 +63,7 @@ class TimeSeriesSettings:
     grad_clip: float = 1.0
     save_every: int = 10
     seed: int = 0
-    extra_config: dict = field(default_factory=dict)
+    extra_config: dict = config_fields_field("more HybridSSMConfig fields: a JSON object or KEY=VALUE items")
 
     def validate(self) -> None:
         if self.mixer not in (*SSM_MIXERS, ATTENTION):
