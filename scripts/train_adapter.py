@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         parser.error(str(err))
     out = run_folder(args.output_dir, f"runs/adapter/{settings.task}-")
-    summary = run_experiment(settings, out, resume=args.resume, model_card_dir=args.model_card_dir or None)
+    summary = run_experiment(
+        settings, out, resume=args.resume, model_card_dir=args.model_card_dir or None, validated=True
+    )
     if args.summary:
         update_summary_json(args.summary, summary_records(summary, str(out)))
     print(f"\n{settings.task}: answer accuracy (%) by number of transitions; written to {out}")

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     all_results = []
     for settings, run_dir in zip(runs, run_dirs):
         data = load_data(settings)  # the split (and so the normalisation) depends on the seed
-        result = train_timeseries(settings, run_dir, resume=args.resume, data=data)
+        result = train_timeseries(settings, run_dir, resume=args.resume, data=data, validated=True)
         all_results.append(result)
         print(
             f"{data.name} / {settings.label} / seed {settings.seed}: test accuracy {100 * result['test_accuracy']:.1f}% "

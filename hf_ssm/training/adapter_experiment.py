@@ -43,8 +43,13 @@ from .adapter_settings import TINY_BASE, AdapterExperimentSettings
 from .adapter_training import train_method
 
 
-def run_experiment(settings: AdapterExperimentSettings, run_dir, resume: bool = False, model_card_dir=None) -> dict:
-    """All methods of `settings` in one run; writes run_dir/{settings.json, results.json, plot, <method>/}."""
+def run_experiment(
+    settings: AdapterExperimentSettings, run_dir, resume: bool = False, model_card_dir=None, validated: bool = False
+) -> dict:
+    """All methods of `settings` in one run; writes run_dir/{settings.json, results.json, plot, <method>/}.
+    `validated`: the caller has run `settings.validate()` already (scripts/train_adapter.py does)."""
+    if not validated:
+        settings.validate()
     # The run folder and its settings.json; resuming is per method (finished methods and their checkpoints,
     # run_dir/<method>/checkpoints), so there is no run-level checkpoint to check here.
     accelerator, run_dir, _ = loop.begin_run(settings, run_dir, resume=False, safe=())

@@ -207,8 +207,9 @@ def start_run(parser: argparse.ArgumentParser, args: argparse.Namespace, cls, sa
 
     The `cls` settings of `args`, validated; the run-folder rules (`checkpointing.check_run_folder_arguments`,
     with `safe` the settings a resume may change); CPU threads; the accelerator (the settings'
-    `mixed_precision`); then `prepare(settings, accelerator)`, which opens data and tokenizer and raises
-    ValueError on bad input. Returns (settings, accelerator, what `prepare` returned).
+    `mixed_precision`); then `prepare(settings, accelerator, validated=True)`, which opens data and tokenizer and
+    raises ValueError on bad input. Returns (settings, accelerator, what `prepare` returned). The settings are
+    validated once, here.
     """
     try:
         settings = settings_from_args(cls, args)
@@ -219,7 +220,7 @@ def start_run(parser: argparse.ArgumentParser, args: argparse.Namespace, cls, sa
         parser.error(str(err))
     accelerator = make_accelerator(settings.mixed_precision)
     try:
-        prepared = prepare(settings, accelerator)
+        prepared = prepare(settings, accelerator, validated=True)
     except ValueError as err:
         parser.error(str(err))
     return settings, accelerator, prepared

@@ -227,9 +227,11 @@ class Prepared:
     eval_data: tuple
 
 
-def prepare_pretraining(settings: PretrainSettings, accelerator=None) -> Prepared:
-    """Validate settings, build tokenizer and config, open the data. Raises ValueError with a clear message."""
-    settings.validate()
+def prepare_pretraining(settings: PretrainSettings, accelerator=None, validated: bool = False) -> Prepared:
+    """Validate settings (unless the caller did: `validated`), build tokenizer and config, open the data. Raises
+    ValueError with a clear message."""
+    if not validated:
+        settings.validate()
     tokenizer = load_tokenizer(settings.tokenizer, settings.trust_remote_code)
     config = build_config(settings, tokenizer)
     train_source, eval_data = open_block_sources(settings, tokenizer, accelerator)

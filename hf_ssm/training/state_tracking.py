@@ -24,20 +24,24 @@ from pathlib import Path
 
 import torch
 
-from ..data import StateTrackingDataset, collate_state_tracking, get_task
+from ..data import TASK_NAMES, StateTrackingDataset, collate_state_tracking, get_task
 from ..data.state_tracking import SUPERVISIONS, last_token_correct, supervised_labels
 from ..modeling import HybridSSMConfig, HybridSSMForTokenClassification
 from ..modeling.configuration_hybrid_ssm import (
+    ATTENTION,
     BLOCK_TYPES,
+    PATTERN_LETTERS,
     PD_SSM_DIAGONALS,
     PD_SSM_INITIAL_STATES,
     PD_SSM_INPUTS,
+    SSM_MIXERS,
     check_choice,
     check_config_keys,
 )
 from ..modeling.mixer_registry import pattern_letters, width_matched_fields
 from . import loop
 from .checkpointing import atomic_save_dir, check_resume, check_resumed_settings, recorded_settings
+from .cli import config_fields_field
 from .optimization import LR_SCHEDULES, build_optimizer, build_scheduler
 from .plotting import pyplot, save_figure
 from .recipes import RECIPE_NAMES
@@ -57,11 +61,18 @@ RESUME_SAFE_SETTINGS = frozenset(
 class StateTrackingSettings:
     """Everything one training run depends on (saved to the run folder as settings.json)."""
 
-    task: str = "parity"
-    num_generators: int | None = None  # a5 / s5 only (None: 2); refused for the other tasks
-    mixer: str = "pd_ssm"
+    task: str = field(default="parity", metadata={"help": f"one task: {', '.join(TASK_NAMES)}"})
+    num_generators: int | None = field(  # a5 / s5 only (None: 2); refused for the other tasks
+        default=None, metadata={"help": "generators of the a5 / s5 word problems (None: 2; refused for other tasks)"}
+    )
+    mixer: str = field(default="pd_ssm", metadata={"help": f"one mixer: {', '.join((*SSM_MIXERS, ATTENTION))}"})
     # One layer per letter, HybridSSMConfig's pattern letters with S = `mixer` (A attention, P pd_ssm, B bd_lru...).
-    pattern: str = "S"
+    pattern: str = field(
+        default="S",
+        metadata={
+            "help": "one layer per letter: S = the mixer, " + ", ".join(f"{k} {v}" for k, v in PATTERN_LETTERS.items())
+        },
+    )
     hidden_size: int = 64
     state_size: int = 8
     num_heads: int = 16  # PD-SSM heads (independent automata; more heads, more chances to find the task's)
@@ -102,14 +113,19 @@ class StateTrackingSettings:
     # summary); which positions are supervised ("every" prefix label or only the "last" token); the block around
     # each mixer (HybridSSMConfig.block_type / block_dropout); no weight decay on the embedding when
     # decay_embedding is False; "cosine" (to 0) or transformers' "cosine_with_min_lr" (to min_learning_rate).
-    recipe: str = "default"
+    recipe: str = field(default="default", metadata={"choices": RECIPE_NAMES, "help": "settings preset"})
     supervision: str = "every"
     block_type: str = "pre_norm_residual"
     block_dropout: float = 0.0
     decay_embedding: bool = True
     lr_schedule: str = "cosine"
     min_learning_rate: float = 0.0
-    extra_config: dict = field(default_factory=dict)
+    extra_config: dict = config_fields_field(
+        "extra HybridSSMConfig fields: a JSON object, e.g. '{\"pd_ssm_magnitude_bias_init\": 3.0}', or KEY=VALUE "
+        "items (--config: the deprecated spelling)",
+        aliases=("--config",),
+        deprecated=("--config",),
+    )
 
     def validate(self) -> None:
         get_task(self.task, **self.task_kwargs())  # raises ValueError for unknown tasks / bad k
@@ -147,8 +163,10 @@ class StateTrackingSettings:
         if not 0 < self.target_accuracy <= 1:
             raise ValueError(f"`target_accuracy` must be in (0, 1], got {self.target_accuracy}")
         if not isinstance(self.extra_config, dict):
-            raise ValueError(f"--config must be a JSON object of HybridSSMConfig fields, got {self.extra_config!r}")
-        check_config_keys(self.extra_config, "--config")
+            raise ValueError(
+                f"--extra_config must be a JSON object of HybridSSMConfig fields, got {self.extra_config!r}"
+            )
+        check_config_keys(self.extra_config, "--extra_config")
         model_config(self)  # the pattern letters, the sizes: HybridSSMConfig's own checks
 
     def _validate_recipe_fields(self) -> None:
@@ -254,11 +272,20 @@ def evaluate(model, settings: StateTrackingSettings, buckets, seed: int, device,
 BEST_WEIGHTS = "best_weights.pt"
 
 
-def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, accelerator=None, resume: bool = False):
+def train_state_tracking(
+    settings: StateTrackingSettings,
+    run_dir: str | Path,
+    accelerator=None,
+    resume: bool = False,
+    validated: bool = False,
+):
     """Train one model; writes run_dir/{settings.json, results.json, accuracy_vs_length.png, model/, checkpoints/}.
 
-    Returns the results dict (also written to results.json).
+    Returns the results dict (also written to results.json). `validated`: the caller has run `settings.validate()`
+    (which builds a HybridSSMConfig) already; otherwise it runs here.
     """
+    if not validated:
+        settings.validate()
     accelerator, run_dir, found = loop.begin_run(settings, run_dir, resume, RESUME_SAFE_SETTINGS, accelerator)
     task = get_task(settings.task, **settings.task_kwargs())
     model = build_model(settings)
@@ -369,29 +396,33 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
     return results
 
 
-def train_with_restarts(settings: StateTrackingSettings, run_dir: str | Path, resume: bool = False) -> dict:
+def train_with_restarts(
+    settings: StateTrackingSettings, run_dir: str | Path, resume: bool = False, validated: bool = False
+) -> dict:
     """Train `settings.restarts` seeds (run_dir/seed_<s>/ each) and keep the best by validation accuracy.
 
     Ties go to the earlier seed. Stops starting new seeds once one reaches `target_accuracy` on validation.
     run_dir gets the kept run's model/, results.json (with every restart listed under "restarts", and
     "train_seconds" summed over all of them) and accuracy_vs_length.png. With restarts == 1 this is exactly
-    `train_state_tracking(settings, run_dir)`.
+    `train_state_tracking(settings, run_dir)`. The settings are validated once, here (not again per restart: a
+    restart changes only the seed), or not at all with `validated` (the caller did).
     """
     from accelerate import PartialState
 
-    settings.validate()
+    if not validated:
+        settings.validate()
     run_dir = Path(run_dir)
     if resume:
         check_resume_runs(settings, run_dir)  # every restart, before any trains
     if settings.restarts == 1:
-        return train_state_tracking(settings, run_dir, resume=resume)
+        return train_state_tracking(settings, run_dir, resume=resume, validated=True)
     runs = []
     for seeded, seed_dir in _restart_runs(settings, run_dir):
         finished = seed_dir / "results.json"
         if resume and finished.is_file() and (seed_dir / "model").is_dir():
             runs.append(json.loads(finished.read_text()))  # done before the interruption
         else:
-            runs.append(train_state_tracking(seeded, seed_dir, resume=resume))
+            runs.append(train_state_tracking(seeded, seed_dir, resume=resume, validated=True))
         if runs[-1]["validation"]["accuracy"] >= settings.target_accuracy:
             break
     kept = max(runs, key=lambda r: (r["validation"]["accuracy"], -r["seed"]))

@@ -170,12 +170,16 @@ def train_timeseries(
     accelerator=None,
     resume: bool = False,
     data: TimeSeriesData | None = None,
+    validated: bool = False,
 ) -> dict:
     """Train one model; writes run_dir/{settings.json, data.json, results.json, curves.png, model/, checkpoints/}.
 
     model/ holds the best-validation weights (save_pretrained) and normalizer.json (the training-split channel
-    statistics to apply to new series). Returns the results dict (also written to results.json).
+    statistics to apply to new series). Returns the results dict (also written to results.json). `validated`: the
+    caller has run `settings.validate()` already (the script does, for every run before the first trains).
     """
+    if not validated:
+        settings.validate()
     accelerator, run_dir, found = loop.begin_run(settings, run_dir, resume, RESUME_SAFE_SETTINGS, accelerator)
     data = data or load_data(settings)
     if accelerator.is_main_process:
