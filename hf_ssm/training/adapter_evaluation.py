@@ -15,6 +15,7 @@ from ..data.nl_state_tracking import (
 )
 from .adapter_baselines import LastHiddenStateProbe, PrefixLoRAClassifier
 from .adapter_settings import AdapterExperimentSettings
+from .evaluation import batch_ranges, bucket_accuracy
 
 
 def score_batch(
@@ -158,30 +159,26 @@ def evaluate(method, model, task, tokenizer, buckets, settings, seed, device) ->
     """Accuracy at the question for fresh stories in each bucket of transition counts."""
     answer_ids = torch.tensor(answer_token_ids(task, tokenizer), device=device)
     examples = fewshot_prefix(task, tokenizer, settings) if method == "fewshot" else []
-    was_training = model.training
-    model.eval()
-    results = []
-    for low, high in buckets:
+
+    def score_bucket(low: int, high: int) -> dict:
         data = NLStateTrackingDataset(
             task, tokenizer, settings.eval_samples_per_bucket, low, high, seed + low, settings.distractor_prob
         )
         correct, tokens = 0, []
-        for start in range(0, len(data), settings.eval_batch_size):
-            items = [data[i] for i in range(start, min(len(data), start + settings.eval_batch_size))]
+        for indices in batch_ranges(len(data), settings.eval_batch_size):
+            items = [data[i] for i in indices]
             if method == "fewshot":
                 items = [_after_examples(item, examples) for item in items]
             batch = collate_nl_state_tracking(items, tokenizer.pad_token_id)
             _, pred = score_batch(method, model, batch, answer_ids, device)
             correct += int((pred.cpu() == batch["label"]).sum())
             tokens += batch["length"].tolist()
-        results.append(
-            {
-                "min_transitions": low,
-                "max_transitions": high,
-                "accuracy": correct / len(data),
-                "mean_tokens": sum(tokens) / len(tokens),
-                "max_tokens": max(tokens),
-            }
-        )
-    model.train(was_training)
-    return {"buckets": results, "mean_accuracy": sum(r["accuracy"] for r in results) / len(results)}
+        return {
+            "min_transitions": low,
+            "max_transitions": high,
+            "accuracy": correct / len(data),
+            "mean_tokens": sum(tokens) / len(tokens),
+            "max_tokens": max(tokens),
+        }
+
+    return bucket_accuracy(model, buckets, score_bucket)

@@ -14,6 +14,7 @@ from ..model_card import check_model_card
 from .adapter_settings import TINY_BASE, AdapterExperimentSettings
 from .plotting import pyplot, save_figure
 from .summary import merge_summary
+from .tables import accuracy_cells, markdown_table
 
 # --- reporting ---------------------------------------------------------------------------------------------
 
@@ -79,20 +80,15 @@ def update_summary_json(path, records: list[dict]) -> None:
 
 def results_table(results: list[dict], num_classes: int | None = None) -> str:
     """Markdown: one row per method, accuracy (%) per bucket of transitions."""
-    buckets = results[0]["test"]["buckets"]
-    cols = [f"{b['min_transitions']}-{b['max_transitions']}" for b in buckets]
-    lines = [
-        "| method | trainable params | steps | train s | " + " | ".join(cols) + " |",
-        "|" + "---|" * (4 + len(cols)),
+    cols = [f"{b['min_transitions']}-{b['max_transitions']}" for b in results[0]["test"]["buckets"]]
+    rows = [
+        [r["method"], r["trainable_parameters"], r["steps"], f"{r['train_seconds']:.0f}"]
+        + accuracy_cells(r["test"]["buckets"])
+        for r in results
     ]
-    for r in results:
-        accs = " | ".join(f"{100 * b['accuracy']:.1f}" for b in r["test"]["buckets"])
-        lines.append(
-            f"| {r['method']} | {r['trainable_parameters']} | {r['steps']} | {r['train_seconds']:.0f} | {accs} |"
-        )
     if num_classes:
-        lines.append("| chance | | | | " + " | ".join(f"{100 / num_classes:.1f}" for _ in cols) + " |")
-    return "\n".join(lines)
+        rows.append(["chance", "", "", ""] + [f"{100 / num_classes:.1f}" for _ in cols])
+    return markdown_table(["method", "trainable params", "steps", "train s", *cols], rows)
 
 
 def plot_results(results: list[dict], settings: AdapterExperimentSettings, num_classes: int, path: Path) -> None:

@@ -42,10 +42,12 @@ from ..modeling.mixer_registry import pattern_letters, width_matched_fields
 from . import loop
 from .checkpointing import atomic_save_dir, check_resume, check_resumed_settings, recorded_settings
 from .cli import config_fields_field
+from .evaluation import batch_ranges, bucket_accuracy
 from .optimization import LR_SCHEDULES, build_optimizer, build_scheduler
 from .plotting import pyplot, save_figure
 from .recipes import RECIPE_NAMES
 from .stack import stack_config_fields, stack_pattern
+from .tables import accuracy_cells, markdown_table
 
 VALIDATION_LENGTHS = ("train", "test")
 VALIDATION_SEED, TEST_SEED = 10_000, 20_000  # disjoint data seeds: validation and test never share sequences
@@ -240,13 +242,12 @@ def evaluate(model, settings: StateTrackingSettings, buckets, seed: int, device,
     Bucket (low, high) holds `samples_per_bucket` sequences drawn with data seed `seed + low`.
     """
     task = get_task(settings.task, **settings.task_kwargs())
-    model.eval()
-    results = []
-    for low, high in buckets:
+
+    def score_bucket(low: int, high: int) -> dict:
         data = StateTrackingDataset(task, samples_per_bucket, low, high, seed=seed + low)
         correct = total = prefix_correct = prefix_total = 0
-        for start in range(0, len(data), settings.batch_size):
-            batch = collate_state_tracking([data[i] for i in range(start, min(len(data), start + settings.batch_size))])
+        for indices in batch_ranges(len(data), settings.batch_size):
+            batch = collate_state_tracking([data[i] for i in indices])
             logits = model(
                 input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)
             ).logits
@@ -256,17 +257,15 @@ def evaluate(model, settings: StateTrackingSettings, buckets, seed: int, device,
             labelled = batch["labels"] != -100
             prefix_correct += int(((pred == batch["labels"]) & labelled).sum())
             prefix_total += int(labelled.sum())
-        results.append(
-            {
-                "min_length": low,
-                "max_length": high,
-                "accuracy": correct / total,
-                "prefix_accuracy": prefix_correct / max(prefix_total, 1),
-                "samples": total,
-            }
-        )
-    model.train()
-    return {"buckets": results, "mean_accuracy": sum(r["accuracy"] for r in results) / len(results)}
+        return {
+            "min_length": low,
+            "max_length": high,
+            "accuracy": correct / total,
+            "prefix_accuracy": prefix_correct / max(prefix_total, 1),
+            "samples": total,
+        }
+
+    return bucket_accuracy(model, buckets, score_bucket)
 
 
 BEST_WEIGHTS = "best_weights.pt"
@@ -489,19 +488,14 @@ def plot_accuracy_vs_length(all_results: list[dict], path: str | Path) -> None:
 
 def results_table(all_results: list[dict]) -> str:
     """Markdown table: one row per run, one column per test length bucket."""
-    buckets = all_results[0]["test"]["buckets"]
-    head = "| task | mixer | params | seed | steps | train s | " + " | ".join(
-        f"{b['min_length']}-{b['max_length']}" for b in buckets
-    )
-    lines = [head + " | mean |", "|" + "---|" * (7 + len(buckets))]
-    for r in all_results:
-        accs = " | ".join(f"{100 * b['accuracy']:.1f}" for b in r["test"]["buckets"])
-        lines.append(
-            f"| {r['task']} | {r['mixer']} | {r['parameters']} | {_seed_cell(r)} | {r['steps']} | "
-            f"{r['train_seconds']:.0f} | "
-            f"{accs} | {100 * r['test']['mean_accuracy']:.1f} |"
-        )
-    return "\n".join(lines)
+    buckets = [f"{b['min_length']}-{b['max_length']}" for b in all_results[0]["test"]["buckets"]]
+    header = ["task", "mixer", "params", "seed", "steps", "train s", *buckets, "mean"]
+    rows = [
+        [r["task"], r["mixer"], r["parameters"], _seed_cell(r), r["steps"], f"{r['train_seconds']:.0f}"]
+        + [*accuracy_cells(r["test"]["buckets"]), f"{100 * r['test']['mean_accuracy']:.1f}"]
+        for r in all_results
+    ]
+    return markdown_table(header, rows)
 
 
 def _seed_cell(result: dict) -> str:

@@ -23,9 +23,11 @@ from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_con
 from . import loop
 from .checkpointing import atomic_save_dir
 from .cli import config_fields_field
+from .evaluation import batch_ranges, eval_mode
 from .optimization import warmup_cosine_schedule
 from .plotting import pyplot, save_figure
 from .stack import stack_config_fields, stack_pattern
+from .tables import markdown_table
 
 BEST_WEIGHTS = "best_model.safetensors"
 # Settings a resumed run may change (checkpointing.check_resume): when it checkpoints and how long it waits for a
@@ -135,15 +137,13 @@ def load_data(settings: TimeSeriesSettings) -> TimeSeriesData:
 @torch.no_grad()
 def evaluate(model, split: TimeSeriesSplit, batch_size: int, device) -> dict:
     """Accuracy and mean cross-entropy of `model` on every case of `split`."""
-    was_training = model.training
-    model.eval()
     correct, loss_sum = 0, 0.0
-    for start in range(0, len(split), batch_size):
-        batch = split.batch(torch.arange(start, min(len(split), start + batch_size)))
-        out = model(**{k: v.to(device) for k, v in batch.items()})
-        correct += int((out.logits.argmax(-1).cpu() == batch["labels"]).sum())
-        loss_sum += float(out.loss) * len(batch["labels"])
-    model.train(was_training)
+    with eval_mode(model):
+        for indices in batch_ranges(len(split), batch_size):
+            batch = split.batch(torch.arange(indices.start, indices.stop))
+            out = model(**{k: v.to(device) for k, v in batch.items()})
+            correct += int((out.logits.argmax(-1).cpu() == batch["labels"]).sum())
+            loss_sum += float(out.loss) * len(batch["labels"])
     return {"accuracy": correct / len(split), "loss": loss_sum / len(split), "samples": len(split)}
 
 
@@ -322,21 +322,19 @@ def summarize(all_results: list[dict]) -> list[dict]:
 
 def results_table(rows: list[dict]) -> str:
     """Markdown table of `summarize` rows (accuracies in %, std over seeds; time = training wall-clock per run)."""
-    lines = [
-        "| dataset | model | params | seeds | test acc % (mean ± std) | test acc per seed | val acc % | "
-        "epochs (best) | s / run (mean ± std) |",
-        "|" + "---|" * 9,
-    ]
+    header = ["dataset", "model", "params", "seeds", "test acc % (mean ± std)", "test acc per seed", "val acc %"]
+    header += ["epochs (best)", "s / run (mean ± std)"]
+    table = []
     for r in rows:
         per_seed = ", ".join(f"{100 * a:.1f}" for a in r["test_accuracies"])
         best = ", ".join(str(e) for e in r["best_epochs"])
-        lines.append(
-            f"| {r['dataset']} | {r['model']} | {r['parameters']} | {len(r['seeds'])} | "
-            f"{100 * r['test_accuracy_mean']:.1f} ± {100 * r['test_accuracy_std']:.1f} | {per_seed} | "
-            f"{100 * r['val_accuracy_mean']:.1f} | {r['epochs_mean']:.0f} ({best}) | "
-            f"{r['seconds_mean']:.0f} ± {r['seconds_std']:.0f} |"
+        table.append(
+            [r["dataset"], r["model"], r["parameters"], len(r["seeds"])]
+            + [f"{100 * r['test_accuracy_mean']:.1f} ± {100 * r['test_accuracy_std']:.1f}", per_seed]
+            + [f"{100 * r['val_accuracy_mean']:.1f}", f"{r['epochs_mean']:.0f} ({best})"]
+            + [f"{r['seconds_mean']:.0f} ± {r['seconds_std']:.0f}"]
         )
-    return "\n".join(lines)
+    return markdown_table(header, table)
 
 
 def plot_curves(all_results: list[dict], path: str | Path) -> None:
