@@ -57,6 +57,7 @@ VALIDATION_SEED, TEST_SEED = 10_000, 20_000  # disjoint data seeds: validation a
 RESUME_SAFE_SETTINGS = frozenset(
     {"eval_every", "save_every", "target_accuracy", "min_steps", "eval_samples_per_bucket", "restarts"}
 )
+PATTERN_HELP = "one layer per letter: S = the mixer, " + ", ".join(f"{k} {v}" for k, v in PATTERN_LETTERS.items())
 
 
 @dataclass
@@ -64,17 +65,12 @@ class StateTrackingSettings:
     """Everything one training run depends on (saved to the run folder as settings.json)."""
 
     task: str = field(default="parity", metadata={"help": f"one task: {', '.join(TASK_NAMES)}"})
-    num_generators: int | None = field(  # a5 / s5 only (None: 2); refused for the other tasks
+    num_generators: int | None = field(
         default=None, metadata={"help": "generators of the a5 / s5 word problems (None: 2; refused for other tasks)"}
     )
     mixer: str = field(default="pd_ssm", metadata={"help": f"one mixer: {', '.join((*SSM_MIXERS, ATTENTION))}"})
     # One layer per letter, HybridSSMConfig's pattern letters with S = `mixer` (A attention, P pd_ssm, B bd_lru...).
-    pattern: str = field(
-        default="S",
-        metadata={
-            "help": "one layer per letter: S = the mixer, " + ", ".join(f"{k} {v}" for k, v in PATTERN_LETTERS.items())
-        },
-    )
+    pattern: str = field(default="S", metadata={"help": PATTERN_HELP})
     hidden_size: int = 64
     state_size: int = 8
     num_heads: int = 16  # PD-SSM heads (independent automata; more heads, more chances to find the task's)
@@ -165,9 +161,7 @@ class StateTrackingSettings:
         if not 0 < self.target_accuracy <= 1:
             raise ValueError(f"`target_accuracy` must be in (0, 1], got {self.target_accuracy}")
         if not isinstance(self.extra_config, dict):
-            raise ValueError(
-                f"--extra_config must be a JSON object of HybridSSMConfig fields, got {self.extra_config!r}"
-            )
+            raise ValueError(f"--extra_config must be a JSON object of config fields, got {self.extra_config!r}")
         check_config_keys(self.extra_config, "--extra_config")
         model_config(self)  # the pattern letters, the sizes: HybridSSMConfig's own checks
 
