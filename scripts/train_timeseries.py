@@ -27,10 +27,9 @@ import json
 import sys
 from dataclasses import fields
 
-from hf_ssm.data.timeseries import MISSING_POLICIES, SPLIT_MODES, load_timeseries
-from hf_ssm.modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS
+from hf_ssm.data.timeseries import load_timeseries
 from hf_ssm.training.checkpointing import check_resume, check_run_folder_arguments
-from hf_ssm.training.cli import add_suite_folder_arguments, chosen_mixers, comma_list, run_folder
+from hf_ssm.training.cli import add_suite_folder_arguments, chosen_mixers, comma_list, run_folder, settings_parser
 from hf_ssm.training.timeseries import (
     RESUME_SAFE_SETTINGS,
     TimeSeriesSettings,
@@ -43,7 +42,6 @@ from hf_ssm.training.timeseries import (
 
 DEFAULT_MIXERS = ["pd_ssm"]
 DEFAULT_SEEDS = [0, 1, 2]
-_SPECIAL = ("mixer", "seed", "extra_config", "data_dir", "missing_indicators", "split", "missing")
 
 
 def seed_list(text: str) -> list[int]:
@@ -53,36 +51,12 @@ def seed_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"seeds must be comma-separated integers, got {text!r}") from None
 
 
-def json_object(text: str) -> dict:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {err}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"deer_max_iter\": 50}'")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    defaults = TimeSeriesSettings()
-    mixers = ", ".join((*SSM_MIXERS, ATTENTION))
-    parser.add_argument("--mixer", help=f"one mixer: {mixers} (default {DEFAULT_MIXERS[0]})")
+    parser = settings_parser(TimeSeriesSettings, description=__doc__)
+    parser.set_defaults(mixer=None, seed=None)  # not given: DEFAULT_MIXERS, DEFAULT_SEEDS
     parser.add_argument("--mixers", type=comma_list, help="comma-separated mixers, each run over every seed")
-    parser.add_argument("--seed", type=int, help="one seed")
     parser.add_argument("--seeds", type=seed_list, help=f"comma-separated seeds (default {DEFAULT_SEEDS})")
-    parser.add_argument("--data_dir", default=None, help="folder holding <dataset>/ or the .ts files (default: aeon's)")
-    parser.add_argument("--split", choices=SPLIT_MODES, default=defaults.split, help="how validation/test are made")
-    parser.add_argument("--missing", choices=MISSING_POLICIES, default=defaults.missing, help="'?' / NaN policy")
-    parser.add_argument("--missing_indicators", action="store_true", help="append the observed mask as channels")
-    parser.add_argument("--extra_config", type=json_object, default={}, help="more HybridSSMConfig fields (JSON)")
     add_suite_folder_arguments(parser, "runs/timeseries/<time>", RESUME_SAFE_SETTINGS)
-    for f in fields(TimeSeriesSettings):
-        if f.name in _SPECIAL:
-            continue
-        value = getattr(defaults, f.name)
-        help_text = "any HybridSSMConfig pattern; S = the mixer" if f.name == "pattern" else ""
-        parser.add_argument(f"--{f.name}", type=type(value), default=value, help=f"{help_text} (default {value})")
     return parser
 
 
@@ -115,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     all_results = []
     for settings, run_dir in zip(runs, run_dirs):
         data = load_data(settings)  # the split (and so the normalisation) depends on the seed
-        result = train_timeseries(settings, run_dir, resume=args.resume, data=data)
+        result = train_timeseries(settings, run_dir, resume=args.resume, data=data, validated=True)
         all_results.append(result)
         print(
             f"{data.name} / {settings.label} / seed {settings.seed}: test accuracy {100 * result['test_accuracy']:.1f}% "

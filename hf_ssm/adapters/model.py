@@ -263,14 +263,6 @@ class SSMAdapterModel(nn.Module):
         """The adapter's trainable parameters (frozen mixer parameters excluded)."""
         return [p for p in self.ssm_adapter.parameters() if p.requires_grad]
 
-    def num_parameters_summary(self) -> dict:
-        """{"trainable": ..., "adapter": ..., "total": ...} parameter counts."""
-        return {
-            "trainable": sum(p.numel() for p in self.parameters() if p.requires_grad),
-            "adapter": sum(p.numel() for p in self.ssm_adapter.parameters()),
-            "total": sum(p.numel() for p in self.parameters()),
-        }
-
     def adapter_state_dict(self) -> dict[str, torch.Tensor]:
         return {WEIGHTS_PREFIX + k: v for k, v in self.ssm_adapter.state_dict().items()}
 

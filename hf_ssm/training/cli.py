@@ -1,64 +1,124 @@
-"""Command-line pieces of the training scripts: --options from a settings dataclass, the run-folder arguments
+"""Command-line pieces of the training scripts: --options from a settings dataclass (`settings_parser`, through
+transformers' HfArgumentParser), deprecated flag spellings (`FlagAction`), the run-folder arguments
 (and the default, time-stamped folder), CPU threads, the opening of a run (`start_run`) and the closing summary
 lines."""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import os
 import time
 import typing
+import warnings
 from collections.abc import Collection
 from pathlib import Path
 
 import torch
+from transformers import HfArgumentParser
 
 from .checkpointing import check_run_folder_arguments
 from .loop import make_accelerator
 
 
-def _parse_override(items: list[str]) -> dict:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise argparse.ArgumentTypeError(f"--override expects KEY=VALUE, got {item!r}")
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The scripts' --help: their docstring as written, each option with its default (also an option without a
+    help text, which argparse would list bare)."""
+
+    def add_argument(self, action):
+        if action.help is None and action.option_strings and action.default is not argparse.SUPPRESS:
+            action = copy.copy(action)
+            action.help = "(default: %(default)s)"
+        super().add_argument(action)
+
+
+class FlagAction(argparse.Action):
+    """Stores an option's value, warning when it was given under a `deprecated` spelling (a FutureWarning naming the
+    spelling to use instead); with `merge`, the dicts of one occurrence (the items of --extra_config) merge into
+    one, later keys winning (a repeated flag replaces the earlier one, as argparse's own "store" does)."""
+
+    def __init__(self, option_strings, dest, deprecated=(), merge=False, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.deprecated, self.merge = tuple(deprecated), merge
+        self.preferred = next(o for o in option_strings if o not in self.deprecated)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string in self.deprecated:
+            warnings.warn(
+                f"{option_string} is deprecated and will be removed in the next release; use {self.preferred}",
+                FutureWarning,
+                stacklevel=2,
+            )
+        if self.merge:
+            merged = {}
+            for value in values:
+                merged.update(value)
+            values = merged
+        setattr(namespace, self.dest, values)
+
+
+def config_fields_item(text: str) -> dict:
+    """One item of --extra_config: a JSON object ('{"hidden_size": 32}') or KEY=VALUE (the value parsed as JSON
+    when it is JSON, else kept as a string: mixers=SA)."""
+    if text.lstrip().startswith("{"):
         try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value  # a bare string, e.g. mixers=SASA
-    return out
+            value = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise argparse.ArgumentTypeError(f"not valid JSON: {err}") from None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(f"expects a JSON object, got {text!r}")
+        return value
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expects KEY=VALUE items or a JSON object, got {text!r}")
+    try:
+        return {key: json.loads(value)}
+    except json.JSONDecodeError:
+        return {key: value}  # a bare string, e.g. mixers=SASA
 
 
-def add_settings_arguments(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) -> None:
-    """One --option per dataclass field of `cls` (help from the field metadata, default from the field)."""
-    hints = typing.get_type_hints(cls)
-    defaults = cls()
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        hint, default = hints[f.name], getattr(defaults, f.name)
-        text = f.metadata.get("help", "")
-        shown = f" (default: {default})" if default not in (None, [], {}) else ""
-        if hint is bool:
-            parser.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=default, help=text)
-        elif f.name == "override":
-            parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE", help=text)
-        elif typing.get_origin(hint) is list:
-            parser.add_argument(f"--{f.name}", nargs="+", default=list(default), help=text)
-        else:
-            base = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
-            parser.add_argument(f"--{f.name}", type=base, default=default, help=text + shown)
+def config_fields_field(help: str, aliases: tuple[str, ...] = (), deprecated: tuple[str, ...] = ()):
+    """A dict field of extra HybridSSMConfig fields, given on the command line as --extra_config (`settings_parser`:
+    JSON objects or KEY=VALUE items, merged); `deprecated`: old spellings among the flag's `aliases`, which warn."""
+    metadata = {
+        "help": help,
+        "aliases": list(aliases),
+        "nargs": "+",
+        "metavar": "JSON|KEY=VALUE",
+        "action": FlagAction,
+        "merge": True,
+        "deprecated": deprecated,
+    }
+    return dataclasses.field(default_factory=dict, metadata=metadata)
+
+
+def settings_parser(settings_classes, description: str | None = None) -> HfArgumentParser:
+    """`transformers.HfArgumentParser` for the settings dataclasses `settings_classes`: one --option per field
+    (help, choices, aliases from the field's metadata). Two things it does not do by itself, measured with
+    transformers 5.24, are added here:
+
+    - a `dict` field gets `type=dict`, so `--extra_config '{"a": 1}'` fails with "invalid dict value": `dict` is
+      registered as a type that reads one --extra_config item (`config_fields_item`);
+    - a bool field gets `--name [BOOL]` and, when it defaults to True, `--no_name` / `--no-name-with-dashes`; the
+      `--no-name` spelling the scripts accepted before (argparse.BooleanOptionalAction) is added where missing.
+    """
+    parser = HfArgumentParser(settings_classes, description=description, formatter_class=HelpFormatter)
+    parser.register("type", dict, config_fields_item)
+    classes = settings_classes if isinstance(settings_classes, (list, tuple)) else [settings_classes]
+    for cls in classes:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            given = f.default is True and "_" not in f.name  # HfArgumentParser's --no-<name> of a True default
+            if hints[f.name] is bool and not given:
+                parser.add_argument(f"--no-{f.name}", action="store_false", dest=f.name, help=argparse.SUPPRESS)
+    return parser
 
 
 def settings_from_args(cls, args: argparse.Namespace):
-    """The `cls` instance of the parsed arguments (--override KEY=VALUE items parsed as JSON values)."""
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
-    if "override" in values:
-        values["override"] = _parse_override(values["override"])
-    return cls(**values)
+    """The `cls` instance of the parsed arguments (the fields found in `args`; the others keep their default)."""
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)})
 
 
 def comma_list(text: str) -> list[str]:
@@ -147,8 +207,9 @@ def start_run(parser: argparse.ArgumentParser, args: argparse.Namespace, cls, sa
 
     The `cls` settings of `args`, validated; the run-folder rules (`checkpointing.check_run_folder_arguments`,
     with `safe` the settings a resume may change); CPU threads; the accelerator (the settings'
-    `mixed_precision`); then `prepare(settings, accelerator)`, which opens data and tokenizer and raises
-    ValueError on bad input. Returns (settings, accelerator, what `prepare` returned).
+    `mixed_precision`); then `prepare(settings, accelerator, validated=True)`, which opens data and tokenizer and
+    raises ValueError on bad input. Returns (settings, accelerator, what `prepare` returned). The settings are
+    validated once, here.
     """
     try:
         settings = settings_from_args(cls, args)
@@ -159,7 +220,7 @@ def start_run(parser: argparse.ArgumentParser, args: argparse.Namespace, cls, sa
         parser.error(str(err))
     accelerator = make_accelerator(settings.mixed_precision)
     try:
-        prepared = prepare(settings, accelerator)
+        prepared = prepare(settings, accelerator, validated=True)
     except ValueError as err:
         parser.error(str(err))
     return settings, accelerator, prepared

@@ -189,12 +189,14 @@ class PreparedFinetune:
     eval_data: tuple
 
 
-def prepare_finetuning(settings: FinetuneSettings, accelerator=None) -> PreparedFinetune:
-    """Validate, load model and tokenizer, wrap LoRA, open the data; ValueError with a clear message on bad input."""
+def prepare_finetuning(settings: FinetuneSettings, accelerator=None, validated: bool = False) -> PreparedFinetune:
+    """Validate (unless the caller did: `validated`), load model and tokenizer, wrap LoRA, open the data; ValueError
+    with a clear message on bad input."""
 
     from accelerate.utils import set_seed
 
-    settings.validate()
+    if not validated:
+        settings.validate()
     tokenizer = load_tokenizer(settings.tokenizer or settings.model, settings.trust_remote_code)
     model = load_causal_lm(settings.model, settings.trust_remote_code)
     check_block_size(settings.block_size, model.config)

@@ -34,7 +34,8 @@ import torch.nn.functional as F
 
 from ..data.lm_corpus import IGNORE_INDEX, make_batch
 from .checkpointing import check_run_folder_arguments, latest_checkpoint
-from .cli import add_run_folder_arguments, add_settings_arguments, configure_cpu_threads, settings_from_args
+from .cli import add_run_folder_arguments, configure_cpu_threads, settings_from_args, settings_parser
+from .evaluation import eval_mode
 from .lm_outputs import (
     closing_sample,
     model_summary,
@@ -93,16 +94,15 @@ def evaluate(model, eval_data, settings, accelerator) -> dict:
     per_process = math.ceil(len(ids) / world) if len(ids) else 0
     batches = math.ceil(per_process / settings.batch_size) if per_process else 0
     total = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
-    was_training = model.training
-    model.eval()
-    for b in range(batches):
-        rows = mine[b * settings.batch_size : (b + 1) * settings.batch_size]
-        batch = make_batch(ids[rows or [0]], starts[rows or [0]], settings.reset_at_boundaries)
-        if not rows:  # this process has no block left: a dummy forward whose tokens do not count
-            batch["labels"].fill_(IGNORE_INDEX)
-        loss, count = token_loss_sum(_forward(model, batch, accelerator.device), batch["labels"].to(accelerator.device))
-        total += torch.stack([loss.double(), count.double()])
-    model.train(was_training)
+    with eval_mode(model):  # the shared skeleton's eval mode only (training/evaluation.py says why)
+        for b in range(batches):
+            rows = mine[b * settings.batch_size : (b + 1) * settings.batch_size]
+            batch = make_batch(ids[rows or [0]], starts[rows or [0]], settings.reset_at_boundaries)
+            if not rows:  # this process has no block left: a dummy forward whose tokens do not count
+                batch["labels"].fill_(IGNORE_INDEX)
+            logits = _forward(model, batch, accelerator.device)
+            loss, count = token_loss_sum(logits, batch["labels"].to(accelerator.device))
+            total += torch.stack([loss.double(), count.double()])
     total = accelerator.reduce(total, "sum")
     loss_sum, count = float(total[0]), int(total[1])
     loss = loss_sum / count if count else float("nan")
@@ -227,9 +227,11 @@ class Prepared:
     eval_data: tuple
 
 
-def prepare_pretraining(settings: PretrainSettings, accelerator=None) -> Prepared:
-    """Validate settings, build tokenizer and config, open the data. Raises ValueError with a clear message."""
-    settings.validate()
+def prepare_pretraining(settings: PretrainSettings, accelerator=None, validated: bool = False) -> Prepared:
+    """Validate settings (unless the caller did: `validated`), build tokenizer and config, open the data. Raises
+    ValueError with a clear message."""
+    if not validated:
+        settings.validate()
     tokenizer = load_tokenizer(settings.tokenizer, settings.trust_remote_code)
     config = build_config(settings, tokenizer)
     train_source, eval_data = open_block_sources(settings, tokenizer, accelerator)
@@ -279,7 +281,6 @@ __all__ = [
     "PretrainSettings",
     "TrainSettings",
     "add_run_folder_arguments",
-    "add_settings_arguments",
     "build_config",
     "check_block_size",
     "check_run_folder_arguments",
@@ -292,6 +293,7 @@ __all__ = [
     "prepare_pretraining",
     "pretrain",
     "settings_from_args",
+    "settings_parser",
     "token_loss_sum",
     "train_loop",
 ]

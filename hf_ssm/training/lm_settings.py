@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..data.lm_corpus import CorpusSpec
+from .cli import config_fields_field
 
 MIXED_PRECISION = ("auto", "no", "bf16", "fp16")
 # Settings a resumed run may change (checkpointing.check_resume): they change neither the model, the data nor the
@@ -22,7 +23,7 @@ RESUME_SAFE_SETTINGS = frozenset(
 
 
 def help_field(text: str, **kwargs):
-    """A dataclass field with its --help text (hf_ssm.training.cli.add_settings_arguments)."""
+    """A dataclass field with its --help text (hf_ssm.training.cli.settings_parser)."""
     return field(metadata={"help": text}, **kwargs)
 
 
@@ -98,8 +99,11 @@ class TrainSettings:
 class PretrainSettings(DataSettings, TrainSettings):
     preset: str | None = help_field("model preset, <family>-<size> (see --list_presets)", default="hybrid-pd_ssm-tiny")
     config: str | None = help_field("HybridSSMConfig JSON file (instead of --preset)", default=None)
-    override: dict = help_field(
-        "config fields to change, KEY=VALUE (JSON values), e.g. hidden_size=256", default_factory=dict
+    override: dict = config_fields_field(
+        "config fields to change: KEY=VALUE items (JSON values) or a JSON object, e.g. hidden_size=256 "
+        "(--override: the deprecated spelling of --extra_config)",
+        aliases=("--extra_config",),
+        deprecated=("--override",),
     )
     tokenizer: str = help_field(
         "`byte` (built-in byte-level tokenizer, no files) or any AutoTokenizer name / path", default="byte"
@@ -120,7 +124,7 @@ class PretrainSettings(DataSettings, TrainSettings):
             get_preset(self.preset)
         from ..modeling.configuration_hybrid_ssm import check_config_keys
 
-        check_config_keys(self.override, "--override")  # a misspelt key would otherwise be an ignored extra
+        check_config_keys(self.override, "--extra_config")  # a misspelt key would otherwise be an ignored extra
 
 
 def validate_train_settings(s) -> None:

@@ -10,7 +10,8 @@ checkpoint holds; the pieces around it live here:
 
 - `make_accelerator`: Accelerate on the GPU if there is one, else on the CPU (gloo when launched several times);
 - `open_run`: the resume check (before anything is written) and the run folder's settings.json; `begin_run`:
-  settings check, accelerator and `open_run` in one call;
+  accelerator and `open_run` in one call (the settings are validated once, at the driver's entry: a driver's
+  public function validates unless its caller says it already did, `validated=True`);
 - `Stopwatch`: training time, counting what a resumed run spent before the interruption;
 - `BestWeights`: the weights with the best validation score so far (the ones a driver tests and saves), and
   their file in a checkpoint;
@@ -53,11 +54,10 @@ def make_accelerator(mixed_precision: str | None = "auto"):
 
 
 def begin_run(settings, run_dir, resume: bool, safe: Collection[str], accelerator=None):
-    """The opening of a driver that takes a ready `accelerator` or none: validate `settings`, make the accelerator
-    if none was given (mixed precision: what `accelerate launch` set, else fp32), then `open_run`.
+    """The opening of a driver that takes a ready `accelerator` or none, with `settings` already validated: make the
+    accelerator if none was given (mixed precision: what `accelerate launch` set, else fp32), then `open_run`.
 
     Returns (accelerator, run_dir as a Path, the checkpoint to resume from or None)."""
-    settings.validate()
     accelerator = accelerator or make_accelerator(mixed_precision=None)
     run_dir = Path(run_dir)
     return accelerator, run_dir, open_run(accelerator, settings, run_dir, resume, safe)

@@ -24,24 +24,30 @@ from pathlib import Path
 
 import torch
 
-from ..data import StateTrackingDataset, collate_state_tracking, get_task
+from ..data import TASK_NAMES, StateTrackingDataset, collate_state_tracking, get_task
 from ..data.state_tracking import SUPERVISIONS, last_token_correct, supervised_labels
 from ..modeling import HybridSSMConfig, HybridSSMForTokenClassification
 from ..modeling.configuration_hybrid_ssm import (
+    ATTENTION,
     BLOCK_TYPES,
+    PATTERN_LETTERS,
     PD_SSM_DIAGONALS,
     PD_SSM_INITIAL_STATES,
     PD_SSM_INPUTS,
+    SSM_MIXERS,
     check_choice,
     check_config_keys,
 )
 from ..modeling.mixer_registry import pattern_letters, width_matched_fields
 from . import loop
 from .checkpointing import atomic_save_dir, check_resume, check_resumed_settings, recorded_settings
+from .cli import config_fields_field
+from .evaluation import batch_ranges, bucket_accuracy
 from .optimization import LR_SCHEDULES, build_optimizer, build_scheduler
 from .plotting import pyplot, save_figure
 from .recipes import RECIPE_NAMES
 from .stack import stack_config_fields, stack_pattern
+from .tables import accuracy_cells, markdown_table
 
 VALIDATION_LENGTHS = ("train", "test")
 VALIDATION_SEED, TEST_SEED = 10_000, 20_000  # disjoint data seeds: validation and test never share sequences
@@ -51,17 +57,20 @@ VALIDATION_SEED, TEST_SEED = 10_000, 20_000  # disjoint data seeds: validation a
 RESUME_SAFE_SETTINGS = frozenset(
     {"eval_every", "save_every", "target_accuracy", "min_steps", "eval_samples_per_bucket", "restarts"}
 )
+PATTERN_HELP = "one layer per letter: S = the mixer, " + ", ".join(f"{k} {v}" for k, v in PATTERN_LETTERS.items())
 
 
 @dataclass
 class StateTrackingSettings:
     """Everything one training run depends on (saved to the run folder as settings.json)."""
 
-    task: str = "parity"
-    num_generators: int | None = None  # a5 / s5 only (None: 2); refused for the other tasks
-    mixer: str = "pd_ssm"
+    task: str = field(default="parity", metadata={"help": f"one task: {', '.join(TASK_NAMES)}"})
+    num_generators: int | None = field(
+        default=None, metadata={"help": "generators of the a5 / s5 word problems (None: 2; refused for other tasks)"}
+    )
+    mixer: str = field(default="pd_ssm", metadata={"help": f"one mixer: {', '.join((*SSM_MIXERS, ATTENTION))}"})
     # One layer per letter, HybridSSMConfig's pattern letters with S = `mixer` (A attention, P pd_ssm, B bd_lru...).
-    pattern: str = "S"
+    pattern: str = field(default="S", metadata={"help": PATTERN_HELP})
     hidden_size: int = 64
     state_size: int = 8
     num_heads: int = 16  # PD-SSM heads (independent automata; more heads, more chances to find the task's)
@@ -102,14 +111,19 @@ class StateTrackingSettings:
     # summary); which positions are supervised ("every" prefix label or only the "last" token); the block around
     # each mixer (HybridSSMConfig.block_type / block_dropout); no weight decay on the embedding when
     # decay_embedding is False; "cosine" (to 0) or transformers' "cosine_with_min_lr" (to min_learning_rate).
-    recipe: str = "default"
+    recipe: str = field(default="default", metadata={"choices": RECIPE_NAMES, "help": "settings preset"})
     supervision: str = "every"
     block_type: str = "pre_norm_residual"
     block_dropout: float = 0.0
     decay_embedding: bool = True
     lr_schedule: str = "cosine"
     min_learning_rate: float = 0.0
-    extra_config: dict = field(default_factory=dict)
+    extra_config: dict = config_fields_field(
+        "extra HybridSSMConfig fields: a JSON object, e.g. '{\"pd_ssm_magnitude_bias_init\": 3.0}', or KEY=VALUE "
+        "items (--config: the deprecated spelling)",
+        aliases=("--config",),
+        deprecated=("--config",),
+    )
 
     def validate(self) -> None:
         get_task(self.task, **self.task_kwargs())  # raises ValueError for unknown tasks / bad k
@@ -147,8 +161,8 @@ class StateTrackingSettings:
         if not 0 < self.target_accuracy <= 1:
             raise ValueError(f"`target_accuracy` must be in (0, 1], got {self.target_accuracy}")
         if not isinstance(self.extra_config, dict):
-            raise ValueError(f"--config must be a JSON object of HybridSSMConfig fields, got {self.extra_config!r}")
-        check_config_keys(self.extra_config, "--config")
+            raise ValueError(f"--extra_config must be a JSON object of config fields, got {self.extra_config!r}")
+        check_config_keys(self.extra_config, "--extra_config")
         model_config(self)  # the pattern letters, the sizes: HybridSSMConfig's own checks
 
     def _validate_recipe_fields(self) -> None:
@@ -222,13 +236,12 @@ def evaluate(model, settings: StateTrackingSettings, buckets, seed: int, device,
     Bucket (low, high) holds `samples_per_bucket` sequences drawn with data seed `seed + low`.
     """
     task = get_task(settings.task, **settings.task_kwargs())
-    model.eval()
-    results = []
-    for low, high in buckets:
+
+    def score_bucket(low: int, high: int) -> dict:
         data = StateTrackingDataset(task, samples_per_bucket, low, high, seed=seed + low)
         correct = total = prefix_correct = prefix_total = 0
-        for start in range(0, len(data), settings.batch_size):
-            batch = collate_state_tracking([data[i] for i in range(start, min(len(data), start + settings.batch_size))])
+        for indices in batch_ranges(len(data), settings.batch_size):
+            batch = collate_state_tracking([data[i] for i in indices])
             logits = model(
                 input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)
             ).logits
@@ -238,27 +251,34 @@ def evaluate(model, settings: StateTrackingSettings, buckets, seed: int, device,
             labelled = batch["labels"] != -100
             prefix_correct += int(((pred == batch["labels"]) & labelled).sum())
             prefix_total += int(labelled.sum())
-        results.append(
-            {
-                "min_length": low,
-                "max_length": high,
-                "accuracy": correct / total,
-                "prefix_accuracy": prefix_correct / max(prefix_total, 1),
-                "samples": total,
-            }
-        )
-    model.train()
-    return {"buckets": results, "mean_accuracy": sum(r["accuracy"] for r in results) / len(results)}
+        return {
+            "min_length": low,
+            "max_length": high,
+            "accuracy": correct / total,
+            "prefix_accuracy": prefix_correct / max(prefix_total, 1),
+            "samples": total,
+        }
+
+    return bucket_accuracy(model, buckets, score_bucket)
 
 
 BEST_WEIGHTS = "best_weights.pt"
 
 
-def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, accelerator=None, resume: bool = False):
+def train_state_tracking(
+    settings: StateTrackingSettings,
+    run_dir: str | Path,
+    accelerator=None,
+    resume: bool = False,
+    validated: bool = False,
+):
     """Train one model; writes run_dir/{settings.json, results.json, accuracy_vs_length.png, model/, checkpoints/}.
 
-    Returns the results dict (also written to results.json).
+    Returns the results dict (also written to results.json). `validated`: the caller has run `settings.validate()`
+    (which builds a HybridSSMConfig) already; otherwise it runs here.
     """
+    if not validated:
+        settings.validate()
     accelerator, run_dir, found = loop.begin_run(settings, run_dir, resume, RESUME_SAFE_SETTINGS, accelerator)
     task = get_task(settings.task, **settings.task_kwargs())
     model = build_model(settings)
@@ -369,29 +389,33 @@ def train_state_tracking(settings: StateTrackingSettings, run_dir: str | Path, a
     return results
 
 
-def train_with_restarts(settings: StateTrackingSettings, run_dir: str | Path, resume: bool = False) -> dict:
+def train_with_restarts(
+    settings: StateTrackingSettings, run_dir: str | Path, resume: bool = False, validated: bool = False
+) -> dict:
     """Train `settings.restarts` seeds (run_dir/seed_<s>/ each) and keep the best by validation accuracy.
 
     Ties go to the earlier seed. Stops starting new seeds once one reaches `target_accuracy` on validation.
     run_dir gets the kept run's model/, results.json (with every restart listed under "restarts", and
     "train_seconds" summed over all of them) and accuracy_vs_length.png. With restarts == 1 this is exactly
-    `train_state_tracking(settings, run_dir)`.
+    `train_state_tracking(settings, run_dir)`. The settings are validated once, here (not again per restart: a
+    restart changes only the seed), or not at all with `validated` (the caller did).
     """
     from accelerate import PartialState
 
-    settings.validate()
+    if not validated:
+        settings.validate()
     run_dir = Path(run_dir)
     if resume:
         check_resume_runs(settings, run_dir)  # every restart, before any trains
     if settings.restarts == 1:
-        return train_state_tracking(settings, run_dir, resume=resume)
+        return train_state_tracking(settings, run_dir, resume=resume, validated=True)
     runs = []
     for seeded, seed_dir in _restart_runs(settings, run_dir):
         finished = seed_dir / "results.json"
         if resume and finished.is_file() and (seed_dir / "model").is_dir():
             runs.append(json.loads(finished.read_text()))  # done before the interruption
         else:
-            runs.append(train_state_tracking(seeded, seed_dir, resume=resume))
+            runs.append(train_state_tracking(seeded, seed_dir, resume=resume, validated=True))
         if runs[-1]["validation"]["accuracy"] >= settings.target_accuracy:
             break
     kept = max(runs, key=lambda r: (r["validation"]["accuracy"], -r["seed"]))
@@ -458,19 +482,14 @@ def plot_accuracy_vs_length(all_results: list[dict], path: str | Path) -> None:
 
 def results_table(all_results: list[dict]) -> str:
     """Markdown table: one row per run, one column per test length bucket."""
-    buckets = all_results[0]["test"]["buckets"]
-    head = "| task | mixer | params | seed | steps | train s | " + " | ".join(
-        f"{b['min_length']}-{b['max_length']}" for b in buckets
-    )
-    lines = [head + " | mean |", "|" + "---|" * (7 + len(buckets))]
-    for r in all_results:
-        accs = " | ".join(f"{100 * b['accuracy']:.1f}" for b in r["test"]["buckets"])
-        lines.append(
-            f"| {r['task']} | {r['mixer']} | {r['parameters']} | {_seed_cell(r)} | {r['steps']} | "
-            f"{r['train_seconds']:.0f} | "
-            f"{accs} | {100 * r['test']['mean_accuracy']:.1f} |"
-        )
-    return "\n".join(lines)
+    buckets = [f"{b['min_length']}-{b['max_length']}" for b in all_results[0]["test"]["buckets"]]
+    header = ["task", "mixer", "params", "seed", "steps", "train s", *buckets, "mean"]
+    rows = [
+        [r["task"], r["mixer"], r["parameters"], _seed_cell(r), r["steps"], f"{r['train_seconds']:.0f}"]
+        + [*accuracy_cells(r["test"]["buckets"]), f"{100 * r['test']['mean_accuracy']:.1f}"]
+        for r in all_results
+    ]
+    return markdown_table(header, rows)
 
 
 def _seed_cell(result: dict) -> str:

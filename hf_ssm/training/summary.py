@@ -7,6 +7,9 @@ recipe, e.g. {"extra_config": {"pd_ssm_diagonal": "magnitude"}}, so that a recor
 one record per restart seed (best-of-N is reported beside, never instead). Records are keyed by (task, mixer,
 recipe, seed, run): writing a run again replaces its records, any other run is appended. The file is rewritten
 atomically (temporary file + os.replace) under an exclusive lock, so concurrent runs never lose records.
+
+`merge_summary` serves every summary file of the package: the adapter experiment's results/adapter/summary.json
+(hf_ssm.training.adapter_records) merges its records through it with its own key (run_dir, method, seed).
 """
 
 from __future__ import annotations
@@ -67,8 +70,12 @@ def run_records(results: dict, run_dir: str | Path, recipe: str) -> list[dict]:
     return records
 
 
-def merge_summary(path: str | Path, records: list[dict]) -> list[dict]:
-    """Merge `records` into the JSON list at `path` (created if missing); returns the merged list."""
+def merge_summary(path: str | Path, records: list[dict], key: tuple[str, ...] = KEY, indent: int = 2) -> list[dict]:
+    """Merge `records` into the JSON list at `path` (created if missing); returns the merged list.
+
+    A record whose `key` fields equal a new record's is replaced; the others are kept. The read, merge and write
+    happen under an exclusive lock on `<path>.lock` (never committed: .gitignore), so that runs merging into
+    the same file at once keep each other's records."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "w") as lock:
@@ -76,10 +83,10 @@ def merge_summary(path: str | Path, records: list[dict]) -> list[dict]:
         merged = json.loads(path.read_text()) if path.is_file() else []
         if not isinstance(merged, list):
             raise ValueError(f"{path} must hold a JSON list of records, found {type(merged).__name__}")
-        new_keys = {tuple(r[k] for k in KEY) for r in records}
-        merged = [r for r in merged if tuple(r.get(k) for k in KEY) not in new_keys] + list(records)
+        new_keys = {tuple(r[k] for k in key) for r in records}
+        merged = [r for r in merged if tuple(r.get(k) for k in key) not in new_keys] + list(records)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
-            json.dump(merged, f, indent=2)
+            json.dump(merged, f, indent=indent)
         os.replace(tmp, path)
     return merged

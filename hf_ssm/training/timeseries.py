@@ -22,9 +22,12 @@ from ..modeling import HybridSSMConfig, HybridSSMForTimeSeriesClassification
 from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
 from . import loop
 from .checkpointing import atomic_save_dir
+from .cli import config_fields_field
+from .evaluation import batch_ranges, eval_mode
 from .optimization import warmup_cosine_schedule
 from .plotting import pyplot, save_figure
 from .stack import stack_config_fields, stack_pattern
+from .tables import markdown_table
 
 BEST_WEIGHTS = "best_model.safetensors"
 # Settings a resumed run may change (checkpointing.check_resume): when it checkpoints and how long it waits for a
@@ -38,14 +41,16 @@ class TimeSeriesSettings:
     """Everything one training run depends on (saved to the run folder as settings.json)."""
 
     dataset: str = "BasicMotions"
-    data_dir: str | None = None
-    split: str = "auto"
+    data_dir: str | None = field(
+        default=None, metadata={"help": "folder holding <dataset>/ or the .ts files (None: aeon's)"}
+    )
+    split: str = field(default="auto", metadata={"choices": SPLIT_MODES, "help": "how validation/test are made"})
     val_fraction: float = 0.15
     test_fraction: float = 0.15
-    missing: str = "raise"
-    missing_indicators: bool = False
-    mixer: str = "pd_ssm"
-    pattern: str = "S"
+    missing: str = field(default="raise", metadata={"choices": MISSING_POLICIES, "help": "'?' / NaN policy"})
+    missing_indicators: bool = field(default=False, metadata={"help": "append the observed mask as channels"})
+    mixer: str = field(default="pd_ssm", metadata={"help": f"one mixer: {', '.join((*SSM_MIXERS, ATTENTION))}"})
+    pattern: str = field(default="S", metadata={"help": "any HybridSSMConfig pattern; S = the mixer"})
     hidden_size: int = 32
     state_size: int = 16
     num_heads: int = 1
@@ -60,7 +65,7 @@ class TimeSeriesSettings:
     grad_clip: float = 1.0
     save_every: int = 10
     seed: int = 0
-    extra_config: dict = field(default_factory=dict)
+    extra_config: dict = config_fields_field("more HybridSSMConfig fields: a JSON object or KEY=VALUE items")
 
     def validate(self) -> None:
         if self.mixer not in (*SSM_MIXERS, ATTENTION):
@@ -132,15 +137,13 @@ def load_data(settings: TimeSeriesSettings) -> TimeSeriesData:
 @torch.no_grad()
 def evaluate(model, split: TimeSeriesSplit, batch_size: int, device) -> dict:
     """Accuracy and mean cross-entropy of `model` on every case of `split`."""
-    was_training = model.training
-    model.eval()
     correct, loss_sum = 0, 0.0
-    for start in range(0, len(split), batch_size):
-        batch = split.batch(torch.arange(start, min(len(split), start + batch_size)))
-        out = model(**{k: v.to(device) for k, v in batch.items()})
-        correct += int((out.logits.argmax(-1).cpu() == batch["labels"]).sum())
-        loss_sum += float(out.loss) * len(batch["labels"])
-    model.train(was_training)
+    with eval_mode(model):
+        for indices in batch_ranges(len(split), batch_size):
+            batch = split.batch(torch.arange(indices.start, indices.stop))
+            out = model(**{k: v.to(device) for k, v in batch.items()})
+            correct += int((out.logits.argmax(-1).cpu() == batch["labels"]).sum())
+            loss_sum += float(out.loss) * len(batch["labels"])
     return {"accuracy": correct / len(split), "loss": loss_sum / len(split), "samples": len(split)}
 
 
@@ -167,12 +170,16 @@ def train_timeseries(
     accelerator=None,
     resume: bool = False,
     data: TimeSeriesData | None = None,
+    validated: bool = False,
 ) -> dict:
     """Train one model; writes run_dir/{settings.json, data.json, results.json, curves.png, model/, checkpoints/}.
 
     model/ holds the best-validation weights (save_pretrained) and normalizer.json (the training-split channel
-    statistics to apply to new series). Returns the results dict (also written to results.json).
+    statistics to apply to new series). Returns the results dict (also written to results.json). `validated`: the
+    caller has run `settings.validate()` already (the script does, for every run before the first trains).
     """
+    if not validated:
+        settings.validate()
     accelerator, run_dir, found = loop.begin_run(settings, run_dir, resume, RESUME_SAFE_SETTINGS, accelerator)
     data = data or load_data(settings)
     if accelerator.is_main_process:
@@ -315,21 +322,19 @@ def summarize(all_results: list[dict]) -> list[dict]:
 
 def results_table(rows: list[dict]) -> str:
     """Markdown table of `summarize` rows (accuracies in %, std over seeds; time = training wall-clock per run)."""
-    lines = [
-        "| dataset | model | params | seeds | test acc % (mean ± std) | test acc per seed | val acc % | "
-        "epochs (best) | s / run (mean ± std) |",
-        "|" + "---|" * 9,
-    ]
+    header = ["dataset", "model", "params", "seeds", "test acc % (mean ± std)", "test acc per seed", "val acc %"]
+    header += ["epochs (best)", "s / run (mean ± std)"]
+    table = []
     for r in rows:
         per_seed = ", ".join(f"{100 * a:.1f}" for a in r["test_accuracies"])
         best = ", ".join(str(e) for e in r["best_epochs"])
-        lines.append(
-            f"| {r['dataset']} | {r['model']} | {r['parameters']} | {len(r['seeds'])} | "
-            f"{100 * r['test_accuracy_mean']:.1f} ± {100 * r['test_accuracy_std']:.1f} | {per_seed} | "
-            f"{100 * r['val_accuracy_mean']:.1f} | {r['epochs_mean']:.0f} ({best}) | "
-            f"{r['seconds_mean']:.0f} ± {r['seconds_std']:.0f} |"
+        table.append(
+            [r["dataset"], r["model"], r["parameters"], len(r["seeds"])]
+            + [f"{100 * r['test_accuracy_mean']:.1f} ± {100 * r['test_accuracy_std']:.1f}", per_seed]
+            + [f"{100 * r['val_accuracy_mean']:.1f}", f"{r['epochs_mean']:.0f} ({best})"]
+            + [f"{r['seconds_mean']:.0f} ± {r['seconds_std']:.0f}"]
         )
-    return "\n".join(lines)
+    return markdown_table(header, table)
 
 
 def plot_curves(all_results: list[dict], path: str | Path) -> None:

@@ -18,6 +18,6 @@ for seed in $seeds; do
     python scripts/train_adapter.py --base smollm2-135m --task parity --seed "$seed" --learning_rate 3e-3 \
         --train_examples 512 --max_steps 800 --min_steps 800 --batch_size 32 --eval_every 100 --eval_batch_size 16 \
         --eval_samples_per_bucket "${SAMPLES:-32}" --test_buckets 1-10,40-40,80-80 --methods ssm_classifier \
-        --layer_index 3 --output_dir "runs/experiments/$name/s$seed" --summary_json results/adapter/summary.json \
+        --layer_index 3 --output_dir "runs/experiments/$name/s$seed" --summary results/adapter/summary.json \
         ${RESUME:+--resume} "$@"
 done

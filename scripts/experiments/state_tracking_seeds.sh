@@ -4,7 +4,7 @@
 #
 #   bash scripts/experiments/state_tracking_seeds.sh NAME TASK "SEEDS" [extra flags of train_state_tracking.py]
 #   bash scripts/experiments/state_tracking_seeds.sh par_default parity "0 1 2 3 4"
-#   bash scripts/experiments/state_tracking_seeds.sh cyc_bank cycle_navigation "0 1 2 3 4" --config '{"pd_ssm_transition": "bank"}'
+#   bash scripts/experiments/state_tracking_seeds.sh cyc_bank cycle_navigation "0 1 2 3 4" --extra_config '{"pd_ssm_transition": "bank"}'
 #   bash scripts/experiments/state_tracking_seeds.sh a5_default a5 "0 1 2 3 4" --max_steps 2000
 #
 # Run folders: runs/experiments/NAME/s<seed> (resumable with RESUME=1). One torch thread per run, so that two

@@ -29,7 +29,7 @@ from hf_ssm.adapters import (
 )
 from hf_ssm.adapters.lora import add_lora, lora_rank_for_budget
 from hf_ssm.modeling import SSM_MIXER_CLASSES
-from model_checks import ROOT, run_script
+from model_checks import ROOT, load_script, run_script
 
 VOCAB = 61
 PD_SETTINGS = {"pd_ssm_head_state_size": 5, "pd_ssm_num_heads": 2, "pd_ssm_dict_size": 4}
@@ -341,7 +341,7 @@ def test_prefix_lora_classifier_starts_at_the_base_and_trains_only_lora_and_its_
     """The LoRA baseline with a classifier after layer k: at init (LoRA B = 0) its logits are the head applied to
     the base's own normalised layer-k hidden state; the layers above k never run; only LoRA (in layers <= k)
     and the head receive gradients."""
-    from hf_ssm.training.adapter_experiment import PrefixLoRAClassifier
+    from hf_ssm.training.adapter_baselines import PrefixLoRAClassifier
 
     base = tiny_base(layers=3)
     reference = copy.deepcopy(base)
@@ -369,13 +369,9 @@ def test_prefix_lora_classifier_starts_at_the_base_and_trains_only_lora_and_its_
 def test_answer_word_logits_equal_the_full_lm_head_at_those_words(method):
     """The LM-head methods' answer scores come from the answer words' rows of the head only; they equal the full
     vocabulary logits at those words (with the adapter's hook and LoRA in the decoder), values and gradients."""
-    from hf_ssm.training.adapter_experiment import (
-        AdapterExperimentSettings,
-        _answer_logits,
-        _full_logits,
-        _head_is_linear,
-        build_method,
-    )
+    from hf_ssm.training.adapter_baselines import build_method
+    from hf_ssm.training.adapter_evaluation import _answer_logits, _full_logits, _head_is_linear
+    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
 
     settings = AdapterExperimentSettings(state_size=4, dict_size=4, layer_index=0)
     model, params, _ = build_method(method, settings, tiny_base(kind="llama"), num_classes=3)
@@ -409,7 +405,7 @@ def test_train_adapter_script_smoke_run(tmp_path):
     published = {p.name: p.read_bytes() for p in (ROOT / "model_cards").iterdir()}
     run_args = [
         *args, "--methods", "fewshot,probe,lora,ssm,ssm_classifier,lora_classifier", *tiny, "--train_examples", "6",
-        "--feature_cache", "disk", "--summary_json", str(tmp_path / "summary.json"),
+        "--feature_cache", "disk", "--summary", str(tmp_path / "summary.json"),
     ]  # fmt: skip
     result = run_script(*run_args, timeout=300)  # from the repository root, no --model_card_dir
     assert result.returncode == 0, result.stderr[-3000:]
@@ -463,10 +459,58 @@ def test_train_adapter_script_smoke_run(tmp_path):
     assert bad.returncode == 2 and "`initial_state` must be one of" in bad.stderr
 
 
+def test_train_adapter_flags_keep_their_spellings_and_the_old_summary_flag_warns():
+    """The script's options come from AdapterExperimentSettings through HfArgumentParser: --base stays an alias of
+    --base_model; --summary_json, the old spelling of --summary, still works and warns naming --summary; a bad
+    value is still refused naming the field."""
+    script = load_script("train_adapter")
+    parser = script.build_parser()
+    args = parser.parse_args(["--base", "smollm2-135m", "--summary", "s.json", "--dictionary_diagonal_init", "0"])
+    assert (args.base_model, args.summary, args.dictionary_diagonal_init) == ("smollm2-135m", "s.json", 0.0)
+    with pytest.warns(FutureWarning, match="--summary_json is deprecated.*use --summary"):
+        old = parser.parse_args(["--summary_json", "s.json"])
+    assert old.summary == "s.json" and parser.parse_args([]).summary == ""
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--max_steps", "0"])
+    assert exit_info.value.code == 2
+
+
+def _merge_adapter_records(path: str, run_dir: str, count: int) -> None:
+    from hf_ssm.training.adapter_records import update_summary_json
+
+    for seed in range(count):
+        update_summary_json(path, [{"run_dir": run_dir, "method": "ssm", "seed": seed}])
+
+
+def test_adapter_summary_merges_under_the_lock_and_keeps_every_runs_records(tmp_path):
+    """results/adapter/summary.json is written through summary.merge_summary: a record of the same run, method and
+    seed is replaced, every other kept, under <path>.lock, so processes merging at once lose no record."""
+    import multiprocessing
+
+    from hf_ssm.training.adapter_records import update_summary_json
+
+    path = tmp_path / "summary.json"
+    update_summary_json(path, [{"run_dir": "a", "method": "ssm", "seed": 0, "acc": 0.5}])
+    update_summary_json(path, [{"run_dir": "b", "method": "ssm", "seed": 0, "acc": 0.6}])
+    update_summary_json(path, [{"run_dir": "a", "method": "ssm", "seed": 0, "acc": 0.7}])
+    records = json.loads(path.read_text())
+    assert [(r["run_dir"], r["acc"]) for r in records] == [("b", 0.6), ("a", 0.7)]
+    assert (tmp_path / "summary.json.lock").is_file()
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_merge_adapter_records, args=(str(path), f"run{i}", 15)) for i in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    keys = {(r["run_dir"], r["seed"]) for r in json.loads(path.read_text())}
+    assert keys >= {(f"run{i}", s) for i in range(4) for s in range(15)} and len(keys) == 62
+
+
 def test_experiment_input_map_none_builds_an_adapter_without_b_and_needs_a_start_state():
     """--input_map none reaches the adapter's PD-SSM (no input map B); from x_0 = 0 it is refused, naming both."""
     from hf_ssm.adapters.layer import SSMAdapter
-    from hf_ssm.training.adapter_experiment import AdapterExperimentSettings
+    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
 
     settings = AdapterExperimentSettings(input_map="none", initial_state="one_hot")
     settings.validate()
@@ -611,7 +655,8 @@ def test_feature_store_limit_and_bad_arguments():
 def test_readout_learning_rate_puts_only_the_readout_in_its_own_adam_group():
     """--readout_learning_rate gives the SSM adapter's readout (classifier weight and bias, or out_proj) its own
     learning rate and leaves every other trainable parameter at learning_rate; 0 keeps one group; < 0 raises."""
-    from hf_ssm.training.adapter_experiment import AdapterExperimentSettings, parameter_groups
+    from hf_ssm.training.adapter_baselines import parameter_groups
+    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
 
     for readout, names in (("classifier", {"classifier.weight", "classifier.bias"}), ("lm_head", {"out_proj.weight"})):
         extra = {"num_labels": 2} if readout == "classifier" else {}
@@ -637,7 +682,8 @@ def test_a_resumed_adapter_method_ends_as_the_uninterrupted_run(tmp_path, monkey
     import shutil
 
     from hf_ssm.training import loop
-    from hf_ssm.training.adapter_experiment import AdapterExperimentSettings, run_experiment
+    from hf_ssm.training.adapter_experiment import run_experiment
+    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
 
     settings = AdapterExperimentSettings(
         methods="ssm", tiny_hidden_size=16, tiny_layers=1, tiny_heads=2, pretrain_steps=2, pretrain_batch_size=2,
@@ -684,7 +730,7 @@ def test_plot_adapter_draws_the_matching_records_and_refuses_an_empty_selection(
 def test_experiment_dictionary_diagonal_init_overrides_the_near_identity_start():
     """--dictionary_diagonal_init replaces the adapter's near-identity diagonal (+1 on every score matrix) and
     --transition reaches the mixer; by default the near-identity start stays."""
-    from hf_ssm.training.adapter_experiment import AdapterExperimentSettings
+    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
 
     def diagonal_mean(**overrides):
         settings = AdapterExperimentSettings(state_size=8, dict_size=4, **overrides)

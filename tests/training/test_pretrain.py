@@ -49,7 +49,7 @@ TINY = dict(
     learning_rate=1e-2,
 )
 TINY_ARGS = [
-    "--override", "hidden_size=32", "intermediate_size=64", "num_hidden_layers=2", "mixers=SA",
+    "--extra_config", "hidden_size=32", "intermediate_size=64", "num_hidden_layers=2", "mixers=SA",
     "--block_size", "64", "--builtin_documents", "60", "--eval_documents", "12", "--eval_blocks", "4",
     "--warmup_steps", "2", "--sample_tokens", "0", "--learning_rate", "1e-2",
 ]  # fmt: skip
@@ -357,9 +357,11 @@ def test_loss_falls_and_run_folder_is_complete(tmp_path):
         (["--block_size", "4096"], "--block_size 4096 is above the model's limit: max_position_embeddings = 1024"),
         (["--train_files", __file__], "known extensions"),
         (["--config", "/no/such/config.json"], "--config: file not found"),
-        (["--override", "hidden_size"], "KEY=VALUE"),
-        (["--override", "hiden_size=100"], "--override: 'hiden_size' is not a HybridSSMConfig field; did you mean"),
-        (["--override", "pd_ssm_stat_size=4"], "did you mean `pd_ssm_head_state_size`"),
+        (["--extra_config", "hidden_size"], "KEY=VALUE"),
+        (["--override", "hidden_size"], "KEY=VALUE"),  # the deprecated spelling keeps the checks
+        (["--extra_config", "hiden_size=100"], "--extra_config: 'hiden_size' is not a HybridSSMConfig field; did you"),
+        (["--extra_config", "pd_ssm_stat_size=4"], "did you mean `pd_ssm_head_state_size`"),
+        (["--extra_config", '{"hidden_size": 32'], "not valid JSON"),
     ],
 )
 def test_bad_arguments_exit_with_a_clear_message(args, message, tmp_path, capsys, monkeypatch):
@@ -371,6 +373,22 @@ def test_bad_arguments_exit_with_a_clear_message(args, message, tmp_path, capsys
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_deprecated_override_flag_warns_and_still_sets_the_config_fields():
+    """--override is the old spelling of --extra_config (kept for one release): it warns naming the new flag and
+    gives the same settings; --extra_config also takes a JSON object."""
+    script = load_script("pretrain")
+    parser = script.build_parser()
+    with pytest.warns(FutureWarning, match="--override is deprecated.*use --extra_config"):
+        old = parser.parse_args(["--override", "hidden_size=32", "mixers=SA"])
+    new = parser.parse_args(["--extra_config", "hidden_size=32", "mixers=SA"])
+    as_json = parser.parse_args(["--extra_config", '{"hidden_size": 32, "mixers": "SA"}'])
+    assert old.override == new.override == as_json.override == {"hidden_size": 32, "mixers": "SA"}
+    assert (
+        parser.parse_args([]).override == {}
+        and parser.parse_args(["--no-reset_at_boundaries"]).reset_at_boundaries is False
+    )
 
 
 def test_list_presets(capsys):
@@ -435,7 +453,7 @@ def test_resume_with_changed_settings_is_refused_before_the_run_folder_changes(t
                 "2",
                 "--save_every",
                 "2",
-                "--override",
+                "--extra_config",
                 "hidden_size=64",
                 "--output_dir",
                 str(run),

@@ -87,7 +87,7 @@ def test_command_line_flags_override_the_recipe(monkeypatch, tmp_path):
     script = load_script("train_state_tracking")
     seen = []
 
-    def fake_train(settings, run_dir, resume=False):
+    def fake_train(settings, run_dir, resume=False, validated=False):
         seen.append(settings)
         raise SystemExit(0)
 

