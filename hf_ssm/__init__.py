@@ -22,8 +22,7 @@ from .modeling import (
     HybridSSMModel,
     HybridSSMPreTrainedModel,
 )
-
-__version__ = "0.1.0"
+from .version import __version__ as __version__
 
 # Each model class, the Auto class its saved auto_map names (trust_remote_code), and whether that Auto class
 # also builds it here from a HybridSSMConfig: no Auto class reads time-series input, so its checkpoints name it

@@ -137,7 +137,7 @@ class SSMAdapterConfig:
         return cls(**{k: v for k, v in data.items() if k in names})
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        from .. import __version__
+        from ..version import __version__
 
         path = Path(directory) / ADAPTER_CONFIG_NAME
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from ..adapters.bases import load_base as _load_base
 from ..adapters.layer import SSMAdapter
 from ..adapters.lora import ATTENTION_TARGETS, add_lora, lora_parameters_per_rank, lora_rank_for_budget
 from ..adapters.model import attach_ssm_adapter, find_decoder_layers, run_to_layer
-from ..adapters.tiny_base import build_tiny_qwen2, build_word_tokenizer, pretrain_language_model
+from ..adapters.tiny_base import build_tiny_qwen2, build_word_tokenizer
 from ..data.nl_state_tracking import (
     NL_TASK_NAMES,
     get_nl_task,
@@ -24,6 +24,7 @@ from ..data.nl_state_tracking import (
     task_vocabulary,
 )
 from .adapter_settings import METHODS, TINY_BASE, AdapterExperimentSettings
+from .tiny_base_pretraining import pretrain_language_model
 
 # --- the base model ----------------------------------------------------------------------------------------
 

@@ -51,7 +51,8 @@ RECIPES: dict[str, dict] = {
         restarts=1,
     ),
 }
-# Warm-up as a fraction of max_steps, per recipe (None: the `warmup_steps` value as it stands).
+# Warm-up as a fraction of max_steps, per recipe (None: the `warmup_steps` value as it stands); a recipe with a
+# fraction sets its own max_steps (an explicit --max_steps overrides it).
 WARMUP_FRACTIONS: dict[str, float | None] = {"default": None, "paper": 0.1}
 
 
@@ -62,8 +63,5 @@ def resolve_settings(recipe: str, explicit: dict) -> dict:
     values = {**RECIPES[recipe], **explicit, "recipe": recipe}
     fraction = WARMUP_FRACTIONS[recipe]
     if fraction is not None and "warmup_steps" not in explicit:
-        from .state_tracking import StateTrackingSettings
-
-        max_steps = values.get("max_steps", StateTrackingSettings.max_steps)
-        values["warmup_steps"] = round(fraction * max_steps)
+        values["warmup_steps"] = round(fraction * values["max_steps"])
     return values

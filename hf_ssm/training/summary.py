@@ -20,6 +20,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from .recipes import resolve_settings
+from .state_tracking import StateTrackingSettings
+
 KEY = ("task", "mixer", "recipe", "seed", "run")
 
 
@@ -50,9 +53,6 @@ def run_record(results: dict, recipe: str, run: str, overrides: dict | None = No
 
 def recipe_overrides(settings: dict, recipe: str) -> dict:
     """The entries of a run's settings.json content that differ from what `recipe` alone gives."""
-    from .recipes import resolve_settings
-    from .state_tracking import StateTrackingSettings
-
     base = {**vars(StateTrackingSettings()), **resolve_settings(recipe, {})}
     return {k: v for k, v in settings.items() if k not in NOT_OVERRIDES and base.get(k) != v}
 

@@ -252,3 +252,13 @@ def test_task_automaton_reproduces_the_generator_labels(task):
 def test_bracketed_arithmetic_has_no_finite_automaton():
     with pytest.raises(ValueError, match="modular_arithmetic_brackets"):
         task_automaton(get_task("modular_arithmetic_brackets"))
+
+
+def test_a_recipe_with_a_warmup_fraction_sets_its_own_max_steps():
+    """resolve_settings derives the warm-up from the recipe's max_steps (it reads no settings class), so every
+    recipe with a warm-up fraction must name one; an explicit max_steps still moves the warm-up with it."""
+    from hf_ssm.training.recipes import RECIPES, WARMUP_FRACTIONS
+
+    for name, fraction in WARMUP_FRACTIONS.items():
+        assert fraction is None or "max_steps" in RECIPES[name], name
+    assert resolve_settings("paper", {"max_steps": 2000})["warmup_steps"] == 200
