@@ -140,7 +140,13 @@ def save_checkpoint(
     """Collective crash-safe checkpoint: every process writes its part of `accelerator.save_state` into the
     main process's temporary folder, the main process adds `write_extra(folder)` and the metadata, and the folder
     is renamed into place (checkpointing.atomic_save_dir). With `keep`, only the newest `keep` checkpoints of
-    `target`'s parent stay."""
+    `target`'s parent stay, pruned after the new one is complete.
+
+    Not accelerate's `ProjectConfiguration(automatic_checkpoint_naming=True, total_limit=k)`: in accelerate 1.15
+    its `save_state` ignores the folder it is given, deletes the oldest checkpoints *before* writing the new one
+    and writes straight into the final `checkpoint_<i>` folder, so an interrupted save leaves a half-written
+    newest checkpoint beside fewer complete ones; and its counter restarts at 0 unless set by hand on resume.
+    Here a checkpoint folder exists under its name only once complete, and is named by its step."""
     from accelerate.utils import broadcast_object_list
 
     if accelerator.is_main_process:
