@@ -595,7 +595,13 @@ def sequence_classification_loss(model, labels: torch.Tensor | None, logits: tor
 class _HybridSSMWithScoreHead(HybridSSMPreTrainedModel):
     """The hybrid stack plus a linear `score` head, and the forward both heads share. Each subclass defines
     `_head(outputs, input_ids, attention_mask, inputs_embeds, labels, **kwargs)`: where the head reads (pooled or
-    per token), its label checks and loss, and its output class."""
+    per token), its label checks and loss, and its output class.
+
+    Not transformers' `GenericForSequenceClassification` / `GenericForTokenClassification` (5.24): their `score`
+    has no bias where ours has one since the first release (saved classifiers would no longer load as they
+    were), their sequence pooling reads padding from `pad_token_id` only (not the attention mask, no
+    `classifier_pooling="mean"`) and they check no labels, so only their `__init__` would be left to reuse. The
+    losses are theirs: `self.loss_function` (ForSequenceClassificationLoss / ForTokenClassification)."""
 
     def __init__(self, config: HybridSSMConfig):
         super().__init__(config)
