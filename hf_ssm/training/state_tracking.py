@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from ..data import TASK_NAMES, StateTrackingDataset, collate_state_tracking, get_task
-from ..data.state_tracking import SUPERVISIONS, last_token_correct, supervised_labels
+from ..data.state_tracking import SUPERVISIONS, supervised_labels
 from ..modeling import HybridSSMConfig, HybridSSMForTokenClassification
 from ..modeling.configuration_hybrid_ssm import (
     ATTENTION,
@@ -42,20 +42,29 @@ from ..modeling.mixer_registry import pattern_letters, width_matched_fields
 from . import loop
 from .checkpointing import atomic_save_dir, check_resume, check_resumed_settings, recorded_settings
 from .cli import config_fields_field
-from .evaluation import batch_ranges, bucket_accuracy
 from .optimization import LR_SCHEDULES, build_optimizer, build_scheduler
 from .plotting import pyplot, save_figure
 from .recipes import RECIPE_NAMES
 from .stack import stack_config_fields, stack_pattern
+from .state_tracking_evaluation import TEST_SEED, evaluate, evaluate_far_lengths, far_lengths
 from .tables import accuracy_cells, markdown_table
 
 VALIDATION_LENGTHS = ("train", "test")
-VALIDATION_SEED, TEST_SEED = 10_000, 20_000  # disjoint data seeds: validation and test never share sequences
+VALIDATION_SEED = 10_000  # disjoint from the test seeds (state_tracking_evaluation): never the same sequences
 # Settings a resumed run may change (checkpointing.check_resume): none changes the model, the training batches or
 # the learning rate of any step. They decide when the run evaluates, checkpoints and stops early, how many restarts
 # it tries, and how many sequences the final test scores; everything else must match the checkpoint's run.
 RESUME_SAFE_SETTINGS = frozenset(
-    {"eval_every", "save_every", "target_accuracy", "min_steps", "eval_samples_per_bucket", "restarts"}
+    {
+        "eval_every",
+        "save_every",
+        "target_accuracy",
+        "min_steps",
+        "eval_samples_per_bucket",
+        "restarts",
+        "far_lengths",
+        "far_samples_per_bucket",
+    }  # fmt: skip
 )
 PATTERN_HELP = "one layer per letter: S = the mixer, " + ", ".join(f"{k} {v}" for k, v in PATTERN_LETTERS.items())
 
@@ -102,6 +111,10 @@ class StateTrackingSettings:
     val_samples_per_bucket: int = 64
     target_accuracy: float = 0.99
     min_steps: int = 0  # no early stop before this step (longer training sharpens |D| -> 1 for long sequences)
+    # Far lengths ("1000,4000"; "" = none): after the test, far_samples_per_bucket sequences of each length exactly
+    # (a learnt automaton that is right is right at any length; docs/design.md §8.3).
+    far_lengths: str = field(default="", metadata={"help": "far test lengths, e.g. 1000,4000 ('' = none)"})
+    far_samples_per_bucket: int = field(default=256, metadata={"help": "sequences per far length"})
     save_every: int = 500
     seed: int = 0
     # Random restarts (train_with_restarts): seeds seed, seed+1, ...; the restart with the best validation accuracy
@@ -153,6 +166,7 @@ class StateTrackingSettings:
             "num_buckets",
             "eval_samples_per_bucket",
             "val_samples_per_bucket",
+            "far_samples_per_bucket",
             "hidden_size",
             "restarts",
         ):
@@ -163,6 +177,7 @@ class StateTrackingSettings:
         if not isinstance(self.extra_config, dict):
             raise ValueError(f"--extra_config must be a JSON object of config fields, got {self.extra_config!r}")
         check_config_keys(self.extra_config, "--extra_config")
+        far_lengths(self)  # raises on a malformed list
         model_config(self)  # the pattern letters, the sizes: HybridSSMConfig's own checks
 
     def _validate_recipe_fields(self) -> None:
@@ -227,39 +242,6 @@ def _batch(dataset: StateTrackingDataset, step: int, batch_size: int, rank: int 
     """The deterministic batch of a training step (so a resumed run sees exactly the same data)."""
     start = (step * world + rank) * batch_size
     return collate_state_tracking([dataset[start + i] for i in range(batch_size)])
-
-
-@torch.no_grad()
-def evaluate(model, settings: StateTrackingSettings, buckets, seed: int, device, samples_per_bucket: int) -> dict:
-    """Final-position accuracy (and every-prefix accuracy where labelled) for each length bucket.
-
-    Bucket (low, high) holds `samples_per_bucket` sequences drawn with data seed `seed + low`.
-    """
-    task = get_task(settings.task, **settings.task_kwargs())
-
-    def score_bucket(low: int, high: int) -> dict:
-        data = StateTrackingDataset(task, samples_per_bucket, low, high, seed=seed + low)
-        correct = total = prefix_correct = prefix_total = 0
-        for indices in batch_ranges(len(data), settings.batch_size):
-            batch = collate_state_tracking([data[i] for i in indices])
-            logits = model(
-                input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)
-            ).logits
-            pred = logits.argmax(-1).cpu()
-            correct += last_token_correct(pred, batch)
-            total += len(pred)
-            labelled = batch["labels"] != -100
-            prefix_correct += int(((pred == batch["labels"]) & labelled).sum())
-            prefix_total += int(labelled.sum())
-        return {
-            "min_length": low,
-            "max_length": high,
-            "accuracy": correct / total,
-            "prefix_accuracy": prefix_correct / max(prefix_total, 1),
-            "samples": total,
-        }
-
-    return bucket_accuracy(model, buckets, score_bucket)
 
 
 BEST_WEIGHTS = "best_weights.pt"
@@ -363,6 +345,7 @@ def train_state_tracking(
     test = evaluate(
         final_model, settings, test_buckets, TEST_SEED, accelerator.device, settings.eval_samples_per_bucket
     )
+    far = evaluate_far_lengths(final_model, settings, accelerator.device)
     results = {
         "task": settings.task,
         "mixer": settings.mixer,
@@ -380,6 +363,7 @@ def train_state_tracking(
         "train_lengths": [settings.train_min_length, settings.train_max_length],
         "history": history,
         "test": test,
+        **({"far": far} if far is not None else {}),
     }
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:

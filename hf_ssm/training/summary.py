@@ -43,6 +43,11 @@ def run_record(results: dict, recipe: str, run: str, overrides: dict | None = No
             f"{b['min_length']}-{b['max_length']}": b["accuracy"] for b in results["test"]["buckets"]
         },
         "test_mean_accuracy": results["test"]["mean_accuracy"],
+        **(
+            {"far_accuracy_by_length": {str(b["min_length"]): b["accuracy"] for b in results["far"]["buckets"]}}
+            if "far" in results
+            else {}
+        ),
         "best_validation_accuracy": results["validation"]["accuracy"],
         "train_seconds": results["train_seconds"],
         "validation_curve": [[h["step"], h["val_accuracy"]] for h in results.get("history", [])],

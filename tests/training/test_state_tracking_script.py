@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -345,3 +346,24 @@ def test_script_resume_checks_every_restart_before_training(tmp_path, monkeypatc
     with pytest.raises(SystemExit) as exit_info:
         script.main(["--task", "parity", "--resume"])
     assert exit_info.value.code == 2 and "--resume needs --output_dir" in capsys.readouterr().err
+
+
+def test_far_lengths_extend_the_test_report_and_the_summary(tmp_path):
+    """far_lengths "60,80": the kept model is also scored on far_samples_per_bucket sequences of exactly those
+    lengths (results.json "far", summary far_accuracy_by_length); a malformed or too short list is refused."""
+    from hf_ssm.training.state_tracking import StateTrackingSettings, train_state_tracking
+    from hf_ssm.training.summary import run_record
+
+    settings = StateTrackingSettings(
+        task="parity", max_steps=2, eval_every=2, batch_size=4, val_samples_per_bucket=2, eval_samples_per_bucket=2,
+        test_max_length=48, num_buckets=1, far_lengths="60,80", far_samples_per_bucket=3, num_heads=2,
+    )  # fmt: skip
+    results = train_state_tracking(settings, tmp_path / "run")
+    far = results["far"]["buckets"]
+    assert [(b["min_length"], b["max_length"], b["samples"]) for b in far] == [(60, 60, 3), (80, 80, 3)]
+    record = run_record(results, "default", "run")
+    assert set(record["far_accuracy_by_length"]) == {"60", "80"}
+    for bad in ("40,x", "30"):
+        with pytest.raises(ValueError, match="`far_lengths` must be comma-separated lengths above test_max_length"):
+            StateTrackingSettings(test_max_length=48, far_lengths=bad).validate()
+    assert "far" not in train_state_tracking(replace(settings, far_lengths=""), tmp_path / "plain")

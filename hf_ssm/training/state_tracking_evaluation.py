@@ -1,0 +1,87 @@
+"""Scoring a state-tracking model (docs/design.md §8.3): the accuracy by length bucket, and at far lengths."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from ..data import StateTrackingDataset, collate_state_tracking, get_task
+from ..data.state_tracking import last_token_correct
+from .evaluation import batch_ranges, bucket_accuracy
+
+TEST_SEED, FAR_SEED = 20_000, 30_000  # data seeds of the test and the far-length sequences (validation: 10,000)
+# Tokens per far-length batch (length x sequences): at 4,000 steps a batch of 4, so that an attention baseline's
+# (B, heads, T, T) scores stay near a gigabyte.
+FAR_BATCH_TOKENS = 16_384
+
+
+@torch.no_grad()
+def evaluate(model, settings, buckets, seed: int, device, samples_per_bucket: int) -> dict:
+    """Final-position accuracy (and every-prefix accuracy where labelled) for each length bucket of a
+    StateTrackingSettings' task, `settings.batch_size` sequences at a time.
+
+    Bucket (low, high) holds `samples_per_bucket` sequences drawn with data seed `seed + low`.
+    """
+    task = get_task(settings.task, **settings.task_kwargs())
+
+    def score_bucket(low: int, high: int) -> dict:
+        data = StateTrackingDataset(task, samples_per_bucket, low, high, seed=seed + low)
+        correct = total = prefix_correct = prefix_total = 0
+        for indices in batch_ranges(len(data), settings.batch_size):
+            batch = collate_state_tracking([data[i] for i in indices])
+            logits = model(
+                input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)
+            ).logits
+            pred = logits.argmax(-1).cpu()
+            correct += last_token_correct(pred, batch)
+            total += len(pred)
+            labelled = batch["labels"] != -100
+            prefix_correct += int(((pred == batch["labels"]) & labelled).sum())
+            prefix_total += int(labelled.sum())
+        return {
+            "min_length": low,
+            "max_length": high,
+            "accuracy": correct / total,
+            "prefix_accuracy": prefix_correct / max(prefix_total, 1),
+            "samples": total,
+        }
+
+    return bucket_accuracy(model, buckets, score_bucket)
+
+
+def far_lengths(settings) -> list[int]:
+    """`settings.far_lengths` "1000,4000" -> [1000, 4000] ("" -> []); ValueError naming the field otherwise."""
+    try:
+        lengths = [int(x) for x in settings.far_lengths.split(",") if x.strip()]
+    except ValueError:
+        lengths = [0]
+    if any(length <= settings.test_max_length for length in lengths):
+        raise ValueError(
+            f"`far_lengths` must be comma-separated lengths above test_max_length ({settings.test_max_length}), "
+            f"e.g. '1000,4000', or '' for none; got {settings.far_lengths!r}"
+        )
+    return lengths
+
+
+def evaluate_far_lengths(model, settings, device) -> dict | None:
+    """The test report's far part: `settings.far_samples_per_bucket` fresh sequences of each far length exactly
+    (None when there are none), in batches of about FAR_BATCH_TOKENS tokens."""
+    lengths = far_lengths(settings)
+    if not lengths:
+        return None
+    buckets = []
+    for length in lengths:
+        batch = max(1, min(settings.batch_size, FAR_BATCH_TOKENS // length))
+        scored = evaluate(model, _with_batch(settings, batch), [(length, length)], FAR_SEED, device,
+                          settings.far_samples_per_bucket)  # fmt: skip
+        buckets += scored["buckets"]
+    return {"buckets": buckets, "mean_accuracy": sum(b["accuracy"] for b in buckets) / len(buckets)}
+
+
+def _with_batch(settings, batch_size: int):
+    """`settings` with another evaluation batch size (a dataclass copy)."""
+    return replace(settings, batch_size=batch_size)
+
+
+__all__ = ["FAR_SEED", "TEST_SEED", "evaluate", "evaluate_far_lengths", "far_lengths"]
