@@ -29,8 +29,9 @@ PATTERN_LETTERS = pattern_letters()
 # What the PD-SSM diagonal D may be: both magnitude and phase learnt, magnitude only (arg D = 0), or D = 1.
 PD_SSM_DIAGONALS = ("complex", "magnitude", "unit")
 PD_SSM_INITIAL_STATES = ("zeros", "one_hot", "head_basis", "learned")
-# How PD-SSM makes P_t: mix a dictionary per token (the paper) or pick one of a bank of fixed matrices (Flash PD-SSM).
-PD_SSM_TRANSITIONS = ("dictionary", "bank")
+# How PD-SSM makes P_t: mix a dictionary per token (the paper), pick one of a bank of fixed matrices (Flash PD-SSM), or
+# read P_t's column logits straight off a linear map of the input (a free transition table per token, issue 28).
+PD_SSM_TRANSITIONS = ("dictionary", "bank", "direct")
 # What PD-SSM adds to the state each step: b_t = B u_t (the paper) or nothing (the state is x_0 moved by A_t alone).
 PD_SSM_INPUTS = ("projection", "none")
 # The DEER solvers of the lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm family (`lrc_` / `deer_` fields, docs/design.md §6).
@@ -170,7 +171,13 @@ class HybridSSMConfig(PretrainedConfig):
             M_t = sum_k s_t,k M_k of K trainable matrices, Theta(K N^2) per token. `"bank"` (after Flash PD-SSM,
             arXiv 2605.19150): K trainable score matrices give K fixed column-one-hot matrices once per forward,
             and every token picks one by the argmax of its selection logits, Theta(d K + N) per token.
-            Straight-through gradients in both modes.
+            `"direct"`: P_t = column argmax of the N x N logits L_t = W_P u_t of every head (W_P: d -> H N^2,
+            no dictionary and no selection), Theta(d H N^2) per token: each input has its own free transition
+            table, as in a minimal automaton with one logit table per token. W_P starts N(0, s^2 / d) with
+            s = `pd_ssm_transition_init_scale`, so a unit-RMS input (the normed token embedding) starts with
+            N(0, s^2) logits, a different random transition for each token. Straight-through gradients in every
+            mode (the column softmax at `pd_ssm_temperature` in the backward).
+        pd_ssm_transition_init_scale: s above (> 0, default 1.0); read by `pd_ssm_transition="direct"` only.
         pd_ssm_input: what each step adds to the state. `"projection"` (default, docs/design.md §4): b_t = B u_t.
             `"none"`: b_t = 0 and the layer has no B, so x_t = A_t ... A_1 x_0 is exactly the run of the automaton
             that the transitions spell from the start state (needs a non-zero pd_ssm_initial_state). With B the
@@ -254,6 +261,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_diagonal: str = "complex"
     pd_ssm_initial_state: str = "zeros"
     pd_ssm_transition: str = "dictionary"
+    pd_ssm_transition_init_scale: float = 1.0
     pd_ssm_input: str = "projection"
     lrc_num_channels: int = 64
     lrc_input_term: bool = True

@@ -246,6 +246,7 @@ def _check_pd_ssm(config) -> None:
         raise ValueError(f"`pd_ssm_temperature` must be > 0, got {config.pd_ssm_temperature!r}")
     for name in ("pd_ssm_magnitude_bias_init", "pd_ssm_phase_bias_init", "pd_ssm_dictionary_diagonal_init"):
         check_number(name, getattr(config, name))
+    check_number("pd_ssm_transition_init_scale", config.pd_ssm_transition_init_scale, low=0, low_open=True)
 
 
 def _init_pd_ssm(module, init, config) -> None:
@@ -253,11 +254,14 @@ def _init_pd_ssm(module, init, config) -> None:
     each: init.copy_ skips weights loaded from a checkpoint)."""
     import torch
 
-    eye = torch.eye(module.head_state_size, device=module.dictionary.device, dtype=module.dictionary.dtype)
-    start = torch.randn_like(module.dictionary) * module.head_state_size**-0.5
-    init.copy_(module.dictionary, start + module.dictionary_diagonal_init * eye)
+    if module.transition == "direct":  # W_P N(0, s^2 / d): N(0, s^2) logits for a unit-RMS input
+        init.normal_(module.transition_proj.weight, mean=0.0, std=module.transition_init_std)
+    else:
+        eye = torch.eye(module.head_state_size, device=module.dictionary.device, dtype=module.dictionary.dtype)
+        start = torch.randn_like(module.dictionary) * module.head_state_size**-0.5
+        init.copy_(module.dictionary, start + module.dictionary_diagonal_init * eye)
     if module.initial_state_kind == "learned":
-        init.copy_(module.learned_initial_state, module.one_hot_initial_state(module.dictionary.device))
+        init.copy_(module.learned_initial_state, module.one_hot_initial_state(module.skip.device))
     init.ones_(module.skip)
 
 
