@@ -45,7 +45,9 @@ CLASSIFIER_POOLING = ("last", "mean")
 SCAN_BACKENDS = ("auto", "torch", "triton")
 # What one decoder layer computes around its mixer (docs/design.md §7.1): the package's pre-norm residual block with a
 # SwiGLU MLP, or the PD-SSM authors' state-tracking block (post-norm, no residual, no MLP).
-BLOCK_TYPES = ("pre_norm_residual", "post_norm_mixer")
+# "mixer_mlp" (issue 28): the pre-norm block without the residual around the mixer, so that what follows reads the
+# mixer's output only (a one-layer automaton's state, not the token embedding beside it).
+BLOCK_TYPES = ("pre_norm_residual", "post_norm_mixer", "mixer_mlp")
 
 # Cache layer type of each mixer kind, as transformers' DynamicCache(config=...) understands them:
 # attention keeps keys/values, an SSM layer only its recurrent state.
@@ -177,6 +179,8 @@ class HybridSSMConfig(PretrainedConfig):
             s = `pd_ssm_transition_init_scale`, so a unit-RMS input (the normed token embedding) starts with
             N(0, s^2) logits, a different random transition for each token. Straight-through gradients in every
             mode (the column softmax at `pd_ssm_temperature` in the backward).
+        pd_ssm_output_skip: whether the PD-SSM output adds D_skip * u_t to Re(C x_t) (default True, the paper);
+            False: y_t = Re(C x_t) and the layer has no D_skip (a post-norm block then has no skip either).
         pd_ssm_transition_init_scale: s above (> 0, default 1.0); read by `pd_ssm_transition="direct"` only.
         pd_ssm_input: what each step adds to the state. `"projection"` (default, docs/design.md §4): b_t = B u_t.
             `"none"`: b_t = 0 and the layer has no B, so x_t = A_t ... A_1 x_0 is exactly the run of the automaton
@@ -218,8 +222,12 @@ class HybridSSMConfig(PretrainedConfig):
             its own D_skip * u to Re(C x_t), so there the block uses that skip and drops out only Re(C x_t):
             LayerNorm(Dropout(Re(C x_t)) + D_skip * u_t), as in the authors' code. Every other mixer and attention
             get the block's own D_skip. `intermediate_size` and `hidden_act` are then unused.
+            `"mixer_mlp"`: x <- Mixer(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)), and the final RMSNorm: the pre-norm
+            block without the residual around the mixer, so that the rest of the model reads the mixer's output
+            only. With a pd_ssm mixer and `pd_ssm_output_skip=False` a one-layer state-tracking model's classifier
+            then sees a function of the automaton state alone, never the current token's embedding (issue 28).
         block_dropout: dropout probability in [0, 1) on the mixer output of a `"post_norm_mixer"` block (the
-            authors use 0.01); must be 0 for `"pre_norm_residual"`, which has no dropout there.
+            authors use 0.01); must be 0 for the other block types, which have no dropout there.
 
     Renamed fields (docs/design.md §9.1): `pd_ssm_state_size` is now `pd_ssm_head_state_size`, `lru_state_size`
     `lru_total_state_size`, `lru_block_size` `lru_group_size` and `lrc_state_size` `lrc_num_channels`, with the
@@ -262,6 +270,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_initial_state: str = "zeros"
     pd_ssm_transition: str = "dictionary"
     pd_ssm_transition_init_scale: float = 1.0
+    pd_ssm_output_skip: bool = True
     pd_ssm_input: str = "projection"
     lrc_num_channels: int = 64
     lrc_input_term: bool = True
@@ -481,10 +490,10 @@ class HybridSSMConfig(PretrainedConfig):
         check_choice("block_type", self.block_type, BLOCK_TYPES)
         if not (_is_number(self.block_dropout) and 0 <= self.block_dropout < 1):
             raise ValueError(f"`block_dropout` must be a number in [0, 1), got {self.block_dropout!r}")
-        if self.block_type == "pre_norm_residual" and self.block_dropout != 0:
+        if self.block_type != "post_norm_mixer" and self.block_dropout != 0:
             raise ValueError(
                 f"`block_dropout` = {self.block_dropout!r} applies only to block_type='post_norm_mixer'; the "
-                "'pre_norm_residual' block has no dropout there (set block_dropout=0 or change block_type)"
+                f"{self.block_type!r} block has no dropout there (set block_dropout=0 or change block_type)"
             )
 
     @property

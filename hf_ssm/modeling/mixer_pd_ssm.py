@@ -9,6 +9,7 @@ Per head (H heads, state N each), with u_t the layer input (B, T, d) and K matri
   |D_t| = sigmoid(MLP_mag(u_t)), arg D_t = 2 pi sigmoid(MLP_phase(u_t))
           (config.pd_ssm_diagonal: "complex" as here; "magnitude": arg D_t = 0; "unit": D_t = 1)
   x_t   = P_t D_t x_{t-1} + B u_t,   y_t = Re(C x_t) + D_skip * u_t
+          (config.pd_ssm_output_skip False: y_t = Re(C x_t), no D_skip)
           (config.pd_ssm_input: "projection" as here; "none": no B, x_t = P_t D_t x_{t-1})
 
 The mixer computes the op's inputs, calls its op (pd_ops.py: torch or Triton, bound once per device and backend)
@@ -127,7 +128,7 @@ class PDSSMMixer(nn.Module):
         if self.input_kind == "projection":
             self.in_proj = nn.Linear(d, 2 * h * n, bias=False)  # complex B: real and imaginary parts
         self.out_proj = nn.Linear(2 * h * n, d, bias=False)  # Re(C x) = [C_re, -C_im] [Re x; Im x]
-        self.skip = nn.Parameter(torch.ones(d))
+        self.skip = nn.Parameter(torch.ones(d)) if getattr(config, "pd_ssm_output_skip", True) else None
         self.dictionary_diagonal_init = float(getattr(config, "pd_ssm_dictionary_diagonal_init", 0.0))
         if self.transition != "direct":
             nn.init.normal_(self.dictionary, std=1.0 / math.sqrt(n))
@@ -316,6 +317,8 @@ class PDSSMMixer(nn.Module):
         states, final = op(selection, self.dictionary, dv, b, x0, mask, self.temperature)
         pairs = torch.view_as_real(states).reshape(batch, 1, 2 * h * n).to(out_weight.dtype)
         y = nn.functional.linear(pairs, out_weight)
+        if self.skip is None:
+            return y.to(u.dtype), final
         return torch.addcmul(y, self.skip, u).to(u.dtype), final
 
     def scan_op(self, device: torch.device):
@@ -342,7 +345,9 @@ class PDSSMMixer(nn.Module):
         # per head [Re x, Im x] (B, T, H * 2N): the (re, im) pairs moved to the front of each head's state, one copy
         features = torch.view_as_real(states).transpose(-1, -2).reshape(batch, steps, -1)
         # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
-        y = self.out_proj(features.to(self.out_proj.weight.dtype)) + self.skip * u
+        y = self.out_proj(features.to(self.out_proj.weight.dtype))
+        if self.skip is not None:
+            y = y + self.skip * u
         return y.to(hidden_states.dtype), final
 
     def _generated_scan(self, u, x0, mask):

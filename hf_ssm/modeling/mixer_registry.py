@@ -246,6 +246,8 @@ def _check_pd_ssm(config) -> None:
         raise ValueError(f"`pd_ssm_temperature` must be > 0, got {config.pd_ssm_temperature!r}")
     for name in ("pd_ssm_magnitude_bias_init", "pd_ssm_phase_bias_init", "pd_ssm_dictionary_diagonal_init"):
         check_number(name, getattr(config, name))
+    if not isinstance(config.pd_ssm_output_skip, bool):
+        raise ValueError(f"`pd_ssm_output_skip` must be True or False, got {config.pd_ssm_output_skip!r}")
     check_number("pd_ssm_transition_init_scale", config.pd_ssm_transition_init_scale, low=0, low_open=True)
 
 
@@ -261,8 +263,9 @@ def _init_pd_ssm(module, init, config) -> None:
         start = torch.randn_like(module.dictionary) * module.head_state_size**-0.5
         init.copy_(module.dictionary, start + module.dictionary_diagonal_init * eye)
     if module.initial_state_kind == "learned":
-        init.copy_(module.learned_initial_state, module.one_hot_initial_state(module.skip.device))
-    init.ones_(module.skip)
+        init.copy_(module.learned_initial_state, module.one_hot_initial_state(module.out_proj.weight.device))
+    if module.skip is not None:
+        init.ones_(module.skip)
 
 
 def _init_headwise_mlp(module, init, config) -> None:
