@@ -34,6 +34,8 @@ PD_SSM_INITIAL_STATES = ("zeros", "one_hot", "head_basis", "learned")
 PD_SSM_TRANSITIONS = ("dictionary", "bank", "direct")
 # What PD-SSM adds to the state each step: b_t = B u_t (the paper) or nothing (the state is x_0 moved by A_t alone).
 PD_SSM_INPUTS = ("projection", "none")
+# How PD-SSM's output map C starts: N(0, initializer_range^2) like every linear map, or the identity (issue 28).
+PD_SSM_OUTPUT_INITS = ("normal", "identity")
 # The DEER solvers of the lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm family (`lrc_` / `deer_` fields, docs/design.md §6).
 LRC_SOLVERS = ("deer", "sequential")
 # The gate normalisations of the bd_lru / h_lru / diag_lru family (`lru_` fields, docs/design.md §5).
@@ -181,6 +183,10 @@ class HybridSSMConfig(PretrainedConfig):
             mode (the column softmax at `pd_ssm_temperature` in the backward).
         pd_ssm_output_skip: whether the PD-SSM output adds D_skip * u_t to Re(C x_t) (default True, the paper);
             False: y_t = Re(C x_t) and the layer has no D_skip (a post-norm block then has no skip either).
+        pd_ssm_output_init: how C (the map of [Re x, Im x] of every head to width d) starts. `"normal"` (default):
+            N(0, initializer_range^2) like every linear map. `"identity"`: C = the d x 2HN identity (needs
+            hidden_size >= 2 * pd_ssm_num_heads * pd_ssm_head_state_size), so that what follows the mixer starts by
+            reading the heads' states as they are, not through a small random projection (issue 28).
         pd_ssm_transition_init_scale: s above (> 0, default 1.0); read by `pd_ssm_transition="direct"` only.
         pd_ssm_input: what each step adds to the state. `"projection"` (default, docs/design.md §4): b_t = B u_t.
             `"none"`: b_t = 0 and the layer has no B, so x_t = A_t ... A_1 x_0 is exactly the run of the automaton
@@ -271,6 +277,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_transition: str = "dictionary"
     pd_ssm_transition_init_scale: float = 1.0
     pd_ssm_output_skip: bool = True
+    pd_ssm_output_init: str = "normal"
     pd_ssm_input: str = "projection"
     lrc_num_channels: int = 64
     lrc_input_term: bool = True

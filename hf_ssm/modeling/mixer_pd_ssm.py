@@ -128,12 +128,21 @@ class PDSSMMixer(nn.Module):
         if self.input_kind == "projection":
             self.in_proj = nn.Linear(d, 2 * h * n, bias=False)  # complex B: real and imaginary parts
         self.out_proj = nn.Linear(2 * h * n, d, bias=False)  # Re(C x) = [C_re, -C_im] [Re x; Im x]
+        self.output_init = getattr(config, "pd_ssm_output_init", "normal")
+        if self.output_init == "identity":
+            with torch.no_grad():
+                self.out_proj.weight.copy_(self.identity_output_weight())
         self.skip = nn.Parameter(torch.ones(d)) if getattr(config, "pd_ssm_output_skip", True) else None
         self.dictionary_diagonal_init = float(getattr(config, "pd_ssm_dictionary_diagonal_init", 0.0))
         if self.transition != "direct":
             nn.init.normal_(self.dictionary, std=1.0 / math.sqrt(n))
             with torch.no_grad():
                 self.dictionary.diagonal(dim1=-2, dim2=-1).add_(self.dictionary_diagonal_init)
+
+    def identity_output_weight(self) -> torch.Tensor:
+        """C = the (d, 2HN) identity (pd_ssm_output_init="identity"), in out_proj's dtype and device."""
+        weight = self.out_proj.weight
+        return torch.eye(*weight.shape, dtype=weight.dtype, device=weight.device)
 
     def one_hot_initial_state(self, device=None) -> torch.Tensor:
         """e_0 in every head as [real, imag] pairs: (H, N, 2) float32."""

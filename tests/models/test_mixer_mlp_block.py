@@ -85,3 +85,30 @@ def test_output_skip_off_in_a_post_norm_block_has_no_skip_at_all():
 def test_state_readout_trust_remote_code_loads_without_hf_ssm(tmp_path):
     model = HybridSSMForCausalLM(tiny_config("PA", pd_ssm_transition="direct", **STATE_READOUT))
     assert_loads_without_hf_ssm(model, tmp_path / "state_readout")
+
+
+def test_identity_output_init_starts_c_at_the_identity_and_is_checked(tmp_path):
+    """pd_ssm_output_init="identity": C = I (d = 2HN = 20 here), also through the model's init; a reload keeps a
+    trained C (the init does not run again); too narrow a model and unknown values are refused, naming the field."""
+    config = tiny_config(
+        "PA",
+        hidden_size=20,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        pd_ssm_output_init="identity",
+        **STATE_READOUT,
+    )
+    model = HybridSSMForCausalLM(config)
+    out_proj = model.model.layers[0].mixer.out_proj
+    assert torch.equal(out_proj.weight, torch.eye(20))
+    assert max_cached_decode_error(config) < 1e-4
+    with torch.no_grad():
+        out_proj.weight.add_(torch.randn(20, 20))
+    model.save_pretrained(tmp_path)
+    reloaded = HybridSSMForCausalLM.from_pretrained(tmp_path)
+    assert torch.equal(reloaded.model.layers[0].mixer.out_proj.weight, out_proj.weight)
+    assert reloaded.config.pd_ssm_output_init == "identity"
+    with pytest.raises(ValueError, match="pd_ssm_output_init='identity'.*hidden_size"):
+        tiny_config("P", hidden_size=16, num_attention_heads=4, pd_ssm_output_init="identity")
+    with pytest.raises(ValueError, match="pd_ssm_output_init.*normal.*identity"):
+        tiny_config("P", pd_ssm_output_init="eye")
