@@ -44,7 +44,20 @@ _spec.loader.exec_module(reference_automaton)
 # the token embedding in the residual stream and the mixer's skip ("block_noembed"); the block without the SwiGLU MLP
 # ("block_nomlp"); C, the final norm and the classifier only ("proj_norm"); C and the classifier, no norm ("proj");
 # the reference's linear map at the layer's init, N(0, 0.02^2) and a zero bias ("linear_small").
-READOUTS = ("linear", "block", "block_noembed", "block_nomlp", "proj_norm", "proj", "linear_small")
+# "eye_norm": "proj_norm" with C the identity (d = H N): the final norm and the classifier on the states themselves.
+# "eye": C the identity, then the classifier, no norm; "norm": the final norm on the states, then the classifier (no C).
+READOUTS = (
+    "linear",
+    "block",
+    "block_noembed",
+    "block_nomlp",
+    "proj_norm",
+    "proj",
+    "linear_small",
+    "eye_norm",
+    "eye",
+    "norm",
+)
 
 
 class Variant(reference_automaton.ReferenceAutomaton):
@@ -68,6 +81,9 @@ class Variant(reference_automaton.ReferenceAutomaton):
             config = HybridSSMConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1)
             self.out_proj = nn.Linear(heads * states, hidden, bias=False)  # C on Re x (Im x = 0 here)
             nn.init.normal_(self.out_proj.weight, std=0.02)
+            if readout in ("eye_norm", "eye"):
+                with torch.no_grad():
+                    self.out_proj.weight.copy_(torch.eye(hidden, heads * states))
             self.skip = nn.Parameter(torch.ones(hidden))
             self.norm_mid, self.norm_out = HybridSSMRMSNorm(hidden), HybridSSMRMSNorm(hidden)
             self.mlp = HybridSSMMLP(config)
@@ -101,8 +117,12 @@ class Variant(reference_automaton.ReferenceAutomaton):
         states = torch.stack(outs, dim=1)
         if self.readout_kind in ("linear", "linear_small"):
             return self.readout(states)
+        if self.readout_kind == "norm":
+            return self.readout(self.norm_out(states))
         h = self.out_proj(states)
-        if self.readout_kind == "proj":
+        if self.readout_kind in ("proj_norm", "eye_norm"):
+            return self.readout(self.norm_out(h))
+        if self.readout_kind in ("proj", "eye"):
             return self.readout(h)
         if self.readout_kind in ("block", "block_nomlp"):
             e = self.embed(input_ids)
@@ -117,6 +137,7 @@ def main(argv=None):
     parser.add_argument("--model", choices=("reference", "layer"), default="reference")
     parser.add_argument("--table", choices=("free", "linear"), default="free")
     parser.add_argument("--readout", choices=READOUTS, default="linear")
+    parser.add_argument("--hidden", type=int, default=64, help="--model reference: d of the layer's pieces")
     parser.add_argument("--config", type=json.loads, default={}, help="--model layer: HybridSSMConfig fields")
     parser.add_argument("--block_type", default="pre_norm_residual")
     parser.add_argument("--opt", choices=("adam", "recipe"), default="adam")
@@ -136,7 +157,7 @@ def main(argv=None):
         forward = lambda ids: model(input_ids=ids, attention_mask=(ids != 0).long()).logits  # noqa: E731
     else:
         torch.manual_seed(args.seed)
-        model = Variant(task.vocab_size, task.num_classes, 16, 8, args.table, args.readout)
+        model = Variant(task.vocab_size, task.num_classes, 16, 8, args.table, args.readout, args.hidden)
         forward = model
     if args.opt == "adam":
         optimizer, scheduler, clip = torch.optim.Adam(model.parameters(), lr=args.lr), None, 0.0
@@ -164,7 +185,7 @@ def main(argv=None):
         lambda ids: forward(ids), task, length_buckets(40, 256, 6), args.eval_samples
     )  # (B, T) ids -> logits
     mean = sum(b["accuracy"] for b in test) / len(test)
-    label = f"{args.model} table={args.table} readout={args.readout} opt={args.opt} lr={args.lr}"
+    label = f"{args.model} table={args.table} readout={args.readout} hidden={args.hidden} opt={args.opt} lr={args.lr}"
     if args.model == "layer":
         label = f"layer config={json.dumps(args.config)} block={args.block_type} opt={args.opt} lr={args.lr}"
     cells = " ".join(f"{100 * b['accuracy']:.1f}" for b in test)
