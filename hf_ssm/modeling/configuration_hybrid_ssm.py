@@ -187,6 +187,9 @@ class HybridSSMConfig(PretrainedConfig):
             N(0, initializer_range^2) like every linear map. `"identity"`: C = the d x 2HN identity (needs
             hidden_size >= 2 * pd_ssm_num_heads * pd_ssm_head_state_size), so that what follows the mixer starts by
             reading the heads' states as they are, not through a small random projection (issue 28).
+        pd_ssm_output_trainable: whether C is trained (default True). False keeps C at its initial value
+            (requires_grad False; saved and loaded like any weight): with `pd_ssm_output_init="identity"` the rest of
+            the model reads the heads' states themselves throughout training (issue 28).
         pd_ssm_transition_init_scale: s above (> 0, default 1.0); read by `pd_ssm_transition="direct"` only.
         pd_ssm_input: what each step adds to the state. `"projection"` (default, docs/design.md §4): b_t = B u_t.
             `"none"`: b_t = 0 and the layer has no B, so x_t = A_t ... A_1 x_0 is exactly the run of the automaton
@@ -278,6 +281,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_transition_init_scale: float = 1.0
     pd_ssm_output_skip: bool = True
     pd_ssm_output_init: str = "normal"
+    pd_ssm_output_trainable: bool = True
     pd_ssm_input: str = "projection"
     lrc_num_channels: int = 64
     lrc_input_term: bool = True

@@ -132,6 +132,8 @@ class PDSSMMixer(nn.Module):
         if self.output_init == "identity":
             with torch.no_grad():
                 self.out_proj.weight.copy_(self.identity_output_weight())
+        if not getattr(config, "pd_ssm_output_trainable", True):
+            self.out_proj.weight.requires_grad_(False)  # C stays at its initial value
         self.skip = nn.Parameter(torch.ones(d)) if getattr(config, "pd_ssm_output_skip", True) else None
         self.dictionary_diagonal_init = float(getattr(config, "pd_ssm_dictionary_diagonal_init", 0.0))
         if self.transition != "direct":

@@ -112,3 +112,30 @@ def test_identity_output_init_starts_c_at_the_identity_and_is_checked(tmp_path):
         tiny_config("P", hidden_size=16, num_attention_heads=4, pd_ssm_output_init="identity")
     with pytest.raises(ValueError, match="pd_ssm_output_init.*normal.*identity"):
         tiny_config("P", pd_ssm_output_init="eye")
+
+
+def test_frozen_identity_output_keeps_c_through_training_and_reload(tmp_path):
+    """pd_ssm_output_trainable=False: C has no gradient and stays the identity after an optimizer step; the flag
+    reloads, and a non-bool is refused naming the field."""
+    config = tiny_config(
+        "P",
+        hidden_size=20,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        block_type="post_norm_mixer",
+        pd_ssm_output_skip=False,
+        pd_ssm_output_init="identity",
+        pd_ssm_output_trainable=False,
+    )
+    model = HybridSSMForCausalLM(config)
+    out_proj = model.model.layers[0].mixer.out_proj
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    ids = torch.randint(1, 37, (2, 7))
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    assert out_proj.weight.grad is None and torch.equal(out_proj.weight, torch.eye(20))
+    assert reload_is_bit_identical(config, str(tmp_path))
+    assert HybridSSMConfig.from_pretrained(tmp_path).pd_ssm_output_trainable is False
+    assert max_cached_decode_error(config) < 1e-4
+    with pytest.raises(ValueError, match="pd_ssm_output_trainable"):
+        tiny_config("P", pd_ssm_output_trainable="no")
