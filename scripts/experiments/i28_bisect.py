@@ -138,6 +138,9 @@ def main(argv=None):
     parser.add_argument("--table", choices=("free", "linear"), default="free")
     parser.add_argument("--readout", choices=READOUTS, default="linear")
     parser.add_argument("--hidden", type=int, default=64, help="--model reference: d of the layer's pieces")
+    parser.add_argument(
+        "--freeze_embed", action="store_true", help="--table linear: the embedding is not trained (W_P only)"
+    )
     parser.add_argument("--config", type=json.loads, default={}, help="--model layer: HybridSSMConfig fields")
     parser.add_argument("--block_type", default="pre_norm_residual")
     parser.add_argument("--opt", choices=("adam", "recipe"), default="adam")
@@ -159,6 +162,8 @@ def main(argv=None):
         torch.manual_seed(args.seed)
         model = Variant(task.vocab_size, task.num_classes, 16, 8, args.table, args.readout, args.hidden)
         forward = model
+        if args.freeze_embed:
+            model.embed.weight.requires_grad_(False)
     if args.opt == "adam":
         optimizer, scheduler, clip = torch.optim.Adam(model.parameters(), lr=args.lr), None, 0.0
     else:
@@ -186,6 +191,7 @@ def main(argv=None):
     )  # (B, T) ids -> logits
     mean = sum(b["accuracy"] for b in test) / len(test)
     label = f"{args.model} table={args.table} readout={args.readout} hidden={args.hidden} opt={args.opt} lr={args.lr}"
+    label += " frozen_embedding" if args.freeze_embed else ""
     if args.model == "layer":
         label = f"layer config={json.dumps(args.config)} block={args.block_type} opt={args.opt} lr={args.lr}"
     cells = " ".join(f"{100 * b['accuracy']:.1f}" for b in test)
