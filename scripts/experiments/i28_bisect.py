@@ -141,6 +141,9 @@ def main(argv=None):
     parser.add_argument(
         "--freeze_embed", action="store_true", help="--table linear: the embedding is not trained (W_P only)"
     )
+    parser.add_argument(
+        "--table_lr", type=float, default=None, help="--table linear: W_P's learning rate (default --lr)"
+    )
     parser.add_argument("--config", type=json.loads, default={}, help="--model layer: HybridSSMConfig fields")
     parser.add_argument("--block_type", default="pre_norm_residual")
     parser.add_argument("--opt", choices=("adam", "recipe"), default="adam")
@@ -164,10 +167,16 @@ def main(argv=None):
         forward = model
         if args.freeze_embed:
             model.embed.weight.requires_grad_(False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if args.table_lr is not None:
+        params = [
+            {"params": [p for p in params if p is not model.proj.weight]},
+            {"params": [model.proj.weight], "lr": args.table_lr},
+        ]
     if args.opt == "adam":
-        optimizer, scheduler, clip = torch.optim.Adam(model.parameters(), lr=args.lr), None, 0.0
+        optimizer, scheduler, clip = torch.optim.Adam(params, lr=args.lr), None, 0.0
     else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+        optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
         scheduler, clip = warmup_cosine_schedule(optimizer, 50, args.steps), 1.0
     train = StateTrackingDataset(task, args.steps * 64, 3, 40, seed=args.seed)
     cpu0, curve = time.process_time(), []
@@ -192,6 +201,7 @@ def main(argv=None):
     mean = sum(b["accuracy"] for b in test) / len(test)
     label = f"{args.model} table={args.table} readout={args.readout} hidden={args.hidden} opt={args.opt} lr={args.lr}"
     label += " frozen_embedding" if args.freeze_embed else ""
+    label += f" table_lr={args.table_lr}" if args.table_lr is not None else ""
     if args.model == "layer":
         label = f"layer config={json.dumps(args.config)} block={args.block_type} opt={args.opt} lr={args.lr}"
     cells = " ".join(f"{100 * b['accuracy']:.1f}" for b in test)
