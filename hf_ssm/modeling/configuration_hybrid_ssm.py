@@ -30,10 +30,13 @@ PATTERN_LETTERS = pattern_letters()
 # What the PD-SSM diagonal D may be: both magnitude and phase learnt, magnitude only (arg D = 0), or D = 1.
 PD_SSM_DIAGONALS = ("complex", "magnitude", "unit")
 PD_SSM_INITIAL_STATES = ("zeros", "one_hot", "head_basis", "learned")
-# How PD-SSM makes P_t: mix a dictionary per token (the paper) or pick one of a bank of fixed matrices (Flash PD-SSM).
-PD_SSM_TRANSITIONS = ("dictionary", "bank")
+# How PD-SSM makes P_t: mix a dictionary per token (the paper), pick one of a bank of fixed matrices (Flash PD-SSM), or
+# read P_t's column logits straight off a linear map of the input (a free transition table per token, issue 28).
+PD_SSM_TRANSITIONS = ("dictionary", "bank", "direct")
 # What PD-SSM adds to the state each step: b_t = B u_t (the paper) or nothing (the state is x_0 moved by A_t alone).
 PD_SSM_INPUTS = ("projection", "none")
+# How PD-SSM's output map C starts: N(0, initializer_range^2) like every linear map, or the identity (issue 28).
+PD_SSM_OUTPUT_INITS = ("normal", "identity")
 # The DEER solvers of the lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm family (`lrc_` / `deer_` fields, docs/design.md §6).
 LRC_SOLVERS = ("deer", "sequential")
 # The gate normalisations of the bd_lru / h_lru / diag_lru family (`lru_` fields, docs/design.md §5).
@@ -45,7 +48,9 @@ CLASSIFIER_POOLING = ("last", "mean")
 SCAN_BACKENDS = ("auto", "torch", "triton")
 # What one decoder layer computes around its mixer (docs/design.md §7.1): the package's pre-norm residual block with a
 # SwiGLU MLP, or the PD-SSM authors' state-tracking block (post-norm, no residual, no MLP).
-BLOCK_TYPES = ("pre_norm_residual", "post_norm_mixer")
+# "mixer_mlp" (issue 28): the pre-norm block without the residual around the mixer, so that what follows reads the
+# mixer's output only (a one-layer automaton's state, not the token embedding beside it).
+BLOCK_TYPES = ("pre_norm_residual", "post_norm_mixer", "mixer_mlp")
 
 # Fields whose value decides what the saved weights compute, often with the same parameter names and shapes (a
 # dictionary PD-SSM checkpoint loads cleanly as a bank one): from_pretrained refuses an override of any of them that
@@ -218,7 +223,22 @@ class HybridSSMConfig(PretrainedConfig):
             M_t = sum_k s_t,k M_k of K trainable matrices, Theta(K N^2) per token. `"bank"` (after Flash PD-SSM,
             arXiv 2605.19150): K trainable score matrices give K fixed column-one-hot matrices once per forward,
             and every token picks one by the argmax of its selection logits, Theta(d K + N) per token.
-            Straight-through gradients in both modes.
+            `"direct"`: P_t = column argmax of the N x N logits L_t = W_P u_t of every head (W_P: d -> H N^2,
+            no dictionary and no selection), Theta(d H N^2) per token: each input has its own free transition
+            table, as in a minimal automaton with one logit table per token. W_P starts N(0, s^2 / d) with
+            s = `pd_ssm_transition_init_scale`, so a unit-RMS input (the normed token embedding) starts with
+            N(0, s^2) logits, a different random transition for each token. Straight-through gradients in every
+            mode (the column softmax at `pd_ssm_temperature` in the backward).
+        pd_ssm_output_skip: whether the PD-SSM output adds D_skip * u_t to Re(C x_t) (default True, the paper);
+            False: y_t = Re(C x_t) and the layer has no D_skip (a post-norm block then has no skip either).
+        pd_ssm_output_init: how C (the map of [Re x, Im x] of every head to width d) starts. `"normal"` (default):
+            N(0, initializer_range^2) like every linear map. `"identity"`: C = the d x 2HN identity (needs
+            hidden_size >= 2 * pd_ssm_num_heads * pd_ssm_head_state_size), so that what follows the mixer starts by
+            reading the heads' states as they are, not through a small random projection (issue 28).
+        pd_ssm_output_trainable: whether C is trained (default True). False keeps C at its initial value
+            (requires_grad False; saved and loaded like any weight): with `pd_ssm_output_init="identity"` the rest of
+            the model reads the heads' states themselves throughout training (issue 28).
+        pd_ssm_transition_init_scale: s above (> 0, default 1.0); read by `pd_ssm_transition="direct"` only.
         pd_ssm_input: what each step adds to the state. `"projection"` (default, docs/design.md §4): b_t = B u_t.
             `"none"`: b_t = 0 and the layer has no B, so x_t = A_t ... A_1 x_0 is exactly the run of the automaton
             that the transitions spell from the start state (needs a non-zero pd_ssm_initial_state). With B the
@@ -261,8 +281,12 @@ class HybridSSMConfig(PretrainedConfig):
             its own D_skip * u to Re(C x_t), so there the block uses that skip and drops out only Re(C x_t):
             LayerNorm(Dropout(Re(C x_t)) + D_skip * u_t), as in the authors' code. Every other mixer and attention
             get the block's own D_skip. `intermediate_size` and `hidden_act` are then unused.
+            `"mixer_mlp"`: x <- Mixer(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)), and the final RMSNorm: the pre-norm
+            block without the residual around the mixer, so that the rest of the model reads the mixer's output
+            only. With a pd_ssm mixer and `pd_ssm_output_skip=False` a one-layer state-tracking model's classifier
+            then sees a function of the automaton state alone, never the current token's embedding (issue 28).
         block_dropout: dropout probability in [0, 1) on the mixer output of a `"post_norm_mixer"` block (the
-            authors use 0.01); must be 0 for `"pre_norm_residual"`, which has no dropout there.
+            authors use 0.01); must be 0 for the other block types, which have no dropout there.
 
     Extra keys: like any transformers config, this one keeps an unknown keyword (or `config.x = ...`, or a key of
     a loaded config.json) as a plain attribute, since transformers itself adds some (`architectures`, `auto_map`,
@@ -311,6 +335,10 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_diagonal: str = "complex"
     pd_ssm_initial_state: str = "zeros"
     pd_ssm_transition: str = "dictionary"
+    pd_ssm_transition_init_scale: float = 1.0
+    pd_ssm_output_skip: bool = True
+    pd_ssm_output_init: str = "normal"
+    pd_ssm_output_trainable: bool = True
     pd_ssm_input: str = "projection"
     lrc_num_channels: int = 64
     lrc_input_term: bool = True
@@ -553,10 +581,10 @@ class HybridSSMConfig(PretrainedConfig):
         check_choice("block_type", self.block_type, BLOCK_TYPES)
         if not (_is_number(self.block_dropout) and 0 <= self.block_dropout < 1):
             raise ValueError(f"`block_dropout` must be a number in [0, 1), got {self.block_dropout!r}")
-        if self.block_type == "pre_norm_residual" and self.block_dropout != 0:
+        if self.block_type != "post_norm_mixer" and self.block_dropout != 0:
             raise ValueError(
                 f"`block_dropout` = {self.block_dropout!r} applies only to block_type='post_norm_mixer'; the "
-                "'pre_norm_residual' block has no dropout there (set block_dropout=0 or change block_type)"
+                f"{self.block_type!r} block has no dropout there (set block_dropout=0 or change block_type)"
             )
 
     @property

@@ -9,6 +9,7 @@ Per head (H heads, state N each), with u_t the layer input (B, T, d) and K matri
   |D_t| = sigmoid(MLP_mag(u_t)), arg D_t = 2 pi sigmoid(MLP_phase(u_t))
           (config.pd_ssm_diagonal: "complex" as here; "magnitude": arg D_t = 0; "unit": D_t = 1)
   x_t   = P_t D_t x_{t-1} + B u_t,   y_t = Re(C x_t) + D_skip * u_t
+          (config.pd_ssm_output_skip False: y_t = Re(C x_t), no D_skip)
           (config.pd_ssm_input: "projection" as here; "none": no B, x_t = P_t D_t x_{t-1})
 
 The mixer computes the op's inputs, calls its op (pd_ops.py: torch or Triton, bound once per device and backend)
@@ -25,7 +26,7 @@ import torch
 from torch import nn
 
 from .configuration_hybrid_ssm import HybridSSMConfig
-from .pd_ops import bank_indices, bind_pd_op, bound_op_key, dictionary_indices, gather_bank
+from .pd_ops import bank_indices, bind_pd_op, bound_op_key, dictionary_indices, gather_bank, pd_scan
 
 
 def _is_plain_linear(module: nn.Module) -> bool:
@@ -109,8 +110,14 @@ class PDSSMMixer(nn.Module):
         if self.initial_state_kind == "learned":
             # x_0 as [real, imag] pairs (H, N, 2); starts at e_0 (also when HybridSSMPreTrainedModel re-initialises it)
             self.learned_initial_state = nn.Parameter(self.one_hot_initial_state())
-        self.selection = nn.Linear(d, h * k, bias=False)
-        self.dictionary = nn.Parameter(torch.empty(h, k, n, n))
+        if self.transition == "direct":
+            # P_t's N x N column logits of every head straight from u_t (no dictionary, no selection)
+            self.transition_proj = nn.Linear(d, h * n * n, bias=False)
+            self.transition_init_std = config.pd_ssm_transition_init_scale / math.sqrt(d)
+            nn.init.normal_(self.transition_proj.weight, std=self.transition_init_std)
+        else:
+            self.selection = nn.Linear(d, h * k, bias=False)
+            self.dictionary = nn.Parameter(torch.empty(h, k, n, n))
         # Bias inits set where D starts: sigmoid(magnitude bias) = |D|, 2 pi sigmoid(phase bias) = arg D.
         # A variant without a learnt phase (or magnitude) has no MLP for it at all.
         self.diagonal_kind = getattr(config, "pd_ssm_diagonal", "complex")
@@ -125,11 +132,23 @@ class PDSSMMixer(nn.Module):
         if self.input_kind == "projection":
             self.in_proj = nn.Linear(d, 2 * h * n, bias=False)  # complex B: real and imaginary parts
         self.out_proj = nn.Linear(2 * h * n, d, bias=False)  # Re(C x) = [C_re, -C_im] [Re x; Im x]
-        self.skip = nn.Parameter(torch.ones(d))
+        self.output_init = getattr(config, "pd_ssm_output_init", "normal")
+        if self.output_init == "identity":
+            with torch.no_grad():
+                self.out_proj.weight.copy_(self.identity_output_weight())
+        if not getattr(config, "pd_ssm_output_trainable", True):
+            self.out_proj.weight.requires_grad_(False)  # C stays at its initial value
+        self.skip = nn.Parameter(torch.ones(d)) if getattr(config, "pd_ssm_output_skip", True) else None
         self.dictionary_diagonal_init = float(getattr(config, "pd_ssm_dictionary_diagonal_init", 0.0))
-        nn.init.normal_(self.dictionary, std=1.0 / math.sqrt(n))
-        with torch.no_grad():
-            self.dictionary.diagonal(dim1=-2, dim2=-1).add_(self.dictionary_diagonal_init)
+        if self.transition != "direct":
+            nn.init.normal_(self.dictionary, std=1.0 / math.sqrt(n))
+            with torch.no_grad():
+                self.dictionary.diagonal(dim1=-2, dim2=-1).add_(self.dictionary_diagonal_init)
+
+    def identity_output_weight(self) -> torch.Tensor:
+        """C = the (d, 2HN) identity (pd_ssm_output_init="identity"), in out_proj's dtype and device."""
+        weight = self.out_proj.weight
+        return torch.eye(*weight.shape, dtype=weight.dtype, device=weight.device)
 
     def one_hot_initial_state(self, device=None) -> torch.Tensor:
         """e_0 in every head as [real, imag] pairs: (H, N, 2) float32."""
@@ -163,6 +182,37 @@ class PDSSMMixer(nn.Module):
         """W_s u_t: (B, T, H, K) float32 (the projection itself runs in the autocast dtype)."""
         batch, steps, _ = u.shape
         return self.selection(u).float().view(batch, steps, self.num_heads, self.dict_size)
+
+    def transition_logits(self, u: torch.Tensor) -> torch.Tensor:
+        """pd_ssm_transition="direct": the column logits of P_t, (B, T, H, N, N) float32, [..., i, j] = row i of
+        column j (the projection itself runs in the autocast dtype)."""
+        batch, steps, _ = u.shape
+        n = self.head_state_size
+        return self.transition_proj(u).float().view(batch, steps, self.num_heads, n, n)
+
+    def _direct_scan(self, u, x0, mask):
+        """The direct transition: P_t = column argmax of transition_logits(u_t) (straight-through, the column
+        softmax at the temperature in the backward), then the PD scan. A padded step is the identity, passes no
+        gradient to its logits, and has D = 1, b = 0."""
+        logits = self.transition_logits(u)
+        idx = logits.argmax(dim=-2)
+        dv, b = self.diagonal(u), self.step_inputs(u)
+        if mask is not None:
+            keep = mask.bool()
+            idx = torch.where(keep[..., None, None], idx, torch.arange(idx.shape[-1], device=idx.device))
+            dv = torch.where(keep[..., None, None], dv, torch.ones((), dtype=dv.dtype, device=dv.device))
+            b = torch.where(keep[..., None, None], b, torch.zeros((), dtype=b.dtype, device=b.device))
+        p_soft = None
+        if torch.is_grad_enabled() and logits.requires_grad:
+            p_soft = torch.softmax(logits / self.temperature, dim=-2)
+            if mask is not None:
+                p_soft = p_soft * mask.to(p_soft.dtype)[..., None, None, None]
+        if x0 is None:
+            x0 = torch.zeros_like(b[:, 0])
+        if p_soft is None and u.shape[1] == 1:  # a decode step: one x = P D x0 + b update, no chunked scan
+            x = b[:, 0].clone().scatter_add_(-1, idx[:, 0], dv[:, 0] * x0)
+            return x.unsqueeze(1), x
+        return pd_scan(idx, dv, b, x0, p_soft, backend=self.scan_backend)
 
     def selection_weights(self, u: torch.Tensor) -> torch.Tensor:
         """s_t = softmax(W_s u_t) over the dictionary: (B, T, H, K) float32."""
@@ -200,6 +250,8 @@ class PDSSMMixer(nn.Module):
     def transitions(self, u: torch.Tensor):
         """The transitions the layer applies to input u (B, T, d), for inspection: idx (B, T, H, N) int64 (row of
         the 1 in each column of P_t) and dv (B, T, H, N) complex64 (the diagonal of D_t)."""
+        if self.transition == "direct":
+            return self.transition_logits(u).argmax(dim=-2), self.diagonal(u)
         matrices = self.dictionary.float()
         if self.transition == "bank":
             idx = gather_bank(bank_indices(matrices), self.selection_logits(u).argmax(dim=-1))
@@ -218,7 +270,7 @@ class PDSSMMixer(nn.Module):
     def _decode_maps(self) -> list[nn.Module] | None:
         """[in_proj, selection, magnitude.up, phase.up, out_proj] when the fused decode step applies: the default
         layer kind, and every map a plain nn.Linear without hooks (a wrapper such as PEFT LoRA must still apply)."""
-        if self.diagonal_kind != "complex" or self.input_kind != "projection":
+        if self.diagonal_kind != "complex" or self.input_kind != "projection" or self.transition == "direct":
             return None
         # Read from _modules: attribute access to a submodule goes through nn.Module.__getattr__, and for these five
         # that alone costs several µs of a step of about 90.
@@ -288,6 +340,8 @@ class PDSSMMixer(nn.Module):
         states, final = op(selection, self.dictionary, dv, b, x0, mask, self.temperature)
         pairs = torch.view_as_real(states).reshape(batch, 1, 2 * h * n).to(out_weight.dtype)
         y = nn.functional.linear(pairs, out_weight)
+        if self.skip is None:
+            return y.to(u.dtype), final
         return torch.addcmul(y, self.skip, u).to(u.dtype), final
 
     @property
@@ -312,16 +366,25 @@ class PDSSMMixer(nn.Module):
         weights = self._decode_weights() if steps == 1 and not torch.is_grad_enabled() else None
         if weights is not None:
             return self._decode_forward(u, x0, mask, weights)
+        if self.transition == "direct":
+            states, final = self._direct_scan(u, x0, mask)
+        else:
+            states, final = self._generated_scan(u, x0, mask)
+        # per head [Re x, Im x] (B, T, H * 2N): the (re, im) pairs moved to the front of each head's state, one copy
+        features = torch.view_as_real(states).transpose(-1, -2).reshape(batch, steps, -1)
+        # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
+        y = self.out_proj(features.to(self.out_proj.weight.dtype))
+        if self.skip is not None:
+            y = y + self.skip * u
+        return y.to(hidden_states.dtype), final
+
+    def _generated_scan(self, u, x0, mask):
+        """The dictionary or bank transition through this mixer's op: (states, final state)."""
         logits = self.selection_logits(u)
         selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
         b = self.step_inputs(u)
         op = self.scan_op(u.device)
-        states, final = op(selection, self.dictionary, self.diagonal(u), b, x0, mask, self.temperature)
-        # per head [Re x, Im x] (B, T, H * 2N): the (re, im) pairs moved to the front of each head's state, one copy
-        features = torch.view_as_real(states).transpose(-1, -2).reshape(batch, steps, -1)
-        # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
-        y = self.out_proj(features.to(self.out_proj.weight.dtype)) + self.skip * u
-        return y.to(hidden_states.dtype), final
+        return op(selection, self.dictionary, self.diagonal(u), b, x0, mask, self.temperature)
 
     def _pair_order(self, weight: torch.Tensor) -> torch.Tensor:
         """C's weight (d, H * 2N), whose columns are per head [Re x (N), Im x (N)], with its columns reordered to per head

@@ -225,6 +225,7 @@ def _check_pd_ssm(config) -> None:
         PD_SSM_DIAGONALS,
         PD_SSM_INITIAL_STATES,
         PD_SSM_INPUTS,
+        PD_SSM_OUTPUT_INITS,
         PD_SSM_TRANSITIONS,
         check_choice,
         check_number,
@@ -246,6 +247,17 @@ def _check_pd_ssm(config) -> None:
         raise ValueError(f"`pd_ssm_temperature` must be > 0, got {config.pd_ssm_temperature!r}")
     for name in ("pd_ssm_magnitude_bias_init", "pd_ssm_phase_bias_init", "pd_ssm_dictionary_diagonal_init"):
         check_number(name, getattr(config, name))
+    check_choice("pd_ssm_output_init", config.pd_ssm_output_init, PD_SSM_OUTPUT_INITS)
+    features = 2 * config.pd_ssm_num_heads * config.pd_ssm_head_state_size
+    if config.pd_ssm_output_init == "identity" and config.hidden_size < features:
+        raise ValueError(
+            f"`pd_ssm_output_init='identity'` needs hidden_size >= 2 * pd_ssm_num_heads * pd_ssm_head_state_size = "
+            f"{features} (C maps the heads' [Re x, Im x] to width d), got hidden_size={config.hidden_size}"
+        )
+    for name in ("pd_ssm_output_skip", "pd_ssm_output_trainable"):
+        if not isinstance(getattr(config, name), bool):
+            raise ValueError(f"`{name}` must be True or False, got {getattr(config, name)!r}")
+    check_number("pd_ssm_transition_init_scale", config.pd_ssm_transition_init_scale, low=0, low_open=True)
 
 
 def _init_pd_ssm(module, init, config) -> None:
@@ -253,12 +265,18 @@ def _init_pd_ssm(module, init, config) -> None:
     each: init.copy_ skips weights loaded from a checkpoint)."""
     import torch
 
-    eye = torch.eye(module.head_state_size, device=module.dictionary.device, dtype=module.dictionary.dtype)
-    start = torch.randn_like(module.dictionary) * module.head_state_size**-0.5
-    init.copy_(module.dictionary, start + module.dictionary_diagonal_init * eye)
+    if module.transition == "direct":  # W_P N(0, s^2 / d): N(0, s^2) logits for a unit-RMS input
+        init.normal_(module.transition_proj.weight, mean=0.0, std=module.transition_init_std)
+    else:
+        eye = torch.eye(module.head_state_size, device=module.dictionary.device, dtype=module.dictionary.dtype)
+        start = torch.randn_like(module.dictionary) * module.head_state_size**-0.5
+        init.copy_(module.dictionary, start + module.dictionary_diagonal_init * eye)
     if module.initial_state_kind == "learned":
-        init.copy_(module.learned_initial_state, module.one_hot_initial_state(module.dictionary.device))
-    init.ones_(module.skip)
+        init.copy_(module.learned_initial_state, module.one_hot_initial_state(module.out_proj.weight.device))
+    if module.skip is not None:
+        init.ones_(module.skip)
+    if module.output_init == "identity":
+        init.copy_(module.out_proj.weight, module.identity_output_weight())
 
 
 def _init_headwise_mlp(module, init, config) -> None:

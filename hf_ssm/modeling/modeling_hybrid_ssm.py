@@ -2,6 +2,7 @@
 
     pre_norm_residual (default):  x = x + Mixer(RMSNorm(x));  x = x + SwiGLU(RMSNorm(x))
     post_norm_mixer:              x = LayerNorm(Dropout(Mixer(x)) + D_skip * x)
+    mixer_mlp:                    x = Mixer(RMSNorm(x));  x = x + SwiGLU(RMSNorm(x))
 
 Inference cache: transformers' `DynamicCache(config=...)` reads `config.layer_types`; attention layers get a
 key/value layer, SSM layers a recurrent-state layer that holds one tensor of fixed size (never growing with T).
@@ -53,6 +54,7 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
 
         pre_norm_residual:  x <- x + Mixer(RMSNorm(x));  x <- x + SwiGLU(RMSNorm(x))
         post_norm_mixer:    x <- LayerNorm(Dropout(Mixer(x)) + D_skip * x)   (no residual, no MLP)
+        mixer_mlp:          x <- Mixer(RMSNorm(x));  x <- x + SwiGLU(RMSNorm(x))   (no residual around the mixer)
 
     In the post-norm block a pd_ssm mixer's own D_skip * u is the skip (only Re(C x_t) is dropped out); every
     other mixer gets the block's `skip` parameter.
@@ -73,11 +75,14 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
             # A mixer declared with output_has_skip (pd_ssm) returns Re(C x) + D_skip * u already; the others get
             # a D_skip here.
             self.mixer_has_skip = not self.is_attention and mixer_spec(config.mixers[layer_idx]).output_has_skip
+            # a pd_ssm mixer without its output skip (pd_ssm_output_skip=False): no skip in this block at all
+            self.mixer_has_skip = self.mixer_has_skip or getattr(self.mixer, "skip", 0) is None
             self.skip = None if self.mixer_has_skip else nn.Parameter(torch.ones(config.hidden_size))
         else:
             self.input_layernorm = HybridSSMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
             self.post_mixer_layernorm = HybridSSMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
             self.mlp = HybridSSMMLP(config)
+            self.mixer_only_stream = getattr(config, "block_type", "pre_norm_residual") == "mixer_mlp"
 
     def _mix(self, hidden_states, attention_mask, ssm_mask, position_embeddings, cache, packed, **kwargs):
         """The mixer on (B, T, d) -> (B, T, d), reading and updating this layer's cache slot."""
@@ -110,7 +115,8 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
         mix_args = (attention_mask, ssm_mask, position_embeddings, cache, packed)
         if self.post_norm:
             return self._post_norm_forward(hidden_states, mix_args, **kwargs)
-        hidden_states = hidden_states + self._mix(self.input_layernorm(hidden_states), *mix_args, **kwargs)
+        mixed = self._mix(self.input_layernorm(hidden_states), *mix_args, **kwargs)
+        hidden_states = mixed if self.mixer_only_stream else hidden_states + mixed
         return hidden_states + self.mlp(self.post_mixer_layernorm(hidden_states))
 
     def _post_norm_forward(self, u: torch.Tensor, mix_args, **kwargs) -> torch.Tensor:
@@ -118,6 +124,8 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
         if not self.mixer_has_skip:
             y = self.dropout(y) + self.skip * u
         elif self.training and self.dropout.p > 0:  # drop out Re(C x) only, not the mixer's D_skip * u
+            if self.mixer.skip is None:  # pd_ssm_output_skip=False: y is Re(C x) alone
+                return self.output_layernorm(self.dropout(y))
             skip_term = (self.mixer.skip * u.to(self.mixer.skip.dtype)).to(y.dtype)
             y = self.dropout(y - skip_term) + skip_term
         return self.output_layernorm(y)

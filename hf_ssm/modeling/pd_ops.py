@@ -30,12 +30,14 @@ import math
 
 import torch
 
-from .configuration_hybrid_ssm import PD_SSM_TRANSITIONS, check_choice
+from .configuration_hybrid_ssm import check_choice
 from .scan_common import check_mask, default_chunk_size, step_where_kept, where_kept
 from .scan_dispatch import _load_kernels, kernel_dtype_problem, requested_backend, resolve_backend
 from .scan_pd import _scatter_scan_chunked, pd_scan_backward
 from .scan_pd import pd_scan as torch_pd_scan
 
+# The transitions generated inside an op (the mixer's "direct" transition calls pd_scan on its own P_t instead).
+GENERATED_TRANSITIONS = ("dictionary", "bank")
 # Elements of one chunk of (H, rows, N, N) matrices in the dictionary op (1 MiB of float32, cache-sized).
 GEN_CHUNK_ELEMENTS = 1 << 18
 _NO_CONTEXT = contextlib.nullcontext()
@@ -436,7 +438,8 @@ def bind_pd_op(transition: str, setting: str | None, device: torch.device | str)
     """The implementation of the `transition` op ("dictionary" or "bank") that `setting` (a scan_backend value,
     overridden by HF_SSM_SCAN_BACKEND) selects on `device`; called as op(selection, matrices, dv, b, initial_state,
     mask, temperature)."""
-    check_choice("pd_ssm_transition", transition, PD_SSM_TRANSITIONS)
+    # "direct" (the third pd_ssm_transition) has no generator op: its mixer calls pd_scan on its own P_t
+    check_choice("pd_ssm_transition", transition, GENERATED_TRANSITIONS)
     return _IMPLS[transition, resolve_backend(setting, device)]
 
 

@@ -1,4 +1,4 @@
-"""The PD-SSM mixer (mixer_pd_ssm.py, docs/design.md §4): both transition modes (dictionary, bank) at the layer
+"""The PD-SSM mixer (mixer_pd_ssm.py, docs/design.md §4): the transition modes (dictionary, bank, direct) at the layer
 and model level (decode steps, padding, reload, remote code, bf16 autocast, the Triton path), its options (one-hot /
 head-basis / learned initial state, magnitude-only / unit diagonal, identity-leaning dictionary init, no input map),
 and the expressivity claim: one layer with hand-set weights runs an automaton exactly. Its scans and ops are tested
@@ -15,7 +15,8 @@ from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
 from hf_ssm.modeling.mixer_pd_ssm import PDSSMMixer
 from model_checks import assert_loads_without_hf_ssm, max_cached_decode_error, reload_is_bit_identical, tiny_config
 
-TRANSITIONS = ["dictionary", "bank"]
+TRANSITIONS = ["dictionary", "bank"]  # the two generated through a dictionary-shaped op (pd_ops.py)
+ALL_TRANSITIONS = [*TRANSITIONS, "direct"]
 
 
 def mixer(**overrides) -> PDSSMMixer:
@@ -215,7 +216,7 @@ def test_no_input_map_needs_a_nonzero_start_state():
 # ------------------------------------------------------------------------------------ the transition modes
 
 
-@pytest.mark.parametrize("transition", TRANSITIONS)
+@pytest.mark.parametrize("transition", ALL_TRANSITIONS)
 @torch.no_grad()
 def test_mixer_decode_steps_equal_full_forward(transition):
     """Feeding one token at a time with the carried state (T = 1 steps) gives the full forward's outputs."""
@@ -230,7 +231,7 @@ def test_mixer_decode_steps_equal_full_forward(transition):
     assert torch.allclose(state, full_final, atol=1e-5)
 
 
-@pytest.mark.parametrize("transition", TRANSITIONS)
+@pytest.mark.parametrize("transition", ALL_TRANSITIONS)
 @torch.no_grad()
 def test_decode_step_is_one_state_update_without_the_chunked_scan(transition, monkeypatch):
     """A T = 1 step without gradient is a single x = P D x + b update: the chunked scan is never entered."""
@@ -249,12 +250,12 @@ def test_decode_step_is_one_state_update_without_the_chunked_scan(transition, mo
     assert torch.allclose(new_state, expected, atol=1e-6)
 
 
-@pytest.mark.parametrize("transition", TRANSITIONS)
+@pytest.mark.parametrize("transition", ALL_TRANSITIONS)
 def test_cached_decode_equals_full_forward(transition):
     assert max_cached_decode_error(tiny_config("PAP", pd_ssm_transition=transition)) < 1e-4
 
 
-@pytest.mark.parametrize("transition", TRANSITIONS)
+@pytest.mark.parametrize("transition", ALL_TRANSITIONS)
 def test_padding_leaves_the_state_unchanged(transition):
     """Left padding: the padded row's outputs at real tokens and its final state equal the unpadded run's."""
     assert_left_padding_changes_nothing(mixer(pd_ssm_transition=transition), pad=3)
@@ -281,6 +282,86 @@ def test_bank_mode_trust_remote_code_loads_without_hf_ssm(tmp_path):
     """A bank-mode checkpoint loads with trust_remote_code where hf_ssm cannot be imported (pd_ops.py travels)."""
     model = HybridSSMForCausalLM(tiny_config("PA", pd_ssm_transition="bank"))
     assert "pd_ops.py" in assert_loads_without_hf_ssm(model, tmp_path / "bank")
+
+
+# ------------------------------------------------------------------------------------ direct transitions (issue 28)
+
+
+def test_direct_mode_has_a_transition_map_and_no_dictionary():
+    """pd_ssm_transition="direct": W_P (d -> H N^2) starts N(0, s^2 / d) and there is no selection or dictionary."""
+    layer = mixer(pd_ssm_transition="direct", pd_ssm_transition_init_scale=2.0)
+    assert not hasattr(layer, "selection") and not hasattr(layer, "dictionary")
+    weight = layer.transition_proj.weight
+    assert tuple(weight.shape) == (2 * 5 * 5, 32)
+    assert abs(weight.std().item() - 2.0 / 32**0.5) < 0.05
+
+
+def test_direct_mode_gives_each_token_its_own_start_transition():
+    """Through the model's init (HybridSSMPreTrainedModel), distinct tokens start with distinct random transitions:
+    unit-RMS inputs give N(0, 1) logits, and the column argmaxes of two tokens differ."""
+    torch.manual_seed(0)
+    model = HybridSSMForCausalLM(tiny_config("P", pd_ssm_transition="direct", pd_ssm_num_heads=4))
+    layer = model.model.layers[0].mixer
+    u = model.model.layers[0].input_layernorm(model.model.embed_tokens(torch.arange(1, 9)).unsqueeze(0))
+    logits = layer.transition_logits(u)
+    assert 0.7 < logits.std().item() < 1.3
+    idx, _ = layer.transitions(u)
+    assert all(not torch.equal(idx[0, 0], idx[0, t]) for t in range(1, 8))
+
+
+def test_direct_mode_is_the_column_argmax_of_its_logits_with_a_straight_through_gradient():
+    """Forward: P_t = column argmax of W_P u_t; backward: the column softmax's gradient, checked against a dense
+    straight-through loop on the same logits."""
+    layer = mixer(
+        pd_ssm_transition="direct", pd_ssm_diagonal="unit", pd_ssm_input="none", pd_ssm_initial_state="one_hot"
+    )
+    u = torch.randn(2, 6, 32)
+    y, final = layer(u)
+    y.square().sum().backward()
+    grad = layer.transition_proj.weight.grad.clone()
+    layer.zero_grad()
+    logits = layer.transition_logits(u)
+    soft = torch.softmax(logits, dim=-2)
+    hard = torch.zeros_like(soft).scatter_(-2, logits.argmax(-2, keepdim=True), 1.0)
+    p = hard + soft - soft.detach()
+    x = layer.initial_state(2).real
+    states = []
+    for t in range(6):
+        x = (p[:, t] @ x.unsqueeze(-1)).squeeze(-1)
+        states.append(x)
+    states = torch.stack(states, 1)
+    assert torch.allclose(final.real, x) and torch.equal(final.imag, torch.zeros_like(x))
+    features = torch.cat([states, torch.zeros_like(states)], -1).flatten(2)  # per head [Re x, Im x]
+    y_dense = layer.out_proj(features) + layer.skip * u
+    assert torch.allclose(y_dense, y, atol=1e-5)
+    y_dense.square().sum().backward()
+    assert torch.allclose(layer.transition_proj.weight.grad, grad, atol=1e-4, rtol=1e-4)
+
+
+def test_direct_mode_config_is_validated_and_reloads(tmp_path):
+    with pytest.raises(ValueError, match="pd_ssm_transition.*dictionary.*bank.*direct"):
+        tiny_config("P", pd_ssm_transition="table")
+    for bad in (0.0, -1.0, float("inf"), "1"):
+        with pytest.raises(ValueError, match="pd_ssm_transition_init_scale"):
+            tiny_config("P", pd_ssm_transition="direct", pd_ssm_transition_init_scale=bad)
+    config = tiny_config("PA", pd_ssm_transition="direct", pd_ssm_transition_init_scale=0.5)
+    assert reload_is_bit_identical(config, str(tmp_path))
+    loaded = HybridSSMConfig.from_pretrained(tmp_path)
+    assert (loaded.pd_ssm_transition, loaded.pd_ssm_transition_init_scale) == ("direct", 0.5)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, dict(pd_ssm_diagonal="unit", pd_ssm_input="none", pd_ssm_initial_state="one_hot")],
+    ids=["paper_layer", "pure_automaton"],
+)
+def test_direct_mode_keeps_cached_decode_exact(overrides):
+    assert max_cached_decode_error(tiny_config("PAP", pd_ssm_transition="direct", **overrides)) < 1e-4
+
+
+def test_direct_mode_trust_remote_code_loads_without_hf_ssm(tmp_path):
+    model = HybridSSMForCausalLM(tiny_config("PA", pd_ssm_transition="direct"))
+    assert_loads_without_hf_ssm(model, tmp_path / "direct")
 
 
 @pytest.mark.parametrize("transition", TRANSITIONS)

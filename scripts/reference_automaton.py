@@ -1,0 +1,144 @@
+"""A minimal straight-through automaton in plain PyTorch, the reference beside the PD-SSM layer (issue 28).
+
+Per head h and per token id v a free N x N logit table L[h, v] (N(0, 1) init, so different tokens start with
+different random transitions). Forward: P_t = the column-one-hot matrix with its 1 at argmax_i L[h, v_t][i, j] in
+column j; x_t = P_t x_{t-1}, x_0 = e_0 (a one-hot state in every head, at every step). Backward: straight-through,
+the gradient of the column softmax of L[h, v_t] (temperature 1) in place of the argmax. A linear readout of the H N
+concatenated one-hot states gives the class at every position; per-position labels (every labelled prefix); Adam,
+no schedule, fresh training sequences every step (the package's task generators,
+`hf_ssm.data.state_tracking.get_task`).
+
+Evaluation as the package's (hf_ssm/training/state_tracking.py `evaluate`): last-position accuracy in length buckets
+of the test range, `--eval_samples` sequences per bucket drawn with data seed 20,000 + the bucket's low end.
+
+    OMP_NUM_THREADS=1 python scripts/reference_automaton.py --task a5 --seed 2
+    python scripts/reference_automaton.py --task parity --seed 0 --json runs/ref_parity_0.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from hf_ssm.data.state_tracking import StateTrackingDataset, collate_state_tracking, get_task
+from hf_ssm.training.state_tracking import TEST_SEED, length_buckets
+
+
+class ReferenceAutomaton(nn.Module):
+    """H heads of an N-state automaton with a free transition table per token, and a linear readout."""
+
+    def __init__(self, vocab_size: int, num_classes: int, heads: int = 16, states: int = 8):
+        super().__init__()
+        self.heads, self.states = heads, states
+        self.logits = nn.Parameter(torch.randn(vocab_size, heads, states, states))  # [v, h, i, j]: row i, column j
+        self.readout = nn.Linear(heads * states, num_classes)
+
+    def transitions(self) -> torch.Tensor:
+        """P of every token id (V, H, N, N): column one-hot in value, column softmax in gradient. Id 0 (padding)
+        is the identity, so a padded step keeps the state."""
+        soft = torch.softmax(self.logits, dim=-2)  # down each column
+        hard = torch.zeros_like(soft).scatter_(-2, self.logits.argmax(dim=-2, keepdim=True), 1.0)
+        p = hard + soft - soft.detach()  # straight-through
+        eye = torch.eye(self.states, device=p.device).expand(1, self.heads, -1, -1)
+        return torch.cat([eye, p[1:]])
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids (0 = padding) -> (B, T, classes) logits."""
+        p = self.transitions()
+        x = torch.zeros(input_ids.shape[0], self.heads, self.states, 1, device=p.device)
+        x[:, :, 0] = 1.0  # e_0
+        outs = []
+        for t in range(input_ids.shape[1]):
+            x = p[input_ids[:, t]] @ x  # x_t = P_t x_{t-1}, every head at once
+            outs.append(x.flatten(1))
+        return self.readout(torch.stack(outs, dim=1))
+
+
+@torch.no_grad()
+def evaluate(model, task, buckets, samples: int, batch_size: int = 256) -> list[dict]:
+    """Last-position accuracy per (low, high) length bucket, data seed TEST_SEED + low (as the package)."""
+    out = []
+    for low, high in buckets:
+        data = StateTrackingDataset(task, samples, low, high, seed=TEST_SEED + low)
+        correct = 0
+        for start in range(0, samples, batch_size):
+            batch = collate_state_tracking([data[i] for i in range(start, min(samples, start + batch_size))])
+            pred = model(batch["input_ids"]).argmax(-1)
+            last = pred[torch.arange(len(pred)), batch["length"] - 1]
+            correct += int((last == batch["label"]).sum())
+        out.append({"min_length": low, "max_length": high, "accuracy": correct / samples, "samples": samples})
+    return out
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", default="a5")
+    parser.add_argument("--num_generators", type=int, default=None, help="a5 / s5 only (default 2)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--states", type=int, default=8, help="N, states per head")
+    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--train_min_length", type=int, default=3)
+    parser.add_argument("--train_max_length", type=int, default=40)
+    parser.add_argument("--test_min_length", type=int, default=40)
+    parser.add_argument("--test_max_length", type=int, default=256)
+    parser.add_argument("--num_buckets", type=int, default=6)
+    parser.add_argument("--eval_samples", type=int, default=1024, help="test sequences per length bucket")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", default=None, help="write the record here")
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    kwargs = {} if args.num_generators is None else {"num_generators": args.num_generators}
+    task = get_task(args.task, **kwargs)
+    model = ReferenceAutomaton(task.vocab_size, task.num_classes, args.heads, args.states)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    train = StateTrackingDataset(
+        task, args.steps * args.batch_size, args.train_min_length, args.train_max_length, seed=args.seed
+    )
+    cpu0 = time.process_time()
+    losses = []
+    for step in range(args.steps):
+        batch = collate_state_tracking([train[step * args.batch_size + i] for i in range(args.batch_size)])
+        logits = model(batch["input_ids"])
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step % 100 == 0 or step == args.steps - 1:
+            losses.append({"step": step, "loss": loss.item()})
+    train_cpu = time.process_time() - cpu0
+    buckets = length_buckets(args.test_min_length, args.test_max_length, args.num_buckets)
+    test = evaluate(model, task, buckets, args.eval_samples)
+    mean = sum(b["accuracy"] for b in test) / len(test)
+    record = {
+        "model": "reference_automaton",
+        "args": vars(args),
+        "train_cpu_seconds": train_cpu,
+        "cpu_seconds": time.process_time() - cpu0,
+        "final_loss": losses[-1]["loss"],
+        "loss_curve": losses,
+        "test": test,
+        "test_mean_accuracy": mean,
+    }
+    cells = " ".join(f"{b['min_length']}-{b['max_length']}:{100 * b['accuracy']:.1f}" for b in test)
+    print(
+        f"{args.task} seed {args.seed} steps {args.steps}: mean {100 * mean:.1f}% [{cells}] "
+        f"loss {losses[-1]['loss']:.4f} train CPU {train_cpu:.1f} s, total CPU {record['cpu_seconds']:.1f} s"
+    )
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(record, indent=2))
+    return record
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""The block without the residual around the mixer (config.block_type = "mixer_mlp") and the PD-SSM output without
+D_skip u (config.pd_ssm_output_skip = False), issue 28: what they compute, their config checks, reload, cached
+decode and remote-code loading."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
+from hf_ssm.modeling.mixer_pd_ssm import PDSSMMixer
+from model_checks import (
+    assert_loads_without_hf_ssm,
+    hybrid_config,
+    max_cached_decode_error,
+    reload_is_bit_identical,
+    tiny_config,
+)
+
+STATE_READOUT = dict(block_type="mixer_mlp", pd_ssm_output_skip=False)
+
+
+def test_config_checks_name_the_fields():
+    with pytest.raises(ValueError, match="block_type.*pre_norm_residual.*post_norm_mixer.*mixer_mlp"):
+        tiny_config("P", block_type="mixer_only")
+    with pytest.raises(ValueError, match="block_dropout"):
+        tiny_config("P", block_type="mixer_mlp", block_dropout=0.1)
+    for bad in (0, "false", None):
+        with pytest.raises(ValueError, match="pd_ssm_output_skip"):
+            tiny_config("P", pd_ssm_output_skip=bad)
+
+
+@torch.no_grad()
+def test_mixer_mlp_block_has_no_residual_around_the_mixer():
+    """Layer output = m + SwiGLU(RMSNorm(m)) with m = Mixer(RMSNorm(x)): x itself is not added."""
+    torch.manual_seed(0)
+    model = HybridSSMForCausalLM(tiny_config("P", block_type="mixer_mlp")).eval()
+    layer = model.model.layers[0]
+    x = torch.randn(2, 6, 32)
+    mixed, _ = layer.mixer(layer.input_layernorm(x))
+    expected = mixed + layer.mlp(layer.post_mixer_layernorm(mixed))
+    assert torch.allclose(layer(x), expected, atol=1e-6)
+
+
+@torch.no_grad()
+def test_output_skip_off_gives_re_cx_alone_and_no_skip_parameter():
+    """pd_ssm_output_skip=False: y = Re(C x) exactly (the default layer's output less D_skip u), no D_skip weight."""
+    torch.manual_seed(0)
+    with_skip = PDSSMMixer(tiny_config("S"), 0).eval()
+    torch.manual_seed(0)
+    without = PDSSMMixer(tiny_config("S", pd_ssm_output_skip=False), 0).eval()
+    assert without.skip is None and "skip" not in dict(without.named_parameters())
+    u = torch.randn(2, 7, 32)
+    y_with, final_with = with_skip(u)
+    y_without, final_without = without(u)
+    assert torch.allclose(y_without, y_with - with_skip.skip * u, atol=1e-6)
+    assert torch.equal(final_with, final_without)
+
+
+@pytest.mark.parametrize("transition", ["dictionary", "bank", "direct"])
+def test_state_readout_cached_decode_and_reload(transition, tmp_path):
+    config = tiny_config("PAP", pd_ssm_transition=transition, **STATE_READOUT)
+    assert max_cached_decode_error(config) < 1e-4
+    assert reload_is_bit_identical(config, str(tmp_path))
+    loaded = HybridSSMConfig.from_pretrained(tmp_path)
+    assert (loaded.block_type, loaded.pd_ssm_output_skip) == ("mixer_mlp", False)
+
+
+def test_mixer_mlp_block_decodes_with_other_mixers():
+    assert max_cached_decode_error(hybrid_config("diag_lru", block_type="mixer_mlp")) < 1e-4
+
+
+def test_output_skip_off_in_a_post_norm_block_has_no_skip_at_all():
+    """post_norm_mixer with pd_ssm_output_skip=False: LayerNorm(Dropout(Re(C x))), no block D_skip either."""
+    torch.manual_seed(0)
+    config = tiny_config("P", block_type="post_norm_mixer", block_dropout=0.5, pd_ssm_output_skip=False)
+    model = HybridSSMForCausalLM(config)
+    layer = model.model.layers[0]
+    assert layer.skip is None and layer.mixer.skip is None
+    model.train()
+    model(input_ids=torch.randint(1, 37, (2, 5))).logits.sum().backward()  # the dropout path runs
+    assert max_cached_decode_error(tiny_config("PA", block_type="post_norm_mixer", pd_ssm_output_skip=False)) < 1e-4
+
+
+def test_state_readout_trust_remote_code_loads_without_hf_ssm(tmp_path):
+    model = HybridSSMForCausalLM(tiny_config("PA", pd_ssm_transition="direct", **STATE_READOUT))
+    assert_loads_without_hf_ssm(model, tmp_path / "state_readout")
+
+
+def test_identity_output_init_starts_c_at_the_identity_and_is_checked(tmp_path):
+    """pd_ssm_output_init="identity": C = I (d = 2HN = 20 here), also through the model's init; a reload keeps a
+    trained C (the init does not run again); too narrow a model and unknown values are refused, naming the field."""
+    config = tiny_config(
+        "PA",
+        hidden_size=20,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        pd_ssm_output_init="identity",
+        **STATE_READOUT,
+    )
+    model = HybridSSMForCausalLM(config)
+    out_proj = model.model.layers[0].mixer.out_proj
+    assert torch.equal(out_proj.weight, torch.eye(20))
+    assert max_cached_decode_error(config) < 1e-4
+    with torch.no_grad():
+        out_proj.weight.add_(torch.randn(20, 20))
+    model.save_pretrained(tmp_path)
+    reloaded = HybridSSMForCausalLM.from_pretrained(tmp_path)
+    assert torch.equal(reloaded.model.layers[0].mixer.out_proj.weight, out_proj.weight)
+    assert reloaded.config.pd_ssm_output_init == "identity"
+    with pytest.raises(ValueError, match="pd_ssm_output_init='identity'.*hidden_size"):
+        tiny_config("P", hidden_size=16, num_attention_heads=4, pd_ssm_output_init="identity")
+    with pytest.raises(ValueError, match="pd_ssm_output_init.*normal.*identity"):
+        tiny_config("P", pd_ssm_output_init="eye")
+
+
+def test_frozen_identity_output_keeps_c_through_training_and_reload(tmp_path):
+    """pd_ssm_output_trainable=False: C has no gradient and stays the identity after an optimizer step; the flag
+    reloads, and a non-bool is refused naming the field."""
+    config = tiny_config(
+        "P",
+        hidden_size=20,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        block_type="post_norm_mixer",
+        pd_ssm_output_skip=False,
+        pd_ssm_output_init="identity",
+        pd_ssm_output_trainable=False,
+    )
+    model = HybridSSMForCausalLM(config)
+    out_proj = model.model.layers[0].mixer.out_proj
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    ids = torch.randint(1, 37, (2, 7))
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    assert out_proj.weight.grad is None and torch.equal(out_proj.weight, torch.eye(20))
+    assert reload_is_bit_identical(config, str(tmp_path))
+    assert HybridSSMConfig.from_pretrained(tmp_path).pd_ssm_output_trainable is False
+    assert max_cached_decode_error(config) < 1e-4
+    with pytest.raises(ValueError, match="pd_ssm_output_trainable"):
+        tiny_config("P", pd_ssm_output_trainable="no")
