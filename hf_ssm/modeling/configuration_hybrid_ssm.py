@@ -63,6 +63,7 @@ WEIGHT_MEANING_FIELDS = (
     "pd_ssm_diagonal",
     "pd_ssm_input",
     "pd_ssm_initial_state",
+    "pd_ssm_output_skip",
     "lru_normalization",
     "lrc_input_term",
     "classifier_pooling",

@@ -23,6 +23,7 @@ MIXERS = [
     ("pd_ssm", {}),
     ("pd_ssm", {"pd_ssm_transition": "bank", "pd_ssm_diagonal": "unit", "pd_ssm_input": "none",
                 "pd_ssm_initial_state": "one_hot"}),
+    ("pd_ssm", {"pd_ssm_transition": "direct", "pd_ssm_output_skip": False}),
     ("bd_lru", {}), ("h_lru", {}), ("diag_lru", {}),
     ("lrc_ssm", {}), ("gru_ssm", {}), ("mgu_ssm", {}), ("lstm_ssm", {}),
 ]  # fmt: skip
