@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_hybrid import VOCAB, _ratios, build_models, cpu_clock, interleaved
+from bench_hybrid import VOCAB, _ratios, build_models, cpu_clock, interleaved, training_step_fn
 from transformers import StaticCache
 
 
@@ -43,22 +43,6 @@ def decode_fn(model, forward, context: int, new_tokens: int):
         return (time.perf_counter() - start) / new_tokens, (cpu_clock() - cpu) / new_tokens
 
     return run
-
-
-def training_fn(model, step_model, batch: int, steps: int):
-    """() -> (wall s, CPU s) of one forward + backward + AdamW step of `step_model` (model or its compiled twin)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(1, VOCAB, (batch, steps), generator=torch.Generator().manual_seed(steps))
-
-    def step() -> tuple[float, float]:
-        start, cpu = time.perf_counter(), cpu_clock()
-        loss = step_model(input_ids=ids, labels=ids, use_cache=False).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return time.perf_counter() - start, cpu_clock() - cpu
-
-    return step
 
 
 def timed_first_call(fn) -> float:
@@ -162,8 +146,8 @@ def main() -> None:
         fns, compile_s = {}, {}
         for name, model in models.items():
             model.train()
-            fns[f"{name}_eager"] = training_fn(model, model, 2, args.train_length)
-            fns[f"{name}_compiled"] = training_fn(model, torch.compile(model), 2, args.train_length)
+            fns[f"{name}_eager"] = training_step_fn(model, 2, args.train_length)
+            fns[f"{name}_compiled"] = training_step_fn(model, 2, args.train_length, forward=torch.compile(model))
             compile_s[name] = timed_first_call(fns[f"{name}_compiled"])
             print(f"training: {name} compiled in {compile_s[name]:.0f} s", flush=True)
         training = summary(interleaved(fns, args.train_rounds), 1.0, "s")

@@ -74,15 +74,18 @@ def interleaved(fns: dict, rounds: int, warmup: int = 1) -> dict:
     return times
 
 
-def training_step_fn(model, batch: int, steps: int):
+def training_step_fn(model, batch: int, steps: int, forward=None):
+    """() -> (wall s, CPU s) of one forward + backward + AdamW step of `model`, run through `forward` (default
+    the model itself; bench_compile.py passes its compiled twin)."""
     model.train()
+    forward = model if forward is None else forward
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(1, VOCAB, (batch, steps), generator=torch.Generator().manual_seed(steps))
 
     def step() -> tuple[float, float]:
         """(wall s, CPU s) of one step."""
         start, cpu = time.perf_counter(), cpu_clock()
-        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        loss = forward(input_ids=ids, labels=ids, use_cache=False).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
