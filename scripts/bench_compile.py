@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from bench_common import load_average, run_record
 from bench_hybrid import VOCAB, _ratios, build_models, cpu_clock, interleaved, training_step_fn
 from transformers import StaticCache
 
@@ -124,10 +123,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     models = build_models()
     results = {
-        "machine": dict(platform=platform.platform(), processor=platform.processor()),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+        **run_record(),
     }
     fns, compile_s = {}, {}
     for name, model in models.items():
@@ -152,7 +148,7 @@ def main() -> None:
             print(f"training: {name} compiled in {compile_s[name]:.0f} s", flush=True)
         training = summary(interleaved(fns, args.train_rounds), 1.0, "s")
         results["training"] = dict(T=args.train_length, B=2, rounds=args.train_rounds, compile_s=compile_s, **training)
-    results["load_average_end"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    results["load_average_end"] = load_average()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -23,11 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 
 import torch
+from bench_common import load_average, run_record
 from transformers import LogitsProcessor, LogitsProcessorList, Qwen2Config, Qwen2ForCausalLM
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
@@ -258,10 +258,7 @@ def main():
 
     models = build_models()
     results = {
-        "machine": dict(platform=platform.platform(), processor=platform.processor()),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+        **run_record(),
         "hybrid_pd_ssm": {
             k: getattr(models["hybrid"].config, k)
             for k in ("pd_ssm_num_heads", "pd_ssm_head_state_size", "pd_ssm_dict_size", "pd_ssm_transition")
@@ -272,7 +269,7 @@ def main():
         results["training"] = bench_training(models, args.train_lengths, args.batch, args.train_rounds)
     if args.contexts:
         results["decode"] = bench_decode(models, args.contexts, args.new_tokens, args.decode_rounds)
-    results["load_average_end"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    results["load_average_end"] = load_average()
     table = markdown(results)
     print(table)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)

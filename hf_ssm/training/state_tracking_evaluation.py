@@ -73,15 +73,10 @@ def evaluate_far_lengths(model, settings, device) -> dict | None:
     buckets = []
     for length in lengths:
         batch = max(1, min(settings.batch_size, FAR_BATCH_TOKENS // length))
-        scored = evaluate(model, _with_batch(settings, batch), [(length, length)], FAR_SEED, device,
+        scored = evaluate(model, replace(settings, batch_size=batch), [(length, length)], FAR_SEED, device,
                           settings.far_samples_per_bucket)  # fmt: skip
         buckets += scored["buckets"]
     return {"buckets": buckets, "mean_accuracy": sum(b["accuracy"] for b in buckets) / len(buckets)}
-
-
-def _with_batch(settings, batch_size: int):
-    """`settings` with another evaluation batch size (a dataclass copy)."""
-    return replace(settings, batch_size=batch_size)
 
 
 __all__ = ["FAR_SEED", "TEST_SEED", "evaluate", "evaluate_far_lengths", "far_lengths"]
