@@ -252,6 +252,45 @@ def _run(A, g, layout: Layout, chunk, m, init, companion, reverse, states=None, 
     return out, final, ga
 
 
+@torch.library.custom_op("hf_ssm::block_pass", mutates_args=())
+def _block_pass(
+    A: torch.Tensor,
+    g: torch.Tensor,
+    cu: torch.Tensor,
+    batch: int,
+    steps: int,
+    chunk: int,
+    m: int,
+    init: torch.Tensor | None,
+    companion: bool,
+    reverse: bool,
+    states: torch.Tensor | None = None,
+    x0: torch.Tensor | None = None,
+    grad_A: bool = False,
+    keep: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`_run` as the custom op hf_ssm::block_pass, so that torch.compile treats the kernel launches as one opaque
+    call (docs/design.md §7.3) instead of tracing into Triton's launcher. grad_A is an empty tensor when not asked for
+    (an op returns tensors only)."""
+    layout = Layout(cu, batch, steps)
+    out, final, ga = _run(A, g, layout, chunk, m, init, companion, reverse, states, x0, grad_A, keep)
+    return out, final, ga if ga is not None else out.new_empty(0)
+
+
+@_block_pass.register_fake
+def _(A, g, cu, batch, steps, chunk, m, init, companion, reverse, states=None, x0=None, grad_A=False, keep=None):
+    total, n = A.shape[0], A.shape[1]
+    out = A.new_empty(total, n, m, dtype=torch.float32)
+    ga = A.new_empty(0, dtype=torch.float32)
+    if grad_A:
+        ga = (
+            A.new_empty(total, n, m, dtype=torch.float32)
+            if companion
+            else A.new_empty(total, n, m, m, dtype=torch.float32)
+        )
+    return out, A.new_empty(batch, n, m, dtype=torch.float32), ga
+
+
 class _BlockScanFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, A, b, x0, keep, layout, chunk, companion):
@@ -259,7 +298,9 @@ class _BlockScanFunction(torch.autograd.Function):
         Af = A.reshape(layout.total, *A.shape[2:]).contiguous()
         bf = b.reshape(layout.total, *b.shape[2:]).contiguous()
         x0f = None if x0 is None else x0.contiguous()
-        states, final, _ = _run(Af, bf, layout, chunk, m, x0f, companion, reverse=False, keep=keep)
+        states, final, _ = _block_pass(
+            Af, bf, layout.cu, layout.batch, layout.steps, chunk, m, x0f, companion, False, keep=keep
+        )
         ctx.save_for_backward(Af, x0f, states, keep)
         ctx.layout, ctx.chunk, ctx.companion, ctx.m = layout, chunk, companion, m
         ctx.meta = (A.shape, A.dtype, b.shape, b.dtype, None if x0 is None else x0.dtype)
@@ -272,8 +313,8 @@ class _BlockScanFunction(torch.autograd.Function):
         layout, m = ctx.layout, ctx.m
         A_shape, A_dtype, b_shape, b_dtype, x0_dtype = ctx.meta
         g, gf = upstream_grads(grad_states, grad_final, states)
-        lam, grad_x0, grad_A = _run(
-            Af, g, layout, ctx.chunk, m, gf, ctx.companion, reverse=True, states=states, x0=x0f, grad_A=True, keep=keep
+        lam, grad_x0, grad_A = _block_pass(
+            Af, g, layout.cu, layout.batch, layout.steps, ctx.chunk, m, gf, ctx.companion, True, states, x0f, True, keep
         )
         grad_b = lam[..., 0] if ctx.companion else lam
         if keep is not None:  # a masked step had zero input

@@ -210,6 +210,35 @@ def _run(
     return out, final, (ga if grad_a else None)
 
 
+@torch.library.custom_op("hf_ssm::diag_pass", mutates_args=())
+def _diag_pass(
+    a: torch.Tensor,
+    g: torch.Tensor,
+    cu: torch.Tensor,
+    batch: int,
+    steps: int,
+    chunk: int,
+    init: torch.Tensor | None,
+    complex_: bool,
+    reverse: bool,
+    states: torch.Tensor | None = None,
+    x0: torch.Tensor | None = None,
+    grad_a: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`_run` as the custom op hf_ssm::diag_pass, so that torch.compile treats the kernel launches as one opaque
+    call (docs/design.md §7.3) instead of tracing into Triton's launcher. grad_a is an empty tensor when not asked for
+    (an op returns tensors only)."""
+    out, final, ga = _run(a, g, Layout(cu, batch, steps), chunk, init, complex_, reverse, states, x0, grad_a)
+    return out, final, ga if ga is not None else out.new_empty(0)
+
+
+@_diag_pass.register_fake
+def _(a, g, cu, batch, steps, chunk, init, complex_, reverse, states=None, x0=None, grad_a=False):
+    shape = (a.shape[1], 2) if complex_ else (a.shape[1],)
+    out = a.new_empty(a.shape[0], *shape, dtype=torch.float32)
+    return out, a.new_empty(batch, *shape, dtype=torch.float32), torch.empty_like(out) if grad_a else out.new_empty(0)
+
+
 def _flat(t: torch.Tensor | None, complex_: bool) -> torch.Tensor | None:
     """(B, T, *S) -> contiguous (B*T, D) (complex: (B*T, D, 2) float32 view)."""
     if t is None:
@@ -236,7 +265,7 @@ class _DiagScanFunction(torch.autograd.Function):
     def forward(ctx, a, b, x0, layout, chunk):
         complex_ = a.is_complex()
         af, bf, x0f = _flat(a, complex_), _flat(b, complex_), _flat_state(x0, complex_)
-        out, final, _ = _run(af, bf, layout, chunk, x0f, complex_, reverse=False)
+        out, final, _ = _diag_pass(af, bf, layout.cu, layout.batch, layout.steps, chunk, x0f, complex_, False)
         ctx.save_for_backward(af, x0f, out)
         ctx.layout, ctx.chunk, ctx.complex_, ctx.has_x0 = layout, chunk, complex_, x0 is not None
         ctx.shapes = (a.shape, (layout.batch, *a.shape[2:]))
@@ -249,8 +278,9 @@ class _DiagScanFunction(torch.autograd.Function):
         af, x0f, states = ctx.saved_tensors
         complex_, (shape, final_shape) = ctx.complex_, ctx.shapes
         g, gf = upstream_grads(_flat(grad_states, complex_), _flat_state(grad_final, complex_), states)
-        lam, grad_x0, grad_a = _run(
-            af, g, ctx.layout, ctx.chunk, gf, complex_, reverse=True, states=states, x0=x0f, grad_a=True
+        layout = ctx.layout
+        lam, grad_x0, grad_a = _diag_pass(
+            af, g, layout.cu, layout.batch, layout.steps, ctx.chunk, gf, complex_, True, states, x0f, True
         )
         dtype, x0_dtype = ctx.dtypes
         grad_a = _unflat(grad_a, shape, complex_).to(dtype)

@@ -17,6 +17,7 @@ from transformers import StaticCache
 
 from hf_ssm import HybridSSMForCausalLM
 from model_checks import hybrid_config
+from op_checks import needs_kernels
 
 # (mixer, extra config): every mixer beside attention, PD-SSM in both transition modes
 MIXERS = [
@@ -138,3 +139,34 @@ def test_inductor_compiles_the_decode_step_to_the_eager_logits():
 
     torch._dynamo.reset()
     torch.testing.assert_close(decode(torch.compile(model.forward, fullgraph=True)), decode(model.forward))
+
+
+# The Triton scans as custom ops (hf_ssm::diag_pass, hf_ssm::block_pass, hf_ssm::pd_*): one mixer per kernel family.
+TRITON_MIXERS = [("diag_lru", {}), ("bd_lru", {}), ("h_lru", {}), ("lrc_ssm", {})]
+TRITON_IDS = [m for m, _ in TRITON_MIXERS]
+
+
+@needs_kernels
+@pytest.mark.parametrize(("mixer", "extra"), TRITON_MIXERS, ids=TRITON_IDS)
+def test_the_triton_scans_compile_as_opaque_ops_to_the_eager_values_and_gradients(mixer, extra):
+    """With scan_backend="triton" the compiled training forward equals eager (values and gradients) and breaks only
+    where the torch path does (nowhere, or DEER's convergence test): the kernels are custom ops, so dynamo neither
+    traces into Triton's launcher nor breaks the graph around them."""
+    model = _model(mixer, {**extra, "scan_backend": "triton"})
+    ids = torch.randint(1, 37, (2, 9))
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(model)(ids, labels=ids, use_cache=False)
+    places = {Path(b.user_stack[-1].filename).name for b in explanation.break_reasons if b.user_stack}
+    assert places <= {"deer.py"}, [str(b.reason)[:200] for b in explanation.break_reasons]
+    assert (explanation.graph_break_count == 0) == (mixer not in DEER_MIXERS)
+    torch._dynamo.reset()
+    out = torch.compile(model, backend="aot_eager")(ids, labels=ids, use_cache=False)
+    out.loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    reference = model(ids, labels=ids, use_cache=False)
+    reference.loss.backward()
+    torch.testing.assert_close(out.logits, reference.logits, atol=1e-5, rtol=1e-5)
+    for name, param in model.named_parameters():
+        if param.grad is not None:
+            torch.testing.assert_close(grads[name], param.grad, atol=1e-5, rtol=1e-5, msg=name)
