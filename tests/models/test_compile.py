@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from op_checks import needs_kernels
 from transformers import StaticCache
 
 from hf_ssm import HybridSSMForCausalLM
 from model_checks import hybrid_config
-from op_checks import needs_kernels
 
 # (mixer, extra config): every mixer beside attention, PD-SSM in both transition modes
 MIXERS = [
