@@ -64,6 +64,7 @@ WEIGHT_MEANING_FIELDS = (
     "pd_ssm_input",
     "pd_ssm_initial_state",
     "pd_ssm_output_skip",
+    "pd_ssm_identity_entry_logit",
     "lru_normalization",
     "lrc_input_term",
     "classifier_pooling",
@@ -240,6 +241,12 @@ class HybridSSMConfig(PretrainedConfig):
             (requires_grad False; saved and loaded like any weight): with `pd_ssm_output_init="identity"` the rest of
             the model reads the heads' states themselves throughout training (issue 28).
         pd_ssm_transition_init_scale: s above (> 0, default 1.0); read by `pd_ssm_transition="direct"` only.
+        pd_ssm_identity_entry_logit: None (default) or a number L; dictionary and bank transitions only. When set,
+            entry 0 of every head's dictionary (bank) starts as the identity scores I (P = I) while the other entries
+            keep their random start, and the selection W_s u_t + c gains a trainable bias c that starts at L for
+            entry 0 and 0 elsewhere: every token starts by preferring the identity (a filler word leaves the state
+            alone) while the other entries are distinct random transitions that event words can learn to pick
+            (issue 26). Adds the parameter `selection.bias`, so it is one of WEIGHT_MEANING_FIELDS.
         pd_ssm_input: what each step adds to the state. `"projection"` (default, docs/design.md §4): b_t = B u_t.
             `"none"`: b_t = 0 and the layer has no B, so x_t = A_t ... A_1 x_0 is exactly the run of the automaton
             that the transitions spell from the start state (needs a non-zero pd_ssm_initial_state). With B the
@@ -337,6 +344,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_initial_state: str = "zeros"
     pd_ssm_transition: str = "dictionary"
     pd_ssm_transition_init_scale: float = 1.0
+    pd_ssm_identity_entry_logit: float | None = None
     pd_ssm_output_skip: bool = True
     pd_ssm_output_init: str = "normal"
     pd_ssm_output_trainable: bool = True

@@ -103,6 +103,7 @@ class PDSSMMixer(nn.Module):
         self.dict_size = k = config.pd_ssm_dict_size
         self.temperature = config.pd_ssm_temperature
         self.transition = getattr(config, "pd_ssm_transition", "dictionary")
+        self.identity_entry_logit = getattr(config, "pd_ssm_identity_entry_logit", None)
         self._config = config  # scan_backend is read from it at every call (the property below)
         self._ops = {}  # (device, requested backend) -> the bound op
         self._decode_weights_cache = None  # (key of the parameters, stacked weights) of the fused decode step
@@ -116,7 +117,7 @@ class PDSSMMixer(nn.Module):
             self.transition_init_std = config.pd_ssm_transition_init_scale / math.sqrt(d)
             nn.init.normal_(self.transition_proj.weight, std=self.transition_init_std)
         else:
-            self.selection = nn.Linear(d, h * k, bias=False)
+            self.selection = nn.Linear(d, h * k, bias=self.identity_entry_logit is not None)
             self.dictionary = nn.Parameter(torch.empty(h, k, n, n))
         # Bias inits set where D starts: sigmoid(magnitude bias) = |D|, 2 pi sigmoid(phase bias) = arg D.
         # A variant without a learnt phase (or magnitude) has no MLP for it at all.
@@ -144,6 +145,24 @@ class PDSSMMixer(nn.Module):
             nn.init.normal_(self.dictionary, std=1.0 / math.sqrt(n))
             with torch.no_grad():
                 self.dictionary.diagonal(dim1=-2, dim2=-1).add_(self.dictionary_diagonal_init)
+                self.dictionary.copy_(self.identity_entry_start(self.dictionary))
+                if self.selection.bias is not None:
+                    self.selection.bias.copy_(self.identity_entry_bias())
+
+    def identity_entry_start(self, dictionary: torch.Tensor) -> torch.Tensor:
+        """`dictionary` (H, K, N, N) with entry 0 of every head replaced by the identity scores when
+        pd_ssm_identity_entry_logit is set (else unchanged)."""
+        if self.identity_entry_logit is None:
+            return dictionary
+        out = dictionary.clone()
+        out[:, 0] = torch.eye(self.head_state_size, dtype=out.dtype, device=out.device)
+        return out
+
+    def identity_entry_bias(self) -> torch.Tensor:
+        """The selection bias's start (H * K,): pd_ssm_identity_entry_logit for entry 0 of every head, 0 elsewhere."""
+        bias = torch.zeros(self.num_heads, self.dict_size, device=self.selection.weight.device)
+        bias[:, 0] = self.identity_entry_logit
+        return bias.flatten().to(self.selection.weight.dtype)
 
     def identity_output_weight(self) -> torch.Tensor:
         """C = the (d, 2HN) identity (pd_ssm_output_init="identity"), in out_proj's dtype and device."""

@@ -258,6 +258,13 @@ def _check_pd_ssm(config) -> None:
         if not isinstance(getattr(config, name), bool):
             raise ValueError(f"`{name}` must be True or False, got {getattr(config, name)!r}")
     check_number("pd_ssm_transition_init_scale", config.pd_ssm_transition_init_scale, low=0, low_open=True)
+    if config.pd_ssm_identity_entry_logit is not None:
+        check_number("pd_ssm_identity_entry_logit", config.pd_ssm_identity_entry_logit)
+        if config.pd_ssm_transition == "direct":
+            raise ValueError(
+                "`pd_ssm_identity_entry_logit` needs a dictionary or bank to hold the identity entry; "
+                "pd_ssm_transition='direct' has none (set it to None, or pd_ssm_transition to 'dictionary' / 'bank')"
+            )
 
 
 def _init_pd_ssm(module, init, config) -> None:
@@ -270,7 +277,9 @@ def _init_pd_ssm(module, init, config) -> None:
     else:
         eye = torch.eye(module.head_state_size, device=module.dictionary.device, dtype=module.dictionary.dtype)
         start = torch.randn_like(module.dictionary) * module.head_state_size**-0.5
-        init.copy_(module.dictionary, start + module.dictionary_diagonal_init * eye)
+        init.copy_(module.dictionary, module.identity_entry_start(start + module.dictionary_diagonal_init * eye))
+        if module.selection.bias is not None:
+            init.copy_(module.selection.bias, module.identity_entry_bias())
     if module.initial_state_kind == "learned":
         init.copy_(module.learned_initial_state, module.one_hot_initial_state(module.out_proj.weight.device))
     if module.skip is not None:

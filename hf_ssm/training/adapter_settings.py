@@ -101,6 +101,10 @@ class AdapterExperimentSettings:
     # near-identity start (1.0, so P = I at first). In bank mode a strong diagonal on every entry saturates the
     # straight-through column softmax and the entries barely move (RESULTS.md, issue 15); 0 starts them random.
     dictionary_diagonal_init: float | None = None
+    # PD-SSM (HybridSSMConfig.pd_ssm_identity_entry_logit): entry 0 of the dictionary (bank) starts as the identity
+    # and every token's selection starts biased towards it by this logit, the other entries random; None = off.
+    # Pair it with --dictionary_diagonal_init 0 so that the other entries are distinct random transitions.
+    identity_entry_logit: float | None = None
     # Mixer parameters kept at their (near-identity) start: for the PD-SSM, D's magnitude and phase MLPs, so the
     # state is carried by the exact permutations P (a trained D fits the training lengths but drifts on longer
     # stories; RESULTS.md). "" trains everything.
@@ -153,6 +157,10 @@ class AdapterExperimentSettings:
         check_choice("initial_state", self.initial_state, PD_SSM_INITIAL_STATES)
         check_choice("input_map", self.input_map, PD_SSM_INPUTS)
         check_choice("transition", self.transition, PD_SSM_TRANSITIONS)
+        if self.mixer != "pd_ssm":
+            for name in ("dictionary_diagonal_init", "identity_entry_logit"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"`{name}` applies to the pd_ssm mixer only, got mixer={self.mixer!r}")
         if self.input_map == "none" and self.initial_state == "zeros":
             raise ValueError("`input_map='none'` needs a non-zero `initial_state` (one_hot, head_basis or learned)")
         check_choice("feature_cache", self.feature_cache, FEATURE_CACHES)
@@ -211,6 +219,8 @@ class AdapterExperimentSettings:
             }
             if self.dictionary_diagonal_init is not None:
                 settings["pd_ssm_dictionary_diagonal_init"] = self.dictionary_diagonal_init
+            if self.identity_entry_logit is not None:
+                settings["pd_ssm_identity_entry_logit"] = self.identity_entry_logit
         frozen = [n.strip() for n in self.frozen_mixer_parameters.split(",") if n.strip()]
         return SSMAdapterConfig(
             mixer=self.mixer, mixer_settings=settings, layer_index=self.layer_index, frozen_mixer_parameters=frozen

@@ -364,6 +364,47 @@ def test_direct_mode_trust_remote_code_loads_without_hf_ssm(tmp_path):
     assert_loads_without_hf_ssm(model, tmp_path / "direct")
 
 
+# ------------------------------------------------------------------------ the identity entry (issue 26)
+
+
+@pytest.mark.parametrize("transition", ["dictionary", "bank"])
+def test_identity_entry_starts_every_token_at_the_identity_and_the_other_entries_random(transition):
+    """pd_ssm_identity_entry_logit = L: entry 0 starts as the identity scores and the selection bias at L for it, so
+    with a large L every token's P_t is I at the start, while entries 1.. keep distinct random transitions. Both
+    through the model's init and the mixer's own (the adapter builds the mixer alone)."""
+    torch.manual_seed(0)
+    config = tiny_config("S", pd_ssm_transition=transition, pd_ssm_identity_entry_logit=20.0, pd_ssm_num_heads=2)
+    for layer in (HybridSSMForCausalLM(config).model.layers[0].mixer, mixer(pd_ssm_transition=transition,
+                  pd_ssm_identity_entry_logit=20.0, pd_ssm_num_heads=2)):  # fmt: skip
+        n, k = layer.head_state_size, layer.dict_size
+        assert torch.equal(layer.dictionary[:, 0], torch.eye(n).expand(2, n, n))
+        assert torch.equal(layer.selection.bias.view(2, k)[:, 0], torch.full((2,), 20.0))
+        assert torch.count_nonzero(layer.selection.bias.view(2, k)[:, 1:]) == 0
+        idx, _ = layer.transitions(torch.randn(1, 5, layer.selection.in_features))
+        assert torch.equal(idx, torch.arange(n).expand_as(idx))
+        entries = layer.dictionary[:, 1:].argmax(dim=-2)  # the other entries' column argmaxes
+        assert len({tuple(e.tolist()) for e in entries.flatten(0, 1)}) > 1
+
+
+def test_identity_entry_is_validated_reloads_and_decodes_exactly(tmp_path):
+    for bad in (float("nan"), "3", True):
+        with pytest.raises(ValueError, match="pd_ssm_identity_entry_logit"):
+            tiny_config("P", pd_ssm_identity_entry_logit=bad)
+    with pytest.raises(ValueError, match="pd_ssm_identity_entry_logit.*direct"):
+        tiny_config("P", pd_ssm_transition="direct", pd_ssm_identity_entry_logit=3.0)
+    assert not hasattr(mixer().selection, "bias") or mixer().selection.bias is None  # off by default: no bias
+    config = tiny_config("PA", pd_ssm_transition="bank", pd_ssm_identity_entry_logit=2.0)
+    assert reload_is_bit_identical(config, str(tmp_path / "reload"))
+    assert HybridSSMConfig.from_pretrained(tmp_path / "reload").pd_ssm_identity_entry_logit == 2.0
+    for transition in ("dictionary", "bank"):
+        assert (
+            max_cached_decode_error(tiny_config("PAP", pd_ssm_transition=transition, pd_ssm_identity_entry_logit=1.0))
+            < 1e-4
+        )
+    model = HybridSSMForCausalLM(tiny_config("PA", pd_ssm_identity_entry_logit=2.0))
+    assert_loads_without_hf_ssm(model, tmp_path / "remote")
+
+
 @pytest.mark.parametrize("transition", TRANSITIONS)
 def test_bf16_autocast_runs_projections_in_bf16_and_the_scan_in_complex64(transition, monkeypatch):
     """Under torch.autocast(bfloat16): every PD projection outputs bf16, the op gets float32 selection and
