@@ -743,3 +743,20 @@ def test_experiment_dictionary_diagonal_init_overrides_the_near_identity_start()
 
     assert abs(diagonal_mean() - 1.0) < 0.2
     assert abs(diagonal_mean(transition="bank", dictionary_diagonal_init=0.0)) < 0.2
+
+
+def test_experiment_identity_entry_logit_reaches_the_mixer_and_is_pd_ssm_only():
+    """--identity_entry_logit starts entry 0 at the identity with the selection biased towards it (the rest of the
+    dictionary as --dictionary_diagonal_init says); with another mixer a PD-only flag is refused, not ignored."""
+    from hf_ssm.adapters.layer import SSMAdapter
+    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+
+    settings = AdapterExperimentSettings(
+        state_size=8, dict_size=4, transition="bank", dictionary_diagonal_init=0.0, identity_entry_logit=3.0
+    )
+    mixer = SSMAdapter(settings.adapter_config(), 32).mixer
+    assert torch.equal(mixer.dictionary[:, 0], torch.eye(8).expand_as(mixer.dictionary[:, 0]))
+    assert mixer.selection.bias.view(-1, 4)[:, 0].eq(3.0).all()
+    for name in ("identity_entry_logit", "dictionary_diagonal_init"):
+        with pytest.raises(ValueError, match=f"{name}.*pd_ssm"):
+            AdapterExperimentSettings(mixer="diag_lru", **{name: 1.0}).validate()
