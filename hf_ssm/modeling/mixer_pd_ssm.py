@@ -13,9 +13,9 @@ Per head (H heads, state N each), with u_t the layer input (B, T, d) and K matri
           (config.pd_ssm_input: "projection" as here; "none": no B, x_t = P_t D_t x_{t-1})
 
 The mixer computes the op's inputs, calls its op (scan_dispatch.ScanOps: torch or Triton, bound once per device
-and backend) and projects (`in_proj` is B, `out_proj` C); Re(C x) is a real linear map of [Re x, Im x]. Under autocast the
-projections run in the autocast dtype; the scan, its inputs from the selection on and the state stay float32 /
-complex64.
+and backend) and projects (`in_proj` is B, `out_proj` C); Re(C x) is a real linear map of [Re x, Im x]. Under
+autocast the projections run in the autocast dtype; the scan, its inputs from the selection on and the state stay
+float32 / complex64.
 """
 
 from __future__ import annotations
