@@ -139,9 +139,9 @@ def make_problem(family, batch, steps, heads, n, m, k, device):
         return make_mixer_problem(family, batch, steps, heads, n, k, device)
 
     from hf_ssm import kernels
-    from hf_ssm.modeling import pd_ops
     from hf_ssm.modeling.scan_block import block_scan, companion_scan
     from hf_ssm.modeling.scan_diag import diag_scan
+    from hf_ssm.modeling.scan_dispatch import scan_ops
     from hf_ssm.modeling.scan_pd import pd_scan
 
     g = torch.Generator(device="cpu").manual_seed(0)
@@ -204,7 +204,7 @@ def make_problem(family, batch, steps, heads, n, m, k, device):
         return kernels.pd_generated_scan(sel, dictionary, dv, b)
 
     def reference(sel, dictionary, dv, b):
-        return pd_ops.pd_dictionary_scan(sel, dictionary, dv, b, backend="torch")
+        return scan_ops("torch", device).pd_dictionary_scan(sel, dictionary, dv, b)
 
     # the fused kernel's minimum traffic: sel, dictionary, dv, b in, states out (no (T, N, N) tensor)
     fwd = _nbytes(sel, dictionary, dv, b) + x_bytes

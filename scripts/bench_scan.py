@@ -23,7 +23,9 @@ import torch
 from bench_common import print_table_head, wall_times
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
-from hf_ssm.modeling.scan_pd import default_chunk_size, pd_scan, pd_scan_sequential, pd_to_dense
+from hf_ssm.modeling.scan_common import default_chunk_size
+from hf_ssm.modeling.scan_pd import pd_scan
+from hf_ssm.reference.pd import pd_scan_sequential, pd_to_dense
 
 
 def timed(fn, repeats: int) -> float:

@@ -40,8 +40,18 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def default_chunk_size(steps: int) -> int:
-    """A power of two near sqrt(T), clamped to [16, 128]: enough chunks to fill the GPU, short carry loop."""
+def kernel_chunk_size(steps: int) -> int:
+    """The time chunk of every Triton scan when none is given: the power of two at or above round(sqrt(T)), clamped to
+    [16, 128]. The torch scans use ``scan_common.default_chunk_size`` (the power of two nearest sqrt(T) in log scale)
+    instead; the kernels need their own rule because a program runs its chunk's steps on chip:
+
+    - at least 16: a shorter chunk launches programs that each do almost nothing, and a sequence of up to 16 steps
+      is then one chunk, with no summary or carry pass at all;
+    - rounded up: fewer chunks, a shorter sequential carry loop (one program per sequence and head);
+    - at most 128: past that the per-program loop only grows, while the (sequence, chunk, head) grid has programs
+      enough to fill the GPU.
+
+    The chunk changes only the order of the float additions, not what is computed."""
     return min(128, max(16, next_pow2(round(math.sqrt(max(steps, 1))))))
 
 
@@ -71,9 +81,9 @@ def make_layout(batch: int, steps: int, device, name: str = "input") -> Layout:
 
 def schedule(t: torch.Tensor, name: str, chunk_size: int | None) -> tuple[Layout, int]:
     """The flat layout of a (B, T, ...) input `t` (called `name` in errors) and the time chunk of its schedule:
-    chunk_size, or ``default_chunk_size(T)`` when None."""
+    chunk_size, or ``kernel_chunk_size(T)`` when None."""
     layout = make_layout(t.shape[0], t.shape[1], t.device, name)
-    return layout, resolve_chunk_size(chunk_size, layout.steps, default_chunk_size)
+    return layout, resolve_chunk_size(chunk_size, layout.steps, kernel_chunk_size)
 
 
 def check_float_dtype(name: str, t: torch.Tensor) -> None:
@@ -192,10 +202,10 @@ __all__ = [
     "cdiv",
     "check_float_dtype",
     "chunk_program",
-    "default_chunk_size",
     "final_chunk",
     "grid_dim",
     "keep_flags",
+    "kernel_chunk_size",
     "make_layout",
     "next_pow2",
     "on_tensor_device",

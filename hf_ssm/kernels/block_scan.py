@@ -359,7 +359,7 @@ def block_scan(
         b: (B, T, N, m) inputs (float32 / bfloat16 / float16; A may differ in dtype, both accumulate in float32).
         initial_state: (B, N, m), zeros if None.
         mask: optional (B, T) bool; a False step is the identity with zero input (padding).
-        chunk_size: time chunk of the schedule; a power of two near sqrt(T) if None.
+        chunk_size: time chunk of the schedule; ``_common.kernel_chunk_size(T)`` if None.
     """
     check_block_shapes(A, b, initial_state, mask)
     return _scan(A, b, initial_state, mask, chunk_size, companion=False)

@@ -313,7 +313,7 @@ def diag_scan(
         a, b: (B, T, *S) coefficients and inputs (float32 / bfloat16 / float16 / complex64, one dtype).
         initial_state: (B, *S), zeros if None.
         mask: optional (B, T) bool; a False step is the identity with zero input (padding).
-        chunk_size: time chunk of the schedule; a power of two near sqrt(T) if None.
+        chunk_size: time chunk of the schedule; ``_common.kernel_chunk_size(T)`` if None.
     """
     layout, chunk = _check(a, b, initial_state, mask, chunk_size)
     a, b = mask_steps(a, b, mask)

@@ -24,7 +24,11 @@ recomputes one column j of M_t for a block of time steps (a (BT x K) @ (K x N) p
 ``pd_bank_scan`` (bank transitions, after Flash PD-SSM): the bank idx_k = column argmax of score matrix k (H, K, N) is
 computed once per call; the scan kernels read the selection logits of each step, take k_t = argmax_k, and gather
 idx_t = bank[h, k_t] on chip, forward and backward. The straight-through gradients of the logits and the score
-matrices are formed from lambda and z in torch (``hf_ssm.modeling.pd_ops.bank_straight_through_grads``).
+matrices are formed from lambda and z in torch (``hf_ssm.modeling.pd_bank.bank_straight_through_grads``, shared
+with the torch op; a torch-only module, so this one imports nothing that imports it back).
+
+The model reaches these through ``hf_ssm.modeling.scan_dispatch.ScanOps`` (``pd_dictionary_scan`` ->
+``pd_generated_scan``, ``pd_bank_scan``, ``pd_scan``), which also takes the T = 1 decoding step on either backend.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hf_ssm.modeling.pd_ops import bank_straight_through_grads
+from hf_ssm.modeling.pd_bank import bank_straight_through_grads
 from hf_ssm.modeling.scan_common import check_mask, where_kept
 
 from ._common import (
@@ -664,7 +668,7 @@ def pd_scan(
         x0: (B, H, N) complex64 or (B, H, N, 2) initial states, zeros if None.
         p_soft: optional (B, T, H, N, N) real; only receives the straight-through gradient of P_t (its values are
             never read). For the memory-free version use ``pd_generated_scan``.
-        chunk_size: time chunk of the schedule; a power of two near sqrt(T) if None.
+        chunk_size: time chunk of the schedule; ``_common.kernel_chunk_size(T)`` if None.
         scatter: ``"auto"`` (one-hot product for N <= 128, atomics above), ``"onehot"`` or ``"atomic"``.
     """
     dv_r, b_r, x0_r, layout, chunk, onehot = _prepare(dv, b, x0, chunk_size, scatter)
@@ -755,7 +759,7 @@ def pd_bank_scan(
 
     The bank (H, K, N) is computed once per call; the selection of k_t and the gather of its indices run inside the
     scan kernels, so no (B, T, H, N) index tensor is ever written. Backward: straight-through through
-    softmax(logits / temperature) and the column softmax of scores / temperature (``pd_ops.pd_bank_scan``).
+    softmax(logits / temperature) and the column softmax of scores / temperature (``ScanOps.pd_bank_scan`` on torch).
     logits (B, T, H, K); scores (H, K, N, N); mask (B, T) bool, False = identity with zero input.
     Returns (states (B, T, H, N) complex64, final (B, H, N) complex64).
     """

@@ -12,10 +12,10 @@ Per head (H heads, state N each), with u_t the layer input (B, T, d) and K matri
           (config.pd_ssm_output_skip False: y_t = Re(C x_t), no D_skip)
           (config.pd_ssm_input: "projection" as here; "none": no B, x_t = P_t D_t x_{t-1})
 
-The mixer computes the op's inputs, calls its op (pd_ops.py: torch or Triton, bound once per device and backend)
-and projects (`in_proj` is B, `out_proj` C); Re(C x) is a real linear map of [Re x, Im x]. Under autocast the
-projections run in the autocast dtype; the scan, its inputs from the selection on and the state stay float32 /
-complex64.
+The mixer computes the op's inputs, calls its op (scan_dispatch.ScanOps: torch or Triton, bound once per device
+and backend) and projects (`in_proj` is B, `out_proj` C); Re(C x) is a real linear map of [Re x, Im x]. Under
+autocast the projections run in the autocast dtype; the scan, its inputs from the selection on and the state stay
+float32 / complex64.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ import torch
 from torch import nn
 
 from .configuration_hybrid_ssm import HybridSSMConfig
-from .pd_ops import bank_indices, bind_pd_op, bound_op_key, dictionary_indices, gather_bank, pd_scan
+from .pd_bank import bank_indices, gather_bank
+from .pd_ops import dictionary_indices
+from .scan_dispatch import scan_ops
 
 
 def _is_plain_linear(module: nn.Module) -> bool:
@@ -105,7 +107,6 @@ class PDSSMMixer(nn.Module):
         self.transition = getattr(config, "pd_ssm_transition", "dictionary")
         self.identity_entry_logit = getattr(config, "pd_ssm_identity_entry_logit", None)
         self._config = config  # scan_backend is read from it at every call (the property below)
-        self._ops = {}  # (device, requested backend) -> the bound op
         self._decode_weights_cache = None  # (key of the parameters, stacked weights) of the fused decode step
         self.initial_state_kind = getattr(config, "pd_ssm_initial_state", "zeros")
         if self.initial_state_kind == "learned":
@@ -228,10 +229,7 @@ class PDSSMMixer(nn.Module):
                 p_soft = p_soft * mask.to(p_soft.dtype)[..., None, None, None]
         if x0 is None:
             x0 = torch.zeros_like(b[:, 0])
-        if p_soft is None and u.shape[1] == 1:  # a decode step: one x = P D x0 + b update, no chunked scan
-            x = b[:, 0].clone().scatter_add_(-1, idx[:, 0], dv[:, 0] * x0)
-            return x.unsqueeze(1), x
-        return pd_scan(idx, dv, b, x0, p_soft, backend=self.scan_backend)
+        return scan_ops(self.scan_backend, u.device).pd_scan(idx, dv, b, x0, p_soft)
 
     def selection_weights(self, u: torch.Tensor) -> torch.Tensor:
         """s_t = softmax(W_s u_t) over the dictionary: (B, T, H, K) float32."""
@@ -369,12 +367,8 @@ class PDSSMMixer(nn.Module):
         return getattr(self._config, "scan_backend", "auto")
 
     def scan_op(self, device: torch.device):
-        """This mixer's op (pd_ops.py) on `device`, bound on first use for each device and requested backend."""
-        key = bound_op_key(self.scan_backend, device)
-        op = self._ops.get(key)
-        if op is None:
-            op = self._ops[key] = bind_pd_op(self.transition, self.scan_backend, device)
-        return op
+        """This mixer's op on `device`: ScanOps.pd_dictionary_scan or pd_bank_scan (scan_dispatch.py)."""
+        return scan_ops(self.scan_backend, device).pd_transition_scan(self.transition)
 
     def forward(self, hidden_states: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         batch, steps, _ = hidden_states.shape

@@ -7,20 +7,23 @@ adjoint A^H is a gather, so no function here ever builds an N x N transition.
 Layout shared by every function: ``(B, T, H, N)`` for ``idx`` (int64), ``dv``, ``b`` and the returned
 states (complex64), ``(B, H, N)`` for the initial and final states.
 
-- ``pd_scan_sequential``: a plain loop with autograd. The reference the parallel scan is tested against.
-- ``pd_scan``: chunked parallel scan with a hand-written backward (the adjoint recurrence), the default
-  on every device. About 2*sqrt(T) sequential steps instead of T, each over all chunks at once.
+- ``pd_scan``: chunked parallel scan with a hand-written backward (the adjoint recurrence), the torch
+  implementation of every PD op (the generated transitions of pd_ops.py run it too). About 2*sqrt(T) sequential
+  steps instead of T, each over all chunks at once. It accepts ``p_soft`` (B, T, H, N, N), the soft column
+  distributions of P. Its values are never read: it only receives the straight-through gradient of the hard P,
+  dL/dP_t[i, j] = Re(conj(lambda_t[i]) dv_t[j] x_{t-1}[j]) with lambda_t = dL/dx_t.
+- ``is_decode_step`` / ``pd_step``: the PD ops' one T = 1 rule and its one update, x = P D x0 + b, on either
+  backend (``scan_dispatch.ScanOps``).
 
-Both accept ``p_soft`` (B, T, H, N, N), the soft column distributions of P. Its values are never read: it
-only receives the straight-through gradient of the hard P, dL/dP_t[i, j] = Re(conj(lambda_t[i]) dv_t[j]
-x_{t-1}[j]) with lambda_t = dL/dx_t.
+The sequential loop and the dense forms it is tested against live in ``hf_ssm.reference.pd`` (not in this
+portable folder).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .scan_common import default_chunk_size, previous_states, resolve_chunk_size, state_gradients
+from .scan_common import previous_states, resolve_chunk_size, state_gradients, step_where_kept
 
 
 def _apply_pd(idx: torch.Tensor, dv: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -28,7 +31,8 @@ def _apply_pd(idx: torch.Tensor, dv: torch.Tensor, x: torch.Tensor) -> torch.Ten
     return torch.zeros_like(x).scatter_add_(-1, idx, dv * x)
 
 
-def _check_inputs(idx, dv, b, x0):
+def check_pd_inputs(idx, dv, b, x0):
+    """idx (B, T, H, N) int64, dv and b complex of its shape, x0 (B, H, N) or None."""
     if idx.dim() != 4:
         raise ValueError(f"idx must have shape (B, T, H, N), got {tuple(idx.shape)}")
     if idx.dtype != torch.long:
@@ -42,33 +46,6 @@ def _check_inputs(idx, dv, b, x0):
     batch, _, heads, n = idx.shape
     if x0 is not None and tuple(x0.shape) != (batch, heads, n):
         raise ValueError(f"x0 must have shape (B, H, N) = {(batch, heads, n)}, got {tuple(x0.shape)}")
-
-
-def pd_scan_sequential(
-    idx: torch.Tensor,
-    dv: torch.Tensor,
-    b: torch.Tensor,
-    x0: torch.Tensor | None = None,
-    p_soft: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference loop. Returns (states (B, T, H, N), final state (B, H, N)).
-
-    The straight-through term ``(p_soft - p_soft.detach()) @ z`` is zero in value and routes the gradient
-    of the hard P to ``p_soft``; it is written densely here because this function is a test oracle only.
-    """
-    _check_inputs(idx, dv, b, x0)
-    batch, steps, heads, n = idx.shape
-    x = torch.zeros(batch, heads, n, dtype=b.dtype, device=b.device) if x0 is None else x0
-    states = []
-    for t in range(steps):
-        z = dv[:, t] * x
-        x_next = torch.zeros_like(z).scatter_add(-1, idx[:, t], z) + b[:, t]
-        if p_soft is not None:
-            st = (p_soft[:, t] - p_soft[:, t].detach()).to(z.dtype)
-            x_next = x_next + (st @ z.unsqueeze(-1)).squeeze(-1)
-        x = x_next
-        states.append(x)
-    return torch.stack(states, dim=1), x
 
 
 def _pad_time(t: torch.Tensor, pad: int, value) -> torch.Tensor:
@@ -220,9 +197,9 @@ def pd_scan(
         b: (B, T, H, N) complex, input term.
         x0: (B, H, N) complex initial state, zeros if None.
         p_soft: optional (B, T, H, N, N) real; receives the straight-through gradient of P_t.
-        chunk_size: time chunk; a power of two near sqrt(T) if None.
+        chunk_size: time chunk; ``scan_common.default_chunk_size(T)`` (a power of two near sqrt(T)) if None.
     """
-    _check_inputs(idx, dv, b, x0)
+    check_pd_inputs(idx, dv, b, x0)
     batch, steps, heads, n = idx.shape
     if steps == 0:
         raise ValueError("pd_scan needs at least one time step (T >= 1)")
@@ -237,19 +214,61 @@ def pd_scan(
     return _PDScanFunction.apply(idx, dv, b, x0, p_soft, resolve_chunk_size(chunk_size, steps))
 
 
-def pd_compose(later: tuple[torch.Tensor, torch.Tensor], earlier: tuple[torch.Tensor, torch.Tensor]):
-    """(idx, dv) of A_later @ A_earlier over the last axis: idx = idx2[idx1], dv = dv2[idx1] * dv1."""
-    idx2, dv2 = later
-    idx1, dv1 = earlier
-    return idx2.gather(-1, idx1), dv2.gather(-1, idx1) * dv1
+# ---------------------------------------------------------------------------------------------------------------
+# T = 1: the decoding step
 
 
-def pd_to_dense(idx: torch.Tensor, dv: torch.Tensor) -> torch.Tensor:
-    """Dense (..., N, N) matrix P D of a sparse (idx, dv). For tests and benchmarks only."""
-    n = idx.shape[-1]
-    p = torch.zeros(*idx.shape, n, dtype=dv.dtype, device=dv.device)
-    p.scatter_(-2, idx.unsqueeze(-2), 1)  # P[idx[j], j] = 1
-    return p * dv.unsqueeze(-2)
+def as_complex(t: torch.Tensor | None) -> torch.Tensor | None:
+    """complex64, from complex or from real (..., 2) pairs (None stays None)."""
+    if t is None or t.dtype == torch.complex64:
+        return t
+    if t.is_complex():
+        return t.to(torch.complex64)
+    return torch.view_as_complex(t.float().contiguous())
 
 
-__all__ = ["default_chunk_size", "pd_compose", "pd_scan", "pd_scan_backward", "pd_scan_sequential", "pd_to_dense"]
+def needs_grad(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd records an op on these tensors (grad mode on and one of them requires a gradient)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def is_decode_step(steps: int, *tensors: torch.Tensor | None) -> bool:
+    """The one T = 1 rule of the PD ops: a single step (T = 1) where none of the op's inputs `tensors` needs a
+    gradient (decoding) is one O(H N) update, ``pd_step``, on either backend. With a gradient a single step goes
+    through the scan like any sequence: the straight-through gradient of P is formed in the scan's backward."""
+    return steps == 1 and not needs_grad(*tensors)
+
+
+def _as_pairs(t: torch.Tensor) -> torch.Tensor:
+    """float32 (..., 2) (re, im) pairs, from complex (a view) or from real pairs."""
+    return torch.view_as_real(t) if t.is_complex() else (t if t.dtype == torch.float32 else t.float())
+
+
+def pd_step(idx, dv, b, x0=None, mask=None):
+    """One step without gradient (T = 1, decode): x = P D x0 + b, one scatter-add, no chunk machinery.
+
+    idx (B, H, N) int64, the transition of the step; dv, b (B, 1, H, N) complex or real (..., 2) pairs; x0 (B, H, N)
+    complex, pairs or None (zeros); mask (B, 1) bool or None: a masked-out row keeps x0 (the identity transition
+    with zero input). Returns (states (B, 1, H, N), final (B, H, N)) complex64.
+    """
+    if torch.compiler.is_compiling():
+        return _pd_step_in_pairs(idx, dv, b, x0, mask)
+    dv, b = as_complex(dv)[:, 0], as_complex(b)[:, 0]
+    x0 = torch.zeros_like(b) if x0 is None else as_complex(x0)
+    x = step_where_kept(mask, b.clone().scatter_add_(-1, idx, dv * x0), x0)  # b + P D x0
+    return x.unsqueeze(1), x
+
+
+def _pd_step_in_pairs(idx, dv, b, x0, mask):
+    """``pd_step``'s update b + P D x0 in real (re, im) pairs, for torch.compile (inductor generates no code for
+    complex operators, which would then run one by one in eager). Returns complex64 like the eager step."""
+    dv, b = _as_pairs(dv)[:, 0], _as_pairs(b)[:, 0]  # (B, H, N, 2)
+    x0 = torch.zeros_like(b) if x0 is None else _as_pairs(x0)
+    (dr, di), (xr, xi) = dv.unbind(-1), x0.unbind(-1)
+    rotated = torch.stack((dr * xr - di * xi, dr * xi + di * xr), dim=-1)
+    x = b.clone().scatter_add_(-2, idx.unsqueeze(-1).expand_as(rotated), rotated)
+    x = torch.view_as_complex(step_where_kept(mask, x, x0).contiguous())
+    return x.unsqueeze(1), x
+
+
+__all__ = ["as_complex", "check_pd_inputs", "is_decode_step", "needs_grad", "pd_scan", "pd_scan_backward", "pd_step"]

@@ -11,11 +11,12 @@ import torch
 from op_checks import DEVICE, needs_kernels
 
 import hf_ssm.modeling.pd_ops as pd_ops
+import hf_ssm.modeling.scan_pd as scan_pd
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
 from hf_ssm.modeling.mixer_pd_ssm import PDSSMMixer
 from model_checks import assert_loads_without_hf_ssm, max_cached_decode_error, reload_is_bit_identical, tiny_config
 
-TRANSITIONS = ["dictionary", "bank"]  # the two generated through a dictionary-shaped op (pd_ops.py)
+TRANSITIONS = ["dictionary", "bank"]  # the two generated inside a dictionary-shaped op (pd_ops.py)
 ALL_TRANSITIONS = [*TRANSITIONS, "direct"]
 
 
@@ -239,7 +240,8 @@ def test_decode_step_is_one_state_update_without_the_chunked_scan(transition, mo
     def refuse(*args, **kwargs):
         raise AssertionError("the chunked scan ran for a single decode step")
 
-    monkeypatch.setattr(pd_ops, "_scatter_scan_chunked", refuse)
+    for module in (pd_ops, scan_pd):  # the generated ops' chunked scan, and the scan of given transitions
+        monkeypatch.setattr(module, "_scatter_scan_chunked", refuse)
     layer = mixer(pd_ssm_transition=transition)
     state = torch.randn(2, 2, 5, dtype=torch.complex64)
     u = torch.randn(2, 1, 32)
@@ -279,9 +281,13 @@ def test_bank_mode_differs_from_dictionary_mode():
 
 
 def test_bank_mode_trust_remote_code_loads_without_hf_ssm(tmp_path):
-    """A bank-mode checkpoint loads with trust_remote_code where hf_ssm cannot be imported (pd_ops.py travels)."""
+    """A bank-mode checkpoint loads with trust_remote_code where hf_ssm cannot be imported: the PD op modules travel
+    with it (pd_bank.py, which the Triton kernels share, too), the reference loops do not."""
     model = HybridSSMForCausalLM(tiny_config("PA", pd_ssm_transition="bank"))
-    assert "pd_ops.py" in assert_loads_without_hf_ssm(model, tmp_path / "bank")
+    saved = assert_loads_without_hf_ssm(model, tmp_path / "bank")
+    assert {"pd_ops.py", "pd_bank.py", "scan_pd.py", "scan_dispatch.py"} <= saved, saved
+    code = [(tmp_path / "bank" / name).read_text() for name in saved if name.endswith(".py")]
+    assert not any("def pd_scan_sequential" in text or "def pd_bank_reference" in text for text in code)
 
 
 # ------------------------------------------------------------------------------------ direct transitions (issue 28)
@@ -415,13 +421,13 @@ def test_bf16_autocast_runs_projections_in_bf16_and_the_scan_in_complex64(transi
     projections = ["selection", "in_proj", "out_proj", "magnitude.up", "phase.up"]
     for name in projections:
         layer.get_submodule(name).register_forward_hook(lambda m, i, o, name=name: seen.__setitem__(name, o.dtype))
-    real_op = pd_ops._IMPLS[transition, "torch"]
+    real_op = pd_ops.TORCH_OPS[transition]
 
     def spy(selection, matrices, dv, b, x0, mask, temperature):
         seen["op"] = (selection.dtype, dv.dtype, b.dtype, x0.dtype)
         return real_op(selection, matrices, dv, b, x0, mask, temperature)
 
-    monkeypatch.setitem(pd_ops._IMPLS, (transition, "torch"), spy)
+    monkeypatch.setitem(pd_ops.TORCH_OPS, transition, spy)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         outputs["bf16"], _ = layer(u)
     assert all(seen[name] == torch.bfloat16 for name in projections), seen

@@ -1,8 +1,9 @@
 """PD-SSM scans (docs/design.md §4, §9), from the plain scan to the ops the mixer calls:
 
 - scan_pd.py: the chunked parallel scan of x_t = P_t D_t x_{t-1} + b_t equals the sequential loop and the dense
-  recurrence, values and gradients, and PD composition is what it claims;
-- pd_ops.py: the fused dictionary op and the bank op equal plain-autograd references, values and gradients;
+  recurrence (hf_ssm.reference.pd), values and gradients, and PD composition is what it claims;
+- pd_ops.py, through scan_dispatch.ScanOps: the fused dictionary op and the bank op equal plain-autograd references,
+  values and gradients; a T = 1 step without gradient is the one torch step on either backend;
 - the Triton kernels (hf_ssm.kernels.pd_scan) equal those torch scans and ops, values and gradients, in float32
   and bfloat16, with padding (in the interpreter on a CPU).
 """
@@ -18,7 +19,19 @@ import torch
 from op_checks import DEVICE, TOL, assert_close, compare, kernels, leaf, needs_kernels, rand, scan_loss
 
 import hf_ssm.modeling.pd_ops as pd_ops
-from hf_ssm.modeling.scan_pd import pd_compose, pd_scan, pd_scan_sequential, pd_to_dense
+import hf_ssm.modeling.scan_pd as scan_pd
+from hf_ssm.modeling.pd_bank import bank_indices, gather_bank
+from hf_ssm.modeling.scan_dispatch import scan_ops
+from hf_ssm.modeling.scan_pd import pd_scan
+from hf_ssm.reference.pd import (
+    pd_bank_reference,
+    pd_compose,
+    pd_dictionary_reference,
+    pd_scan_sequential,
+    pd_to_dense,
+)
+
+TORCH_OPS = scan_ops("torch", "cpu")
 
 # ------------------------------------------------------------------------------------ scan_pd: scan == loop
 
@@ -105,7 +118,7 @@ def test_bad_scan_inputs_raise_clear_errors():
         pd_scan(idx, dv, b, x0, chunk_size=0)
 
 
-# ------------------------------------------------------------------------------------ pd_ops: op == reference
+# ------------------------------------------------------------------------------------ ScanOps' PD ops: op == reference
 
 
 def pd_inputs(batch, steps, heads, n, k, logits=False, device="cpu"):
@@ -167,11 +180,8 @@ def test_dictionary_op_equals_dense_reference_and_old_path(batch, steps, heads, 
     inputs = pd_inputs(batch, steps, heads, n, k)
     mask = (torch.rand(batch, steps) > 0.3) if masked else None
 
-    def op(*args, **kwargs):
-        return pd_ops.pd_dictionary_scan(*args, **kwargs, backend="torch")
-
-    got = run_with_grads(op, inputs, mask, temperature)
-    assert_all_close(got, run_with_grads(pd_ops.pd_dictionary_reference, inputs, mask, temperature))
+    got = run_with_grads(TORCH_OPS.pd_dictionary_scan, inputs, mask, temperature)
+    assert_all_close(got, run_with_grads(pd_dictionary_reference, inputs, mask, temperature))
     assert_all_close(got, run_with_grads(old_dictionary_path, inputs, mask, temperature))
 
 
@@ -190,7 +200,7 @@ def test_dictionary_op_under_bf16_autocast_equals_float32():
 
     def op(*args, **kwargs):
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            return pd_ops.pd_dictionary_scan(*args, **kwargs, backend="torch")
+            return TORCH_OPS.pd_dictionary_scan(*args, **kwargs)
 
     assert_all_close(
         run_with_grads(op, inputs, None, 1.0), run_with_grads(old_dictionary_path, inputs, None, 1.0), atol=1e-6
@@ -202,7 +212,7 @@ def test_dictionary_op_keeps_no_n_by_n_tensor_for_backward():
     (B, T, H, N, N) tensor; the dictionary itself is the only N x N tensor."""
     batch, steps, heads, n, k = 2, 64, 2, 16, 4
     leaves = [t.requires_grad_() for t in pd_inputs(batch, steps, heads, n, k)]
-    states, _ = pd_ops.pd_dictionary_scan(*leaves, backend="torch")
+    states, _ = TORCH_OPS.pd_dictionary_scan(*leaves)
     saved = [t for t in states.grad_fn.saved_tensors if t is not None]
     per_step_limit = batch * steps * heads * max(n, k)
     assert all(t.numel() <= per_step_limit or t.shape == leaves[1].shape for t in saved), [t.shape for t in saved]
@@ -217,16 +227,13 @@ def test_bank_op_equals_dense_reference(batch, steps, heads, n, k, masked, tempe
     inputs = pd_inputs(batch, steps, heads, n, k, logits=True)
     mask = (torch.rand(batch, steps) > 0.3) if masked else None
 
-    def op(*args, **kwargs):
-        return pd_ops.pd_bank_scan(*args, **kwargs, backend="torch")
-
     assert_all_close(
-        run_with_grads(op, inputs, mask, temperature),
-        run_with_grads(pd_ops.pd_bank_reference, inputs, mask, temperature),
+        run_with_grads(TORCH_OPS.pd_bank_scan, inputs, mask, temperature),
+        run_with_grads(pd_bank_reference, inputs, mask, temperature),
     )
 
 
-@pytest.mark.parametrize("op", [pd_ops.pd_dictionary_scan, pd_ops.pd_bank_scan])
+@pytest.mark.parametrize("op", [TORCH_OPS.pd_dictionary_scan, TORCH_OPS.pd_bank_scan])
 def test_ops_reject_bad_input(op):
     sel, matrices, dv, b, x0 = pd_inputs(2, 3, 2, 4, 3)
     with pytest.raises(ValueError, match="matrices"):
@@ -241,6 +248,62 @@ def test_ops_reject_bad_input(op):
         op(sel, matrices, dv, b, temperature=0.0)
     with pytest.raises(ValueError, match="T >= 1"):
         op(sel[:, :0], matrices, dv[:, :0], b[:, :0])
+
+
+# ------------------------------------------------------------------------------------ T = 1: the one decoding step
+
+
+def _step_case(kind, batch=3, heads=2, n=5, k=3):
+    """(op on the torch ScanOps name, its inputs of one step, the transition idx (B, H, N) they choose)."""
+    sel, matrices, dv, b, x0 = pd_inputs(batch, 1, heads, n, k, logits=kind == "bank")
+    if kind == "dictionary":
+        idx = torch.einsum("bhk,hkij->bhij", sel[:, 0], matrices).argmax(dim=-2)
+        return "pd_dictionary_scan", (sel, matrices, dv, b, x0), idx
+    if kind == "bank":
+        idx = gather_bank(bank_indices(matrices), sel[:, 0].argmax(dim=-1))
+        return "pd_bank_scan", (sel, matrices, dv, b, x0), idx
+    idx = torch.randint(0, n, (batch, 1, heads, n))
+    return "pd_scan", (idx, dv, b, x0), idx[:, 0]
+
+
+@pytest.mark.parametrize("kind", ["dictionary", "bank", "given"])
+def test_single_step_without_gradient_is_the_one_update(kind, monkeypatch):
+    """T = 1 without gradient (decoding) is one x = P D x0 + b update for every PD op (scan_pd.is_decode_step,
+    scan_pd.pd_step): the chunked scan is never entered, and a masked row keeps its state exactly. With a gradient
+    the same step runs the scan, with the same values."""
+    name, inputs, idx = _step_case(kind)
+    dv, b, x0 = inputs[-3:]
+    expected = torch.zeros_like(x0).scatter_add_(-1, idx, dv[:, 0] * x0) + b[:, 0]
+    with_grad = getattr(TORCH_OPS, name)(*(leaf(t) if t.is_floating_point() or t.is_complex() else t for t in inputs))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the chunked scan ran for a decoding step")
+
+    for module in (pd_ops, scan_pd):
+        monkeypatch.setattr(module, "_scatter_scan_chunked", refuse)
+    with torch.no_grad():
+        states, final = getattr(TORCH_OPS, name)(*inputs)
+        assert torch.allclose(final, expected, atol=1e-6) and torch.equal(states[:, 0], final)
+        assert torch.allclose(final, with_grad[1].detach(), atol=1e-6)
+        if kind != "given":  # the generated ops take a mask; the direct transition pads its own inputs
+            mask = torch.tensor([[True], [False], [True]])
+            _, masked = getattr(TORCH_OPS, name)(*inputs, mask)
+            assert torch.equal(masked[1], x0[1]) and torch.equal(masked[0], final[0])
+
+
+@needs_kernels
+@pytest.mark.parametrize("kind", ["dictionary", "bank", "given"])
+def test_single_step_is_the_torch_step_on_the_triton_backend(kind, monkeypatch):
+    """The T = 1 rule is one code path: on the Triton backend a decoding step never calls a kernel and is
+    bit-identical to the torch backend's."""
+    name, inputs, _ = _step_case(kind)
+    inputs = [t.to(DEVICE) for t in inputs]
+    for kernel in ("pd_generated_scan", "pd_bank_scan", "pd_scan"):
+        monkeypatch.setattr(kernels, kernel, lambda *a, **k: pytest.fail("a kernel ran for a decoding step"))
+    with torch.no_grad():
+        got = getattr(scan_ops("triton", DEVICE), name)(*inputs)
+        want = getattr(scan_ops("torch", DEVICE), name)(*inputs)
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
 
 
 # ------------------------------------------------------------------------------------ Triton == torch
@@ -349,9 +412,7 @@ def test_pd_generated_scan_matches_reference(dtype, batch, steps, chunk, masked)
         )
 
     def ref(sel, dictionary, dv, b, x0):
-        return pd_ops.pd_dictionary_scan(
-            sel, dictionary, dv, b, x0, temperature=temperature, mask=mask, backend="torch"
-        )
+        return TORCH_OPS.pd_dictionary_scan(sel, dictionary, dv, b, x0, temperature=temperature, mask=mask)
 
     compare(run, ref, inputs, ref_inputs, TOL[dtype])
 
@@ -379,7 +440,7 @@ def test_pd_scan_rejects_bad_input():
     ],
 )
 def test_bank_kernel_equals_torch_op(batch, steps, chunk, masked, scatter):
-    """Bank mode with the selection argmax and the bank gather inside the scan kernels == pd_ops.pd_bank_scan on
+    """Bank mode with the selection argmax and the bank gather inside the scan kernels == ScanOps.pd_bank_scan on
     torch: states, final states and the gradients of logits, scores, dv, b and x0 (padding too)."""
     heads, n, k = 2, 5, 3
     inputs = pd_inputs(batch, steps, heads, n, k, logits=True, device=DEVICE)
@@ -389,7 +450,7 @@ def test_bank_kernel_equals_torch_op(batch, steps, chunk, masked, scatter):
         return kernels.pd_bank_scan(*tensors, **kwargs, chunk_size=chunk, scatter=scatter)
 
     def ref(*tensors, **kwargs):
-        return pd_ops.pd_bank_scan(*tensors, **kwargs, backend="torch")
+        return TORCH_OPS.pd_bank_scan(*tensors, **kwargs)
 
     got, want = (run_with_grads(fn, inputs, mask, 0.7, seed=3) for fn in (run, ref))
     for name, g, w in zip(["states", "final", "logits", "scores", "dv", "b", "x0"], got, want):
