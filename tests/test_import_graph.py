@@ -1,6 +1,5 @@
-"""The package's import graph, counting every import (also those inside functions): no cycles but the
-configuration's loop (CONFIG_CYCLE), none through the kernels, and no import from a lower layer to a higher one
-except modeling -> kernels (the optional Triton scans, docs/design.md §2).
+"""The package's import graph, counting every import (also those inside functions): no cycle, and no import from a
+lower layer to a higher one except modeling -> kernels (the optional Triton scans, docs/design.md §2).
 
 Layers, lowest first: version, data, modeling, tokenization; presets, model_card, kernels, reference (the slow
 references of the scans); adapters; training; the package root (hf_ssm/__init__.py, which registers the
@@ -17,17 +16,6 @@ PACKAGE = ROOT / "hf_ssm"
 LAYER = {"version": 0, "data": 0, "modeling": 0, "tokenization": 0, "presets": 1, "model_card": 1, "kernels": 1,
          "reference": 1, "adapters": 2, "training": 3, "": 4}  # fmt: skip
 ALLOWED_UPWARD = {("modeling", "kernels")}
-# The one cycle left, pinned so that it cannot grow: the configuration's loop. The config imports the mixer registry;
-# the registry's field checks import the config's choices and check helpers, and its class loaders import the mixer
-# modules, which import the config (for HybridSSMConfig, LRU_NORMALIZATIONS) and scan_dispatch (which imports
-# SCAN_BACKENDS from the config). Breaking it means moving those choices and checks into a module that imports
-# nothing of the package. (Issue 23 item 1 removed the other one, through the PD ops: kernels/pd_scan imported the
-# bank gradients of modeling/pd_ops, which imported scan_dispatch, which imports the kernels.)
-CONFIG_CYCLE = {
-    "hf_ssm.modeling.configuration_hybrid_ssm", "hf_ssm.modeling.deer", "hf_ssm.modeling.mixer_lrc",
-    "hf_ssm.modeling.mixer_lru", "hf_ssm.modeling.mixer_pd_ssm", "hf_ssm.modeling.mixer_registry",
-    "hf_ssm.modeling.scan_dispatch",
-}  # fmt: skip
 
 
 def modules() -> dict[str, object]:
@@ -103,15 +91,15 @@ def layer_of(module: str) -> str:
 def test_the_graph_reader_sees_function_level_and_relative_imports():
     graph = import_graph()
     assert "hf_ssm.kernels" in graph["hf_ssm.modeling.scan_dispatch"]  # a function-level import
-    assert "hf_ssm.modeling.configuration_hybrid_ssm" in graph["hf_ssm.modeling.mixer_registry"]
+    assert "hf_ssm.modeling.config_values" in graph["hf_ssm.modeling.mixer_registry"]  # inside a function too
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
 
 
-def test_no_import_cycles_but_the_configuration_loop():
-    """No cycle but CONFIG_CYCLE, counting imports inside functions (a lazy import that dodges a cycle is still a
-    cycle for the reader); in particular none through the kernels (test below)."""
-    found = cycles(import_graph())
-    assert [c for c in found if c != CONFIG_CYCLE] == [], found
+def test_no_import_cycles():
+    """No cycle, counting imports inside functions (a lazy import that dodges a cycle is still a cycle for the
+    reader). The config imports the mixer registry; the registry, the mixers and scan_dispatch read the accepted
+    values and checks from config_values.py, which imports nothing of the package."""
+    assert cycles(import_graph()) == []
 
 
 def reachable(graph: dict[str, set[str]], start: set[str]) -> set[str]:

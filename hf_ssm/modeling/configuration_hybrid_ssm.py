@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import warnings
 
 from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 from transformers.modeling_rope_utils import RopeParameters
 
+from .config_values import (
+    BLOCK_TYPES,
+    CLASSIFIER_POOLING,
+    SCAN_BACKENDS,
+    _is_number,
+    check_choice,
+    check_number,
+    check_positive_int,
+)
 from .legacy_names import RENAMED_CONFIG_FIELDS, rename_config_fields, warn_renamed_field
 from .mixer_registry import (
     ATTENTION,
@@ -27,31 +35,6 @@ from .mixer_registry import (
 # use mixer_names() / pattern_letters() for the live registry, which also holds mixers registered at run time.
 SSM_MIXERS = mixer_names()
 PATTERN_LETTERS = pattern_letters()
-# What the PD-SSM diagonal D may be: both magnitude and phase learnt, magnitude only (arg D = 0), or D = 1.
-PD_SSM_DIAGONALS = ("complex", "magnitude", "unit")
-PD_SSM_INITIAL_STATES = ("zeros", "one_hot", "head_basis", "learned")
-# How PD-SSM makes P_t: mix a dictionary per token (the paper), pick one of a bank of fixed matrices (Flash PD-SSM), or
-# read P_t's column logits straight off a linear map of the input (a free transition table per token, issue 28).
-PD_SSM_TRANSITIONS = ("dictionary", "bank", "direct")
-# What PD-SSM adds to the state each step: b_t = B u_t (the paper) or nothing (the state is x_0 moved by A_t alone).
-PD_SSM_INPUTS = ("projection", "none")
-# How PD-SSM's output map C starts: N(0, initializer_range^2) like every linear map, or the identity (issue 28).
-PD_SSM_OUTPUT_INITS = ("normal", "identity")
-# The DEER solvers of the lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm family (`lrc_` / `deer_` fields, docs/design.md §6).
-LRC_SOLVERS = ("deer", "sequential")
-# The gate normalisations of the bd_lru / h_lru / diag_lru family (`lru_` fields, docs/design.md §5).
-LRU_NORMALIZATIONS = ("softmax", "sigmoid_l1", "tanh_l1", "relu_l1", "none")
-
-# How HybridSSMForSequenceClassification pools over time: the last real token, or the mean of real tokens.
-CLASSIFIER_POOLING = ("last", "mean")
-# Which implementation runs the scans (see scan_dispatch.py); the environment variable HF_SSM_SCAN_BACKEND overrides.
-SCAN_BACKENDS = ("auto", "torch", "triton")
-# What one decoder layer computes around its mixer (docs/design.md §7.1): the package's pre-norm residual block with a
-# SwiGLU MLP, or the PD-SSM authors' state-tracking block (post-norm, no residual, no MLP).
-# "mixer_mlp" (issue 28): the pre-norm block without the residual around the mixer, so that what follows reads the
-# mixer's output only (a one-layer automaton's state, not the token embedding beside it).
-BLOCK_TYPES = ("pre_norm_residual", "post_norm_mixer", "mixer_mlp")
-
 # Fields whose value decides what the saved weights compute, often with the same parameter names and shapes (a
 # dictionary PD-SSM checkpoint loads cleanly as a bank one): from_pretrained refuses an override of any of them that
 # differs from the checkpoint's value unless `allow_weight_meaning_change=True` is passed (HybridSSMConfig.from_dict).
@@ -75,34 +58,6 @@ ALLOW_WEIGHT_MEANING_CHANGE = "allow_weight_meaning_change"
 # attention keeps keys/values, an SSM layer only its recurrent state.
 ATTENTION_LAYER_TYPE = "full_attention"
 SSM_LAYER_TYPE = "linear_attention"
-
-
-def check_positive_int(name: str, value) -> None:
-    """ValueError naming field `name` unless `value` is an integer >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
-
-
-def check_choice(name: str, value, accepted) -> None:
-    """Raise ValueError naming field `name` and the accepted values unless `value` is one of them."""
-    if value not in accepted:
-        raise ValueError(f"`{name}` must be one of {list(accepted)}, got {value!r}")
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def check_number(name: str, value, low=None, high=None, low_open=False, high_open=False) -> None:
-    """ValueError naming `name` unless `value` is a finite real number in the given (open or closed) range."""
-    ok = _is_number(value) and math.isfinite(value)
-    ok = ok and (low is None or (value > low if low_open else value >= low))
-    ok = ok and (high is None or (value < high if high_open else value <= high))
-    if not ok:
-        lo = "" if low is None else f"{'>' if low_open else '>='} {low}"
-        hi = "" if high is None else f"{'<' if high_open else '<='} {high}"
-        where = " and ".join(part for part in (lo, hi) if part)
-        raise ValueError(f"`{name}` must be a finite number{' ' + where if where else ''}, got {value!r}")
 
 
 def _closest(name: str, candidates) -> str:

@@ -33,8 +33,8 @@ from dataclasses import replace
 
 import torch
 from torch import nn
+from transformers import PretrainedConfig
 
-from .configuration_hybrid_ssm import HybridSSMConfig
 from .deer import DEEROptions, deer_solve, sequential_rollout
 
 
@@ -217,7 +217,7 @@ class NonlinearCellMixer(nn.Module):
     gate_names: tuple[str, ...] = ()
     state_dtype = torch.float32
 
-    def __init__(self, config: HybridSSMConfig, layer_idx: int):
+    def __init__(self, config: PretrainedConfig, layer_idx: int):
         super().__init__()
         self.layer_idx = layer_idx
         self.num_channels = d_state = config.lrc_num_channels
@@ -239,7 +239,7 @@ class NonlinearCellMixer(nn.Module):
         """The config's `scan_backend`, read at every call: changing it on a built model re-binds the scans."""
         return getattr(self._config, "scan_backend", "auto")
 
-    def projected_gates(self, config: HybridSSMConfig) -> int:
+    def projected_gates(self, config: PretrainedConfig) -> int:
         """How many gates read the input through in_proj (the rest are bias only)."""
         return len(self.gate_names)
 
@@ -300,7 +300,7 @@ class LrcSSMMixer(NonlinearCellMixer):
     cell = LRCCell()
     gate_names = ("f", "z", "eps")
 
-    def __init__(self, config: HybridSSMConfig, layer_idx: int):
+    def __init__(self, config: PretrainedConfig, layer_idx: int):
         super().__init__(config, layer_idx)
         d_state = config.lrc_num_channels
         self.input_term = config.lrc_input_term
@@ -312,7 +312,7 @@ class LrcSSMMixer(NonlinearCellMixer):
         self.leak_potential = nn.Parameter(torch.empty(d_state))  # e_leak
         self.reset_cell_parameters()
 
-    def projected_gates(self, config: HybridSSMConfig) -> int:
+    def projected_gates(self, config: PretrainedConfig) -> int:
         return 3 if config.lrc_input_term else 2  # without the input term, eps has only its bias e_eps
 
     def reset_cell_parameters(self, init=nn.init) -> None:
@@ -345,7 +345,7 @@ class _GatedMixer(NonlinearCellMixer):
 
     initial_bias: dict[str, float] = {}
 
-    def __init__(self, config: HybridSSMConfig, layer_idx: int):
+    def __init__(self, config: PretrainedConfig, layer_idx: int):
         super().__init__(config, layer_idx)
         self.recurrent = nn.Parameter(torch.empty(len(self.gate_names), config.lrc_num_channels))
         self.reset_cell_parameters()

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers import PretrainedConfig
 
-from .configuration_hybrid_ssm import LRU_NORMALIZATIONS, HybridSSMConfig
+from .config_values import LRU_NORMALIZATIONS
 from .scan_dispatch import scan_ops
 
 # Floor of the L1 denominators of `tanh_l1` and `relu_l1`: when every gate of a row is (near) zero the row
@@ -74,7 +75,7 @@ class _NormalizedLRUMixer(nn.Module):
     state_dtype = torch.float32
     scan_op = "block_scan"
 
-    def __init__(self, config: HybridSSMConfig, layer_idx: int, group_size: int):
+    def __init__(self, config: PretrainedConfig, layer_idx: int, group_size: int):
         super().__init__()
         self.layer_idx = layer_idx
         self.group_size = group_size
@@ -116,7 +117,7 @@ class _NormalizedLRUMixer(nn.Module):
 class BlockDiagonalLRUMixer(_NormalizedLRUMixer):
     """BD-LRU: N blocks of size m with dense, row-normalised m x m transitions (the input gate in each row)."""
 
-    def __init__(self, config: HybridSSMConfig, layer_idx: int, group_size: int | None = None):
+    def __init__(self, config: PretrainedConfig, layer_idx: int, group_size: int | None = None):
         m = config.lru_group_size if group_size is None else group_size
         super().__init__(config, layer_idx, m)
         d, n = config.hidden_size, self.num_groups
@@ -140,7 +141,7 @@ class BlockDiagonalLRUMixer(_NormalizedLRUMixer):
 class DiagonalLRUMixer(BlockDiagonalLRUMixer):
     """The diagonal selective LRU: BD-LRU with blocks of size 1 (state width `lru_total_state_size`), the baseline."""
 
-    def __init__(self, config: HybridSSMConfig, layer_idx: int):
+    def __init__(self, config: PretrainedConfig, layer_idx: int):
         super().__init__(config, layer_idx, group_size=1)
 
 
@@ -149,7 +150,7 @@ class HigherOrderLRUMixer(_NormalizedLRUMixer):
 
     scan_op = "companion_scan"
 
-    def __init__(self, config: HybridSSMConfig, layer_idx: int):
+    def __init__(self, config: PretrainedConfig, layer_idx: int):
         super().__init__(config, layer_idx, config.lru_group_size)
         d, n, m = config.hidden_size, self.num_groups, self.group_size
         self.in_proj = nn.Linear(d, n, bias=False)

@@ -24,8 +24,8 @@ import math
 
 import torch
 from torch import nn
+from transformers import PretrainedConfig
 
-from .configuration_hybrid_ssm import HybridSSMConfig
 from .pd_bank import bank_indices, gather_bank
 from .pd_ops import dictionary_indices
 from .scan_dispatch import scan_ops
@@ -96,7 +96,7 @@ class PDSSMMixer(nn.Module):
 
     state_dtype = torch.complex64
 
-    def __init__(self, config: HybridSSMConfig, layer_idx: int):
+    def __init__(self, config: PretrainedConfig, layer_idx: int):
         super().__init__()
         self.layer_idx = layer_idx
         d = config.hidden_size

@@ -221,7 +221,7 @@ def _load_lrc(name: str):
 
 
 def _check_pd_ssm(config) -> None:
-    from .configuration_hybrid_ssm import (
+    from .config_values import (
         PD_SSM_DIAGONALS,
         PD_SSM_INITIAL_STATES,
         PD_SSM_INPUTS,
@@ -300,7 +300,7 @@ def _pd_ssm_parts():
 
 
 def _check_lru(config, blocked: bool) -> None:
-    from .configuration_hybrid_ssm import LRU_NORMALIZATIONS, check_choice, check_positive_int
+    from .config_values import LRU_NORMALIZATIONS, check_choice, check_positive_int
 
     check_positive_int("lru_total_state_size", config.lru_total_state_size)
     check_positive_int("lru_group_size", config.lru_group_size)
@@ -313,7 +313,7 @@ def _check_lru(config, blocked: bool) -> None:
 
 
 def _check_lrc(config) -> None:
-    from .configuration_hybrid_ssm import LRC_SOLVERS, check_choice, check_number, check_positive_int
+    from .config_values import LRC_SOLVERS, check_choice, check_number, check_positive_int
 
     check_positive_int("lrc_num_channels", config.lrc_num_channels)
     check_positive_int("deer_max_iter", config.deer_max_iter)

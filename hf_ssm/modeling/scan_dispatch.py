@@ -29,7 +29,7 @@ import os
 
 import torch
 
-from .configuration_hybrid_ssm import SCAN_BACKENDS
+from .config_values import SCAN_BACKENDS
 from .pd_ops import GENERATED_TRANSITIONS, TORCH_OPS, check_generated_inputs, generated_step
 from .scan_block import block_scan as torch_block_scan
 from .scan_block import block_step as torch_block_step

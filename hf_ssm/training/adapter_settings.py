@@ -10,7 +10,7 @@ from ..adapters.feature_cache import STORE_DTYPES
 from ..data.nl_state_tracking import (
     NL_TASK_NAMES,
 )
-from ..modeling.configuration_hybrid_ssm import (
+from ..modeling.config_values import (
     PD_SSM_INITIAL_STATES,
     PD_SSM_INPUTS,
     PD_SSM_TRANSITIONS,

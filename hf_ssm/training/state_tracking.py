@@ -27,17 +27,8 @@ import torch
 from ..data import TASK_NAMES, StateTrackingDataset, collate_state_tracking, get_task
 from ..data.state_tracking import SUPERVISIONS, supervised_labels
 from ..modeling import HybridSSMConfig, HybridSSMForTokenClassification
-from ..modeling.configuration_hybrid_ssm import (
-    ATTENTION,
-    BLOCK_TYPES,
-    PATTERN_LETTERS,
-    PD_SSM_DIAGONALS,
-    PD_SSM_INITIAL_STATES,
-    PD_SSM_INPUTS,
-    SSM_MIXERS,
-    check_choice,
-    check_config_keys,
-)
+from ..modeling.config_values import BLOCK_TYPES, PD_SSM_DIAGONALS, PD_SSM_INITIAL_STATES, PD_SSM_INPUTS, check_choice
+from ..modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS, SSM_MIXERS, check_config_keys
 from ..modeling.mixer_registry import pattern_letters, width_matched_fields
 from . import loop
 from .checkpointing import atomic_save_dir, check_resume, check_resumed_settings, recorded_settings

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from hf_ssm import HybridSSMForCausalLM
-from hf_ssm.modeling.configuration_hybrid_ssm import LRU_NORMALIZATIONS
+from hf_ssm.modeling.config_values import LRU_NORMALIZATIONS
 from hf_ssm.modeling.mixer_lru import (
     BlockDiagonalLRUMixer,
     DiagonalLRUMixer,
