@@ -520,6 +520,85 @@ def _generation_backward(sel, dictionary, keep, lam, z, temperature):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# the launchers as custom ops: torch.compile keeps each pass one opaque call instead of tracing into Triton's
+# launcher (docs/design.md §7.3); a result not asked for is an empty tensor (an op returns tensors only)
+
+
+@torch.library.custom_op("hf_ssm::pd_pass", mutates_args=())
+def _pd_pass(
+    idx: torch.Tensor,
+    dv: torch.Tensor,
+    g: torch.Tensor,
+    cu: torch.Tensor,
+    batch: int,
+    steps: int,
+    chunk: int,
+    init: torch.Tensor | None,
+    onehot: bool,
+    reverse: bool,
+    states: torch.Tensor | None,
+    x0: torch.Tensor | None,
+    write_z: bool,
+    bank_logits: torch.Tensor | None,
+    bank_keep: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`_run` as the op hf_ssm::pd_pass; bank = (bank_logits, bank_keep) when bank_logits is given."""
+    bank = None if bank_logits is None else (bank_logits, bank_keep)
+    out, final, grad_dv, z = _run(
+        idx, dv, g, Layout(cu, batch, steps), chunk, init, onehot, reverse, states, x0, write_z, bank
+    )
+    return out, final, out.new_empty(0) if grad_dv is None else grad_dv, out.new_empty(0) if z is None else z
+
+
+@_pd_pass.register_fake
+def _(idx, dv, g, cu, batch, steps, chunk, init, onehot, reverse, states, x0, write_z, bank_logits, bank_keep):
+    out = dv.new_empty(dv.shape, dtype=torch.float32)
+    final = out.new_empty(batch, *dv.shape[1:])
+    return (
+        out, final, torch.empty_like(out) if reverse else out.new_empty(0), torch.empty_like(out) if write_z else out.new_empty(0)
+    )  # fmt: skip
+
+
+def _pass(idx, dv, g, layout: Layout, chunk, init, onehot, reverse, states=None, x0=None, write_z=False, bank=None):
+    """`_run`'s results through the op hf_ssm::pd_pass: (out, final, grad_dv or None, z or None)."""
+    logits, keep = (None, None) if bank is None else bank
+    out, final, grad_dv, z = _pd_pass(
+        idx, dv, g, layout.cu, layout.batch, layout.steps, chunk, init, onehot, reverse, states, x0, write_z, logits,
+        keep,
+    )  # fmt: skip
+    return out, final, (grad_dv if reverse else None), (z if write_z else None)
+
+
+@torch.library.custom_op("hf_ssm::pd_select", mutates_args=())
+def _pd_select(sel: torch.Tensor, dictionary: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """`_select` as the op hf_ssm::pd_select."""
+    return _select(sel, dictionary, keep)
+
+
+@_pd_select.register_fake
+def _(sel, dictionary, keep):
+    return sel.new_empty(*sel.shape[:2], dictionary.shape[-1], dtype=torch.int64)
+
+
+@torch.library.custom_op("hf_ssm::pd_generation_backward", mutates_args=())
+def _pd_generation_backward(
+    sel: torch.Tensor,
+    dictionary: torch.Tensor,
+    keep: torch.Tensor | None,
+    lam: torch.Tensor,
+    z: torch.Tensor,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_generation_backward` as the op hf_ssm::pd_generation_backward."""
+    return _generation_backward(sel, dictionary, keep, lam, z, temperature)
+
+
+@_pd_generation_backward.register_fake
+def _(sel, dictionary, keep, lam, z, temperature):
+    return sel.new_empty(sel.shape, dtype=torch.float32), dictionary.new_empty(dictionary.shape, dtype=torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # autograd
 
 
@@ -531,7 +610,7 @@ def _backward_core(ctx, grad_states, grad_final, write_z, bank=None):
     """The reverse pass every PD node shares, from what ``_forward_core`` saved: (lambda, grad_x0, grad_dv, z)."""
     idx, dv, x0, states = ctx.saved_tensors[:4]
     g, gf = upstream_grads(grad_states, grad_final, states)
-    return _run(
+    return _pass(
         idx, dv, g, ctx.layout, ctx.chunk, gf, ctx.onehot, True, states=states, x0=x0, write_z=write_z, bank=bank
     )
 
@@ -542,7 +621,7 @@ def _forward_core(ctx, idx, dv, b, x0, layout, chunk, onehot, saved=(), bank=Non
     Returns (states (B, T, H, N, 2), final (B, H, N, 2)), float32."""
     dv_f, b_f = _flat(dv, layout.total), _flat(b, layout.total)
     x0_f = None if x0 is None else x0.contiguous()
-    states, final, _, _ = _run(idx, dv_f, b_f, layout, chunk, x0_f, onehot, False, bank=bank)
+    states, final, _, _ = _pass(idx, dv_f, b_f, layout, chunk, x0_f, onehot, False, bank=bank)
     ctx.save_for_backward(idx, dv_f, x0_f, states, *saved)
     ctx.layout, ctx.chunk, ctx.onehot = layout, chunk, onehot
     ctx.input_meta = (dv.shape, dv.dtype, b.dtype, None if x0 is None else x0.dtype)
@@ -582,7 +661,7 @@ class _PDGeneratedScanFunction(torch.autograd.Function):
     def forward(ctx, sel, dictionary, dv, b, x0, mask, temperature, layout, chunk, onehot):
         sel_f, dict_f, keep_f = _flat(sel, layout.total), dictionary.contiguous(), keep_flags(mask)
         ctx.temperature, ctx.meta = temperature, (sel.shape, sel.dtype, dictionary.dtype)
-        idx = _select(sel_f, dict_f, keep_f)
+        idx = _pd_select(sel_f, dict_f, keep_f)
         return _forward_core(ctx, idx, dv, b, x0, layout, chunk, onehot, saved=(sel_f, dict_f, keep_f))
 
     @staticmethod
@@ -594,7 +673,7 @@ class _PDGeneratedScanFunction(torch.autograd.Function):
         lam, grad_x0, grad_dv, z = _backward_core(ctx, grad_states, grad_final, need_gen)
         grad_sel = grad_dict = None
         if need_gen:
-            gsel, gdict = _generation_backward(sel_f, dict_f, keep_f, lam, z, ctx.temperature)
+            gsel, gdict = _pd_generation_backward(sel_f, dict_f, keep_f, lam, z, ctx.temperature)
             grad_sel, grad_dict = gsel.view(sel_shape).to(sel_dtype), gdict.to(dict_dtype)
         return grad_sel, grad_dict, *_input_grads(ctx, lam, grad_x0, grad_dv), None, None, None, None, None
 
@@ -692,7 +771,7 @@ def pd_select(sel: torch.Tensor, dictionary: torch.Tensor, mask: torch.Tensor | 
     batch, steps, heads, k = sel.shape
     _check_generation(sel, dictionary, mask)
     with torch.no_grad():
-        idx = _select(sel.reshape(batch * steps, heads, k).contiguous(), dictionary.contiguous(), keep_flags(mask))
+        idx = _pd_select(sel.reshape(batch * steps, heads, k).contiguous(), dictionary.contiguous(), keep_flags(mask))
     return idx.view(batch, steps, heads, -1)
 
 

@@ -141,9 +141,13 @@ def test_inductor_compiles_the_decode_step_to_the_eager_logits():
     torch.testing.assert_close(decode(torch.compile(model.forward, fullgraph=True)), decode(model.forward))
 
 
-# The Triton scans as custom ops (hf_ssm::diag_pass, hf_ssm::block_pass, hf_ssm::pd_*): one mixer per kernel family.
-TRITON_MIXERS = [("diag_lru", {}), ("bd_lru", {}), ("h_lru", {}), ("lrc_ssm", {})]
-TRITON_IDS = [m for m, _ in TRITON_MIXERS]
+# The Triton scans as custom ops (hf_ssm::diag_pass, block_pass, pd_pass, pd_select, pd_generation_backward): a mixer
+# per kernel family, PD-SSM in its three transition modes.
+TRITON_MIXERS = [
+    ("pd_ssm", {}), ("pd_ssm", {"pd_ssm_transition": "bank"}), ("pd_ssm", {"pd_ssm_transition": "direct"}),
+    ("diag_lru", {}), ("bd_lru", {}), ("h_lru", {}), ("lrc_ssm", {}),
+]  # fmt: skip
+TRITON_IDS = [f"{m}-{extra.get('pd_ssm_transition', 'default')}" for m, extra in TRITON_MIXERS]
 
 
 @needs_kernels
