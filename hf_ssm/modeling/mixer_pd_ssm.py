@@ -53,6 +53,12 @@ def _diagonal_from_gates(magnitude: torch.Tensor, phase: torch.Tensor, as_pairs:
 _SQRT_HALF = math.sqrt(0.5)
 
 
+def _real_pairs(states: torch.Tensor) -> torch.Tensor:
+    """(..., N, 2) float (re, im) pairs of complex states (a view), or the states themselves when already pairs (a
+    compiled decode step computes in pairs, scan_pd.pd_step)."""
+    return torch.view_as_real(states) if states.is_complex() else states
+
+
 def _exact_gelu(x: torch.Tensor) -> torch.Tensor:
     """GELU(x) = x/2 (1 + erf(x / sqrt 2)), as nn.functional.gelu, for the few elements of a decode step: on CPU,
     F.gelu hands a contiguous float tensor to oneDNN, whose fixed cost is several times that of these four ops."""
@@ -235,33 +241,39 @@ class PDSSMMixer(nn.Module):
         """s_t = softmax(W_s u_t) over the dictionary: (B, T, H, K) float32."""
         return torch.softmax(self.selection_logits(u), dim=-1)
 
-    def diagonal(self, u: torch.Tensor) -> torch.Tensor:
-        """D_t: (B, T, H, N) complex64, |D| = sigmoid(MLP_mag(u)), arg D = 2 pi sigmoid(MLP_phase(u))."""
+    def diagonal(self, u: torch.Tensor, as_pairs: bool = False) -> torch.Tensor:
+        """D_t: (B, T, H, N) complex64, |D| = sigmoid(MLP_mag(u)), arg D = 2 pi sigmoid(MLP_phase(u)); with
+        `as_pairs` its (B, T, H, N, 2) float32 (re, im) pairs (a compiled decode step computes in pairs)."""
         batch, steps, _ = u.shape
+        shape = (batch, steps, self.num_heads, self.head_state_size)
         if self.diagonal_kind == "unit":
-            return torch.ones(
-                batch, steps, self.num_heads, self.head_state_size, dtype=self.state_dtype, device=u.device
-            )
+            if as_pairs:
+                return torch.stack((torch.ones(shape, device=u.device), torch.zeros(shape, device=u.device)), -1)
+            return torch.ones(shape, dtype=self.state_dtype, device=u.device)
         if self.diagonal_kind == "magnitude":
             magnitude = torch.sigmoid(self.magnitude(u).float())
+            if as_pairs:
+                return torch.stack((magnitude, torch.zeros_like(magnitude)), dim=-1)
             return torch.complex(magnitude, torch.zeros_like(magnitude))
-        return self._complex_diagonal(self.magnitude(u), self.phase(u))
+        return self._complex_diagonal(self.magnitude(u), self.phase(u), as_pairs)
 
     @staticmethod
-    def _complex_diagonal(mag_out: torch.Tensor, phase_out: torch.Tensor) -> torch.Tensor:
-        """D = sigmoid(mag_out) exp(2 pi i sigmoid(phase_out)), from the two MLPs' outputs (B, T, H, N)."""
-        return _diagonal_from_gates(torch.sigmoid(mag_out.float()), torch.sigmoid(phase_out.float()))
+    def _complex_diagonal(mag_out: torch.Tensor, phase_out: torch.Tensor, as_pairs: bool = False) -> torch.Tensor:
+        """D = sigmoid(mag_out) exp(2 pi i sigmoid(phase_out)), from the two MLPs' outputs (B, T, H, N) (pairs:
+        see `_diagonal_from_gates`)."""
+        return _diagonal_from_gates(torch.sigmoid(mag_out.float()), torch.sigmoid(phase_out.float()), as_pairs)
 
-    def step_inputs(self, u: torch.Tensor) -> torch.Tensor:
-        """b_t = B u_t, or zeros with pd_ssm_input="none": (B, T, H, N) complex64."""
+    def step_inputs(self, u: torch.Tensor, as_pairs: bool = False) -> torch.Tensor:
+        """b_t = B u_t, or zeros with pd_ssm_input="none": (B, T, H, N) complex64, or with `as_pairs` its
+        (B, T, H, N, 2) float32 (re, im) pairs."""
         batch, steps, _ = u.shape
+        shape = (batch, steps, self.num_heads, self.head_state_size)
         if self.input_kind == "none":
-            return torch.zeros(
-                batch, steps, self.num_heads, self.head_state_size, dtype=self.state_dtype, device=u.device
-            )
-        return torch.view_as_complex(
-            self.in_proj(u).float().view(batch, steps, self.num_heads, self.head_state_size, 2)
-        )
+            if as_pairs:
+                return torch.zeros(*shape, 2, device=u.device)
+            return torch.zeros(shape, dtype=self.state_dtype, device=u.device)
+        pairs = self.in_proj(u).float().view(*shape, 2)
+        return pairs if as_pairs else torch.view_as_complex(pairs)
 
     @torch.no_grad()
     def transitions(self, u: torch.Tensor):
@@ -351,11 +363,12 @@ class PDSSMMixer(nn.Module):
             gates = torch.sigmoid(nn.functional.linear(hidden, *down).float()).view(batch, 1, 1, 2 * n)
             dv = _diagonal_from_gates(gates[..., :n], gates[..., n:], as_pairs=compiling)
         else:
-            dv = self._complex_diagonal(self.magnitude.down(hidden[..., :width]), self.phase.down(hidden[..., width:]))
+            mag_out, phase_out = self.magnitude.down(hidden[..., :width]), self.phase.down(hidden[..., width:])
+            dv = self._complex_diagonal(mag_out, phase_out, as_pairs=compiling)
         selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
         op = self.scan_op(u.device)
         states, final = op(selection, self.dictionary, dv, b, x0, mask, self.temperature)
-        pairs = torch.view_as_real(states).reshape(batch, 1, 2 * h * n).to(out_weight.dtype)
+        pairs = _real_pairs(states).reshape(batch, 1, 2 * h * n).to(out_weight.dtype)
         y = nn.functional.linear(pairs, out_weight)
         if self.skip is None:
             return y.to(u.dtype), final
@@ -375,7 +388,7 @@ class PDSSMMixer(nn.Module):
         u = hidden_states
         if state is None and self.initial_state_kind != "zeros":
             state = self.initial_state(batch, u.device)
-        x0 = None if state is None else state.to(self.state_dtype)
+        x0 = None if state is None else self._start_state(state)
         weights = self._decode_weights() if steps == 1 and not torch.is_grad_enabled() else None
         if weights is not None:
             return self._decode_forward(u, x0, mask, weights)
@@ -384,20 +397,32 @@ class PDSSMMixer(nn.Module):
         else:
             states, final = self._generated_scan(u, x0, mask)
         # per head [Re x, Im x] (B, T, H * 2N): the (re, im) pairs moved to the front of each head's state, one copy
-        features = torch.view_as_real(states).transpose(-1, -2).reshape(batch, steps, -1)
+        features = _real_pairs(states).transpose(-1, -2).reshape(batch, steps, -1)
         # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
         y = self.out_proj(features.to(self.out_proj.weight.dtype))
         if self.skip is not None:
             y = y + self.skip * u
         return y.to(hidden_states.dtype), final
 
+    def _start_state(self, state: torch.Tensor) -> torch.Tensor:
+        """x_0 from a passed state: complex (B, H, N), or real (B, H, N, 2) pairs as the model's cache holds it
+        (modeling_hybrid_ssm: a complex state is cached as pairs). Pairs stay pairs in a compiled step (the decode
+        step then has no complex op), and become a complex64 view otherwise."""
+        if state.is_complex():
+            return state.to(self.state_dtype)
+        if torch.compiler.is_compiling():
+            return state.float()
+        return torch.view_as_complex(state.float().contiguous())
+
     def _generated_scan(self, u, x0, mask):
         """The dictionary or bank transition through this mixer's op: (states, final state)."""
         logits = self.selection_logits(u)
         selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
-        b = self.step_inputs(u)
+        # a compiled decode step computes in (re, im) pairs (scan_pd.pd_step), so it gets D and b as pairs too
+        pairs = u.shape[1] == 1 and torch.compiler.is_compiling() and not torch.is_grad_enabled()
+        b = self.step_inputs(u, as_pairs=pairs)
         op = self.scan_op(u.device)
-        return op(selection, self.dictionary, self.diagonal(u), b, x0, mask, self.temperature)
+        return op(selection, self.dictionary, self.diagonal(u, as_pairs=pairs), b, x0, mask, self.temperature)
 
     def _pair_order(self, weight: torch.Tensor) -> torch.Tensor:
         """C's weight (d, H * 2N), whose columns are per head [Re x (N), Im x (N)], with its columns reordered to per head

@@ -38,8 +38,9 @@ class MixerSpec:
         load_class: returns the mixer class (imports its module on first use).
         field_prefixes: the prefixes of the config fields it reads ("lru_"); a misspelt keyword with one of them
             is refused by the config.
-        state_shape: config -> the shape of one sequence's cached state (without the batch axis).
-        state_is_complex: the state is complex (each entry counts as two real numbers in `state_width`).
+        state_shape: config -> the shape of one sequence's recurrent state (without the batch axis).
+        state_is_complex: the state is complex (each entry counts as two real numbers in `state_width`); the
+            model's cache holds such a state as its real (*state_shape, 2) pairs (docs/design.md §7.3).
         width_fields: (width, fields) -> the config fields that give the mixer a state of at least `width` real
             numbers, rounded up to its layout; `fields` are the other config fields chosen so far (heads, block
             size). Where mixers of one model share a field, the largest value asked for wins (width_matched_fields).

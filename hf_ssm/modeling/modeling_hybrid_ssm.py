@@ -97,7 +97,10 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
             state = slot.recurrent_states[0] if slot.is_recurrent_states_initialized[0] else None
         hidden_states, final_state = self.mixer(hidden_states, state=state, mask=ssm_mask)
         if cache is not None:
-            cache.update_recurrent_state(final_state, self.layer_idx)
+            # A complex state (PD-SSM's) is cached as its real (..., 2) view: inductor generates no code for complex
+            # operators, and a compiled decode step that reads and writes pairs has none (docs/design.md §7.3).
+            pairs = torch.view_as_real(final_state) if final_state.is_complex() else final_state
+            cache.update_recurrent_state(pairs, self.layer_idx)
         return hidden_states
 
     def forward(

@@ -249,7 +249,9 @@ def pd_step(idx, dv, b, x0=None, mask=None):
 
     idx (B, H, N) int64, the transition of the step; dv, b (B, 1, H, N) complex or real (..., 2) pairs; x0 (B, H, N)
     complex, pairs or None (zeros); mask (B, 1) bool or None: a masked-out row keeps x0 (the identity transition
-    with zero input). Returns (states (B, 1, H, N), final (B, H, N)) complex64.
+    with zero input). Returns (states (B, 1, H, N), final (B, H, N)) complex64; under torch.compile, real pairs
+    (B, 1, H, N, 2) and (B, H, N, 2) instead (inductor generates no code for complex operators: a compiled decode
+    step that stays in pairs, with the model's cache holding the states as pairs, has no complex op at all).
     """
     if torch.compiler.is_compiling():
         return _pd_step_in_pairs(idx, dv, b, x0, mask)
@@ -261,13 +263,13 @@ def pd_step(idx, dv, b, x0=None, mask=None):
 
 def _pd_step_in_pairs(idx, dv, b, x0, mask):
     """``pd_step``'s update b + P D x0 in real (re, im) pairs, for torch.compile (inductor generates no code for
-    complex operators, which would then run one by one in eager). Returns complex64 like the eager step."""
+    complex operators, which would then run one by one in eager). Returns real pairs (see ``pd_step``)."""
     dv, b = _as_pairs(dv)[:, 0], _as_pairs(b)[:, 0]  # (B, H, N, 2)
     x0 = torch.zeros_like(b) if x0 is None else _as_pairs(x0)
     (dr, di), (xr, xi) = dv.unbind(-1), x0.unbind(-1)
     rotated = torch.stack((dr * xr - di * xi, dr * xi + di * xr), dim=-1)
     x = b.clone().scatter_add_(-2, idx.unsqueeze(-1).expand_as(rotated), rotated)
-    x = torch.view_as_complex(step_where_kept(mask, x, x0).contiguous())
+    x = step_where_kept(mask, x, x0)
     return x.unsqueeze(1), x
 
 

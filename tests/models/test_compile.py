@@ -174,3 +174,28 @@ def test_the_triton_scans_compile_as_opaque_ops_to_the_eager_values_and_gradient
     for name, param in model.named_parameters():
         if param.grad is not None:
             torch.testing.assert_close(grads[name], param.grad, atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize(("mixer", "extra"), MIXERS[:2], ids=IDS[:2])
+def test_the_compiled_pd_decode_step_has_no_complex_tensor(mixer, extra):
+    """PD-SSM's state is complex, but the model caches it as real (..., 2) pairs and a compiled decode step computes
+    in pairs end to end: no complex tensor anywhere in the traced graph (inductor generates no code for complex
+    operators and would run each one eagerly, one by one). Dictionary and bank transitions; the direct one (issue 28's
+    research option) still builds complex D and b."""
+    model = _model(mixer, extra).eval()
+    ids = torch.randint(1, 37, (2, 6))
+    inputs = _decode_inputs(model, ids)
+    state = inputs["cache"].layers[0].recurrent_states[0]
+    assert state.dtype == torch.float32 and state.shape[-1] == 2
+    graphs = []
+
+    def capture(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=capture, fullgraph=True)(**{**inputs, "attention_mask": torch.ones(2, 7)})
+    values = [n.meta.get("example_value") for g in graphs for n in g.graph.nodes]
+    complex_values = [v for v in values if isinstance(v, torch.Tensor) and v.is_complex()]
+    assert len(graphs) == 1 and complex_values == []

@@ -24,14 +24,15 @@ def test_cached_decode_equals_full_forward(pattern):
 
 
 def test_ssm_cache_holds_fixed_size_state():
-    """An SSM layer's cache slot is its (B, H, N) recurrent state, not something that grows with T."""
+    """An SSM layer's cache slot is its (B, H, N) recurrent state (PD-SSM's complex state as (B, H, N, 2) real
+    pairs), not something that grows with T."""
     model = HybridSSMForCausalLM(tiny_config("SA")).eval()
     with torch.no_grad():
         cache = model(torch.randint(1, 37, (3, 50)), use_cache=True).cache
         state = cache.layers[0].recurrent_states[0]
-        assert state.shape == (3, 2, 5) and state.dtype == torch.complex64
+        assert state.shape == (3, 2, 5, 2) and state.dtype == torch.float32
         cache = model(torch.randint(1, 37, (3, 1)), cache=cache, use_cache=True).cache
-        assert cache.layers[0].recurrent_states[0].shape == (3, 2, 5)
+        assert cache.layers[0].recurrent_states[0].shape == (3, 2, 5, 2)
         assert cache.get_seq_length() == 51  # the attention layer's KV length
 
 
