@@ -50,6 +50,11 @@ def main() -> None:
     p.add_argument("--fillers", type=int, default=10, help="at most this many filler tokens after each move")
     p.add_argument("--filler_vocab", type=int, default=64)
     p.add_argument("--width", type=int, default=64, help="embedding width (the base's hidden size)")
+    p.add_argument(
+        "--common_scale", type=float, default=0.0,
+        help="add this many times one shared random vector to every embedding (an LLM's anisotropic features)",
+    )  # fmt: skip
+    p.add_argument("--center", action="store_true", help="subtract the embeddings' mean (a centred adapter input)")
     p.add_argument("--steps", type=int, default=800)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
@@ -67,6 +72,12 @@ def main() -> None:
     config = SSMAdapterConfig(mixer_settings=settings, readout="classifier", num_labels=task.num_classes)
     embed = nn.Embedding(task.vocab_size + args.filler_vocab, args.width)  # frozen, as the base's features are
     embed.requires_grad_(False)
+    with torch.no_grad():
+        # its own generator, so that the adapter's init is the same whatever common_scale is
+        common = torch.randn(args.width, generator=torch.Generator().manual_seed(10_000 + args.seed))
+        embed.weight.add_(args.common_scale * common)
+        if args.center:
+            embed.weight.sub_(embed.weight.mean(0))
     adapter = SSMAdapter(config, args.width)
     optimizer = torch.optim.AdamW([q for q in adapter.parameters() if q.requires_grad], lr=args.lr, weight_decay=0)
     began, curve = time.process_time(), []
