@@ -17,6 +17,7 @@ into a shared folder such as model_cards/ only when asked: --model_card_dir mode
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from hf_ssm.training.adapter_experiment import run_experiment
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         settings, out, resume=args.resume, model_card_dir=args.model_card_dir or None, validated=True
     )
     if args.summary:
-        update_summary_json(args.summary, summary_records(summary, str(out)))
+        command = shlex.join(["python", "scripts/train_adapter.py", *(sys.argv[1:] if argv is None else argv)])
+        update_summary_json(args.summary, summary_records(summary, str(out), command))
     print(f"\n{settings.task}: answer accuracy (%) by number of transitions; written to {out}")
     print(results_table(summary["results"], summary["num_classes"]))
     print(

@@ -36,8 +36,9 @@ def model_name(result: dict) -> str:
     return name + (f" + lora r={result['lora_rank']}" if result["method"] == "ssm_lora" else "")
 
 
-def summary_records(summary: dict, run_dir: str) -> list[dict]:
-    """One record per method of a run, for results/adapter/summary.json."""
+def summary_records(summary: dict, run_dir: str, command: str | None = None) -> list[dict]:
+    """One record per method of a run, for results/adapter/summary.json; `command`: the command line that made it
+    (recorded so that every figure can be re-run)."""
     records = []
     for r in summary["results"]:
         records.append(
@@ -63,6 +64,7 @@ def summary_records(summary: dict, run_dir: str) -> list[dict]:
                     for b in r["test"]["buckets"]
                 },
                 "run_dir": run_dir,
+                **({"command": command} if command else {}),
             }
         )
     return records

@@ -434,6 +434,8 @@ def test_train_adapter_script_smoke_run(tmp_path):
         ("probe", "probe"), ("lora", "lm_head"), ("ssm", "lm_head"), ("ssm_classifier", "classifier"),
         ("lora_classifier", "classifier"),
     ]  # fmt: skip
+    assert all(r["command"].startswith("python scripts/train_adapter.py --output_dir ") for r in records)
+    assert records[-1]["command"].endswith("--resume --model_card_dir " + str(cards))  # the run that wrote it
     records = records[1:]
     assert set(records[2]["accuracy_by_transitions"]) == {"1-3", "8-9"} and summary["results"][2]["cpu_seconds"] > 0
     # 3 steps x batch 4 over a pool of 6 stories: each stored once, in a memory-mapped file removed afterwards
