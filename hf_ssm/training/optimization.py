@@ -39,18 +39,38 @@ def warmup_cosine_schedule(optimizer, warmup_steps: int, total_steps: int, min_r
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def parameter_groups(model, weight_decay: float, decay_embedding: bool) -> list[dict]:
-    """AdamW groups: every parameter decays by `weight_decay`, except the input embedding when
-    `decay_embedding` is False (the PD-SSM authors' setting)."""
+def parameter_groups(
+    model, weight_decay: float, decay_embedding: bool, lr: float | None = None, transition_lr_scale: float = 1.0
+) -> list[dict]:
+    """AdamW groups of the trained parameters (frozen ones, requires_grad False, are left out): every parameter
+    decays by `weight_decay`, except the input embedding when `decay_embedding` is False (the PD-SSM authors'
+    setting); with `transition_lr_scale` != 1 the weights of PD-SSM's direct transition maps (`transition_proj`)
+    get their own groups at lr * transition_lr_scale."""
     embedding = {id(p) for p in model.get_input_embeddings().parameters()}
-    groups = [{"params": [], "weight_decay": weight_decay}, {"params": [], "weight_decay": 0.0}]
+    scaled = set()
+    if transition_lr_scale != 1:
+        scaled = {id(p) for name, p in model.named_parameters() if ".transition_proj." in f".{name}"}
+    # (embedding without decay, scaled lr) -> group; the scaled one last, the others in their earlier order
+    groups = {}
     for p in model.parameters():
-        groups[int(not decay_embedding and id(p) in embedding)]["params"].append(p)
-    return [g for g in groups if g["params"]]
+        if not p.requires_grad:
+            continue
+        key = (not decay_embedding and id(p) in embedding, id(p) in scaled)
+        group = groups.setdefault(key, {"params": [], "weight_decay": 0.0 if key[0] else weight_decay})
+        group["params"].append(p)
+        if key[1]:
+            group["lr"] = lr * transition_lr_scale
+    return [groups[key] for key in sorted(groups, key=lambda k: (k[1], k[0]))]
 
 
 def build_optimizer(model, settings) -> torch.optim.Optimizer:
-    groups = parameter_groups(model, settings.weight_decay, settings.decay_embedding)
+    groups = parameter_groups(
+        model,
+        settings.weight_decay,
+        settings.decay_embedding,
+        settings.learning_rate,
+        getattr(settings, "transition_lr_scale", 1.0),
+    )
     return torch.optim.AdamW(groups, lr=settings.learning_rate)
 
 

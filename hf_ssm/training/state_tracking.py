@@ -131,6 +131,13 @@ class StateTrackingSettings:
     decay_embedding: bool = True
     lr_schedule: str = "cosine"
     min_learning_rate: float = 0.0
+    # Issue 28: the token embedding is not trained (requires_grad False: it stays at its N(0, 0.02^2) init, fixed
+    # nearly orthogonal token codes), and the learning rate of PD-SSM's direct transition map W_P
+    # (pd_ssm_transition="direct", `transition_proj`) is learning_rate * transition_lr_scale. Why (muP-style): one
+    # Adam step moves every entry of W_P by about lr, so it moves a token's logit W_P u by about lr * sum_i |u_i|,
+    # d times the step a free per-token logit table takes; dividing W_P's lr by d * RMS(u) gives the table's step.
+    freeze_embedding: bool = False
+    transition_lr_scale: float = 1.0
     extra_config: dict = config_fields_field(
         "extra HybridSSMConfig fields: a JSON object, e.g. '{\"pd_ssm_magnitude_bias_init\": 3.0}', or KEY=VALUE "
         "items (--config: the deprecated spelling)",
@@ -185,6 +192,14 @@ class StateTrackingSettings:
         check_choice("supervision", self.supervision, SUPERVISIONS)
         check_choice("block_type", self.block_type, BLOCK_TYPES)
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        if not self.transition_lr_scale > 0:
+            raise ValueError(f"`transition_lr_scale` must be > 0, got {self.transition_lr_scale}")
+        config = model_config(self)
+        if self.transition_lr_scale != 1 and ("pd_ssm" not in config.mixers or config.pd_ssm_transition != "direct"):
+            raise ValueError(
+                f"`transition_lr_scale` = {self.transition_lr_scale} scales the learning rate of the direct transition "
+                "map W_P only: it needs pd_ssm_transition='direct' (--extra_config) and a pd_ssm mixer"
+            )
         if self.lr_schedule == "cosine" and self.min_learning_rate != 0:
             raise ValueError(
                 f"`min_learning_rate` = {self.min_learning_rate} needs lr_schedule='cosine_with_min_lr'; "
@@ -227,7 +242,10 @@ def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
 def build_model(settings: StateTrackingSettings) -> HybridSSMForTokenClassification:
     config = model_config(settings)
     torch.manual_seed(settings.seed)
-    return HybridSSMForTokenClassification(config)
+    model = HybridSSMForTokenClassification(config)
+    if settings.freeze_embedding:
+        model.get_input_embeddings().weight.requires_grad_(False)  # stays at its init (saved like any weight)
+    return model
 
 
 def _mixer_settings(settings: StateTrackingSettings, mixers: set) -> dict:
@@ -360,6 +378,8 @@ def train_state_tracking(
         "cpu_seconds": cpu_seconds,
         "recipe": settings.recipe,
         "supervision": settings.supervision,
+        "freeze_embedding": settings.freeze_embedding,
+        "transition_lr_scale": settings.transition_lr_scale,
         "train_lengths": [settings.train_min_length, settings.train_max_length],
         "history": history,
         "test": test,
