@@ -240,6 +240,10 @@ class HybridSSMConfig(PretrainedConfig):
             (requires_grad False; saved and loaded like any weight): with `pd_ssm_output_init="identity"` the rest of
             the model reads the heads' states themselves throughout training (issue 28).
         pd_ssm_transition_init_scale: s above (> 0, default 1.0); read by `pd_ssm_transition="direct"` only.
+        pd_ssm_transition_norm: whether the direct transition reads RMSNorm(u_t) (its own trained gain, initialised
+            at 1) instead of u_t (default False): P_t's logits are W_P RMSNorm(u_t), unit-RMS input whatever block
+            feeds the mixer (the post-norm block feeds it the raw N(0, 0.02^2) embedding). Read by
+            `pd_ssm_transition="direct"` only (issue 28).
         pd_ssm_input: what each step adds to the state. `"projection"` (default, docs/design.md §4): b_t = B u_t.
             `"none"`: b_t = 0 and the layer has no B, so x_t = A_t ... A_1 x_0 is exactly the run of the automaton
             that the transitions spell from the start state (needs a non-zero pd_ssm_initial_state). With B the
@@ -337,6 +341,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_initial_state: str = "zeros"
     pd_ssm_transition: str = "dictionary"
     pd_ssm_transition_init_scale: float = 1.0
+    pd_ssm_transition_norm: bool = False
     pd_ssm_output_skip: bool = True
     pd_ssm_output_init: str = "normal"
     pd_ssm_output_trainable: bool = True
