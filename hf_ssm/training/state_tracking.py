@@ -102,6 +102,16 @@ class StateTrackingSettings:
     # b_t = B u_t, the paper recipe) degrades with the length (RESULTS.md, issue 14).
     pd_ssm_diagonal: str = "unit"
     pd_ssm_input: str = "none"
+    # How P_t is made and how the states are read (HybridSSMConfig.pd_ssm_transition, pd_ssm_transition_init_scale,
+    # pd_ssm_transition_norm, pd_ssm_output_skip, pd_ssm_output_init, pd_ssm_output_trainable); --extra_config wins.
+    # These defaults are the dictionary layer (the `dictionary` recipe); the default recipe reads P_t's logits
+    # straight off the normed token (issue 28, hf_ssm/training/recipes.py).
+    pd_ssm_transition: str = "dictionary"
+    pd_ssm_transition_init_scale: float = 1.0
+    pd_ssm_transition_norm: bool = False
+    pd_ssm_output_skip: bool = True
+    pd_ssm_output_init: str = "normal"
+    pd_ssm_output_trainable: bool = True
     learning_rate: float = 1e-2
     weight_decay: float = 0.0
     warmup_steps: int = 50
@@ -194,11 +204,12 @@ class StateTrackingSettings:
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         if not self.transition_lr_scale > 0:
             raise ValueError(f"`transition_lr_scale` must be > 0, got {self.transition_lr_scale}")
-        config = model_config(self)
-        if self.transition_lr_scale != 1 and ("pd_ssm" not in config.mixers or config.pd_ssm_transition != "direct"):
+        config = model_config(self)  # a model without a pd_ssm layer has no W_P: the scale is unused there
+        if self.transition_lr_scale != 1 and "pd_ssm" in config.mixers and config.pd_ssm_transition != "direct":
             raise ValueError(
                 f"`transition_lr_scale` = {self.transition_lr_scale} scales the learning rate of the direct transition "
-                "map W_P only: it needs pd_ssm_transition='direct' (--extra_config) and a pd_ssm mixer"
+                f"map W_P only: it needs pd_ssm_transition='direct' (got {config.pd_ssm_transition!r}; pass "
+                "--transition_lr_scale 1 with another transition)"
             )
         if self.lr_schedule == "cosine" and self.min_learning_rate != 0:
             raise ValueError(
@@ -230,6 +241,12 @@ def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
         pd_ssm_initial_state=settings.pd_ssm_initial_state,
         pd_ssm_diagonal=settings.pd_ssm_diagonal,
         pd_ssm_input=settings.pd_ssm_input,
+        pd_ssm_transition=settings.pd_ssm_transition,
+        pd_ssm_transition_init_scale=settings.pd_ssm_transition_init_scale,
+        pd_ssm_transition_norm=settings.pd_ssm_transition_norm,
+        pd_ssm_output_skip=settings.pd_ssm_output_skip,
+        pd_ssm_output_init=settings.pd_ssm_output_init,
+        pd_ssm_output_trainable=settings.pd_ssm_output_trainable,
         block_type=settings.block_type,
         block_dropout=settings.block_dropout,
         num_labels=task.num_classes,

@@ -38,13 +38,23 @@ def tiny(**fields) -> StateTrackingSettings:
         ({"transition_lr_scale": 0.0}, "`transition_lr_scale` must be > 0, got 0.0"),
         ({"transition_lr_scale": -1.0}, "`transition_lr_scale` must be > 0, got -1.0"),
         ({"transition_lr_scale": 0.5, "extra_config": {}}, "`transition_lr_scale` = 0.5 scales the learning rate"),
-        ({"transition_lr_scale": 0.5, "mixer": "diag_lru"}, "needs pd_ssm_transition='direct'"),
+        (
+            {"transition_lr_scale": 0.5, "pd_ssm_transition": "bank", "extra_config": {}},
+            "needs pd_ssm_transition='direct' (got 'bank'",
+        ),
     ],
 )
 def test_bad_transition_lr_scale_is_refused_naming_the_field(fields, message):
     with pytest.raises(ValueError) as err:
         tiny(**fields).validate()
     assert message in str(err.value)
+
+
+def test_transition_lr_scale_is_unused_without_a_pd_ssm_layer():
+    """A baseline trained under the same recipe (no pd_ssm layer, so no W_P) accepts the scale and has one group."""
+    settings = tiny(transition_lr_scale=0.5, mixer="diag_lru")
+    settings.validate()
+    assert len(build_optimizer(build_model(settings), settings).param_groups) == 1
 
 
 def test_transition_lr_scale_gives_w_p_its_own_learning_rate_through_the_schedule():
