@@ -1,12 +1,13 @@
 """config.pd_ssm_transition_norm (issue 28): the direct transition reads RMSNorm(u_t) with its own gain. What it
-computes, its config check, save / reload, cached decode and remote-code loading."""
+computes, its config check, save / reload, cached decode and remote-code loading; and the init of a direct mixer
+without D_skip (W_P and C were left at the generic init)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
+from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM, HybridSSMForTokenClassification
 from hf_ssm.modeling.mixer_pd_ssm import PDSSMMixer
 from model_checks import assert_loads_without_hf_ssm, max_cached_decode_error, reload_is_bit_identical, tiny_config
 
@@ -58,3 +59,25 @@ def test_trust_remote_code_loads_without_hf_ssm(tmp_path):
     with torch.no_grad():
         model.model.layers[0].mixer.transition_norm.weight.uniform_(0.5, 1.5)  # a trained gain travels too
     assert_loads_without_hf_ssm(model, tmp_path / "normed")
+
+
+@pytest.mark.parametrize("cls", [HybridSSMForCausalLM, HybridSSMForTokenClassification])
+def test_a_direct_mixer_without_skip_gets_its_own_init(cls, tmp_path):
+    """Regression: a direct-transition mixer without D_skip owns no parameter itself (only W_P and C), and
+    transformers took it for initialised, so W_P and C kept the generic N(0, 0.02^2) init. Now W_P ~ N(0, s^2 / d)
+    and C is the identity, also after a reload that must keep the saved (trained) values instead."""
+    config = tiny_config(
+        "P", hidden_size=32, pd_ssm_num_heads=2, pd_ssm_head_state_size=8, pd_ssm_output_skip=False,
+        pd_ssm_output_init="identity", pd_ssm_output_trainable=False, pd_ssm_transition_init_scale=3.0,
+        block_type="post_norm_mixer", **NORMED,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = cls(config)
+    mixer = model.model.layers[0].mixer
+    assert torch.equal(mixer.out_proj.weight, torch.eye(32))
+    assert mixer.transition_proj.weight.std().item() == pytest.approx(3.0 / 32**0.5, rel=0.1)
+    with torch.no_grad():
+        mixer.transition_proj.weight.mul_(2.0)
+    model.save_pretrained(tmp_path)
+    loaded = cls.from_pretrained(tmp_path).model.layers[0].mixer
+    assert torch.equal(loaded.transition_proj.weight, mixer.transition_proj.weight)
