@@ -20,7 +20,7 @@ from functools import partial
 
 import torch
 
-LR_SCHEDULES = ("cosine", "cosine_with_min_lr")
+LR_SCHEDULES = ("cosine", "cosine_with_min_lr", "constant")
 
 
 def warmup_cosine_factor(step: int, warmup_steps: int, total_steps: int, min_ratio: float = 0.0) -> float:
@@ -74,9 +74,18 @@ def build_optimizer(model, settings) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=settings.learning_rate)
 
 
+def warmup_constant_factor(step: int, warmup_steps: int) -> float:
+    """`(step + 1) / warmup_steps` during the warm-up (as `warmup_cosine_factor`), then 1: the peak rate for good."""
+    return (step + 1) / warmup_steps if step < warmup_steps else 1.0
+
+
 def build_scheduler(optimizer, settings):
     """The state-tracking schedule: `"cosine"`, the package's (`warmup_cosine_factor`, down to 0 at max_steps);
-    `"cosine_with_min_lr"`, transformers' linear warm-up from 0 then cosine down to `min_learning_rate`."""
+    `"cosine_with_min_lr"`, transformers' linear warm-up from 0 then cosine down to `min_learning_rate`;
+    `"constant"`, the package's warm-up, then the peak rate to the end (the minimal automaton's Adam, issue 28)."""
+    if settings.lr_schedule == "constant":
+        factor = partial(warmup_constant_factor, warmup_steps=settings.warmup_steps)
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     if settings.lr_schedule == "cosine_with_min_lr":
         from transformers import get_cosine_with_min_lr_schedule_with_warmup
 

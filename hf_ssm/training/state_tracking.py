@@ -211,10 +211,10 @@ class StateTrackingSettings:
                 f"map W_P only: it needs pd_ssm_transition='direct' (got {config.pd_ssm_transition!r}; pass "
                 "--transition_lr_scale 1 with another transition)"
             )
-        if self.lr_schedule == "cosine" and self.min_learning_rate != 0:
+        if self.lr_schedule != "cosine_with_min_lr" and self.min_learning_rate != 0:
             raise ValueError(
                 f"`min_learning_rate` = {self.min_learning_rate} needs lr_schedule='cosine_with_min_lr'; "
-                "the 'cosine' schedule decays to 0"
+                f"the {self.lr_schedule!r} schedule has no floor"
             )
 
     def task_kwargs(self) -> dict:

@@ -11,6 +11,7 @@ import torch
 
 from hf_ssm import HybridSSMForTokenClassification
 from hf_ssm.training.optimization import build_optimizer, build_scheduler
+from hf_ssm.training.recipes import resolve_settings
 from hf_ssm.training.state_tracking import (
     RESUME_SAFE_SETTINGS,
     StateTrackingSettings,
@@ -125,3 +126,44 @@ def test_resume_refuses_a_changed_freeze_or_transition_lr(tmp_path, monkeypatch,
     changed = tiny(max_steps=8, min_steps=8, **{field: value})
     with pytest.raises(ValueError, match=f"{field} "):
         train_state_tracking(changed, tmp_path, resume=True)
+
+
+def test_direct_recipe_builds_the_documented_model_and_optimizer():
+    """--recipe direct: one post-norm PD-SSM layer, d = 256, P_t from W_P RMSNorm(u_t), no D_skip, C the frozen
+    identity, the embedding frozen; W_P at 1e-2 / 256 and everything else at a constant 1e-2 (no warm-up, no
+    clipping); stop at 100 % validation within 2,000 steps."""
+    settings = StateTrackingSettings(**resolve_settings("direct", {"task": "a5"}))
+    settings.validate()
+    model = build_model(settings)
+    config, mixer = model.config, model.model.layers[0].mixer
+    assert (config.mixers, config.block_type, config.hidden_size) == (["pd_ssm"], "post_norm_mixer", 256)
+    assert (config.pd_ssm_num_heads, config.pd_ssm_head_state_size) == (16, 8)
+    assert (config.pd_ssm_transition, config.pd_ssm_transition_norm, config.pd_ssm_output_skip) == (
+        "direct",
+        True,
+        False,
+    )
+    assert (config.pd_ssm_diagonal, config.pd_ssm_input, config.pd_ssm_initial_state) == ("unit", "none", "one_hot")
+    assert torch.equal(mixer.out_proj.weight, torch.eye(256)) and not mixer.out_proj.weight.requires_grad
+    assert not model.get_input_embeddings().weight.requires_grad and mixer.transition_norm.weight.requires_grad
+    optimizer = build_optimizer(model, settings)
+    (scaled,) = [g for g in optimizer.param_groups if any(p is mixer.transition_proj.weight for p in g["params"])]
+    assert scaled["lr"] == pytest.approx(1e-2 / 256) and len(scaled["params"]) == 1
+    scheduler = build_scheduler(optimizer, settings)
+    for _ in range(3):
+        assert [g["lr"] for g in optimizer.param_groups] == [1e-2, 1e-2 / 256]
+        optimizer.step()
+        scheduler.step()
+    assert (settings.grad_clip, settings.target_accuracy, settings.max_steps) == (0.0, 1.0, 2000)
+
+
+def test_constant_schedule_warms_up_then_holds_the_peak():
+    settings = tiny(lr_schedule="constant", warmup_steps=4, learning_rate=1e-2, max_steps=10)
+    optimizer = build_optimizer(build_model(settings), settings)
+    scheduler = build_scheduler(optimizer, settings)
+    lrs = []
+    for _ in range(10):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[:4] == pytest.approx([2.5e-3, 5e-3, 7.5e-3, 1e-2]) and lrs[4:] == [1e-2] * 6
