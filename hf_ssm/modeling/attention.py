@@ -11,11 +11,10 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-from .configuration_hybrid_ssm import HybridSSMConfig
 
 
 class HybridSSMRMSNorm(nn.Module):
@@ -39,7 +38,7 @@ class HybridSSMRMSNorm(nn.Module):
 class HybridSSMMLP(nn.Module):
     """SwiGLU: down(act(gate(x)) * up(x))."""
 
-    def __init__(self, config: HybridSSMConfig):
+    def __init__(self, config: PretrainedConfig):
         super().__init__()
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
@@ -57,7 +56,7 @@ class HybridSSMRotaryEmbedding(nn.Module):
     recompute the frequencies from the positions through transformers' `dynamic_rope_update`.
     """
 
-    def __init__(self, config: HybridSSMConfig):
+    def __init__(self, config: PretrainedConfig):
         super().__init__()
         self.config = config
         self.rope_type = config.rope_parameters.get("rope_type", "default")
@@ -74,7 +73,7 @@ class HybridSSMRotaryEmbedding(nn.Module):
         self.original_inv_freq = nn.Buffer(inv_freq.clone(), persistent=False)
 
     @staticmethod
-    def compute_default_rope_parameters(config: HybridSSMConfig, **kwargs) -> tuple[torch.Tensor, float]:
+    def compute_default_rope_parameters(config: PretrainedConfig, **kwargs) -> tuple[torch.Tensor, float]:
         base = config.rope_parameters["rope_theta"]
         dim = config.head_dim
         inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
@@ -118,7 +117,7 @@ def eager_attention(module, query, key, value, attention_mask, scaling, dropout=
 class HybridSSMAttention(nn.Module):
     """Causal grouped-query self-attention with RoPE; keys/values are cached in the layer's DynamicCache slot."""
 
-    def __init__(self, config: HybridSSMConfig, layer_idx: int):
+    def __init__(self, config: PretrainedConfig, layer_idx: int):
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx

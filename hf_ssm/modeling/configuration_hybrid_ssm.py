@@ -48,6 +48,7 @@ WEIGHT_MEANING_FIELDS = (
     "pd_ssm_initial_state",
     "pd_ssm_output_skip",
     "pd_ssm_identity_entry_logit",
+    "pd_ssm_transition_norm",
     "lru_normalization",
     "lrc_input_term",
     "classifier_pooling",
@@ -202,6 +203,10 @@ class HybridSSMConfig(PretrainedConfig):
             entry 0 and 0 elsewhere: every token starts by preferring the identity (a filler word leaves the state
             alone) while the other entries are distinct random transitions that event words can learn to pick
             (issue 26). Adds the parameter `selection.bias`, so it is one of WEIGHT_MEANING_FIELDS.
+        pd_ssm_transition_norm: whether the direct transition reads RMSNorm(u_t) (its own trained gain, initialised
+            at 1) instead of u_t (default False): P_t's logits are W_P RMSNorm(u_t), unit-RMS input whatever block
+            feeds the mixer (the post-norm block feeds it the raw N(0, 0.02^2) embedding). Read by
+            `pd_ssm_transition="direct"` only (issue 28).
         pd_ssm_input: what each step adds to the state. `"projection"` (default, docs/design.md §4): b_t = B u_t.
             `"none"`: b_t = 0 and the layer has no B, so x_t = A_t ... A_1 x_0 is exactly the run of the automaton
             that the transitions spell from the start state (needs a non-zero pd_ssm_initial_state). With B the
@@ -300,6 +305,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_transition: str = "dictionary"
     pd_ssm_transition_init_scale: float = 1.0
     pd_ssm_identity_entry_logit: float | None = None
+    pd_ssm_transition_norm: bool = False
     pd_ssm_output_skip: bool = True
     pd_ssm_output_init: str = "normal"
     pd_ssm_output_trainable: bool = True

@@ -3,6 +3,8 @@
 Per head (H heads, state N each), with u_t the layer input (B, T, d) and K matrices per head:
   dictionary mode (config.pd_ssm_transition = "dictionary", the paper):
     s_t = softmax(W_s u_t),  P_t = hardmax down each column of M_t = sum_k s_{t,k} M_k
+  direct mode ("direct"): P_t = hardmax down each column of W_P u_t (one N x N logit table per head from u_t);
+    config.pd_ssm_transition_norm: W_P RMSNorm(u_t), with the norm's own gain
   bank mode ("bank", after Flash PD-SSM): P_k = hardmax down each column of score matrix k (once per call),
     P_t = P_{k_t} with k_t = argmax_k (W_s u_t)_k
   backward (both): straight-through, softmax(. / tau) in place of each hardmax
@@ -26,6 +28,7 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
+from .attention import HybridSSMRMSNorm
 from .pd_bank import bank_indices, gather_bank
 from .pd_ops import dictionary_indices
 from .scan_dispatch import scan_ops
@@ -123,6 +126,10 @@ class PDSSMMixer(nn.Module):
             self.transition_proj = nn.Linear(d, h * n * n, bias=False)
             self.transition_init_std = config.pd_ssm_transition_init_scale / math.sqrt(d)
             nn.init.normal_(self.transition_proj.weight, std=self.transition_init_std)
+            # pd_ssm_transition_norm: W_P reads RMSNorm(u_t) (its own gain), unit-RMS whatever the scale of u
+            self.transition_norm = None
+            if getattr(config, "pd_ssm_transition_norm", False):
+                self.transition_norm = HybridSSMRMSNorm(d, eps=config.rms_norm_eps)
         else:
             self.selection = nn.Linear(d, h * k, bias=self.identity_entry_logit is not None)
             self.dictionary = nn.Parameter(torch.empty(h, k, n, n))
@@ -214,6 +221,8 @@ class PDSSMMixer(nn.Module):
         column j (the projection itself runs in the autocast dtype)."""
         batch, steps, _ = u.shape
         n = self.head_state_size
+        if self.transition_norm is not None:
+            u = self.transition_norm(u)
         return self.transition_proj(u).float().view(batch, steps, self.num_heads, n, n)
 
     def _direct_scan(self, u, x0, mask):

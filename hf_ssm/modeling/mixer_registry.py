@@ -255,7 +255,7 @@ def _check_pd_ssm(config) -> None:
             f"`pd_ssm_output_init='identity'` needs hidden_size >= 2 * pd_ssm_num_heads * pd_ssm_head_state_size = "
             f"{features} (C maps the heads' [Re x, Im x] to width d), got hidden_size={config.hidden_size}"
         )
-    for name in ("pd_ssm_output_skip", "pd_ssm_output_trainable"):
+    for name in ("pd_ssm_output_skip", "pd_ssm_output_trainable", "pd_ssm_transition_norm"):
         if not isinstance(getattr(config, name), bool):
             raise ValueError(f"`{name}` must be True or False, got {getattr(config, name)!r}")
     check_number("pd_ssm_transition_init_scale", config.pd_ssm_transition_init_scale, low=0, low_open=True)

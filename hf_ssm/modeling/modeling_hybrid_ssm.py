@@ -161,6 +161,21 @@ class HybridSSMPreTrainedModel(PreTrainedModel):
     # The auto_map entries save_pretrained writes for this class (see save_pretrained).
     _auto_map_entries: dict[str, str] = TOKEN_MODEL_AUTO_MAP
 
+    def _initialize_weights(self, module, is_custom_code: bool = False):
+        """transformers' per-module init, except for a module that has an init hook (mixer_registry) but no parameter
+        or buffer of its own, only child maps (a direct-transition PD-SSM mixer without D_skip): transformers' rule for
+        code outside the library takes such a module for initialised without calling `_init_weights`, which left W_P
+        and an identity C at the generic N(0, initializer_range^2) init (issue 28). Its hook runs here like any other
+        (its init functions skip the weights a checkpoint loaded)."""
+        if (
+            is_custom_code
+            and init_hook(module) is not None
+            and next(module.parameters(recurse=False), None) is None
+            and all(b is None for b in module.buffers(recurse=False))
+        ):
+            is_custom_code = False
+        return super()._initialize_weights(module, is_custom_code)
+
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)

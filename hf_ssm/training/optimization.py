@@ -20,7 +20,7 @@ from functools import partial
 
 import torch
 
-LR_SCHEDULES = ("cosine", "cosine_with_min_lr")
+LR_SCHEDULES = ("cosine", "cosine_with_min_lr", "constant")
 
 
 def warmup_cosine_factor(step: int, warmup_steps: int, total_steps: int, min_ratio: float = 0.0) -> float:
@@ -39,24 +39,53 @@ def warmup_cosine_schedule(optimizer, warmup_steps: int, total_steps: int, min_r
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def parameter_groups(model, weight_decay: float, decay_embedding: bool) -> list[dict]:
-    """AdamW groups: every parameter decays by `weight_decay`, except the input embedding when
-    `decay_embedding` is False (the PD-SSM authors' setting)."""
+def parameter_groups(
+    model, weight_decay: float, decay_embedding: bool, lr: float | None = None, transition_lr_scale: float = 1.0
+) -> list[dict]:
+    """AdamW groups of the trained parameters (frozen ones, requires_grad False, are left out): every parameter
+    decays by `weight_decay`, except the input embedding when `decay_embedding` is False (the PD-SSM authors'
+    setting); with `transition_lr_scale` != 1 the weights of PD-SSM's direct transition maps (`transition_proj`)
+    get their own groups at lr * transition_lr_scale."""
     embedding = {id(p) for p in model.get_input_embeddings().parameters()}
-    groups = [{"params": [], "weight_decay": weight_decay}, {"params": [], "weight_decay": 0.0}]
+    scaled = set()
+    if transition_lr_scale != 1:
+        scaled = {id(p) for name, p in model.named_parameters() if ".transition_proj." in f".{name}"}
+    # (embedding without decay, scaled lr) -> group; the scaled one last, the others in their earlier order
+    groups = {}
     for p in model.parameters():
-        groups[int(not decay_embedding and id(p) in embedding)]["params"].append(p)
-    return [g for g in groups if g["params"]]
+        if not p.requires_grad:
+            continue
+        key = (not decay_embedding and id(p) in embedding, id(p) in scaled)
+        group = groups.setdefault(key, {"params": [], "weight_decay": 0.0 if key[0] else weight_decay})
+        group["params"].append(p)
+        if key[1]:
+            group["lr"] = lr * transition_lr_scale
+    return [groups[key] for key in sorted(groups, key=lambda k: (k[1], k[0]))]
 
 
 def build_optimizer(model, settings) -> torch.optim.Optimizer:
-    groups = parameter_groups(model, settings.weight_decay, settings.decay_embedding)
+    groups = parameter_groups(
+        model,
+        settings.weight_decay,
+        settings.decay_embedding,
+        settings.learning_rate,
+        getattr(settings, "transition_lr_scale", 1.0),
+    )
     return torch.optim.AdamW(groups, lr=settings.learning_rate)
+
+
+def warmup_constant_factor(step: int, warmup_steps: int) -> float:
+    """`(step + 1) / warmup_steps` during the warm-up (as `warmup_cosine_factor`), then 1: the peak rate for good."""
+    return (step + 1) / warmup_steps if step < warmup_steps else 1.0
 
 
 def build_scheduler(optimizer, settings):
     """The state-tracking schedule: `"cosine"`, the package's (`warmup_cosine_factor`, down to 0 at max_steps);
-    `"cosine_with_min_lr"`, transformers' linear warm-up from 0 then cosine down to `min_learning_rate`."""
+    `"cosine_with_min_lr"`, transformers' linear warm-up from 0 then cosine down to `min_learning_rate`;
+    `"constant"`, the package's warm-up, then the peak rate to the end (the minimal automaton's Adam, issue 28)."""
+    if settings.lr_schedule == "constant":
+        factor = partial(warmup_constant_factor, warmup_steps=settings.warmup_steps)
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     if settings.lr_schedule == "cosine_with_min_lr":
         from transformers import get_cosine_with_min_lr_schedule_with_warmup
 

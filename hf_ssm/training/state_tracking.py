@@ -93,6 +93,16 @@ class StateTrackingSettings:
     # b_t = B u_t, the paper recipe) degrades with the length (RESULTS.md, issue 14).
     pd_ssm_diagonal: str = "unit"
     pd_ssm_input: str = "none"
+    # How P_t is made and how the states are read (HybridSSMConfig.pd_ssm_transition, pd_ssm_transition_init_scale,
+    # pd_ssm_transition_norm, pd_ssm_output_skip, pd_ssm_output_init, pd_ssm_output_trainable); --extra_config wins.
+    # These defaults are the dictionary layer (the `dictionary` recipe); the default recipe reads P_t's logits
+    # straight off the normed token (issue 28, hf_ssm/training/recipes.py).
+    pd_ssm_transition: str = "dictionary"
+    pd_ssm_transition_init_scale: float = 1.0
+    pd_ssm_transition_norm: bool = False
+    pd_ssm_output_skip: bool = True
+    pd_ssm_output_init: str = "normal"
+    pd_ssm_output_trainable: bool = True
     learning_rate: float = 1e-2
     weight_decay: float = 0.0
     warmup_steps: int = 50
@@ -122,6 +132,13 @@ class StateTrackingSettings:
     decay_embedding: bool = True
     lr_schedule: str = "cosine"
     min_learning_rate: float = 0.0
+    # Issue 28: the token embedding is not trained (requires_grad False: it stays at its N(0, 0.02^2) init, fixed
+    # nearly orthogonal token codes), and the learning rate of PD-SSM's direct transition map W_P
+    # (pd_ssm_transition="direct", `transition_proj`) is learning_rate * transition_lr_scale. Why (muP-style): one
+    # Adam step moves every entry of W_P by about lr, so it moves a token's logit W_P u by about lr * sum_i |u_i|,
+    # d times the step a free per-token logit table takes; dividing W_P's lr by d * RMS(u) gives the table's step.
+    freeze_embedding: bool = False
+    transition_lr_scale: float = 1.0
     extra_config: dict = config_fields_field(
         "extra HybridSSMConfig fields: a JSON object, e.g. '{\"pd_ssm_magnitude_bias_init\": 3.0}', or KEY=VALUE "
         "items (--config: the deprecated spelling)",
@@ -176,10 +193,19 @@ class StateTrackingSettings:
         check_choice("supervision", self.supervision, SUPERVISIONS)
         check_choice("block_type", self.block_type, BLOCK_TYPES)
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
-        if self.lr_schedule == "cosine" and self.min_learning_rate != 0:
+        if not self.transition_lr_scale > 0:
+            raise ValueError(f"`transition_lr_scale` must be > 0, got {self.transition_lr_scale}")
+        config = model_config(self)  # a model without a pd_ssm layer has no W_P: the scale is unused there
+        if self.transition_lr_scale != 1 and "pd_ssm" in config.mixers and config.pd_ssm_transition != "direct":
+            raise ValueError(
+                f"`transition_lr_scale` = {self.transition_lr_scale} scales the learning rate of the direct transition "
+                f"map W_P only: it needs pd_ssm_transition='direct' (got {config.pd_ssm_transition!r}; pass "
+                "--transition_lr_scale 1 with another transition)"
+            )
+        if self.lr_schedule != "cosine_with_min_lr" and self.min_learning_rate != 0:
             raise ValueError(
                 f"`min_learning_rate` = {self.min_learning_rate} needs lr_schedule='cosine_with_min_lr'; "
-                "the 'cosine' schedule decays to 0"
+                f"the {self.lr_schedule!r} schedule has no floor"
             )
 
     def task_kwargs(self) -> dict:
@@ -206,6 +232,12 @@ def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
         pd_ssm_initial_state=settings.pd_ssm_initial_state,
         pd_ssm_diagonal=settings.pd_ssm_diagonal,
         pd_ssm_input=settings.pd_ssm_input,
+        pd_ssm_transition=settings.pd_ssm_transition,
+        pd_ssm_transition_init_scale=settings.pd_ssm_transition_init_scale,
+        pd_ssm_transition_norm=settings.pd_ssm_transition_norm,
+        pd_ssm_output_skip=settings.pd_ssm_output_skip,
+        pd_ssm_output_init=settings.pd_ssm_output_init,
+        pd_ssm_output_trainable=settings.pd_ssm_output_trainable,
         block_type=settings.block_type,
         block_dropout=settings.block_dropout,
         num_labels=task.num_classes,
@@ -218,7 +250,10 @@ def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
 def build_model(settings: StateTrackingSettings) -> HybridSSMForTokenClassification:
     config = model_config(settings)
     torch.manual_seed(settings.seed)
-    return HybridSSMForTokenClassification(config)
+    model = HybridSSMForTokenClassification(config)
+    if settings.freeze_embedding:
+        model.get_input_embeddings().weight.requires_grad_(False)  # stays at its init (saved like any weight)
+    return model
 
 
 def _mixer_settings(settings: StateTrackingSettings, mixers: set) -> dict:
@@ -351,6 +386,8 @@ def train_state_tracking(
         "cpu_seconds": cpu_seconds,
         "recipe": settings.recipe,
         "supervision": settings.supervision,
+        "freeze_embedding": settings.freeze_embedding,
+        "transition_lr_scale": settings.transition_lr_scale,
         "train_lengths": [settings.train_min_length, settings.train_max_length],
         "history": history,
         "test": test,

@@ -142,6 +142,11 @@ def main(argv=None):
         "--freeze_embed", action="store_true", help="--table linear: the embedding is not trained (W_P only)"
     )
     parser.add_argument(
+        "--freeze_norm",
+        action="store_true",
+        help="--table linear: the gain of RMSNorm(embedding) in front of W_P is not trained either",
+    )
+    parser.add_argument(
         "--table_lr", type=float, default=None, help="--table linear: W_P's learning rate (default --lr)"
     )
     parser.add_argument("--config", type=json.loads, default={}, help="--model layer: HybridSSMConfig fields")
@@ -167,6 +172,8 @@ def main(argv=None):
         forward = model
         if args.freeze_embed:
             model.embed.weight.requires_grad_(False)
+        if args.freeze_norm:
+            model.norm_in.weight.requires_grad_(False)
     params = [p for p in model.parameters() if p.requires_grad]
     if args.table_lr is not None:
         params = [
@@ -201,6 +208,7 @@ def main(argv=None):
     mean = sum(b["accuracy"] for b in test) / len(test)
     label = f"{args.model} table={args.table} readout={args.readout} hidden={args.hidden} opt={args.opt} lr={args.lr}"
     label += " frozen_embedding" if args.freeze_embed else ""
+    label += " frozen_norm" if args.freeze_norm else ""
     label += f" table_lr={args.table_lr}" if args.table_lr is not None else ""
     if args.model == "layer":
         label = f"layer config={json.dumps(args.config)} block={args.block_type} opt={args.opt} lr={args.lr}"

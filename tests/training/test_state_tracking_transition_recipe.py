@@ -1,0 +1,172 @@
+"""Issue 28: the state-tracking settings `freeze_embedding` (the token embedding is not trained) and
+`transition_lr_scale` (the learning rate of PD-SSM's direct transition map W_P, as a multiple of learning_rate):
+their validation, the optimizer they build, a run that keeps the embedding, the record and the resume check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hf_ssm import HybridSSMForTokenClassification
+from hf_ssm.training.optimization import build_optimizer, build_scheduler
+from hf_ssm.training.recipes import resolve_settings
+from hf_ssm.training.state_tracking import (
+    RESUME_SAFE_SETTINGS,
+    StateTrackingSettings,
+    build_model,
+    train_state_tracking,
+)
+from hf_ssm.training.summary import recipe_overrides
+from model_checks import kill_at_evaluation
+
+DIRECT = {"pd_ssm_transition": "direct", "pd_ssm_output_skip": False}
+TINY = dict(
+    task="parity", hidden_size=16, state_size=4, dict_size=4, num_heads=2, batch_size=8, eval_every=2, save_every=2,
+    num_buckets=1, eval_samples_per_bucket=8, val_samples_per_bucket=4, train_max_length=12, test_min_length=12,
+    test_max_length=20, target_accuracy=1.0, max_steps=4,
+)  # fmt: skip
+
+
+def tiny(**fields) -> StateTrackingSettings:
+    return StateTrackingSettings(**{**TINY, "extra_config": DIRECT, **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"transition_lr_scale": 0.0}, "`transition_lr_scale` must be > 0, got 0.0"),
+        ({"transition_lr_scale": -1.0}, "`transition_lr_scale` must be > 0, got -1.0"),
+        ({"transition_lr_scale": 0.5, "extra_config": {}}, "`transition_lr_scale` = 0.5 scales the learning rate"),
+        (
+            {"transition_lr_scale": 0.5, "pd_ssm_transition": "bank", "extra_config": {}},
+            "needs pd_ssm_transition='direct' (got 'bank'",
+        ),
+    ],
+)
+def test_bad_transition_lr_scale_is_refused_naming_the_field(fields, message):
+    with pytest.raises(ValueError) as err:
+        tiny(**fields).validate()
+    assert message in str(err.value)
+
+
+def test_transition_lr_scale_is_unused_without_a_pd_ssm_layer():
+    """A baseline trained under the same recipe (no pd_ssm layer, so no W_P) accepts the scale and has one group."""
+    settings = tiny(transition_lr_scale=0.5, mixer="diag_lru")
+    settings.validate()
+    assert len(build_optimizer(build_model(settings), settings).param_groups) == 1
+
+
+def test_transition_lr_scale_gives_w_p_its_own_learning_rate_through_the_schedule():
+    """W_P (`transition_proj.weight`) is alone in a group at learning_rate * scale; the warm-up and cosine keep the
+    ratio at every step; with scale 1 there is one group, as before."""
+    settings = tiny(transition_lr_scale=0.25, learning_rate=1e-2, warmup_steps=2, max_steps=6)
+    settings.validate()
+    model = build_model(settings)
+    optimizer = build_optimizer(model, settings)
+    w_p = model.model.layers[0].mixer.transition_proj.weight
+    (scaled,) = [g for g in optimizer.param_groups if any(p is w_p for p in g["params"])]
+    (rest,) = [g for g in optimizer.param_groups if g is not scaled]
+    assert len(scaled["params"]) == 1 and scaled["lr"] == pytest.approx(2.5e-3) and rest["lr"] == pytest.approx(1e-2)
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == len(
+        [p for p in model.parameters() if p.requires_grad]
+    )
+    scheduler = build_scheduler(optimizer, settings)
+    for _ in range(5):
+        optimizer.step()
+        scheduler.step()
+        assert scaled["lr"] == pytest.approx(0.25 * rest["lr"])
+    assert len(build_optimizer(model, tiny()).param_groups) == 1
+
+
+def test_paper_groups_keep_their_order_with_a_scaled_transition():
+    """Weight decay off the embedding and a scaled W_P: [decayed, embedding, W_P] (the first two in the order a saved
+    optimizer state of the paper recipe has them)."""
+    settings = tiny(transition_lr_scale=0.5, weight_decay=0.01, decay_embedding=False)
+    model = build_model(settings)
+    groups = build_optimizer(model, settings).param_groups
+    assert [g["weight_decay"] for g in groups] == [0.01, 0.0, 0.01]
+    assert groups[1]["params"] == [model.get_input_embeddings().weight]
+    assert groups[2]["params"] == [model.model.layers[0].mixer.transition_proj.weight]
+
+
+def test_frozen_embedding_is_left_out_of_the_optimizer_and_never_changes(tmp_path):
+    """freeze_embedding: requires_grad False, in no optimizer group; after training the saved model's embedding is
+    its initial value (the rest has trained), the model reloads with the same outputs, and results.json and the
+    summary's overrides record both settings."""
+    settings = tiny(freeze_embedding=True, transition_lr_scale=0.5)
+    initial = build_model(settings)
+    embedding = initial.get_input_embeddings().weight
+    assert not embedding.requires_grad
+    assert all(p is not embedding for g in build_optimizer(initial, settings).param_groups for p in g["params"])
+    results = train_state_tracking(settings, tmp_path)
+    saved = HybridSSMForTokenClassification.from_pretrained(tmp_path / "model").eval()
+    assert torch.equal(saved.get_input_embeddings().weight, embedding.detach())
+    w_p = "model.layers.0.mixer.transition_proj.weight"
+    assert not torch.equal(saved.state_dict()[w_p], initial.state_dict()[w_p])
+    ids = torch.randint(1, 3, (2, 9))
+    trained = build_model(settings)
+    trained.load_state_dict(saved.state_dict())
+    torch.testing.assert_close(trained.eval()(ids).logits, saved(ids).logits)
+    assert (results["freeze_embedding"], results["transition_lr_scale"]) == (True, 0.5)
+    recorded = json.loads((tmp_path / "settings.json").read_text())
+    overrides = recipe_overrides(recorded, "default")
+    assert overrides["freeze_embedding"] is True and overrides["transition_lr_scale"] == 0.5
+
+
+@pytest.mark.parametrize(("field", "value"), [("freeze_embedding", True), ("transition_lr_scale", 0.5)])
+def test_resume_refuses_a_changed_freeze_or_transition_lr(tmp_path, monkeypatch, field, value):
+    """Both change the training of every later step: not resume-safe, so a changed value is refused by name."""
+    import hf_ssm.training.state_tracking as st
+
+    assert field not in RESUME_SAFE_SETTINGS
+    settings = tiny(max_steps=8, min_steps=8)  # no early stop before the kill
+    kill_at_evaluation(monkeypatch, st, 3, train_state_tracking, settings, tmp_path)
+    changed = tiny(max_steps=8, min_steps=8, **{field: value})
+    with pytest.raises(ValueError, match=f"{field} "):
+        train_state_tracking(changed, tmp_path, resume=True)
+
+
+def test_direct_recipe_builds_the_documented_model_and_optimizer():
+    """--recipe direct: one post-norm PD-SSM layer, d = 256, P_t from W_P RMSNorm(u_t) with W_P ~ N(0, 0.02^2), no
+    D_skip, C frozen at its random N(0, 0.02^2) init, the embedding frozen; W_P at 1e-2 / 256 and everything else at a constant 1e-2 (no warm-up, no
+    clipping); stop at 100 % validation within 2,000 steps."""
+    settings = StateTrackingSettings(**resolve_settings("direct", {"task": "a5"}))
+    settings.validate()
+    model = build_model(settings)
+    config, mixer = model.config, model.model.layers[0].mixer
+    assert (config.mixers, config.block_type, config.hidden_size) == (["pd_ssm"], "post_norm_mixer", 256)
+    assert (config.pd_ssm_num_heads, config.pd_ssm_head_state_size) == (16, 8)
+    assert (config.pd_ssm_transition, config.pd_ssm_transition_norm, config.pd_ssm_output_skip) == (
+        "direct",
+        True,
+        False,
+    )
+    assert (config.pd_ssm_diagonal, config.pd_ssm_input, config.pd_ssm_initial_state) == ("unit", "none", "one_hot")
+    assert (
+        mixer.out_proj.weight.std().item() == pytest.approx(0.02, rel=0.05) and not mixer.out_proj.weight.requires_grad
+    )
+    assert mixer.transition_proj.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert not model.get_input_embeddings().weight.requires_grad and mixer.transition_norm.weight.requires_grad
+    optimizer = build_optimizer(model, settings)
+    (scaled,) = [g for g in optimizer.param_groups if any(p is mixer.transition_proj.weight for p in g["params"])]
+    assert scaled["lr"] == pytest.approx(1e-2 / 256) and len(scaled["params"]) == 1
+    scheduler = build_scheduler(optimizer, settings)
+    for _ in range(3):
+        assert [g["lr"] for g in optimizer.param_groups] == [1e-2, 1e-2 / 256]
+        optimizer.step()
+        scheduler.step()
+    assert (settings.grad_clip, settings.target_accuracy, settings.max_steps) == (0.0, 1.0, 2000)
+
+
+def test_constant_schedule_warms_up_then_holds_the_peak():
+    settings = tiny(lr_schedule="constant", warmup_steps=4, learning_rate=1e-2, max_steps=10)
+    optimizer = build_optimizer(build_model(settings), settings)
+    scheduler = build_scheduler(optimizer, settings)
+    lrs = []
+    for _ in range(10):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[:4] == pytest.approx([2.5e-3, 5e-3, 7.5e-3, 1e-2]) and lrs[4:] == [1e-2] * 6
