@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from .recipes import resolve_settings
-from .state_tracking import StateTrackingSettings
+from .state_tracking_settings import StateTrackingSettings
 
 KEY = ("task", "mixer", "recipe", "seed", "run")
 
