@@ -55,6 +55,7 @@ def main() -> None:
         help="add this many times one shared random vector to every embedding (an LLM's anisotropic features)",
     )  # fmt: skip
     p.add_argument("--center", action="store_true", help="subtract the embeddings' mean (a centred adapter input)")
+    p.add_argument("--selection_init_scale", type=float, default=1.0, help="multiply W_s's initial weights by this")
     p.add_argument("--steps", type=int, default=800)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
@@ -79,6 +80,8 @@ def main() -> None:
         if args.center:
             embed.weight.sub_(embed.weight.mean(0))
     adapter = SSMAdapter(config, args.width)
+    with torch.no_grad():
+        adapter.mixer.selection.weight.mul_(args.selection_init_scale)
     optimizer = torch.optim.AdamW([q for q in adapter.parameters() if q.requires_grad], lr=args.lr, weight_decay=0)
     began, curve = time.process_time(), []
     for step in range(1, args.steps + 1):
