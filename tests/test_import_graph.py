@@ -29,8 +29,8 @@ def modules() -> dict[str, object]:
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the package modules it imports anywhere in its file. `from P import x` counts P.x where that is
-    a module (else P itself); a relative import resolves against the importing module's package."""
+    """Module -> the package modules it imports anywhere in its file. `from P import x` counts P (whose __init__
+    runs) and P.x where that is a module; a relative import resolves against the importing module's package."""
     known = modules()
     graph = {}
     for name, path in known.items():
@@ -45,8 +45,9 @@ def import_graph() -> dict[str, set[str]]:
                     source = ".".join(base + ([node.module] if node.module else []))
                 else:
                     source = node.module
-                submodules = [f"{source}.{alias.name}" for alias in node.names if f"{source}.{alias.name}" in known]
-                targets.update(submodules or [source])
+                # `from P import x` runs P's __init__ too: an edge to P, and to P.x where that is a module
+                targets.add(source)
+                targets.update(f"{source}.{alias.name}" for alias in node.names)
         graph[name] = {t for t in targets if t in known and t != name}
     return graph
 

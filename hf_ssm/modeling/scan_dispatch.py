@@ -52,7 +52,7 @@ def _load_kernels():
     """(hf_ssm.kernels or None, reason it is unusable or None); imported once, on first need."""
     if not _kernels_cache:
         try:
-            from hf_ssm import kernels as module
+            import hf_ssm.kernels as module  # the submodule only: `from hf_ssm import` would name the package root
         except ImportError as exc:
             _kernels_cache.append((None, f"hf_ssm.kernels cannot be imported ({exc})"))
         else:
