@@ -5,7 +5,7 @@ validation; the settings a resumed run may change; and `model_config`, the Hybri
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..data import TASK_NAMES, get_task
 from ..data.state_tracking import SUPERVISIONS
@@ -201,15 +201,8 @@ def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
         stack_config_fields(settings, pattern, ssm_mixer),
         vocab_size=task.vocab_size,
         max_position_embeddings=max(settings.test_max_length, settings.train_max_length),
-        pd_ssm_initial_state=settings.pd_ssm_initial_state,
-        pd_ssm_diagonal=settings.pd_ssm_diagonal,
-        pd_ssm_input=settings.pd_ssm_input,
-        pd_ssm_transition=settings.pd_ssm_transition,
-        pd_ssm_transition_init_scale=settings.pd_ssm_transition_init_scale,
-        pd_ssm_transition_norm=settings.pd_ssm_transition_norm,
-        pd_ssm_output_skip=settings.pd_ssm_output_skip,
-        pd_ssm_output_init=settings.pd_ssm_output_init,
-        pd_ssm_output_trainable=settings.pd_ssm_output_trainable,
+        # every pd_ssm_* setting is the HybridSSMConfig field of the same name
+        **{f.name: getattr(settings, f.name) for f in fields(settings) if f.name.startswith("pd_ssm_")},
         block_type=settings.block_type,
         block_dropout=settings.block_dropout,
         num_labels=task.num_classes,
