@@ -32,6 +32,8 @@ from .attention import HybridSSMRMSNorm
 from .pd_bank import bank_indices, gather_bank
 from .pd_ops import dictionary_indices
 from .scan_dispatch import scan_ops
+from .scan_pd import as_complex
+from .scan_pd import as_pairs as real_pairs  # `as_pairs` is also the flag of diagonal() / step_inputs()
 
 
 def _is_plain_linear(module: nn.Module) -> bool:
@@ -54,12 +56,6 @@ def _diagonal_from_gates(magnitude: torch.Tensor, phase: torch.Tensor, as_pairs:
 
 
 _SQRT_HALF = math.sqrt(0.5)
-
-
-def _real_pairs(states: torch.Tensor) -> torch.Tensor:
-    """(..., N, 2) float (re, im) pairs of complex states (a view), or the states themselves when already pairs (a
-    compiled decode step computes in pairs, scan_pd.pd_step)."""
-    return torch.view_as_real(states) if states.is_complex() else states
 
 
 def _exact_gelu(x: torch.Tensor) -> torch.Tensor:
@@ -377,7 +373,7 @@ class PDSSMMixer(nn.Module):
         selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
         op = self.scan_op(u.device)
         states, final = op(selection, self.dictionary, dv, b, x0, mask, self.temperature)
-        pairs = _real_pairs(states).reshape(batch, 1, 2 * h * n).to(out_weight.dtype)
+        pairs = real_pairs(states).reshape(batch, 1, 2 * h * n).to(out_weight.dtype)
         y = nn.functional.linear(pairs, out_weight)
         if self.skip is None:
             return y.to(u.dtype), final
@@ -406,7 +402,7 @@ class PDSSMMixer(nn.Module):
         else:
             states, final = self._generated_scan(u, x0, mask)
         # per head [Re x, Im x] (B, T, H * 2N): the (re, im) pairs moved to the front of each head's state, one copy
-        features = _real_pairs(states).transpose(-1, -2).reshape(batch, steps, -1)
+        features = real_pairs(states).transpose(-1, -2).reshape(batch, steps, -1)
         # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
         y = self.out_proj(features.to(self.out_proj.weight.dtype))
         if self.skip is not None:
@@ -417,11 +413,9 @@ class PDSSMMixer(nn.Module):
         """x_0 from a passed state: complex (B, H, N), or real (B, H, N, 2) pairs as the model's cache holds it
         (modeling_hybrid_ssm: a complex state is cached as pairs). Pairs stay pairs in a compiled step (the decode
         step then has no complex op), and become a complex64 view otherwise."""
-        if state.is_complex():
-            return state.to(self.state_dtype)
-        if torch.compiler.is_compiling():
-            return state.float()
-        return torch.view_as_complex(state.float().contiguous())
+        if torch.compiler.is_compiling() and not state.is_complex():
+            return real_pairs(state)
+        return as_complex(state)
 
     def _generated_scan(self, u, x0, mask):
         """The dictionary or bank transition through this mixer's op: (states, final state)."""

@@ -239,7 +239,7 @@ def is_decode_step(steps: int, *tensors: torch.Tensor | None) -> bool:
     return steps == 1 and not needs_grad(*tensors)
 
 
-def _as_pairs(t: torch.Tensor) -> torch.Tensor:
+def as_pairs(t: torch.Tensor) -> torch.Tensor:
     """float32 (..., 2) (re, im) pairs, from complex (a view) or from real pairs."""
     return torch.view_as_real(t) if t.is_complex() else (t if t.dtype == torch.float32 else t.float())
 
@@ -264,8 +264,8 @@ def pd_step(idx, dv, b, x0=None, mask=None):
 def _pd_step_in_pairs(idx, dv, b, x0, mask):
     """``pd_step``'s update b + P D x0 in real (re, im) pairs, for torch.compile (inductor generates no code for
     complex operators, which would then run one by one in eager). Returns real pairs (see ``pd_step``)."""
-    dv, b = _as_pairs(dv)[:, 0], _as_pairs(b)[:, 0]  # (B, H, N, 2)
-    x0 = torch.zeros_like(b) if x0 is None else _as_pairs(x0)
+    dv, b = as_pairs(dv)[:, 0], as_pairs(b)[:, 0]  # (B, H, N, 2)
+    x0 = torch.zeros_like(b) if x0 is None else as_pairs(x0)
     (dr, di), (xr, xi) = dv.unbind(-1), x0.unbind(-1)
     rotated = torch.stack((dr * xr - di * xi, dr * xi + di * xr), dim=-1)
     x = b.clone().scatter_add_(-2, idx.unsqueeze(-1).expand_as(rotated), rotated)
@@ -273,4 +273,13 @@ def _pd_step_in_pairs(idx, dv, b, x0, mask):
     return x.unsqueeze(1), x
 
 
-__all__ = ["as_complex", "check_pd_inputs", "is_decode_step", "needs_grad", "pd_scan", "pd_scan_backward", "pd_step"]
+__all__ = [
+    "as_complex",
+    "as_pairs",
+    "check_pd_inputs",
+    "is_decode_step",
+    "needs_grad",
+    "pd_scan",
+    "pd_scan_backward",
+    "pd_step",
+]
