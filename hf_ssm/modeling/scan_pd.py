@@ -268,7 +268,11 @@ def _pd_step_in_pairs(idx, dv, b, x0, mask):
     x0 = torch.zeros_like(b) if x0 is None else as_pairs(x0)
     (dr, di), (xr, xi) = dv.unbind(-1), x0.unbind(-1)
     rotated = torch.stack((dr * xr - di * xi, dr * xi + di * xr), dim=-1)
-    x = b.clone().scatter_add_(-2, idx.unsqueeze(-1).expand_as(rotated), rotated)
+    # P (D x0) as a sum against the one-hot matrix of idx rather than a scatter-add: inductor fuses this with the
+    # rest of the step into one loop, where scatter_add_ stays a separate ATen call (BENCHMARKS.md, bench_compile).
+    rows = torch.arange(idx.shape[-1], device=idx.device).view(-1, 1)
+    one_hot = (idx.unsqueeze(-2) == rows).to(rotated.dtype)  # (B, H, N, N): [i, j] = 1 where column j goes to row i
+    x = b + (one_hot.unsqueeze(-1) * rotated.unsqueeze(-3)).sum(-2)
     x = step_where_kept(mask, x, x0)
     return x.unsqueeze(1), x
 

@@ -291,6 +291,25 @@ def test_single_step_without_gradient_is_the_one_update(kind, monkeypatch):
             assert torch.equal(masked[1], x0[1]) and torch.equal(masked[0], final[0])
 
 
+def test_compiled_step_in_pairs_equals_the_scatter_step():
+    """The step torch.compile runs (scan_pd._pd_step_in_pairs: real pairs, P D x0 as a one-hot sum) equals the
+    eager complex scatter-add step where several columns land in one row (they add) and where a row is masked out
+    (it keeps x0)."""
+    batch, heads, n = 3, 2, 5
+    gen = torch.Generator().manual_seed(3)
+    idx = torch.randint(0, n, (batch, heads, n), generator=gen)
+    idx[0, 0] = torch.tensor([1, 1, 1, 4, 0])  # three columns into row 1, rows 2 and 3 empty
+    dv, b = (torch.randn(batch, 1, heads, n, dtype=torch.complex64, generator=gen) for _ in range(2))
+    x0 = torch.randn(batch, heads, n, dtype=torch.complex64, generator=gen)
+    mask = torch.tensor([[True], [False], [True]])
+    expected = torch.where(mask.view(-1, 1, 1), b[:, 0].clone().scatter_add_(-1, idx, dv[:, 0] * x0), x0)
+    pairs = [torch.view_as_real(t) for t in (dv, b, x0)]
+    states, final = scan_pd._pd_step_in_pairs(idx, *pairs, mask)
+    assert final.shape == (batch, heads, n, 2) and torch.equal(states[:, 0], final)
+    assert torch.allclose(torch.view_as_complex(final), expected, atol=1e-6)
+    assert torch.equal(final[1], pairs[2][1])
+
+
 @needs_kernels
 @pytest.mark.parametrize("kind", ["dictionary", "bank", "given"])
 def test_single_step_is_the_torch_step_on_the_triton_backend(kind, monkeypatch):
