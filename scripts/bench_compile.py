@@ -66,14 +66,15 @@ def summary(times: dict, per_unit: float, unit: str) -> dict:
 
 
 def _fmt(r: dict) -> str:
-    return f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f})"
+    low, high = r["median_ci95"]
+    return f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f}; median 95 % interval {low:.2f}-{high:.2f})"
 
 
 def markdown(results: dict) -> str:
     lines = [
         f"4-layer SASA hybrid vs Qwen2ForCausalLM (bench_hybrid.py's models), torch {results['torch']}, "
         f"{results['threads']} torch threads, load average {results['load_average']} -> {results['load_average_end']}. "
-        "Ratios of times: median over interleaved rounds (min-max).",
+        "Ratios of times: median over interleaved rounds (min-max; the median's bootstrap interval).",
         "",
     ]
     d = results.get("decode")
