@@ -56,6 +56,11 @@ def main() -> None:
     )  # fmt: skip
     p.add_argument("--center", action="store_true", help="subtract the embeddings' mean (a centred adapter input)")
     p.add_argument("--selection_init_scale", type=float, default=1.0, help="multiply W_s's initial weights by this")
+    p.add_argument(
+        "--selection_lr_scale", type=float, default=1.0,
+        help="W_s's learning rate is lr x this (the other weights keep lr): e.g. 64 / width, so that a step moves a "
+        "token's selection logits as far at every width (issue 28's transition_lr_scale)",
+    )  # fmt: skip
     p.add_argument("--steps", type=int, default=800)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
@@ -82,7 +87,11 @@ def main() -> None:
     adapter = SSMAdapter(config, args.width)
     with torch.no_grad():
         adapter.mixer.selection.weight.mul_(args.selection_init_scale)
-    optimizer = torch.optim.AdamW([q for q in adapter.parameters() if q.requires_grad], lr=args.lr, weight_decay=0)
+    selection = [q for q in adapter.mixer.selection.parameters() if q.requires_grad]
+    chosen = {id(q) for q in selection}
+    rest = [q for q in adapter.parameters() if q.requires_grad and id(q) not in chosen]
+    groups = [{"params": rest}, {"params": selection, "lr": args.lr * args.selection_lr_scale}]
+    optimizer = torch.optim.AdamW(groups, lr=args.lr, weight_decay=0)
     began, curve = time.process_time(), []
     for step in range(1, args.steps + 1):
         ids, mask, answer = batch(task, rng, 32, 1, 10, args.fillers, args.filler_vocab)
