@@ -54,6 +54,8 @@ class SSMAdapter(nn.Module):
         self.config = config
         self.norm = HybridSSMRMSNorm(hidden_size, eps=config.norm_eps)
         self.mixer = SSM_MIXER_CLASSES[config.mixer](mixer_config(config, hidden_size), 0)
+        # parameters the mixer's own settings keep fixed (e.g. pd_ssm_output_trainable=False): never trainable either
+        self._fixed_by_mixer = {f"mixer.{n}" for n, p in self.mixer.named_parameters() if not p.requires_grad}
         if config.readout == "lm_head":
             self.out_proj = nn.Linear(hidden_size, hidden_size, bias=False)
             # Zero init: a freshly attached adapter adds exactly 0, so the base's logits are bit-identical.
@@ -77,8 +79,9 @@ class SSMAdapter(nn.Module):
         return out
 
     def set_trainable(self, trainable: bool = True) -> None:
-        """requires_grad on every parameter except the frozen mixer parameters (never trainable)."""
-        frozen = set(self.frozen_parameter_names())
+        """requires_grad on every parameter except the mixer parameters that are never trainable: those named by
+        `frozen_mixer_parameters` and those the mixer's settings keep fixed (`pd_ssm_output_trainable=False`)."""
+        frozen = set(self.frozen_parameter_names()) | self._fixed_by_mixer
         for name, param in self.named_parameters():
             param.requires_grad_(trainable and name not in frozen)
 

@@ -582,6 +582,19 @@ def test_frozen_mixer_parameters_stay_frozen_through_save_and_load(tmp_path):
         attach_ssm_adapter(tiny_base(), adapter_config(frozen_mixer_parameters=["gamma"]))
 
 
+def test_a_mixer_setting_that_fixes_c_holds_in_the_adapter(tmp_path):
+    """pd_ssm_output_trainable=False keeps the PD-SSM's C out of the adapter's trainable parameters, after attaching
+    and after a trainable reload (the adapter used to switch every mixer parameter back on)."""
+    config = adapter_config(mixer_settings={**PD_SETTINGS, "pd_ssm_output_trainable": False})
+    adapted = attach_ssm_adapter(tiny_base(), config)
+    fixed = {n for n, p in adapted.ssm_adapter.named_parameters() if not p.requires_grad}
+    assert fixed == {"mixer.out_proj.weight"}
+    assert all(p.requires_grad for p in adapted.adapter_parameters())
+    adapted.save_pretrained(tmp_path)
+    reloaded = load_ssm_adapter(tiny_base(), tmp_path, is_trainable=True)
+    assert {n for n, p in reloaded.ssm_adapter.named_parameters() if not p.requires_grad} == fixed
+
+
 def _padded_batch(seed: int = 5):
     """Three left-padded rows of lengths 9, 6, 4 with collate_nl_state_tracking's mask and position ids."""
     from hf_ssm.data.nl_state_tracking import collate_nl_state_tracking
