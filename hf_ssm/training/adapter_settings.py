@@ -105,6 +105,10 @@ class AdapterExperimentSettings:
     # and every token's selection starts biased towards it by this logit, the other entries random; None = off.
     # Pair it with --dictionary_diagonal_init 0 so that the other entries are distinct random transitions.
     identity_entry_logit: float | None = None
+    # PD-SSM (HybridSSMConfig.pd_ssm_output_skip): whether the mixer's output adds D_skip u; None = the mixer's
+    # default (True). False, with "out_proj" in frozen_mixer_parameters, hands the readout the automaton states
+    # through a fixed map only (a trained map there breaks the straight-through search: RESULTS.md, issue 26).
+    output_skip: bool | None = None
     # Mixer parameters kept at their (near-identity) start: for the PD-SSM, D's magnitude and phase MLPs, so the
     # state is carried by the exact permutations P (a trained D fits the training lengths but drifts on longer
     # stories; RESULTS.md). "" trains everything.
@@ -158,7 +162,7 @@ class AdapterExperimentSettings:
         check_choice("input_map", self.input_map, PD_SSM_INPUTS)
         check_choice("transition", self.transition, PD_SSM_TRANSITIONS)
         if self.mixer != "pd_ssm":
-            for name in ("dictionary_diagonal_init", "identity_entry_logit"):
+            for name in ("dictionary_diagonal_init", "identity_entry_logit", "output_skip"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"`{name}` applies to the pd_ssm mixer only, got mixer={self.mixer!r}")
         if self.input_map == "none" and self.initial_state == "zeros":
@@ -221,6 +225,8 @@ class AdapterExperimentSettings:
                 settings["pd_ssm_dictionary_diagonal_init"] = self.dictionary_diagonal_init
             if self.identity_entry_logit is not None:
                 settings["pd_ssm_identity_entry_logit"] = self.identity_entry_logit
+            if self.output_skip is not None:
+                settings["pd_ssm_output_skip"] = self.output_skip
         frozen = [n.strip() for n in self.frozen_mixer_parameters.split(",") if n.strip()]
         return SSMAdapterConfig(
             mixer=self.mixer, mixer_settings=settings, layer_index=self.layer_index, frozen_mixer_parameters=frozen

@@ -775,3 +775,21 @@ def test_experiment_identity_entry_logit_reaches_the_mixer_and_is_pd_ssm_only():
     for name in ("identity_entry_logit", "dictionary_diagonal_init"):
         with pytest.raises(ValueError, match=f"{name}.*pd_ssm"):
             AdapterExperimentSettings(mixer="diag_lru", **{name: 1.0}).validate()
+
+
+def test_experiment_output_skip_reaches_the_mixer_and_is_pd_ssm_only():
+    """--output_skip false removes the mixer's D_skip u (with out_proj frozen the readout sees the states through a
+    fixed map only); the default keeps the mixer's own default; with another mixer the flag is refused."""
+    from hf_ssm.adapters.layer import SSMAdapter
+    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+
+    def adapter(**values):
+        settings = AdapterExperimentSettings(state_size=8, dict_size=4, **values)
+        settings.validate()
+        return SSMAdapter(settings.adapter_config(), 32)
+
+    assert adapter().mixer.skip is not None
+    fixed = adapter(output_skip=False, frozen_mixer_parameters="magnitude,phase,out_proj")
+    assert fixed.mixer.skip is None and not fixed.mixer.out_proj.weight.requires_grad
+    with pytest.raises(ValueError, match="output_skip.*pd_ssm"):
+        AdapterExperimentSettings(mixer="diag_lru", output_skip=False).validate()
