@@ -61,6 +61,10 @@ def main() -> None:
         help="W_s's learning rate is lr x this (the other weights keep lr): e.g. 64 / width, so that a step moves a "
         "token's selection logits as far at every width (issue 28's transition_lr_scale)",
     )  # fmt: skip
+    p.add_argument(
+        "--classifier_lr_scale", type=float, default=1.0,
+        help="the classifier's learning rate is lr x this (like --selection_lr_scale; the adapter's readout_learning_rate)",
+    )  # fmt: skip
     p.add_argument("--steps", type=int, default=800)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
@@ -88,9 +92,14 @@ def main() -> None:
     with torch.no_grad():
         adapter.mixer.selection.weight.mul_(args.selection_init_scale)
     selection = [q for q in adapter.mixer.selection.parameters() if q.requires_grad]
-    chosen = {id(q) for q in selection}
+    classifier = [q for q in adapter.classifier.parameters() if q.requires_grad]
+    chosen = {id(q) for q in selection + classifier}
     rest = [q for q in adapter.parameters() if q.requires_grad and id(q) not in chosen]
-    groups = [{"params": rest}, {"params": selection, "lr": args.lr * args.selection_lr_scale}]
+    groups = [
+        {"params": rest},
+        {"params": selection, "lr": args.lr * args.selection_lr_scale},
+        {"params": classifier, "lr": args.lr * args.classifier_lr_scale},
+    ]
     optimizer = torch.optim.AdamW(groups, lr=args.lr, weight_decay=0)
     began, curve = time.process_time(), []
     for step in range(1, args.steps + 1):
