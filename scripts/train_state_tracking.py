@@ -19,10 +19,11 @@ those declared safe: how often it evaluates / checkpoints, when it stops, how ma
 
 Model selection (hf_ssm/training/state_tracking.py): every --eval_every steps the model is scored on held-out
 validation sequences at the test lengths (--validation_lengths test, the default; "train" selects on the
-training lengths instead), and the best-scoring weights are kept. --restarts R trains seeds seed..seed+R-1 in
-seed_<s>/ folders and keeps the restart with the best validation accuracy; it applies to the PD-SSM runs, the
-baselines (every other mixer) train --baseline_restarts seeds (default 1: a baseline gets no second chance that
-would only cost time). The test sequences use their own seed and are scored once, at the end.
+training lengths instead), and the best-scoring weights are kept. --restarts R trains seeds seed, seed + 1000, ...,
+seed + 1000 (R - 1) in seed_<s>/ folders (runs of consecutive seeds share no restart) and keeps the restart with the
+best validation accuracy; it applies to the PD-SSM runs, the baselines (every other mixer) train
+--baseline_restarts seeds (default 1: a baseline gets no second chance that would only cost time). The test
+sequences use their own seed and are scored once, at the end.
 
 Recipes (hf_ssm/training/recipes.py): --recipe default (the package's protocol, the defaults shown below),
 --recipe direct (issue 28: the minimal automaton as a layer, transitions W_P RMSNorm(frozen embedding) at lr / d, a

@@ -197,7 +197,8 @@ def train_state_tracking(
 def train_with_restarts(
     settings: StateTrackingSettings, run_dir: str | Path, resume: bool = False, validated: bool = False
 ) -> dict:
-    """Train `settings.restarts` seeds (run_dir/seed_<s>/ each) and keep the best by validation accuracy.
+    """Train `settings.restarts` seeds (`restart_seeds`: seed, seed + 1000, ...; run_dir/seed_<s>/ each) and keep
+    the best by validation accuracy.
 
     Ties go to the earlier seed. Stops starting new seeds once one reaches `target_accuracy` on validation.
     run_dir gets the kept run's model/, results.json (with every restart listed under "restarts", and
@@ -248,9 +249,21 @@ def train_with_restarts(
     return results
 
 
+# Restart r of a run with seed s trains seed s + r * RESTART_SEED_STRIDE: runs of consecutive seeds (0, 1, 2, ...)
+# then never share a restart, so R restarts of 5 seeds are 5 R different trainings. (Before issue 28 restart r
+# trained seed s + r: seed 0's second restart was seed 1's first, the same training, so "5 of 5 seeds" counted it
+# twice.)
+RESTART_SEED_STRIDE = 1000
+
+
+def restart_seeds(seed: int, restarts: int) -> list[int]:
+    """The seeds a run's restarts train, in order: seed, seed + 1000, seed + 2000, ..."""
+    return [seed + r * RESTART_SEED_STRIDE for r in range(restarts)]
+
+
 def _restart_runs(settings: StateTrackingSettings, run_dir: Path) -> list[tuple[StateTrackingSettings, Path]]:
-    """(settings, folder) of every restart: seeds seed, seed+1, ... in run_dir/seed_<s>/."""
-    seeded = [replace(settings, seed=settings.seed + offset, restarts=1) for offset in range(settings.restarts)]
+    """(settings, folder) of every restart: the seeds of `restart_seeds`, each in run_dir/seed_<s>/."""
+    seeded = [replace(settings, seed=s, restarts=1) for s in restart_seeds(settings.seed, settings.restarts)]
     return [(s, run_dir / f"seed_{s.seed}") for s in seeded]
 
 

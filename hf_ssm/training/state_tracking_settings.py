@@ -97,8 +97,9 @@ class StateTrackingSettings:
     far_samples_per_bucket: int = field(default=256, metadata={"help": "sequences per far length"})
     save_every: int = 500
     seed: int = 0
-    # Random restarts (train_with_restarts): seeds seed, seed+1, ...; the restart with the best validation accuracy
-    # is kept, and no further restart starts once one reaches target_accuracy. The test set never takes part.
+    # Random restarts (train_with_restarts): seeds seed, seed + 1000, seed + 2000, ... (state_tracking.restart_seeds:
+    # runs of consecutive seeds share no restart); the restart with the best validation accuracy is kept, and no
+    # further restart starts once one reaches target_accuracy. The test set never takes part.
     restarts: int = 3
     # Issue 14 (hf_ssm/training/recipes.py): the recipe these values came from (a label, recorded in the
     # summary); which positions are supervised ("every" prefix label or only the "last" token); the block around

@@ -191,13 +191,14 @@ def test_summary_merges_runs_and_replaces_a_rewritten_run(tmp_path):
 
 
 def test_script_run_writes_one_summary_record_per_restart_seed(tmp_path):
-    """A tiny paper-recipe run with 2 restarts (flags overriding the sizes) merges both seeds into --summary."""
+    """A tiny paper-recipe run with 2 restarts (flags overriding the sizes) merges both seeds into --summary, each
+    with its own far-length scores."""
     summary = tmp_path / "summary.json"
     tiny = [
         "--hidden_size", "16", "--state_size", "4", "--dict_size", "4", "--batch_size", "8", "--max_steps", "4",
         "--eval_every", "2", "--num_buckets", "2", "--eval_samples_per_bucket", "8", "--val_samples_per_bucket",
         "4", "--train_max_length", "12", "--test_min_length", "12", "--test_max_length", "30", "--restarts", "2",
-        "--target_accuracy", "1.0",
+        "--target_accuracy", "1.0", "--far_lengths", "40,50", "--far_samples_per_bucket", "2",
     ]  # fmt: skip
     result = run_script(
         "train_state_tracking", "--recipe", "paper", "--task", "parity", "--mixer", "pd_ssm", "--output_dir",
@@ -205,7 +206,8 @@ def test_script_run_writes_one_summary_record_per_restart_seed(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     records = json.loads(summary.read_text())
-    assert [(r["recipe"], r["seed"]) for r in records] == [("paper", 0), ("paper", 1)]
+    assert [(r["recipe"], r["seed"]) for r in records] == [("paper", 0), ("paper", 1000)]
+    assert [set(r["far_accuracy_by_length"]) for r in records] == [{"40", "50"}] * 2
     assert json.loads((tmp_path / "run" / "summary.json").read_text()) == records
     assert "minimal DFA of parity: 2 states" in result.stdout and "best validation accuracy" in result.stdout
     settings = json.loads((tmp_path / "run" / "settings.json").read_text())

@@ -267,23 +267,33 @@ RESTART_SETTINGS = dict(
 
 
 def test_restarts_keep_the_seed_with_the_best_validation_accuracy(tmp_path, monkeypatch):
-    _scripted_validation(monkeypatch, {5: 0.4, 6: 0.9, 7: 0.6})
+    _scripted_validation(monkeypatch, {5: 0.4, 1005: 0.9, 2005: 0.6})
     results = train_with_restarts(StateTrackingSettings(**RESTART_SETTINGS), tmp_path)
-    assert results["seed"] == 6 and [r["seed"] for r in results["restarts"]] == [5, 6, 7]
+    assert results["seed"] == 1005 and [r["seed"] for r in results["restarts"]] == [5, 1005, 2005]
     assert results["train_seconds"] == pytest.approx(sum(r["train_seconds"] for r in results["restarts"]))
     kept = HybridSSMForTokenClassification.from_pretrained(tmp_path / "model").state_dict()
-    seed_6 = HybridSSMForTokenClassification.from_pretrained(tmp_path / "seed_6" / "model").state_dict()
+    seed_1005 = HybridSSMForTokenClassification.from_pretrained(tmp_path / "seed_1005" / "model").state_dict()
     seed_5 = HybridSSMForTokenClassification.from_pretrained(tmp_path / "seed_5" / "model").state_dict()
-    assert all(torch.equal(kept[k], seed_6[k]) for k in kept)
+    assert all(torch.equal(kept[k], seed_1005[k]) for k in kept)
     assert not all(torch.equal(kept[k], seed_5[k]) for k in kept)
-    assert json.loads((tmp_path / "results.json").read_text())["seed"] == 6
+    assert json.loads((tmp_path / "results.json").read_text())["seed"] == 1005
+
+
+def test_restarts_of_consecutive_seeds_never_train_the_same_seed():
+    """Restart r of seed s trains s + 1000 r: seeds 0..4 with 3 restarts each are 15 different trainings (with
+    s + r, seed 0's second restart was seed 1's first, and a "5 of 5 seeds" result counted it twice)."""
+    from hf_ssm.training.state_tracking import restart_seeds
+
+    assert restart_seeds(5, 3) == [5, 1005, 2005] and restart_seeds(5, 1) == [5]
+    trained = [s for seed in range(5) for s in restart_seeds(seed, 3)]
+    assert len(set(trained)) == 15
 
 
 def test_restarts_stop_once_validation_reaches_the_target(tmp_path, monkeypatch):
-    _scripted_validation(monkeypatch, {5: 0.3, 6: 0.97, 7: 1.0})
+    _scripted_validation(monkeypatch, {5: 0.3, 1005: 0.97, 2005: 1.0})
     results = train_with_restarts(StateTrackingSettings(**RESTART_SETTINGS), tmp_path)
-    assert results["seed"] == 6 and [r["seed"] for r in results["restarts"]] == [5, 6]
-    assert not (tmp_path / "seed_7").exists()
+    assert results["seed"] == 1005 and [r["seed"] for r in results["restarts"]] == [5, 1005]
+    assert not (tmp_path / "seed_2005").exists()
 
 
 def _interrupted_run(run_dir: Path, monkeypatch, **overrides) -> dict:
@@ -333,7 +343,7 @@ def test_resume_accepts_safe_changes_and_counts_the_time_before_the_interruption
 def test_script_resume_checks_every_restart_before_training(tmp_path, monkeypatch, capsys):
     """The script compares the settings of every restart (finished or interrupted) before any run starts; --resume
     needs --output_dir (it used to start a fresh time-stamped run)."""
-    _scripted_validation(monkeypatch, {5: 0.4, 6: 0.5, 7: 0.6})
+    _scripted_validation(monkeypatch, {5: 0.4, 1005: 0.5, 2005: 0.6})
     train_with_restarts(StateTrackingSettings(**RESTART_SETTINGS), tmp_path)
     script = load_script("train_state_tracking")
     args = [f"--{k}={v}" for k, v in RESTART_SETTINGS.items() if k not in ("task", "learning_rate")]
