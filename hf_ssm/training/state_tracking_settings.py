@@ -74,8 +74,8 @@ class StateTrackingSettings:
     pd_ssm_input: str = "none"
     # How P_t is made and how the states are read (HybridSSMConfig.pd_ssm_transition, pd_ssm_transition_init_scale,
     # pd_ssm_transition_norm, pd_ssm_output_skip, pd_ssm_output_init, pd_ssm_output_trainable); --extra_config wins.
-    # These defaults are the dictionary layer (the `dictionary` recipe); the default recipe reads P_t's logits
-    # straight off the normed token (issue 28, hf_ssm/training/recipes.py).
+    # These defaults are the dictionary layer of the `default` recipe; the `direct` recipe reads P_t's logits
+    # straight off the normed token instead (issue 28, hf_ssm/training/recipes.py).
     pd_ssm_transition: str = "dictionary"
     pd_ssm_transition_init_scale: float = 1.0
     pd_ssm_transition_norm: bool = False
