@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One state-tracking run per seed, each a single seed (--restarts 1), every record merged into
-# results/state_tracking/summary.json. The rows of RESULTS.md "State tracking" come from calls of this script.
+# One state-tracking run per seed, each a single seed (--restarts 1; RESTARTS="" keeps the recipe's own restarts),
+# every record merged into results/state_tracking/summary.json. The rows of RESULTS.md "State tracking" come from calls of this script.
 #
 #   bash scripts/experiments/state_tracking_seeds.sh NAME TASK "SEEDS" [extra flags of train_state_tracking.py]
 #   bash scripts/experiments/state_tracking_seeds.sh par_default parity "0 1 2 3 4"
@@ -15,8 +15,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 name=$1 task=$2 seeds=$3
 shift 3
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1
+restarts=${RESTARTS-1}  # RESTARTS="" leaves --restarts to the recipe (i28_default_recipe.sh)
 for seed in $seeds; do
-    python scripts/train_state_tracking.py --task "$task" --mixer pd_ssm --restarts 1 --seed "$seed" \
+    python scripts/train_state_tracking.py --task "$task" --mixer pd_ssm ${restarts:+--restarts "$restarts"} --seed "$seed" \
         --output_dir "runs/experiments/$name/s$seed" --summary results/state_tracking/summary.json \
         --far_lengths "${FAR_LENGTHS-1000,4000}" \
         ${RESUME:+--resume} "$@"
