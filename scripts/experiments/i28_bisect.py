@@ -46,6 +46,9 @@ _spec.loader.exec_module(reference_automaton)
 # the reference's linear map at the layer's init, N(0, 0.02^2) and a zero bias ("linear_small").
 # "eye_norm": "proj_norm" with C the identity (d = H N): the final norm and the classifier on the states themselves.
 # "eye": C the identity, then the classifier, no norm; "norm": the final norm on the states, then the classifier (no C).
+# "layernorm": the layer's post-norm block with C = the identity and no skip: LayerNorm over [x, Im x = 0] (2 H N
+# features, eps 1e-6), then the classifier. "statenorm": "norm" at any --hidden (the RMSNorm over the H N states;
+# "norm" sizes its norm by --hidden, so it needs --hidden = H N).
 READOUTS = (
     "linear",
     "block",
@@ -57,6 +60,8 @@ READOUTS = (
     "eye_norm",
     "eye",
     "norm",
+    "layernorm",
+    "statenorm",
 )
 
 
@@ -77,7 +82,13 @@ class Variant(reference_automaton.ReferenceAutomaton):
         if readout == "linear_small":
             nn.init.normal_(self.readout.weight, std=0.02)
             nn.init.zeros_(self.readout.bias)
-        if readout not in ("linear", "linear_small"):
+        if readout in ("layernorm", "statenorm"):
+            features = 2 * heads * states if readout == "layernorm" else heads * states
+            self.norm_out = nn.LayerNorm(features, eps=1e-6) if readout == "layernorm" else HybridSSMRMSNorm(features)
+            self.readout = nn.Linear(features, num_classes)
+            nn.init.normal_(self.readout.weight, std=0.02)
+            nn.init.zeros_(self.readout.bias)
+        elif readout not in ("linear", "linear_small"):
             config = HybridSSMConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1)
             self.out_proj = nn.Linear(heads * states, hidden, bias=False)  # C on Re x (Im x = 0 here)
             nn.init.normal_(self.out_proj.weight, std=0.02)
@@ -117,8 +128,10 @@ class Variant(reference_automaton.ReferenceAutomaton):
         states = torch.stack(outs, dim=1)
         if self.readout_kind in ("linear", "linear_small"):
             return self.readout(states)
-        if self.readout_kind == "norm":
+        if self.readout_kind in ("norm", "statenorm"):
             return self.readout(self.norm_out(states))
+        if self.readout_kind == "layernorm":
+            return self.readout(self.norm_out(torch.cat([states, torch.zeros_like(states)], dim=-1)))
         h = self.out_proj(states)
         if self.readout_kind in ("proj_norm", "eye_norm"):
             return self.readout(self.norm_out(h))
@@ -149,6 +162,12 @@ def main(argv=None):
     parser.add_argument(
         "--table_lr", type=float, default=None, help="--table linear: W_P's learning rate (default --lr)"
     )
+    parser.add_argument(
+        "--norm_lr",
+        type=float,
+        default=None,
+        help="--table linear: the learning rate of RMSNorm(embedding)'s gain in front of W_P (default --lr)",
+    )
     parser.add_argument("--config", type=json.loads, default={}, help="--model layer: HybridSSMConfig fields")
     parser.add_argument("--block_type", default="pre_norm_residual")
     parser.add_argument("--opt", choices=("adam", "recipe"), default="adam")
@@ -175,10 +194,14 @@ def main(argv=None):
         if args.freeze_norm:
             model.norm_in.weight.requires_grad_(False)
     params = [p for p in model.parameters() if p.requires_grad]
+    own_lr = {}  # parameter -> its learning rate, where not --lr
     if args.table_lr is not None:
-        params = [
-            {"params": [p for p in params if p is not model.proj.weight]},
-            {"params": [model.proj.weight], "lr": args.table_lr},
+        own_lr[model.proj.weight] = args.table_lr
+    if args.norm_lr is not None:
+        own_lr[model.norm_in.weight] = args.norm_lr
+    if own_lr:
+        params = [{"params": [p for p in params if p not in own_lr]}] + [
+            {"params": [p], "lr": lr} for p, lr in own_lr.items()
         ]
     if args.opt == "adam":
         optimizer, scheduler, clip = torch.optim.Adam(params, lr=args.lr), None, 0.0
@@ -210,6 +233,7 @@ def main(argv=None):
     label += " frozen_embedding" if args.freeze_embed else ""
     label += " frozen_norm" if args.freeze_norm else ""
     label += f" table_lr={args.table_lr}" if args.table_lr is not None else ""
+    label += f" norm_lr={args.norm_lr}" if args.norm_lr is not None else ""
     if args.model == "layer":
         label = f"layer config={json.dumps(args.config)} block={args.block_type} opt={args.opt} lr={args.lr}"
     cells = " ".join(f"{100 * b['accuracy']:.1f}" for b in test)
