@@ -32,7 +32,9 @@ SCAN_BACKENDS = ("auto", "torch", "triton")
 # SwiGLU MLP, or the PD-SSM authors' state-tracking block (post-norm, no residual, no MLP).
 # "mixer_mlp" (issue 28): the pre-norm block without the residual around the mixer, so that what follows reads the
 # mixer's output only (a one-layer automaton's state, not the token embedding beside it).
-BLOCK_TYPES = ("pre_norm_residual", "post_norm_mixer", "mixer_mlp")
+# "mixer_only" (issue 28): the mixer alone on the raw stream, no norm, residual or MLP around it; the model's final
+# RMSNorm then reads the last mixer's output (a one-layer automaton's states go through a plain RMSNorm to the head).
+BLOCK_TYPES = ("pre_norm_residual", "post_norm_mixer", "mixer_mlp", "mixer_only")
 
 
 def check_positive_int(name: str, value) -> None:

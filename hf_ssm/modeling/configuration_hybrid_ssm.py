@@ -253,6 +253,10 @@ class HybridSSMConfig(PretrainedConfig):
             block without the residual around the mixer, so that the rest of the model reads the mixer's output
             only. With a pd_ssm mixer and `pd_ssm_output_skip=False` a one-layer state-tracking model's classifier
             then sees a function of the automaton state alone, never the current token's embedding (issue 28).
+            `"mixer_only"`: x <- Mixer(x), nothing around it (no norm, residual or MLP), and the final RMSNorm: with
+            a pd_ssm mixer without D_skip and C = the identity, a one-layer model's head reads RMSNorm of the
+            automaton states themselves. Unlike the LayerNorm of `"post_norm_mixer"`, an RMSNorm leaves a state
+            entry that is 0 at 0, so the head's weights of the inactive states get no gradient (issue 28).
         block_dropout: dropout probability in [0, 1) on the mixer output of a `"post_norm_mixer"` block (the
             authors use 0.01); must be 0 for the other block types, which have no dropout there.
 

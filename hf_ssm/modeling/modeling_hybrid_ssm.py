@@ -3,6 +3,7 @@
     pre_norm_residual (default):  x = x + Mixer(RMSNorm(x));  x = x + SwiGLU(RMSNorm(x))
     post_norm_mixer:              x = LayerNorm(Dropout(Mixer(x)) + D_skip * x)
     mixer_mlp:                    x = Mixer(RMSNorm(x));  x = x + SwiGLU(RMSNorm(x))
+    mixer_only:                   x = Mixer(x)
 
 Inference cache: transformers' `DynamicCache(config=...)` reads `config.layer_types`; attention layers get a
 key/value layer, SSM layers a recurrent-state layer that holds one tensor of fixed size (never growing with T).
@@ -55,6 +56,7 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
         pre_norm_residual:  x <- x + Mixer(RMSNorm(x));  x <- x + SwiGLU(RMSNorm(x))
         post_norm_mixer:    x <- LayerNorm(Dropout(Mixer(x)) + D_skip * x)   (no residual, no MLP)
         mixer_mlp:          x <- Mixer(RMSNorm(x));  x <- x + SwiGLU(RMSNorm(x))   (no residual around the mixer)
+        mixer_only:         x <- Mixer(x)   (nothing around the mixer; the model's final RMSNorm follows the stack)
 
     In the post-norm block a pd_ssm mixer's own D_skip * u is the skip (only Re(C x_t) is dropped out); every
     other mixer gets the block's `skip` parameter.
@@ -68,7 +70,9 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
             self.mixer = HybridSSMAttention(config, layer_idx)
         else:
             self.mixer = mixer_class(config.mixers[layer_idx])(config, layer_idx)
-        self.post_norm = getattr(config, "block_type", "pre_norm_residual") == "post_norm_mixer"
+        block_type = getattr(config, "block_type", "pre_norm_residual")
+        self.post_norm = block_type == "post_norm_mixer"
+        self.mixer_alone = block_type == "mixer_only"  # no norm, residual or MLP: no parameters of the block's own
         if self.post_norm:
             self.dropout = nn.Dropout(getattr(config, "block_dropout", 0.0))
             self.output_layernorm = nn.LayerNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -78,11 +82,11 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
             # a pd_ssm mixer without its output skip (pd_ssm_output_skip=False): no skip in this block at all
             self.mixer_has_skip = self.mixer_has_skip or getattr(self.mixer, "skip", 0) is None
             self.skip = None if self.mixer_has_skip else nn.Parameter(torch.ones(config.hidden_size))
-        else:
+        elif not self.mixer_alone:
             self.input_layernorm = HybridSSMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
             self.post_mixer_layernorm = HybridSSMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
             self.mlp = HybridSSMMLP(config)
-            self.mixer_only_stream = getattr(config, "block_type", "pre_norm_residual") == "mixer_mlp"
+            self.mixer_only_stream = block_type == "mixer_mlp"
 
     def _mix(self, hidden_states, attention_mask, ssm_mask, position_embeddings, cache, packed, **kwargs):
         """The mixer on (B, T, d) -> (B, T, d), reading and updating this layer's cache slot."""
@@ -116,6 +120,8 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
         """hidden_states (B, T, d); attention_mask: the 4D causal mask (attention layers); ssm_mask (B, T) bool;
         packed: documents packed into rows, run by SSM layers one document per row (see packing.py)."""
         mix_args = (attention_mask, ssm_mask, position_embeddings, cache, packed)
+        if self.mixer_alone:
+            return self._mix(hidden_states, *mix_args, **kwargs)
         if self.post_norm:
             return self._post_norm_forward(hidden_states, mix_args, **kwargs)
         mixed = self._mix(self.input_layernorm(hidden_states), *mix_args, **kwargs)

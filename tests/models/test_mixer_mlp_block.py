@@ -1,6 +1,6 @@
-"""The block without the residual around the mixer (config.block_type = "mixer_mlp") and the PD-SSM output without
-D_skip u (config.pd_ssm_output_skip = False), issue 28: what they compute, their config checks, reload, cached
-decode and remote-code loading."""
+"""The blocks without the residual around the mixer (config.block_type = "mixer_mlp", and "mixer_only": the mixer
+alone) and the PD-SSM output without D_skip u (config.pd_ssm_output_skip = False), issue 28: what they compute,
+their config checks, reload, cached decode and remote-code loading."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
 from hf_ssm.modeling.mixer_pd_ssm import PDSSMMixer
+from hf_ssm.modeling.modeling_hybrid_ssm import HybridSSMRMSNorm
 from model_checks import (
     assert_loads_without_hf_ssm,
     hybrid_config,
@@ -21,10 +22,11 @@ STATE_READOUT = dict(block_type="mixer_mlp", pd_ssm_output_skip=False)
 
 
 def test_config_checks_name_the_fields():
-    with pytest.raises(ValueError, match="block_type.*pre_norm_residual.*post_norm_mixer.*mixer_mlp"):
-        tiny_config("P", block_type="mixer_only")
-    with pytest.raises(ValueError, match="block_dropout"):
-        tiny_config("P", block_type="mixer_mlp", block_dropout=0.1)
+    with pytest.raises(ValueError, match="block_type.*pre_norm_residual.*post_norm_mixer.*mixer_mlp.*mixer_only"):
+        tiny_config("P", block_type="mixer_alone")
+    for block_type in ("mixer_mlp", "mixer_only"):
+        with pytest.raises(ValueError, match="block_dropout"):
+            tiny_config("P", block_type=block_type, block_dropout=0.1)
     for bad in (0, "false", None):
         with pytest.raises(ValueError, match="pd_ssm_output_skip"):
             tiny_config("P", pd_ssm_output_skip=bad)
@@ -139,3 +141,34 @@ def test_frozen_identity_output_keeps_c_through_training_and_reload(tmp_path):
     assert max_cached_decode_error(config) < 1e-4
     with pytest.raises(ValueError, match="pd_ssm_output_trainable"):
         tiny_config("P", pd_ssm_output_trainable="no")
+
+
+@torch.no_grad()
+def test_mixer_only_block_is_the_mixer_alone_then_the_final_rmsnorm():
+    """block_type="mixer_only": layer output = Mixer(x) exactly (no norm, residual or MLP, and no parameter of the
+    block's own); the model's final RMSNorm reads it, so a hidden state of the stack is the mixer's output."""
+    torch.manual_seed(0)
+    model = HybridSSMForCausalLM(tiny_config("P", block_type="mixer_only", **{"pd_ssm_output_skip": False})).eval()
+    layer = model.model.layers[0]
+    x = torch.randn(2, 6, 32)
+    assert torch.equal(layer(x), layer.mixer(x)[0])
+    assert {name.split(".")[0] for name, _ in layer.named_parameters()} == {"mixer"}
+    assert isinstance(model.model.norm, HybridSSMRMSNorm)
+    ids = torch.randint(1, 37, (2, 5))
+    out = model(input_ids=ids, output_hidden_states=True)
+    mixed, _ = layer.mixer(model.model.embed_tokens(ids))
+    assert torch.allclose(out.hidden_states[-1], model.model.norm(mixed), atol=1e-6)
+
+
+@pytest.mark.parametrize("transition", ["dictionary", "direct"])
+def test_mixer_only_cached_decode_and_reload(transition, tmp_path):
+    config = tiny_config("PAP", block_type="mixer_only", pd_ssm_transition=transition, pd_ssm_output_skip=False)
+    assert max_cached_decode_error(config) < 1e-4
+    assert reload_is_bit_identical(config, str(tmp_path))
+    assert HybridSSMConfig.from_pretrained(tmp_path).block_type == "mixer_only"
+    assert max_cached_decode_error(hybrid_config("diag_lru", block_type="mixer_only")) < 1e-4
+
+
+def test_mixer_only_trust_remote_code_loads_without_hf_ssm(tmp_path):
+    model = HybridSSMForCausalLM(tiny_config("PA", block_type="mixer_only", pd_ssm_transition="direct"))
+    assert_loads_without_hf_ssm(model, tmp_path / "mixer_only")

@@ -116,7 +116,7 @@ def test_post_norm_dropout_is_active_in_training_only():
     [
         (
             {"block_type": "post_norm"},
-            "`block_type` must be one of ['pre_norm_residual', 'post_norm_mixer', 'mixer_mlp']",
+            "`block_type` must be one of ['pre_norm_residual', 'post_norm_mixer', 'mixer_mlp', 'mixer_only']",
         ),
         ({"block_dropout": 0.1}, "applies only to block_type='post_norm_mixer'"),
         ({"block_type": "post_norm_mixer", "block_dropout": 1.0}, "`block_dropout` must be a number in [0, 1)"),
