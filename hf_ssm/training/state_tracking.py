@@ -52,6 +52,10 @@ def build_model(settings: StateTrackingSettings) -> HybridSSMForTokenClassificat
     config = model_config(settings)
     torch.manual_seed(settings.seed)
     model = HybridSSMForTokenClassification(config)
+    if settings.embedding_init == "one_hot":  # token v -> e_v (validate() checked hidden_size >= the vocabulary)
+        embedding = model.get_input_embeddings().weight
+        with torch.no_grad():
+            embedding.copy_(torch.eye(*embedding.shape, dtype=embedding.dtype))
     if settings.freeze_embedding:
         model.get_input_embeddings().weight.requires_grad_(False)  # stays at its init (saved like any weight)
     return model
@@ -180,6 +184,7 @@ def train_state_tracking(
         "recipe": settings.recipe,
         "supervision": settings.supervision,
         "freeze_embedding": settings.freeze_embedding,
+        "embedding_init": settings.embedding_init,
         "transition_lr_scale": settings.transition_lr_scale,
         "train_lengths": [settings.train_min_length, settings.train_max_length],
         "history": history,

@@ -20,6 +20,7 @@ from .stack import stack_config_fields, stack_pattern
 from .state_tracking_evaluation import far_lengths
 
 VALIDATION_LENGTHS = ("train", "test")
+EMBEDDING_INITS = ("normal", "one_hot")
 VALIDATION_SEED = 10_000  # disjoint from the test seeds (state_tracking_evaluation): never the same sequences
 # Settings a resumed run may change (checkpointing.check_resume): none changes the model, the training batches or
 # the learning rate of any step. They decide when the run evaluates, checkpoints and stops early, how many restarts
@@ -119,6 +120,12 @@ class StateTrackingSettings:
     # d times the step a free per-token logit table takes; dividing W_P's lr by d * RMS(u) gives the table's step.
     freeze_embedding: bool = False
     transition_lr_scale: float = 1.0
+    # The token embedding's start: "normal" (HybridSSMConfig's N(0, initializer_range^2)) or "one_hot" (token v is
+    # the basis vector e_v; needs hidden_size >= the task's vocabulary). One-hot codes make W_P u_v column v of W_P:
+    # with the embedding frozen and no transition norm, W_P is then a free N x N logit table per head and token, Adam
+    # steps each table entry on its own (no coupling of the tokens through shared input features), exactly
+    # scripts/reference_automaton.py's table (docs/design.md §8.3).
+    embedding_init: str = field(default="normal", metadata={"choices": EMBEDDING_INITS, "help": "normal or one_hot"})
     extra_config: dict = config_fields_field(
         "extra HybridSSMConfig fields: a JSON object, e.g. '{\"pd_ssm_magnitude_bias_init\": 3.0}', or KEY=VALUE "
         "items (--config: the deprecated spelling)",
@@ -173,6 +180,14 @@ class StateTrackingSettings:
         check_choice("supervision", self.supervision, SUPERVISIONS)
         check_choice("block_type", self.block_type, BLOCK_TYPES)
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        check_choice("embedding_init", self.embedding_init, EMBEDDING_INITS)
+        if self.embedding_init == "one_hot":
+            vocab_size = get_task(self.task, **self.task_kwargs()).vocab_size
+            if self.hidden_size < vocab_size:
+                raise ValueError(
+                    f"`embedding_init='one_hot'` gives every token its own basis vector: it needs hidden_size >= the "
+                    f"task's vocabulary ({vocab_size} for {self.task!r}), got hidden_size={self.hidden_size}"
+                )
         if not self.transition_lr_scale > 0:
             raise ValueError(f"`transition_lr_scale` must be > 0, got {self.transition_lr_scale}")
         config = model_config(self)  # a model without a pd_ssm layer has no W_P: the scale is unused there

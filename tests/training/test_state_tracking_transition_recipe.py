@@ -1,6 +1,7 @@
-"""Issue 28: the state-tracking settings `freeze_embedding` (the token embedding is not trained) and
-`transition_lr_scale` (the learning rate of PD-SSM's direct transition map W_P, as a multiple of learning_rate):
-their validation, the optimizer they build, a run that keeps the embedding, the record and the resume check."""
+"""Issue 28: the state-tracking settings `freeze_embedding` (the token embedding is not trained),
+`transition_lr_scale` (the learning rate of PD-SSM's direct transition map W_P, as a multiple of learning_rate) and
+`embedding_init` (one-hot token codes): their validation, the optimizer and model they build, a run that keeps the
+embedding, the record and the resume check."""
 
 from __future__ import annotations
 
@@ -115,7 +116,55 @@ def test_frozen_embedding_is_left_out_of_the_optimizer_and_never_changes(tmp_pat
     assert overrides["freeze_embedding"] is True and overrides["transition_lr_scale"] == 0.5
 
 
-@pytest.mark.parametrize(("field", "value"), [("freeze_embedding", True), ("transition_lr_scale", 0.5)])
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"embedding_init": "eye"}, "`embedding_init` must be one of ['normal', 'one_hot'], got 'eye'"),
+        (
+            {"embedding_init": "one_hot", "task": "a5", "hidden_size": 2},
+            "needs hidden_size >= the task's vocabulary (3",
+        ),
+    ],
+)
+def test_bad_embedding_init_is_refused_naming_the_field(fields, message):
+    with pytest.raises(ValueError) as err:
+        tiny(**fields).validate()
+    assert message in str(err.value)
+
+
+def test_one_hot_embedding_makes_w_p_a_free_table_per_token():
+    """embedding_init="one_hot": the embedding is the (V, d) identity, so without a transition norm the logits of
+    token v are column v of W_P (one free N x N table per head and token); "normal" keeps the N(0, 0.02^2) draw."""
+    settings = tiny(embedding_init="one_hot", freeze_embedding=True)
+    settings.validate()
+    model = build_model(settings)
+    embedding = model.get_input_embeddings().weight
+    torch.testing.assert_close(embedding, torch.eye(*embedding.shape), rtol=0, atol=0)
+    mixer = model.model.layers[0].mixer
+    ids = torch.arange(embedding.shape[0])[None]
+    logits = mixer.transition_logits(embedding[ids])
+    torch.testing.assert_close(logits.flatten(2), mixer.transition_proj.weight[:, : ids.shape[1]].T[None])
+    normal = build_model(tiny()).get_input_embeddings().weight
+    assert not torch.equal(normal, torch.eye(*normal.shape)) and normal.std() < 0.05
+
+
+def test_one_hot_frozen_embedding_survives_training_and_reload(tmp_path):
+    """A frozen one-hot embedding is still the identity in the saved model, which reloads with equal logits; the
+    record names the init."""
+    settings = tiny(embedding_init="one_hot", freeze_embedding=True)
+    results = train_state_tracking(settings, tmp_path)
+    saved = HybridSSMForTokenClassification.from_pretrained(tmp_path / "model").eval()
+    embedding = saved.get_input_embeddings().weight
+    torch.testing.assert_close(embedding, torch.eye(*embedding.shape), rtol=0, atol=0)
+    assert results["embedding_init"] == "one_hot"
+    assert recipe_overrides(json.loads((tmp_path / "settings.json").read_text()), "default")["embedding_init"] == (
+        "one_hot"
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("freeze_embedding", True), ("transition_lr_scale", 0.5), ("embedding_init", "one_hot")]
+)
 def test_resume_refuses_a_changed_freeze_or_transition_lr(tmp_path, monkeypatch, field, value):
     """Both change the training of every later step: not resume-safe, so a changed value is refused by name."""
     import hf_ssm.training.state_tracking as st
