@@ -78,7 +78,7 @@ def test_explicit_values_override_the_recipe_and_the_warmup_follows_max_steps():
     s = paper_settings(learning_rate=1e-3, max_steps=50, supervision="every")
     assert (s.learning_rate, s.max_steps, s.warmup_steps, s.supervision) == (1e-3, 50, 5, "every")
     assert paper_settings(max_steps=50, warmup_steps=7).warmup_steps == 7
-    with pytest.raises(ValueError, match=r"`recipe` must be one of \['default', 'direct', 'paper'\]"):
+    with pytest.raises(ValueError, match=r"`recipe` must be one of \['default', 'direct', 'table', 'paper'\]"):
         resolve_settings("papers", {})
 
 
@@ -103,7 +103,10 @@ def test_command_line_flags_override_the_recipe(monkeypatch, tmp_path):
 def test_bad_recipe_exits_with_code_2_naming_the_accepted_values(tmp_path):
     result = run_script("train_state_tracking", "--recipe", "authors", "--output_dir", str(tmp_path))
     assert result.returncode == 2
-    assert "--recipe: invalid choice: 'authors'" in result.stderr and "'default', 'direct', 'paper'" in result.stderr
+    assert (
+        "--recipe: invalid choice: 'authors'" in result.stderr
+        and "'default', 'direct', 'table', 'paper'" in result.stderr
+    )
 
 
 @pytest.mark.parametrize(

@@ -209,6 +209,38 @@ def test_direct_recipe_builds_the_documented_model_and_optimizer():
     assert (settings.grad_clip, settings.target_accuracy, settings.max_steps) == (0.0, 1.0, 2000)
 
 
+def test_table_recipe_is_the_reference_automatons_free_table():
+    """--recipe table: one mixer-only PD-SSM layer, d = 256, the embedding frozen at one-hot codes and no norm in
+    front of W_P, so token v's logits are column v of W_P (N(0, 1) entries, stepped at the full 1e-2); C the frozen
+    identity, no D_skip; the final RMSNorm and the classifier read the states; constant Adam, no clipping, stop at
+    100 % within 2,000 steps."""
+    settings = StateTrackingSettings(**resolve_settings("table", {"task": "a5"}))
+    settings.validate()
+    model = build_model(settings)
+    config, mixer = model.config, model.model.layers[0].mixer
+    assert (config.mixers, config.block_type, config.hidden_size) == (["pd_ssm"], "mixer_only", 256)
+    assert (config.pd_ssm_transition, config.pd_ssm_transition_norm, config.pd_ssm_output_skip) == (
+        "direct",
+        False,
+        False,
+    )
+    embedding = model.get_input_embeddings().weight
+    assert torch.equal(embedding, torch.eye(*embedding.shape)) and not embedding.requires_grad
+    assert torch.equal(mixer.out_proj.weight, torch.eye(256)) and not mixer.out_proj.weight.requires_grad
+    assert mixer.transition_proj.weight.std().item() == pytest.approx(1.0, rel=0.05)
+    ids = torch.tensor([[1, 2, 1]])
+    logits = mixer.transition_logits(model.get_input_embeddings()(ids))  # (1, 3, H, N, N)
+    torch.testing.assert_close(logits[0, 1].flatten(), mixer.transition_proj.weight[:, 2])
+    optimizer = build_optimizer(model, settings)
+    assert [g["lr"] for g in optimizer.param_groups] == [1e-2]
+    assert (settings.lr_schedule, settings.grad_clip, settings.target_accuracy, settings.max_steps) == (
+        "constant",
+        0.0,
+        1.0,
+        2000,
+    )
+
+
 def test_constant_schedule_warms_up_then_holds_the_peak():
     settings = tiny(lr_schedule="constant", warmup_steps=4, learning_rate=1e-2, max_steps=10)
     optimizer = build_optimizer(build_model(settings), settings)
