@@ -21,7 +21,8 @@
   token, N(0, 1) entries (init scale sqrt(d) = 16) stepped by Adam at the full 1e-2 (`transition_lr_scale` 1); C the
   identity, frozen, and the block `mixer_only`, so that the model's final RMSNorm and the classifier read the one-hot
   states themselves (a LayerNorm there, as in `direct`'s post-norm block, took the reference from 9 of 10 seeds to 3
-  of 10 on A5: RESULTS.md). Needs hidden_size >= the task's vocabulary (every formal task's is tiny).
+  of 10 on A5: RESULTS.md). No early stop before step 300: at step 50 parity's validation is already 100 % with a
+  model that is not exact at 1,000. Needs hidden_size >= the task's vocabulary (every formal task's is tiny).
 - `paper`: the PD-SSM authors' released state-tracking protocol as closely as this package allows: two
   post-norm mixer-only PD-SSM blocks (`block_type="post_norm_mixer"`, dropout 0.01), d = N = 128, one head,
   K = 8, x_0 = e_0, the paper's layer (complex D, b_t = B u_t); last-token supervision; AdamW lr 2e-3, weight
@@ -71,6 +72,7 @@ RECIPES: dict[str, dict] = {
         warmup_steps=0,
         grad_clip=0.0,
         target_accuracy=1.0,
+        min_steps=300,  # parity reaches 100 % validation at step 50 with a model not yet exact at 1,000 (99.2 %)
         max_steps=2000,
     ),
     "paper": dict(
