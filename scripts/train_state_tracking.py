@@ -28,8 +28,8 @@ sequences use their own seed and are scored once, at the end.
 Recipes (hf_ssm/training/recipes.py): --recipe default (the package's protocol, the defaults shown below),
 --recipe direct (issue 28: the minimal automaton as a layer, transitions W_P RMSNorm(frozen embedding) at lr / d, a
 frozen random C, constant Adam), --recipe table (issue 28: the minimal automaton's free per-token table as the layer,
-on a frozen one-hot embedding, the one-hot states read through an RMSNorm) or --recipe paper (the PD-SSM authors' protocol: two post-norm PD-SSM blocks,
-d = N = 128, last-token labels, ...).
+on a frozen one-hot embedding, the one-hot states read through an RMSNorm) or --recipe paper (the PD-SSM authors'
+protocol: two post-norm PD-SSM blocks, d = N = 128, last-token labels, ...).
 Precedence: a flag given on the command line always wins over the recipe's value, which wins over the default.
 Every seed trained is also merged into <output_dir>/summary.json and, with --summary PATH, into PATH (e.g.
 results/state_tracking/summary.json). Extra HybridSSMConfig fields: --extra_config '{"pd_ssm_transition": "bank"}'

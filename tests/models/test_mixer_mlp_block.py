@@ -148,7 +148,7 @@ def test_mixer_only_block_is_the_mixer_alone_then_the_final_rmsnorm():
     """block_type="mixer_only": layer output = Mixer(x) exactly (no norm, residual or MLP, and no parameter of the
     block's own); the model's final RMSNorm reads it, so a hidden state of the stack is the mixer's output."""
     torch.manual_seed(0)
-    model = HybridSSMForCausalLM(tiny_config("P", block_type="mixer_only", **{"pd_ssm_output_skip": False})).eval()
+    model = HybridSSMForCausalLM(tiny_config("P", block_type="mixer_only", pd_ssm_output_skip=False)).eval()
     layer = model.model.layers[0]
     x = torch.randn(2, 6, 32)
     assert torch.equal(layer(x), layer.mixer(x)[0])

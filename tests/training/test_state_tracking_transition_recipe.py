@@ -44,9 +44,14 @@ def tiny(**fields) -> StateTrackingSettings:
             {"transition_lr_scale": 0.5, "pd_ssm_transition": "bank", "extra_config": {}},
             "needs pd_ssm_transition='direct' (got 'bank'",
         ),
+        ({"embedding_init": "eye"}, "`embedding_init` must be one of ['normal', 'one_hot'], got 'eye'"),
+        (
+            {"embedding_init": "one_hot", "task": "a5", "hidden_size": 2},
+            "needs hidden_size >= the task's vocabulary (3",
+        ),
     ],
 )
-def test_bad_transition_lr_scale_is_refused_naming_the_field(fields, message):
+def test_bad_transition_lr_scale_or_embedding_init_is_refused_naming_the_field(fields, message):
     with pytest.raises(ValueError) as err:
         tiny(**fields).validate()
     assert message in str(err.value)
@@ -114,22 +119,6 @@ def test_frozen_embedding_is_left_out_of_the_optimizer_and_never_changes(tmp_pat
     recorded = json.loads((tmp_path / "settings.json").read_text())
     overrides = recipe_overrides(recorded, "default")
     assert overrides["freeze_embedding"] is True and overrides["transition_lr_scale"] == 0.5
-
-
-@pytest.mark.parametrize(
-    ("fields", "message"),
-    [
-        ({"embedding_init": "eye"}, "`embedding_init` must be one of ['normal', 'one_hot'], got 'eye'"),
-        (
-            {"embedding_init": "one_hot", "task": "a5", "hidden_size": 2},
-            "needs hidden_size >= the task's vocabulary (3",
-        ),
-    ],
-)
-def test_bad_embedding_init_is_refused_naming_the_field(fields, message):
-    with pytest.raises(ValueError) as err:
-        tiny(**fields).validate()
-    assert message in str(err.value)
 
 
 def test_one_hot_embedding_makes_w_p_a_free_table_per_token():
