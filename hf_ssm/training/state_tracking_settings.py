@@ -15,7 +15,7 @@ from ..modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS, SSM_
 from ..modeling.mixer_registry import pattern_letters, width_matched_fields
 from .cli import config_fields_field
 from .optimization import LR_SCHEDULES
-from .recipes import RECIPE_NAMES
+from .recipes import RECIPE_NAMES, check_recipe
 from .stack import stack_config_fields, stack_pattern
 from .state_tracking_evaluation import far_lengths
 
@@ -75,8 +75,8 @@ class StateTrackingSettings:
     pd_ssm_input: str = "none"
     # How P_t is made and how the states are read (HybridSSMConfig.pd_ssm_transition, pd_ssm_transition_init_scale,
     # pd_ssm_transition_norm, pd_ssm_output_skip, pd_ssm_output_init, pd_ssm_output_trainable); --extra_config wins.
-    # These defaults are the dictionary layer of the `default` recipe; the `direct` recipe reads P_t's logits
-    # straight off the normed token instead (issue 28, hf_ssm/training/recipes.py).
+    # These defaults are the dictionary layer of the `residual` recipe; the `table` and `direct` recipes read P_t's
+    # logits straight off the token instead (issue 28, hf_ssm/training/recipes.py).
     pd_ssm_transition: str = "dictionary"
     pd_ssm_transition_init_scale: float = 1.0
     pd_ssm_transition_norm: bool = False
@@ -103,10 +103,16 @@ class StateTrackingSettings:
     # further restart starts once one reaches target_accuracy. The test set never takes part.
     restarts: int = 3
     # Issue 14 (hf_ssm/training/recipes.py): the recipe these values came from (a label, recorded in the
-    # summary); which positions are supervised ("every" prefix label or only the "last" token); the block around
+    # summary; these field defaults are the `residual` recipe's values, the driver's PD-SSM default is `table`); which positions are supervised ("every" prefix label or only the "last" token); the block around
     # each mixer (HybridSSMConfig.block_type / block_dropout); no weight decay on the embedding when
     # decay_embedding is False; "cosine" (to 0) or transformers' "cosine_with_min_lr" (to min_learning_rate).
-    recipe: str = field(default="default", metadata={"choices": RECIPE_NAMES, "help": "settings preset"})
+    recipe: str = field(
+        default="residual",
+        metadata={
+            "choices": RECIPE_NAMES,
+            "help": "settings preset (driver default: table for pd_ssm, residual otherwise)",
+        },
+    )
     supervision: str = "every"
     block_type: str = "pre_norm_residual"
     block_dropout: float = 0.0
@@ -176,7 +182,7 @@ class StateTrackingSettings:
         model_config(self)  # the pattern letters, the sizes: HybridSSMConfig's own checks
 
     def _validate_recipe_fields(self) -> None:
-        check_choice("recipe", self.recipe, RECIPE_NAMES)
+        check_recipe(self.recipe)
         check_choice("supervision", self.supervision, SUPERVISIONS)
         check_choice("block_type", self.block_type, BLOCK_TYPES)
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)

@@ -67,9 +67,67 @@ def test_paper_optimizer_has_no_weight_decay_on_the_embedding_and_warms_up_then_
     assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-5)
 
 
-def test_default_recipe_keeps_the_package_defaults():
-    """--recipe default changes nothing: the settings equal StateTrackingSettings() (recipe label aside)."""
-    assert StateTrackingSettings(**resolve_settings("default", {})) == StateTrackingSettings()
+def test_residual_recipe_keeps_the_settings_defaults():
+    """--recipe residual changes nothing: the settings equal StateTrackingSettings(), its label included."""
+    assert StateTrackingSettings(**resolve_settings("residual", {})) == StateTrackingSettings()
+
+
+def test_renamed_recipe_is_refused_with_its_new_name():
+    """`default` (the residual recipe's name before issue 28) is refused, the message naming `residual`."""
+    with pytest.raises(ValueError, match=r"got 'default' \(`default` is now called `residual`\)"):
+        resolve_settings("default", {})
+    with pytest.raises(ValueError, match="is now called `residual`"):
+        StateTrackingSettings(recipe="default").validate()
+
+
+def _driver_settings(monkeypatch, tmp_path, *argv) -> list[StateTrackingSettings]:
+    """The settings of every run `train_state_tracking.py *argv` would train (none is trained)."""
+    script = load_script("train_state_tracking")
+    seen = []
+
+    def fake_train(settings, run_dir, resume=False, validated=False):
+        seen.append(settings)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(script, "train_with_restarts", fake_train)
+    monkeypatch.setattr(script, "run_records", lambda *args: [])
+    with pytest.raises(SystemExit):
+        script.main([*argv, "--output_dir", str(tmp_path)])
+    return seen
+
+
+def test_without_recipe_pd_ssm_takes_table_and_a_baseline_takes_residual(monkeypatch, tmp_path):
+    """The driver's default is per mixer: PD-SSM runs get `table` (3 restarts), diag_lru gets `residual` with
+    --baseline_restarts (1), each exactly as resolve_settings gives it."""
+    script = load_script("train_state_tracking")
+    runs = []
+    for mixer in ("pd_ssm", "diag_lru"):
+        runs += _driver_settings(monkeypatch, tmp_path / mixer, "--task", "parity", "--mixer", mixer)
+    pd_ssm, diag_lru = runs
+    assert pd_ssm == StateTrackingSettings(**resolve_settings("table", {"task": "parity", "mixer": "pd_ssm"}))
+    assert (pd_ssm.recipe, pd_ssm.block_type, pd_ssm.embedding_init, pd_ssm.restarts) == (
+        "table",
+        "mixer_only",
+        "one_hot",
+        3,
+    )
+    expected = resolve_settings("residual", {"task": "parity", "mixer": "diag_lru", "restarts": 1})
+    assert diag_lru == StateTrackingSettings(**expected)
+    assert (diag_lru.recipe, diag_lru.block_type, diag_lru.hidden_size, diag_lru.max_steps) == (
+        "residual",
+        "pre_norm_residual",
+        64,
+        1000,
+    )
+    assert script.DEFAULT_MIXERS == ["pd_ssm", "diag_lru"]  # the README's job: one run of each recipe per task
+
+
+def test_an_explicit_recipe_applies_to_every_mixer(monkeypatch, tmp_path):
+    """--recipe residual: the PD-SSM run takes it too (not table); --recipe table: the baseline takes table."""
+    pd_ssm = _driver_settings(monkeypatch, tmp_path / "a", "--task", "parity", "--recipe", "residual")[0]
+    assert (pd_ssm.mixer, pd_ssm.recipe, pd_ssm.block_type) == ("pd_ssm", "residual", "pre_norm_residual")
+    (diag_lru,) = _driver_settings(monkeypatch, tmp_path / "b", "--mixer", "diag_lru", "--recipe", "table")
+    assert (diag_lru.recipe, diag_lru.block_type, diag_lru.embedding_init) == ("table", "mixer_only", "one_hot")
 
 
 def test_explicit_values_override_the_recipe_and_the_warmup_follows_max_steps():
@@ -78,7 +136,7 @@ def test_explicit_values_override_the_recipe_and_the_warmup_follows_max_steps():
     s = paper_settings(learning_rate=1e-3, max_steps=50, supervision="every")
     assert (s.learning_rate, s.max_steps, s.warmup_steps, s.supervision) == (1e-3, 50, 5, "every")
     assert paper_settings(max_steps=50, warmup_steps=7).warmup_steps == 7
-    with pytest.raises(ValueError, match=r"`recipe` must be one of \['default', 'direct', 'table', 'paper'\]"):
+    with pytest.raises(ValueError, match=r"`recipe` must be one of \['table', 'residual', 'direct', 'paper'\]"):
         resolve_settings("papers", {})
 
 
@@ -105,7 +163,7 @@ def test_bad_recipe_exits_with_code_2_naming_the_accepted_values(tmp_path):
     assert result.returncode == 2
     assert (
         "--recipe: invalid choice: 'authors'" in result.stderr
-        and "'default', 'direct', 'table', 'paper'" in result.stderr
+        and "'table', 'residual', 'direct', 'paper'" in result.stderr
     )
 
 
@@ -228,7 +286,7 @@ def test_script_run_writes_one_summary_record_per_restart_seed(tmp_path):
 def test_plot_script_refuses_a_series_that_matches_no_record(tmp_path):
     """--series that selects nothing is an error naming the flag, not an empty figure."""
     summary = tmp_path / "summary.json"
-    merge_summary(summary, [run_record({**_results(), "history": [{"step": 5, "val_accuracy": 0.5}]}, "default", "a")])
+    merge_summary(summary, [run_record({**_results(), "history": [{"step": 5, "val_accuracy": 0.5}]}, "residual", "a")])
     result = run_script(
         "plot_state_tracking", "--summary", str(summary), "--series", "x=nowhere", "--out", str(tmp_path / "f.png")
     )

@@ -12,14 +12,15 @@ import torch
 from hf_ssm import HybridSSMForTokenClassification
 from hf_ssm.training.state_tracking import (
     StateTrackingSettings,
+    build_model,
     length_buckets,
     train_state_tracking,
     train_with_restarts,
 )
 from model_checks import checkpoint_names, kill_at_evaluation, load_script, run_script
 
-TINY = [
-    "--hidden_size", "16", "--state_size", "4", "--dict_size", "4", "--batch_size", "8",
+TINY = [  # the residual recipe: the driver's mechanics at the smallest sizes (table needs d = 2 H N)
+    "--recipe", "residual", "--hidden_size", "16", "--state_size", "4", "--dict_size", "4", "--batch_size", "8",
     "--max_steps", "6", "--eval_every", "3", "--save_every", "3", "--num_buckets", "2",
     "--eval_samples_per_bucket", "8", "--train_max_length", "12", "--test_min_length", "12",
     "--test_max_length", "30", "--restarts", "2",
@@ -43,6 +44,30 @@ def test_smoke_run_writes_run_folder_and_loadable_checkpoint(tmp_path):
     ids = torch.randint(1, 3, (2, 20))
     assert model(ids).logits.shape == (2, 20, 2)
     assert "parity" in result.stdout and "| task | mixer |" in result.stdout
+
+
+def test_default_recipe_smoke_run_records_table_and_reloads(tmp_path):
+    """Without --recipe a PD-SSM run trains the `table` recipe (here at d = 2 H N = 16): results.json and
+    settings.json say so, and the saved model reloads with the same logits."""
+    tiny_table = ["--num_heads", "2", "--state_size", "4", "--hidden_size", "16", "--batch_size", "8",
+                  "--max_steps", "4", "--min_steps", "0", "--eval_every", "2", "--num_buckets", "1",
+                  "--eval_samples_per_bucket", "8", "--val_samples_per_bucket", "8", "--train_max_length", "12",
+                  "--test_min_length", "12", "--test_max_length", "20", "--restarts", "1"]  # fmt: skip
+    result = run_script("train_state_tracking", "--task", "parity", "--mixer", "pd_ssm", "--output_dir", str(tmp_path),
+                        *tiny_table)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    settings = json.loads((tmp_path / "settings.json").read_text())
+    assert (settings["recipe"], settings["block_type"], settings["embedding_init"]) == (
+        "table",
+        "mixer_only",
+        "one_hot",
+    )
+    assert json.loads((tmp_path / "results.json").read_text())["recipe"] == "table"
+    model = HybridSSMForTokenClassification.from_pretrained(tmp_path / "model").eval()
+    rebuilt = build_model(StateTrackingSettings(**settings))
+    rebuilt.load_state_dict(model.state_dict())
+    ids = torch.randint(1, 3, (2, 15))
+    torch.testing.assert_close(rebuilt.eval()(ids).logits, model(ids).logits, rtol=0, atol=0)
 
 
 def test_suite_writes_comparison(tmp_path):
@@ -348,7 +373,7 @@ def test_script_resume_checks_every_restart_before_training(tmp_path, monkeypatc
     script = load_script("train_state_tracking")
     args = [f"--{k}={v}" for k, v in RESTART_SETTINGS.items() if k not in ("task", "learning_rate")]
     with pytest.raises(SystemExit) as exit_info:
-        script.main(["--task", "parity", "--mixer", "pd_ssm", *args, "--learning_rate", "0.5", "--output_dir",
+        script.main(["--task", "parity", "--mixer", "pd_ssm", "--recipe", "residual", *args, "--learning_rate", "0.5", "--output_dir",
                      str(tmp_path), "--resume"])  # fmt: skip
     assert exit_info.value.code == 2
     err = capsys.readouterr().err

@@ -117,7 +117,7 @@ def test_frozen_embedding_is_left_out_of_the_optimizer_and_never_changes(tmp_pat
     torch.testing.assert_close(trained.eval()(ids).logits, saved(ids).logits)
     assert (results["freeze_embedding"], results["transition_lr_scale"]) == (True, 0.5)
     recorded = json.loads((tmp_path / "settings.json").read_text())
-    overrides = recipe_overrides(recorded, "default")
+    overrides = recipe_overrides(recorded, "residual")
     assert overrides["freeze_embedding"] is True and overrides["transition_lr_scale"] == 0.5
 
 
@@ -146,7 +146,7 @@ def test_one_hot_frozen_embedding_survives_training_and_reload(tmp_path):
     embedding = saved.get_input_embeddings().weight
     torch.testing.assert_close(embedding, torch.eye(*embedding.shape), rtol=0, atol=0)
     assert results["embedding_init"] == "one_hot"
-    assert recipe_overrides(json.loads((tmp_path / "settings.json").read_text()), "default")["embedding_init"] == (
+    assert recipe_overrides(json.loads((tmp_path / "settings.json").read_text()), "residual")["embedding_init"] == (
         "one_hot"
     )
 
