@@ -38,7 +38,9 @@ baselines). An explicit `--recipe` applies to every run.
   (no restarts: seeds are reported one by one).
 
 Precedence (`resolve_settings`): the settings' defaults, then the recipe's values, then every value given
-explicitly (a command-line flag), which always wins. A recipe's warm-up is a fraction of `max_steps`, computed
+explicitly (a command-line flag), which always wins. Under `table` and `direct` hidden_size follows the heads,
+d = 2 H N (256 for 16 heads of N = 8, 512 for 32), unless it is given; W_P's init scale stays the recipe's (for
+`table`, entries N(0, 256 / d)). A recipe's warm-up is a fraction of `max_steps`, computed
 after the explicit values are in, unless `warmup_steps` itself is given.
 """
 
@@ -51,7 +53,8 @@ BASELINE_RECIPE = "residual"  # every other mixer
 RENAMED_RECIPES = {"default": "residual"}
 
 _DIRECT = dict(
-    hidden_size=256,  # d = 2 H N: C is square
+    num_heads=16,
+    state_size=8,  # d = 2 H N = 256 unless hidden_size is given (C is square): resolve_settings
     block_type="post_norm_mixer",
     pd_ssm_transition="direct",
     pd_ssm_transition_init_scale=0.32,  # W_P ~ N(0, 0.02^2) at d = 256
@@ -108,6 +111,9 @@ RECIPES: dict[str, dict] = {
         restarts=1,
     ),
 }
+# Recipes whose hidden_size follows the heads: d = 2 H N (C maps the heads' [Re x, Im x] onto d, square), unless
+# hidden_size is given.
+SQUARE_OUTPUT_RECIPES = frozenset({"table", "direct"})
 # Warm-up as a fraction of max_steps, per recipe (None: the `warmup_steps` value as it stands); a recipe with a
 # fraction sets its own max_steps (an explicit --max_steps overrides it).
 WARMUP_FRACTIONS: dict[str, float | None] = {"table": None, "residual": None, "direct": None, "paper": 0.1}
@@ -133,6 +139,8 @@ def resolve_settings(recipe: str, explicit: dict) -> dict:
     """The StateTrackingSettings field values of `recipe` with the `explicit` ones on top (they always win)."""
     check_recipe(recipe)
     values = {**RECIPES[recipe], **explicit, "recipe": recipe}
+    if recipe in SQUARE_OUTPUT_RECIPES and "hidden_size" not in explicit:
+        values["hidden_size"] = 2 * values["num_heads"] * values["state_size"]
     fraction = WARMUP_FRACTIONS[recipe]
     if fraction is not None and "warmup_steps" not in explicit:
         values["warmup_steps"] = round(fraction * values["max_steps"])

@@ -326,3 +326,15 @@ def test_a_recipe_with_a_warmup_fraction_sets_its_own_max_steps():
     for name, fraction in WARMUP_FRACTIONS.items():
         assert fraction is None or "max_steps" in RECIPES[name], name
     assert resolve_settings("paper", {"max_steps": 2000})["warmup_steps"] == 200
+
+
+@pytest.mark.parametrize("recipe", ["table", "direct"])
+def test_square_output_recipes_size_the_model_to_its_heads(recipe):
+    """Under table / direct, hidden_size is 2 H N (C square) unless given: 256 by default, 512 with 32 heads, and
+    an explicit hidden_size wins (and is then checked by the model config)."""
+    assert resolve_settings(recipe, {})["hidden_size"] == 256
+    wide = StateTrackingSettings(**resolve_settings(recipe, {"task": "a5", "num_heads": 32}))
+    wide.validate()
+    assert wide.hidden_size == 512 and build_model(wide).config.hidden_size == 512
+    assert resolve_settings(recipe, {"num_heads": 32, "hidden_size": 640})["hidden_size"] == 640
+    assert StateTrackingSettings(**resolve_settings("residual", {"num_heads": 32})).hidden_size == 64
