@@ -13,6 +13,12 @@ of the test range, `--eval_samples` sequences per bucket drawn with data seed 20
 
     OMP_NUM_THREADS=1 python scripts/reference_automaton.py --task a5 --seed 2
     python scripts/reference_automaton.py --task parity --seed 0 --json runs/ref_parity_0.json
+
+--beside_layer DIR also trains the package's PD-SSM layer on the same task and seed with the driver's default
+recipe (`table`, one run: restarts 1) and the same heads, batch, lengths, test size and at most the same steps, in
+DIR, and prints the two side by side (the layer's record in the JSON under "layer"):
+
+    OMP_NUM_THREADS=1 python scripts/reference_automaton.py --task s5 --heads 32 --seed 0 --beside_layer runs/s5_pair
 """
 
 from __future__ import annotations
@@ -59,6 +65,34 @@ class ReferenceAutomaton(nn.Module):
         return self.readout(torch.stack(outs, dim=1))
 
 
+def train_layer(args, task_kwargs: dict) -> dict:
+    """The package's PD-SSM layer on the reference's task and seed: the driver's default recipe (`table`), one run,
+    the reference's heads, states, batch, training and test lengths, test size and step budget (at most --steps,
+    the recipe's early stop at 100 % validation); trained in args.beside_layer (results.json there)."""
+    from hf_ssm.training.recipes import resolve_settings
+    from hf_ssm.training.state_tracking import StateTrackingSettings, train_state_tracking
+
+    explicit = dict(
+        task=args.task,
+        mixer="pd_ssm",
+        seed=args.seed,
+        restarts=1,
+        num_heads=args.heads,
+        state_size=args.states,
+        batch_size=args.batch_size,
+        train_min_length=args.train_min_length,
+        train_max_length=args.train_max_length,
+        max_steps=args.steps,
+        min_steps=min(args.steps, resolve_settings("table", {})["min_steps"]),
+        test_min_length=args.test_min_length,
+        test_max_length=args.test_max_length,
+        num_buckets=args.num_buckets,
+        eval_samples_per_bucket=args.eval_samples,
+        **task_kwargs,
+    )
+    return train_state_tracking(StateTrackingSettings(**resolve_settings("table", explicit)), args.beside_layer)
+
+
 @torch.no_grad()
 def evaluate(model, task, buckets, samples: int, batch_size: int = 256) -> list[dict]:
     """Last-position accuracy per (low, high) length bucket, data seed TEST_SEED + low (as the package)."""
@@ -93,6 +127,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--eval_samples", type=int, default=1024, help="test sequences per length bucket")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", default=None, help="write the record here")
+    parser.add_argument(
+        "--beside_layer", default=None, help="also train the PD-SSM layer (recipe table) in this folder"
+    )
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -134,6 +171,16 @@ def main(argv=None) -> dict:
         f"{args.task} seed {args.seed} steps {args.steps}: mean {100 * mean:.1f}% [{cells}] "
         f"loss {losses[-1]['loss']:.4f} train CPU {train_cpu:.1f} s, total CPU {record['cpu_seconds']:.1f} s"
     )
+    if args.beside_layer:
+        record["layer"] = train_layer(args, kwargs)
+        layer_cells = " ".join(
+            f"{b['min_length']}-{b['max_length']}:{100 * b['accuracy']:.1f}" for b in record["layer"]["test"]["buckets"]
+        )
+        print(f"reference: mean {100 * mean:.1f}% [{cells}], {train_cpu:.0f} train CPU s")
+        print(
+            f"layer:     mean {100 * record['layer']['test']['mean_accuracy']:.1f}% [{layer_cells}], "
+            f"{record['layer']['cpu_seconds']:.0f} CPU s, {record['layer']['steps']} steps"
+        )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(record, indent=2))
