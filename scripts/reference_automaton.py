@@ -35,6 +35,14 @@ from hf_ssm.data.state_tracking import StateTrackingDataset, collate_state_track
 from hf_ssm.training.state_tracking import TEST_SEED, length_buckets
 
 
+def straight_through(logits: torch.Tensor) -> torch.Tensor:
+    """(..., N, N) logits -> the column-one-hot P (1 at each column's argmax; max().indices: the same first-of-tied
+    index, faster) in value, the column softmax (temperature 1) in gradient."""
+    soft = torch.softmax(logits, dim=-2)  # down each column
+    hard = torch.zeros_like(soft).scatter_(-2, logits.max(dim=-2, keepdim=True).indices, 1.0)
+    return hard + soft - soft.detach()
+
+
 class ReferenceAutomaton(nn.Module):
     """H heads of an N-state automaton with a free transition table per token, and a linear readout."""
 
@@ -47,9 +55,7 @@ class ReferenceAutomaton(nn.Module):
     def transitions(self) -> torch.Tensor:
         """P of every token id (V, H, N, N): column one-hot in value, column softmax in gradient. Id 0 (padding)
         is the identity, so a padded step keeps the state."""
-        soft = torch.softmax(self.logits, dim=-2)  # down each column
-        hard = torch.zeros_like(soft).scatter_(-2, self.logits.argmax(dim=-2, keepdim=True), 1.0)
-        p = hard + soft - soft.detach()  # straight-through
+        p = straight_through(self.logits)
         eye = torch.eye(self.states, device=p.device).expand(1, self.heads, -1, -1)
         return torch.cat([eye, p[1:]])
 
@@ -109,6 +115,32 @@ def evaluate(model, task, buckets, samples: int, batch_size: int = 256) -> list[
     return out
 
 
+def test_record(name, model, task, buckets, args, losses, cpu0, train_cpu) -> dict:
+    """Score `model` on `buckets` (args.eval_samples sequences each) and return the run's record: `name`, the
+    arguments, CPU seconds since cpu0, the loss curve and the test buckets with their mean."""
+    test = evaluate(model, task, buckets, args.eval_samples)
+    return {
+        "model": name,
+        "args": vars(args),
+        "train_cpu_seconds": train_cpu,
+        "cpu_seconds": time.process_time() - cpu0,
+        "final_loss": losses[-1]["loss"],
+        "loss_curve": losses,
+        "test": test,
+        "test_mean_accuracy": sum(b["accuracy"] for b in test) / len(test),
+    }
+
+
+def bucket_cells(buckets: list[dict]) -> str:
+    """'40-75:100.0 76-111:99.8 ...': each bucket's lengths and accuracy %."""
+    return " ".join(f"{b['min_length']}-{b['max_length']}:{100 * b['accuracy']:.1f}" for b in buckets)
+
+
+def write_record(path: str, record: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(record, indent=2))
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="a5")
@@ -154,36 +186,23 @@ def main(argv=None) -> dict:
             losses.append({"step": step, "loss": loss.item()})
     train_cpu = time.process_time() - cpu0
     buckets = length_buckets(args.test_min_length, args.test_max_length, args.num_buckets)
-    test = evaluate(model, task, buckets, args.eval_samples)
-    mean = sum(b["accuracy"] for b in test) / len(test)
-    record = {
-        "model": "reference_automaton",
-        "args": vars(args),
-        "train_cpu_seconds": train_cpu,
-        "cpu_seconds": time.process_time() - cpu0,
-        "final_loss": losses[-1]["loss"],
-        "loss_curve": losses,
-        "test": test,
-        "test_mean_accuracy": mean,
-    }
-    cells = " ".join(f"{b['min_length']}-{b['max_length']}:{100 * b['accuracy']:.1f}" for b in test)
+    record = test_record("reference_automaton", model, task, buckets, args, losses, cpu0, train_cpu)
+    mean = record["test_mean_accuracy"]
+    cells = bucket_cells(record["test"])
     print(
         f"{args.task} seed {args.seed} steps {args.steps}: mean {100 * mean:.1f}% [{cells}] "
         f"loss {losses[-1]['loss']:.4f} train CPU {train_cpu:.1f} s, total CPU {record['cpu_seconds']:.1f} s"
     )
     if args.beside_layer:
         record["layer"] = train_layer(args, kwargs)
-        layer_cells = " ".join(
-            f"{b['min_length']}-{b['max_length']}:{100 * b['accuracy']:.1f}" for b in record["layer"]["test"]["buckets"]
-        )
+        layer_cells = bucket_cells(record["layer"]["test"]["buckets"])
         print(f"reference: mean {100 * mean:.1f}% [{cells}], {train_cpu:.0f} train CPU s")
         print(
             f"layer:     mean {100 * record['layer']['test']['mean_accuracy']:.1f}% [{layer_cells}], "
             f"{record['layer']['cpu_seconds']:.0f} CPU s, {record['layer']['steps']} steps"
         )
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(record, indent=2))
+        write_record(args.json, record)
     return record
 
 

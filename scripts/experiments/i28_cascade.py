@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import time
 from pathlib import Path
 
@@ -38,13 +37,6 @@ _spec = importlib.util.spec_from_file_location(
 )
 reference_automaton = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(reference_automaton)
-
-
-def straight_through(logits: torch.Tensor) -> torch.Tensor:
-    """(..., N, N) logits -> column-one-hot P in value, the column softmax in gradient."""
-    soft = torch.softmax(logits, dim=-2)
-    hard = torch.zeros_like(soft).scatter_(-2, logits.max(dim=-2, keepdim=True).indices, 1.0)
-    return hard + soft - soft.detach()
 
 
 class CascadeAutomaton(nn.Module):
@@ -62,7 +54,7 @@ class CascadeAutomaton(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) ids (0 = padding) -> (B, T, classes) logits."""
         batch = input_ids.shape[0]
-        p1 = straight_through(self.table1)
+        p1 = reference_automaton.straight_through(self.table1)
         p1[0] = torch.eye(self.n1)  # padding keeps the state
         x1 = torch.zeros(batch, self.h1, self.n1, 1)
         x1[:, :, 0] = 1.0
@@ -76,7 +68,7 @@ class CascadeAutomaton(nn.Module):
             read = x1[:, self.source, :, 0]  # (B, H2, N1): the chosen first-layer head's state at t - 1
             pair = (token[:, None, :, None] * read[:, :, None, :]).flatten(2)  # (B, H2, V N1), one-hot
             logits2 = torch.einsum("bjp,jpk->bjk", pair, self.table2).view(batch, self.h2, self.n2, self.n2)
-            p2 = torch.where((ids == 0).view(batch, 1, 1, 1), eye2, straight_through(logits2))
+            p2 = torch.where((ids == 0).view(batch, 1, 1, 1), eye2, reference_automaton.straight_through(logits2))
             x2 = p2 @ x2
             x1 = p1[ids] @ x1
             outs.append(torch.cat([x1.flatten(1), x2.flatten(1)], dim=1))
@@ -123,24 +115,14 @@ def main(argv=None) -> dict:
         if step % 100 == 0 or step == args.steps - 1:
             losses.append({"step": step, "loss": loss.item(), "longest": longest})
     train_cpu = time.process_time() - cpu0
-    test = reference_automaton.evaluate(model, task, length_buckets(40, 256, 6), args.eval_samples)
-    mean = sum(b["accuracy"] for b in test) / len(test)
-    record = {
-        "model": "cascade_automaton",
-        "args": vars(args),
-        "train_cpu_seconds": train_cpu,
-        "cpu_seconds": time.process_time() - cpu0,
-        "final_loss": losses[-1]["loss"],
-        "loss_curve": losses,
-        "test": test,
-        "test_mean_accuracy": mean,
-    }
-    cells = " ".join(f"{b['min_length']}-{b['max_length']}:{100 * b['accuracy']:.1f}" for b in test)
+    buckets = length_buckets(40, 256, 6)
+    record = reference_automaton.test_record("cascade_automaton", model, task, buckets, args, losses, cpu0, train_cpu)
+    mean = record["test_mean_accuracy"]
+    cells = reference_automaton.bucket_cells(record["test"])
     print(f"cascade {args.task} seed {args.seed} curriculum {args.curriculum}: mean {100 * mean:.1f}% [{cells}] "
           f"loss {losses[-1]['loss']:.4f} train CPU {train_cpu:.1f} s")  # fmt: skip
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(record, indent=2))
+        reference_automaton.write_record(args.json, record)
     return record
 
 

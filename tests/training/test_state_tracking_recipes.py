@@ -81,7 +81,7 @@ def test_renamed_recipe_is_refused_with_its_new_name():
 
 
 def _driver_settings(monkeypatch, tmp_path, *argv) -> list[StateTrackingSettings]:
-    """The settings of every run `train_state_tracking.py *argv` would train (none is trained)."""
+    """[settings of the first run `train_state_tracking.py *argv` would train] (the fake trainer stops the driver)."""
     script = load_script("train_state_tracking")
     seen = []
 
@@ -89,8 +89,7 @@ def _driver_settings(monkeypatch, tmp_path, *argv) -> list[StateTrackingSettings
         seen.append(settings)
         raise SystemExit(0)
 
-    monkeypatch.setattr(script, "train_with_restarts", fake_train)
-    monkeypatch.setattr(script, "run_records", lambda *args: [])
+    monkeypatch.setattr(script, "train_with_restarts", fake_train)  # the first run stops the driver
     with pytest.raises(SystemExit):
         script.main([*argv, "--output_dir", str(tmp_path)])
     return seen
@@ -142,18 +141,8 @@ def test_explicit_values_override_the_recipe_and_the_warmup_follows_max_steps():
 
 def test_command_line_flags_override_the_recipe(monkeypatch, tmp_path):
     """`--recipe paper --learning_rate 1e-3 --decay_embedding true`: those two flags win, the rest is the recipe."""
-    script = load_script("train_state_tracking")
-    seen = []
-
-    def fake_train(settings, run_dir, resume=False, validated=False):
-        seen.append(settings)
-        raise SystemExit(0)
-
-    monkeypatch.setattr(script, "train_with_restarts", fake_train)
     argv = ["--recipe", "paper", "--task", "parity", "--learning_rate", "1e-3", "--decay_embedding", "true"]
-    with pytest.raises(SystemExit):
-        script.main([*argv, "--output_dir", str(tmp_path)])
-    (s,) = seen
+    (s,) = _driver_settings(monkeypatch, tmp_path, *argv)
     assert (s.recipe, s.learning_rate, s.decay_embedding) == ("paper", 1e-3, True)
     assert (s.block_type, s.batch_size, s.weight_decay, s.warmup_steps) == ("post_norm_mixer", 256, 0.01, 10_000)
 
