@@ -316,27 +316,22 @@ class PDSSMMixer(nn.Module):
 
     def _decode_weights(self):
         """(in weight, in bias, down or None, out weight) of the fused decode step (see above), or None where it does
-        not apply. down = (weight, bias) of blockdiag(W_mag, W_phase), one head only. Under torch.compile: the
-        tuple (in maps, (magnitude, phase) or None, out_proj) of modules instead, nothing stacked (see
-        `_compiled_decode_forward`)."""
+        not apply. down = (weight, bias) of blockdiag(W_mag, W_phase), one head only."""
         maps = self._decode_maps()
         if maps is None:
             return None
-        if torch.compiler.is_compiling():
-            # Reading data pointers to key a cache is a graph break, and a stack built inside the graph is copied
-            # again at every step (the in-weight stack, blockdiag and C's reordering: 5 of the compiled hybrid's
-            # decode loops, each a parallel region on two threads; BENCHMARKS.md). The compiled step therefore
-            # multiplies by the weights as stored.
-            mlps = (self._modules["magnitude"], self._modules["phase"]) if self.num_heads == 1 else None
-            return maps[:4], mlps, maps[4]
         # every parameter the stack is built from (the MLPs' own parameters are their per-head output layers); a new
         # parameter, new storage (also a dtype or device change) or an in-place update changes the key
-        owners = (*maps, self._modules["magnitude"], self._modules["phase"])
-        params = [p for owner in owners for p in owner._parameters.values() if p is not None]
-        key = tuple([(id(p), p.data_ptr(), p._version) for p in params])
-        cached = self._decode_weights_cache
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        # Under torch.compile the stack is built inside the traced step (reading data pointers there is a graph
+        # break); the compiled graph then does the stacking itself, no cache.
+        compiling = torch.compiler.is_compiling()
+        if not compiling:
+            owners = (*maps, self._modules["magnitude"], self._modules["phase"])
+            params = [p for owner in owners for p in owner._parameters.values() if p is not None]
+            key = tuple([(id(p), p.data_ptr(), p._version) for p in params])
+            cached = self._decode_weights_cache
+            if cached is not None and cached[0] == key:
+                return cached[1]
         with torch.no_grad():
             inputs = maps[:4]
             in_weight = torch.cat([m.weight for m in inputs])
@@ -352,65 +347,35 @@ class PDSSMMixer(nn.Module):
                 )
             out_weight = self._pair_order(self.out_proj.weight)
         weights = (in_weight, in_bias, down, out_weight)
-        self._decode_weights_cache = (key, weights)
+        if not compiling:
+            self._decode_weights_cache = (key, weights)
         return weights
 
     def _decode_forward(self, u: torch.Tensor, x0, mask, weights):
         """One step without gradient, u (B, 1, d): (output (B, 1, d), final state (B, H, N)), equal to the sequence
         path up to float rounding."""
-        if torch.compiler.is_compiling():
-            return self._compiled_decode_forward(u, x0, mask, *weights)
         in_weight, in_bias, down, out_weight = weights
         batch = u.shape[0]
         h, n, k = self.num_heads, self.head_state_size, self.dict_size
         width = self.mlp_hidden_size
+        # Compiled, the step computes in real (re, im) pairs (inductor generates no code for complex operators).
+        compiling = torch.compiler.is_compiling()
         z = nn.functional.linear(u, in_weight, in_bias)  # [B u, W_s u, first MLP layers (, a zero pad)]
-        b = torch.view_as_complex(z[..., : 2 * h * n].float().view(batch, 1, h, n, 2))
+        b = z[..., : 2 * h * n].float().view(batch, 1, h, n, 2)
+        b = b if compiling else torch.view_as_complex(b)
         logits = z[..., 2 * h * n : 2 * h * n + h * k].float().view(batch, 1, h, k)
         hidden = _exact_gelu(z[..., 2 * h * n + h * k : 2 * h * n + h * k + 2 * width])  # both MLPs' hidden layers
         if down is not None:  # one sigmoid call for |D| and arg D
             gates = torch.sigmoid(nn.functional.linear(hidden, *down).float()).view(batch, 1, 1, 2 * n)
-            dv = _diagonal_from_gates(gates[..., :n], gates[..., n:])
+            dv = _diagonal_from_gates(gates[..., :n], gates[..., n:], as_pairs=compiling)
         else:
             mag_out, phase_out = self.magnitude.down(hidden[..., :width]), self.phase.down(hidden[..., width:])
-            dv = self._complex_diagonal(mag_out, phase_out)
+            dv = self._complex_diagonal(mag_out, phase_out, as_pairs=compiling)
         selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
-        states, final = self.scan_op(u.device)(selection, self.dictionary, dv, b, x0, mask, self.temperature)
+        op = self.scan_op(u.device)
+        states, final = op(selection, self.dictionary, dv, b, x0, mask, self.temperature)
         pairs = real_pairs(states).reshape(batch, 1, 2 * h * n).to(out_weight.dtype)
         y = nn.functional.linear(pairs, out_weight)
-        if self.skip is None:
-            return y.to(u.dtype), final
-        return torch.addcmul(y, self.skip, u).to(u.dtype), final
-
-    def _compiled_decode_forward(self, u: torch.Tensor, x0, mask, in_maps, mlps, out_proj):
-        """`_decode_forward` inside torch.compile: the same step on the weights as stored (the products' outputs are
-        concatenated, not the weights), in real (re, im) pairs (inductor generates no code for complex operators);
-        the state's pairs are moved to C's column order instead of C's columns to the state's."""
-        batch = u.shape[0]
-        h, n, k = self.num_heads, self.head_state_size, self.dict_size
-        width = self.mlp_hidden_size
-        z = torch.cat([nn.functional.linear(u, m.weight, m.bias) for m in in_maps], dim=-1)
-        b = z[..., : 2 * h * n].float().view(batch, 1, h, n, 2)
-        logits = z[..., 2 * h * n : 2 * h * n + h * k].float().view(batch, 1, h, k)
-        hidden = _exact_gelu(z[..., 2 * h * n + h * k :])  # both MLPs' hidden layers
-        if mlps is not None:  # one head: the per-head output layers are two plain products
-            magnitude, phase = mlps
-            gates = torch.cat(
-                [
-                    nn.functional.linear(hidden[..., :width], magnitude.down_weight[0], magnitude.down_bias[0]),
-                    nn.functional.linear(hidden[..., width:], phase.down_weight[0], phase.down_bias[0]),
-                ],
-                dim=-1,
-            )
-            gates = torch.sigmoid(gates.float()).view(batch, 1, 1, 2 * n)
-            dv = _diagonal_from_gates(gates[..., :n], gates[..., n:], as_pairs=True)
-        else:
-            mag_out, phase_out = self.magnitude.down(hidden[..., :width]), self.phase.down(hidden[..., width:])
-            dv = self._complex_diagonal(mag_out, phase_out, as_pairs=True)
-        selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
-        states, final = self.scan_op(u.device)(selection, self.dictionary, dv, b, x0, mask, self.temperature)
-        features = real_pairs(states).transpose(-1, -2).reshape(batch, 1, 2 * h * n)  # per head [Re x, Im x]
-        y = nn.functional.linear(features.to(out_proj.weight.dtype), out_proj.weight, out_proj.bias)
         if self.skip is None:
             return y.to(u.dtype), final
         return torch.addcmul(y, self.skip, u).to(u.dtype), final
