@@ -59,16 +59,36 @@ class ReferenceAutomaton(nn.Module):
         eye = torch.eye(self.states, device=p.device).expand(1, self.heads, -1, -1)
         return torch.cat([eye, p[1:]])
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """(B, T) ids (0 = padding) -> (B, T, classes) logits."""
+    def head_states(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids (0 = padding) -> the one-hot states (B, T, H, N) after every token."""
         p = self.transitions()
         x = torch.zeros(input_ids.shape[0], self.heads, self.states, 1, device=p.device)
         x[:, :, 0] = 1.0  # e_0
         outs = []
         for t in range(input_ids.shape[1]):
             x = p[input_ids[:, t]] @ x  # x_t = P_t x_{t-1}, every head at once
-            outs.append(x.flatten(1))
-        return self.readout(torch.stack(outs, dim=1))
+            outs.append(x[..., 0])
+        return torch.stack(outs, dim=1)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids (0 = padding) -> (B, T, classes) logits."""
+        return self.readout(self.head_states(input_ids).flatten(2))
+
+
+def sequence_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of (B, T, classes) logits against (B, T) labels, -100 ignored (every labelled prefix)."""
+    return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+
+def curriculum_batch(task, args, step: int, size: int | None = None, seed_offset: int = 0) -> dict:
+    """A fresh collated batch for `step` of the length curriculum that the experiments beside this script use: the
+    longest length grows linearly from 5 to args.train_max_length over the first args.curriculum steps (0: that
+    length from the start); data seed seed_offset + args.seed * 10**6 + step. size defaults to args.batch_size."""
+    size = args.batch_size if size is None else size
+    grown = 5 + (args.train_max_length - 5) * step / args.curriculum if args.curriculum else args.train_max_length
+    longest = max(args.train_min_length + 2, min(args.train_max_length, int(grown)))
+    data = StateTrackingDataset(task, size, args.train_min_length, longest, seed=seed_offset + args.seed * 10**6 + step)
+    return {**collate_state_tracking([data[i] for i in range(size)]), "longest": longest}
 
 
 def train_layer(args, task_kwargs: dict) -> dict:
@@ -177,8 +197,7 @@ def main(argv=None) -> dict:
     losses = []
     for step in range(args.steps):
         batch = collate_state_tracking([train[step * args.batch_size + i] for i in range(args.batch_size)])
-        logits = model(batch["input_ids"])
-        loss = nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
+        loss = sequence_loss(model(batch["input_ids"]), batch["labels"])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from hf_ssm.data.state_tracking import StateTrackingDataset, collate_state_tracking, get_task
+from hf_ssm.data.state_tracking import get_task
 from hf_ssm.training.state_tracking import length_buckets
 
 _spec = importlib.util.spec_from_file_location(
@@ -101,19 +101,13 @@ def main(argv=None) -> dict:
     cpu0 = time.process_time()
     losses = []
     for step in range(args.steps):
-        grown = 5 + (args.train_max_length - 5) * step / args.curriculum if args.curriculum else args.train_max_length
-        longest = max(args.train_min_length + 2, min(args.train_max_length, int(grown)))
-        data = StateTrackingDataset(
-            task, args.batch_size, args.train_min_length, longest, seed=args.seed * 10**6 + step
-        )
-        batch = collate_state_tracking([data[i] for i in range(args.batch_size)])
-        logits = model(batch["input_ids"])
-        loss = nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
+        batch = reference_automaton.curriculum_batch(task, args, step)
+        loss = reference_automaton.sequence_loss(model(batch["input_ids"]), batch["labels"])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         if step % 100 == 0 or step == args.steps - 1:
-            losses.append({"step": step, "loss": loss.item(), "longest": longest})
+            losses.append({"step": step, "loss": loss.item(), "longest": batch["longest"]})
     train_cpu = time.process_time() - cpu0
     buckets = length_buckets(40, 256, 6)
     record = reference_automaton.test_record("cascade_automaton", model, task, buckets, args, losses, cpu0, train_cpu)

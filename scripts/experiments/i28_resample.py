@@ -22,9 +22,8 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
 
-from hf_ssm.data.state_tracking import StateTrackingDataset, collate_state_tracking, get_task
+from hf_ssm.data.state_tracking import get_task
 from hf_ssm.training.state_tracking import length_buckets
 
 _spec = importlib.util.spec_from_file_location(
@@ -34,26 +33,17 @@ reference_automaton = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(reference_automaton)
 
 
-def batch_of(task, size: int, min_length: int, max_length: int, seed: int) -> dict:
-    data = StateTrackingDataset(task, size, min_length, max_length, seed=seed)
-    return collate_state_tracking([data[i] for i in range(size)])
-
-
-def loss_of(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
-
-
 @torch.no_grad()
 def head_use(model, batch) -> torch.Tensor:
     """(H,) rise of the loss (nats) when each head's one-hot state features are replaced by their mean over the
     batch and positions (mean ablation)."""
     states = model.head_states(batch["input_ids"])  # (B, T, H, N)
-    base = loss_of(model.readout(states.flatten(2)), batch["labels"])
+    base = reference_automaton.sequence_loss(model.readout(states.flatten(2)), batch["labels"])
     rises = []
     for h in range(model.heads):
         ablated = states.clone()
         ablated[:, :, h] = states[:, :, h].mean(dim=(0, 1))
-        rises.append(loss_of(model.readout(ablated.flatten(2)), batch["labels"]) - base)
+        rises.append(reference_automaton.sequence_loss(model.readout(ablated.flatten(2)), batch["labels"]) - base)
     return torch.stack(rises)
 
 
@@ -69,20 +59,6 @@ def resample(model, optimizer, heads: list[int]) -> None:
             for moment in ("exp_avg", "exp_avg_sq"):
                 if moment in optimizer.state[param]:
                     optimizer.state[param][moment][index] = 0.0
-
-
-class StatesReference(reference_automaton.ReferenceAutomaton):
-    """The reference automaton with its one-hot states exposed, (B, T, H, N), for the mean ablation."""
-
-    def head_states(self, input_ids: torch.Tensor) -> torch.Tensor:
-        p = self.transitions()
-        x = torch.zeros(input_ids.shape[0], self.heads, self.states, 1)
-        x[:, :, 0] = 1.0
-        outs = []
-        for t in range(input_ids.shape[1]):
-            x = p[input_ids[:, t]] @ x
-            outs.append(x[..., 0])
-        return torch.stack(outs, dim=1)
 
 
 def main(argv=None) -> dict:
@@ -106,20 +82,19 @@ def main(argv=None) -> dict:
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     task = get_task(args.task)
-    model = StatesReference(task.vocab_size, task.num_classes, args.heads, args.states)
+    model = reference_automaton.ReferenceAutomaton(task.vocab_size, task.num_classes, args.heads, args.states)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     cpu0 = time.process_time()
     losses, events = [], []
     for step in range(args.steps):
-        grown = 5 + (args.train_max_length - 5) * step / args.curriculum if args.curriculum else args.train_max_length
-        longest = max(args.train_min_length + 2, min(args.train_max_length, int(grown)))
-        batch = batch_of(task, args.batch_size, args.train_min_length, longest, args.seed * 10**6 + step)
-        loss = loss_of(model(batch["input_ids"]), batch["labels"])
+        batch = reference_automaton.curriculum_batch(task, args, step)
+        longest = batch["longest"]
+        loss = reference_automaton.sequence_loss(model(batch["input_ids"]), batch["labels"])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         if args.resample_every and step > 0 and step % args.resample_every == 0:
-            probe = batch_of(task, 256, args.train_min_length, longest, 10**9 + args.seed * 10**6 + step)
+            probe = reference_automaton.curriculum_batch(task, args, step, size=256, seed_offset=10**9)
             use = head_use(model, probe)
             dead = [h for h in range(args.heads) if use[h] < args.dead_threshold]
             resample(model, optimizer, dead)
