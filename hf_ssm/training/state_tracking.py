@@ -67,6 +67,14 @@ def _batch(dataset: StateTrackingDataset, step: int, batch_size: int, rank: int 
     return collate_state_tracking([dataset[start + i] for i in range(batch_size)])
 
 
+def training_data(task, settings: StateTrackingSettings, num_samples: int, step: int) -> StateTrackingDataset:
+    """The training sequences step `step` draws from: lengths [train_min_length, the longest length of that step
+    (settings.longest_training_length: the length curriculum)], the run's seed. Item i is the same random draw at
+    every step, so with the curriculum off (or past it) this is one fixed dataset, as before the curriculum."""
+    longest = settings.longest_training_length(step)
+    return StateTrackingDataset(task, num_samples, settings.train_min_length, longest, seed=settings.seed)
+
+
 BEST_WEIGHTS = "best_weights.pt"
 
 
@@ -90,13 +98,7 @@ def train_state_tracking(
     optimizer = build_optimizer(model, settings)
     scheduler = build_scheduler(optimizer, settings)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    train_data = StateTrackingDataset(
-        task,
-        settings.max_steps * settings.batch_size * accelerator.num_processes,
-        settings.train_min_length,
-        settings.train_max_length,
-        seed=settings.seed,
-    )
+    num_train_samples = settings.max_steps * settings.batch_size * accelerator.num_processes
     checkpoints = run_dir / "checkpoints"
     start_step, history, seconds_before, cpu_seconds_before = 0, [], 0.0, 0.0
     best = loop.BestWeights({"accuracy": -1.0, "step": 0})  # the weights that will be tested and saved
@@ -118,6 +120,7 @@ def train_state_tracking(
     last = {}  # the loss of the latest step
 
     def train_step(step: int) -> None:
+        train_data = training_data(task, settings, num_train_samples, step)
         batch = _batch(train_data, step, settings.batch_size, accelerator.process_index, accelerator.num_processes)
         out = model(
             input_ids=batch["input_ids"].to(accelerator.device),
@@ -187,6 +190,9 @@ def train_state_tracking(
         "embedding_init": settings.embedding_init,
         "transition_lr_scale": settings.transition_lr_scale,
         "train_lengths": [settings.train_min_length, settings.train_max_length],
+        "length_curriculum": [settings.length_curriculum_start, settings.length_curriculum_steps]
+        if settings.length_curriculum_steps
+        else None,
         "history": history,
         "test": test,
         **({"far": far} if far is not None else {}),

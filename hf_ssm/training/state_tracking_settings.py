@@ -58,6 +58,15 @@ class StateTrackingSettings:
     lru_group_size: int = 4
     train_min_length: int = 3
     train_max_length: int = 40
+    # Length curriculum (docs/design.md §8.3): over the first length_curriculum_steps steps the longest training
+    # length grows linearly from length_curriculum_start to train_max_length (0 steps: every length from the start).
+    # Short sequences first is what let the reference automaton learn modular arithmetic (RESULTS.md).
+    length_curriculum_steps: int = field(
+        default=0, metadata={"help": "steps over which the longest training length grows (0: no curriculum)"}
+    )
+    length_curriculum_start: int = field(
+        default=5, metadata={"help": "the longest training length at step 0 of the length curriculum"}
+    )
     test_min_length: int = 40
     test_max_length: int = 256
     num_buckets: int = 6
@@ -155,6 +164,7 @@ class StateTrackingSettings:
             raise ValueError(
                 f"test_min_length ({self.test_min_length}) is above test_max_length ({self.test_max_length})"
             )
+        self._validate_length_curriculum()
         check_choice("pd_ssm_initial_state", self.pd_ssm_initial_state, PD_SSM_INITIAL_STATES)
         check_choice("pd_ssm_diagonal", self.pd_ssm_diagonal, PD_SSM_DIAGONALS)
         check_choice("pd_ssm_input", self.pd_ssm_input, PD_SSM_INPUTS)
@@ -180,6 +190,35 @@ class StateTrackingSettings:
         check_config_keys(self.extra_config, "--extra_config")
         far_lengths(self)  # raises on a malformed list
         model_config(self)  # the pattern letters, the sizes: HybridSSMConfig's own checks
+
+    def _validate_length_curriculum(self) -> None:
+        if self.length_curriculum_steps < 0:
+            raise ValueError(
+                f"`length_curriculum_steps` must be >= 0 (0: no curriculum), got {self.length_curriculum_steps}"
+            )
+        if self.length_curriculum_steps == 0:
+            return
+        if not self.train_min_length <= self.length_curriculum_start <= self.train_max_length:
+            raise ValueError(
+                f"`length_curriculum_start` must lie in [train_min_length, train_max_length] = "
+                f"[{self.train_min_length}, {self.train_max_length}], got {self.length_curriculum_start}"
+            )
+        task = get_task(self.task, **self.task_kwargs())
+        if not any(task.valid_length(n) for n in range(self.train_min_length, self.length_curriculum_start + 1)):
+            raise ValueError(
+                f"`length_curriculum_start` = {self.length_curriculum_start}: task {self.task!r} has no valid length "
+                f"in [{self.train_min_length}, {self.length_curriculum_start}] ({task._length_rule()})"
+            )
+
+    def longest_training_length(self, step: int) -> int:
+        """The longest training length at `step`: train_max_length, or under the length curriculum
+        length_curriculum_start + (train_max_length - length_curriculum_start) * step / length_curriculum_steps,
+        rounded down, until it reaches train_max_length."""
+        if self.length_curriculum_steps == 0:
+            return self.train_max_length
+        span = self.train_max_length - self.length_curriculum_start
+        grown = self.length_curriculum_start + span * step / self.length_curriculum_steps
+        return min(self.train_max_length, int(grown))
 
     def _validate_recipe_fields(self) -> None:
         check_recipe(self.recipe)
