@@ -29,11 +29,14 @@ from torch import nn
 from transformers import PretrainedConfig
 
 from .attention import HybridSSMRMSNorm
+from .pd_automaton import automaton_direct_scan
 from .pd_bank import bank_indices, gather_bank
 from .pd_ops import dictionary_indices
 from .scan_dispatch import scan_ops
 from .scan_pd import as_complex
 from .scan_pd import as_pairs as real_pairs  # `as_pairs` is also the flag of diagonal() / step_inputs()
+
+BASIS_STARTS = ("one_hot", "head_basis")  # pd_ssm_initial_state values whose x_0 is a basis vector in every head
 
 
 def _is_plain_linear(module: nn.Module) -> bool:
@@ -221,13 +224,18 @@ class PDSSMMixer(nn.Module):
             u = self.transition_norm(u)
         return self.transition_proj(u).float().view(batch, steps, self.num_heads, n, n)
 
-    def _direct_scan(self, u, x0, mask):
+    def _direct_scan(self, u, x0, mask, basis_start: bool = False):
         """The direct transition: P_t = column argmax of transition_logits(u_t) (straight-through, the column
         softmax at the temperature in the backward), then the PD scan. A padded step is the identity, passes no
-        gradient to its logits, and has D = 1, b = 0."""
+        gradient to its logits, and has D = 1, b = 0. `basis_start`: x0 is the layer's own basis or zero start (not
+        a passed-in state), so that a pure automaton's states are basis vectors (see pd_automaton.py)."""
         logits = self.transition_logits(u)
         # max(...).indices: the same first-of-tied index as argmax, ~5x faster down a short non-last axis on CPU
         idx = logits.max(dim=-2).indices
+        if basis_start and self.is_pure_automaton() and torch.is_grad_enabled() and logits.requires_grad:
+            if mask is not None:
+                idx = torch.where(mask.bool()[..., None, None], idx, torch.arange(idx.shape[-1], device=idx.device))
+            return automaton_direct_scan(logits, idx, x0, mask, self.temperature)
         dv, b = self.diagonal(u), self.step_inputs(u)
         if mask is not None:
             keep = mask.bool()
@@ -242,6 +250,12 @@ class PDSSMMixer(nn.Module):
         if x0 is None:
             x0 = torch.zeros_like(b[:, 0])
         return scan_ops(self.scan_backend, u.device).pd_scan(idx, dv, b, x0, p_soft)
+
+    def is_pure_automaton(self) -> bool:
+        """D = 1, no input map and a basis-vector start (e_0 or e_(h mod N); a zero start without input is refused by
+        the config): every state is then a basis vector (docs/design.md §8.3), which the direct transition's training
+        path uses (pd_automaton.py)."""
+        return self.diagonal_kind == "unit" and self.input_kind == "none" and self.initial_state_kind in BASIS_STARTS
 
     def selection_weights(self, u: torch.Tensor) -> torch.Tensor:
         """s_t = softmax(W_s u_t) over the dictionary: (B, T, H, K) float32."""
@@ -392,6 +406,7 @@ class PDSSMMixer(nn.Module):
     def forward(self, hidden_states: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         batch, steps, _ = hidden_states.shape
         u = hidden_states
+        own_start = state is None  # x0 is the layer's initial state, not a state passed in
         if state is None and self.initial_state_kind != "zeros":
             state = self.initial_state(batch, u.device)
         x0 = None if state is None else self._start_state(state)
@@ -399,7 +414,7 @@ class PDSSMMixer(nn.Module):
         if weights is not None:
             return self._decode_forward(u, x0, mask, weights)
         if self.transition == "direct":
-            states, final = self._direct_scan(u, x0, mask)
+            states, final = self._direct_scan(u, x0, mask, basis_start=own_start)
         else:
             states, final = self._generated_scan(u, x0, mask)
         # per head [Re x, Im x] (B, T, H * 2N): the (re, im) pairs moved to the front of each head's state, one copy
