@@ -207,6 +207,12 @@ class HybridSSMConfig(PretrainedConfig):
             at 1) instead of u_t (default False): P_t's logits are W_P RMSNorm(u_t), unit-RMS input whatever block
             feeds the mixer (the post-norm block feeds it the raw N(0, 0.02^2) embedding). Read by
             `pd_ssm_transition="direct"` only (issue 28).
+        pd_ssm_transition_input_size: None (default: all d) or k in [1, hidden_size]: the direct transition reads
+            the first k features of u_t only, W_P: k -> H N^2, starting N(0, s^2 / k). With a token embedding frozen at
+            one-hot codes (k >= the vocabulary) W_P is still one free logit table per token while d stays free for
+            the states: the modular-arithmetic layer (8 heads of N = 64) reads its 1,024 one-hot state features
+            through C = I with k = 16, where a W_P reading all 1,024 features would hold 33.5 M weights (issue 28).
+            Read by `pd_ssm_transition="direct"` only.
         pd_ssm_input: what each step adds to the state. `"projection"` (default, docs/design.md §4): b_t = B u_t.
             `"none"`: b_t = 0 and the layer has no B, so x_t = A_t ... A_1 x_0 is exactly the run of the automaton
             that the transitions spell from the start state (needs a non-zero pd_ssm_initial_state). With B the
@@ -310,6 +316,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_transition_init_scale: float = 1.0
     pd_ssm_identity_entry_logit: float | None = None
     pd_ssm_transition_norm: bool = False
+    pd_ssm_transition_input_size: int | None = None
     pd_ssm_output_skip: bool = True
     pd_ssm_output_init: str = "normal"
     pd_ssm_output_trainable: bool = True

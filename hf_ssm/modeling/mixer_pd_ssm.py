@@ -122,13 +122,15 @@ class PDSSMMixer(nn.Module):
             self.learned_initial_state = nn.Parameter(self.one_hot_initial_state())
         if self.transition == "direct":
             # P_t's N x N column logits of every head straight from u_t (no dictionary, no selection)
-            self.transition_proj = nn.Linear(d, h * n * n, bias=False)
-            self.transition_init_std = config.pd_ssm_transition_init_scale / math.sqrt(d)
+            # pd_ssm_transition_input_size: W_P reads u_t's first k features (all d by default)
+            self.transition_input_size = k_in = getattr(config, "pd_ssm_transition_input_size", None) or d
+            self.transition_proj = nn.Linear(k_in, h * n * n, bias=False)
+            self.transition_init_std = config.pd_ssm_transition_init_scale / math.sqrt(k_in)
             nn.init.normal_(self.transition_proj.weight, std=self.transition_init_std)
             # pd_ssm_transition_norm: W_P reads RMSNorm(u_t) (its own gain), unit-RMS whatever the scale of u
             self.transition_norm = None
             if getattr(config, "pd_ssm_transition_norm", False):
-                self.transition_norm = HybridSSMRMSNorm(d, eps=config.rms_norm_eps)
+                self.transition_norm = HybridSSMRMSNorm(k_in, eps=config.rms_norm_eps)
         else:
             self.selection = nn.Linear(d, h * k, bias=self.identity_entry_logit is not None)
             self.dictionary = nn.Parameter(torch.empty(h, k, n, n))
@@ -217,9 +219,11 @@ class PDSSMMixer(nn.Module):
 
     def transition_logits(self, u: torch.Tensor) -> torch.Tensor:
         """pd_ssm_transition="direct": the column logits of P_t, (B, T, H, N, N) float32, [..., i, j] = row i of
-        column j (the projection itself runs in the autocast dtype)."""
+        column j (the projection itself runs in the autocast dtype), from u (B, T, d)'s first
+        `transition_input_size` features."""
         batch, steps, _ = u.shape
         n = self.head_state_size
+        u = u[..., : self.transition_input_size]
         if self.transition_norm is not None:
             u = self.transition_norm(u)
         return self.transition_proj(u).float().view(batch, steps, self.num_heads, n, n)

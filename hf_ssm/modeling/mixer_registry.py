@@ -259,6 +259,18 @@ def _check_pd_ssm(config) -> None:
         if not isinstance(getattr(config, name), bool):
             raise ValueError(f"`{name}` must be True or False, got {getattr(config, name)!r}")
     check_number("pd_ssm_transition_init_scale", config.pd_ssm_transition_init_scale, low=0, low_open=True)
+    k_in = config.pd_ssm_transition_input_size
+    if k_in is not None:
+        if isinstance(k_in, bool) or not isinstance(k_in, int) or not 1 <= k_in <= config.hidden_size:
+            raise ValueError(
+                f"`pd_ssm_transition_input_size` must be None (all hidden_size features) or an int in [1, hidden_size "
+                f"= {config.hidden_size}], got {k_in!r}"
+            )
+        if config.pd_ssm_transition != "direct":
+            raise ValueError(
+                "`pd_ssm_transition_input_size` sizes the direct transition's W_P: it needs pd_ssm_transition='direct' "
+                f"(got {config.pd_ssm_transition!r}; leave it None)"
+            )
     if config.pd_ssm_identity_entry_logit is not None:
         check_number("pd_ssm_identity_entry_logit", config.pd_ssm_identity_entry_logit)
         if config.pd_ssm_transition == "direct":
