@@ -61,6 +61,13 @@ def far_lengths(settings) -> list[int]:
             f"`far_lengths` must be comma-separated lengths above test_max_length ({settings.test_max_length}), "
             f"e.g. '1000,4000', or '' for none; got {settings.far_lengths!r}"
         )
+    task = get_task(settings.task, **settings.task_kwargs())
+    invalid = [length for length in lengths if not task.valid_length(length)]
+    if invalid:  # refused before training, not when the test reaches them
+        raise ValueError(
+            f"`far_lengths` {invalid} are not lengths of task {settings.task!r} ({task._length_rule()}); got "
+            f"{settings.far_lengths!r}"
+        )
     return lengths
 
 

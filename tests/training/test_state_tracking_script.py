@@ -401,4 +401,8 @@ def test_far_lengths_extend_the_test_report_and_the_summary(tmp_path):
     for bad in ("40,x", "30"):
         with pytest.raises(ValueError, match="`far_lengths` must be comma-separated lengths above test_max_length"):
             StateTrackingSettings(test_max_length=48, far_lengths=bad).validate()
+    # a length the task never produces is refused before training (it once failed at the test, after the training)
+    with pytest.raises(ValueError, match=r"`far_lengths` \[1000\] are not lengths of task 'modular_arithmetic'"):
+        StateTrackingSettings(task="modular_arithmetic", far_lengths="1000,4001").validate()
+    StateTrackingSettings(task="modular_arithmetic", far_lengths="1001,4001").validate()
     assert "far" not in train_state_tracking(replace(settings, far_lengths=""), tmp_path / "plain")
