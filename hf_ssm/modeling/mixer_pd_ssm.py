@@ -231,19 +231,18 @@ class PDSSMMixer(nn.Module):
     def _direct_scan(self, u, x0, mask, basis_start: bool = False):
         """The direct transition: P_t = column argmax of transition_logits(u_t) (straight-through, the column
         softmax at the temperature in the backward), then the PD scan. A padded step is the identity, passes no
-        gradient to its logits, and has D = 1, b = 0. `basis_start`: x0 is the layer's own basis or zero start (not
-        a passed-in state), so that a pure automaton's states are basis vectors (see pd_automaton.py)."""
+        gradient to its logits, and has D = 1, b = 0. `basis_start`: x0 is the layer's own initial state (not a
+        passed-in state), so that a pure automaton's states are basis vectors (see pd_automaton.py)."""
         logits = self.transition_logits(u)
         # max(...).indices: the same first-of-tied index as argmax, ~5x faster down a short non-last axis on CPU
         idx = logits.max(dim=-2).indices
+        if mask is not None:  # a padded step is the identity permutation, on either path
+            idx = torch.where(mask.bool()[..., None, None], idx, torch.arange(idx.shape[-1], device=idx.device))
         if basis_start and self.is_pure_automaton() and torch.is_grad_enabled() and logits.requires_grad:
-            if mask is not None:
-                idx = torch.where(mask.bool()[..., None, None], idx, torch.arange(idx.shape[-1], device=idx.device))
             return automaton_direct_scan(logits, idx, x0, mask, self.temperature)
         dv, b = self.diagonal(u), self.step_inputs(u)
         if mask is not None:
             keep = mask.bool()
-            idx = torch.where(keep[..., None, None], idx, torch.arange(idx.shape[-1], device=idx.device))
             dv = torch.where(keep[..., None, None], dv, torch.ones((), dtype=dv.dtype, device=dv.device))
             b = torch.where(keep[..., None, None], b, torch.zeros((), dtype=b.dtype, device=b.device))
         p_soft = None
