@@ -5,6 +5,7 @@ from .config import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, SSMAdapterConfig
 from .layer import SSMAdapter
 from .lora import add_lora, lora_rank_for_budget
 from .model import SSMAdapterModel, attach_ssm_adapter, check_compatible, find_decoder_layers, load_ssm_adapter
+from .transition_tokens import TRANSITION_POSITIONS, sentence_end_token_ids, transition_token_ids
 
 __all__ = [
     "ADAPTER_CONFIG_NAME",
@@ -13,6 +14,7 @@ __all__ = [
     "SSMAdapter",
     "SSMAdapterConfig",
     "SSMAdapterModel",
+    "TRANSITION_POSITIONS",
     "add_lora",
     "attach_ssm_adapter",
     "check_compatible",
@@ -22,4 +24,6 @@ __all__ = [
     "load_tokenizer",
     "lora_rank_for_budget",
     "named_base_folder",
+    "sentence_end_token_ids",
+    "transition_token_ids",
 ]

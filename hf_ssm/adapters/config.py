@@ -47,6 +47,11 @@ class SSMAdapterConfig:
         frozen_mixer_parameters: names (or name prefixes) of mixer parameters that keep their initial values,
             e.g. `["magnitude", "phase"]` for a PD-SSM whose D stays at the near-identity start and whose state
             is carried by the exact permutations P alone. Default: none (every adapter parameter trains).
+        transition_token_ids: token ids at which the recurrent state may change; at every other token it is
+            carried unchanged (the step acts as the identity, as padding does). None (default): every token is a
+            step. `hf_ssm.adapters.sentence_end_token_ids(tokenizer)` gives the tokens that end a sentence, so the
+            state moves once per sentence, driven by the base's features at its final token (docs/adapter.md).
+            Needs `input_ids` in every forward. **[choice]**
         base_model_name_or_path: the base the adapter was trained on (informational, as in PEFT configs).
         base_model_type / base_hidden_size / base_num_hidden_layers: recorded at attach time; loading onto a base
             with another width or layer count raises ValueError.
@@ -60,6 +65,7 @@ class SSMAdapterConfig:
     norm_eps: float = 1e-6
     near_identity_init: bool = True
     frozen_mixer_parameters: list = field(default_factory=list)
+    transition_token_ids: list | None = None
     base_model_name_or_path: str | None = None
     base_model_type: str | None = None
     base_hidden_size: int | None = None
@@ -108,6 +114,22 @@ class SSMAdapterConfig:
                 f"`frozen_mixer_parameters` must be a list of parameter names, got {self.frozen_mixer_parameters!r}"
             )
         self.frozen_mixer_parameters = list(self.frozen_mixer_parameters)
+        if self.transition_token_ids is not None:
+            ids = self.transition_token_ids
+            if not (
+                isinstance(ids, (list, tuple))
+                and ids
+                and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
+            ):
+                raise ValueError(
+                    "`transition_token_ids` must be None (every token is a step) or a non-empty list of token ids "
+                    f"(ints >= 0), got {ids!r}"
+                )
+            if len(set(ids)) != len(ids):
+                raise ValueError(
+                    f"`transition_token_ids` has repeated ids: {sorted(i for i in set(ids) if ids.count(i) > 1)}"
+                )
+            self.transition_token_ids = sorted(ids)
         if not isinstance(self.near_identity_init, bool):
             raise ValueError(f"`near_identity_init` must be True or False, got {self.near_identity_init!r}")
         if not (isinstance(self.norm_eps, (int, float)) and self.norm_eps > 0):

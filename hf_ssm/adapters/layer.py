@@ -42,11 +42,13 @@ def mixer_config(config: SSMAdapterConfig, hidden_size: int) -> HybridSSMConfig:
 
 
 class SSMAdapter(nn.Module):
-    """forward(hidden_states (B, T, d), state=None, mask (B, T) bool or None) -> (output, final_state).
+    """forward(hidden_states (B, T, d), state=None, mask (B, T) bool or None, input_ids (B, T) or None)
+    -> (output, final_state).
 
     output is the residual update W_out Mixer(Norm(h)) (B, T, d) for readout "lm_head", or class logits
     W_cls Mixer(Norm(h)) (B, T, num_labels) for readout "classifier". `state` is the mixer's recurrent state
-    (None = the mixer's initial state); masked-out positions (padding) leave it unchanged.
+    (None = the mixer's initial state); masked-out positions (padding) leave it unchanged. With
+    `config.transition_token_ids` set, `input_ids` is required and every other token leaves it unchanged too.
     """
 
     def __init__(self, config: SSMAdapterConfig, hidden_size: int):
@@ -63,6 +65,9 @@ class SSMAdapter(nn.Module):
         else:
             self.classifier = nn.Linear(hidden_size, config.num_labels)
         self.set_trainable(True)  # also raises on a frozen_mixer_parameters name that matches nothing
+        ids = config.transition_token_ids
+        # not persistent: the ids live in adapter_config.json, the weights file holds weights only
+        self.register_buffer("transition_ids", None if ids is None else torch.tensor(ids), persistent=False)
 
     def frozen_parameter_names(self) -> list[str]:
         """Mixer parameters named (or prefixed) by `config.frozen_mixer_parameters`, as `mixer.<name>`."""
@@ -85,7 +90,27 @@ class SSMAdapter(nn.Module):
         for name, param in self.named_parameters():
             param.requires_grad_(trainable and name not in frozen)
 
-    def forward(self, hidden_states: torch.Tensor, state=None, mask: torch.Tensor | None = None):
+    def step_mask(self, mask: torch.Tensor | None, input_ids: torch.Tensor | None) -> torch.Tensor | None:
+        """(B, T) bool of the steps that may change the state (None = all): `mask`, and with
+        `transition_token_ids` only the positions holding one of those tokens."""
+        if self.transition_ids is None:
+            return mask
+        if input_ids is None:
+            raise ValueError(
+                "this adapter moves its state only at `transition_token_ids`, so it needs `input_ids` "
+                "(a forward on `inputs_embeds` alone cannot be run through it)"
+            )
+        steps = torch.isin(input_ids, self.transition_ids.to(input_ids.device))
+        return steps if mask is None else steps & mask.bool()
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        state=None,
+        mask: torch.Tensor | None = None,
+        input_ids: torch.Tensor | None = None,
+    ):
+        mask = self.step_mask(mask, input_ids)
         dtype = self.norm.weight.dtype
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
             u = self.norm(hidden_states.to(dtype)).to(dtype)

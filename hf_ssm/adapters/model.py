@@ -120,6 +120,7 @@ class _CallContext:
     cache: Any
     past: int
     mask: torch.Tensor | None
+    input_ids: torch.Tensor | None = None
 
 
 @dataclass
@@ -180,7 +181,8 @@ class SSMAdapterModel(nn.Module):
                 "(static / compiled caches that pre-build 4D masks are not supported)"
             )
         past = int(cache.get_seq_length()) if cache is not None and hasattr(cache, "get_seq_length") else 0
-        self._context = _CallContext(cache=cache, past=past, mask=mask)
+        input_ids = _argument(self._owner_signature, args, kwargs, "input_ids")
+        self._context = _CallContext(cache=cache, past=past, mask=mask, input_ids=input_ids)
 
     def _after_decoder(self, module, args, output):
         self._context = None
@@ -212,7 +214,10 @@ class SSMAdapterModel(nn.Module):
                         "filled without the adapter, cannot be continued; start from an empty cache"
                     )
                 state = stored.state
-        update, final_state = self.ssm_adapter(hidden, state=state, mask=mask)
+        input_ids = None
+        if context is not None and context.input_ids is not None:
+            input_ids = context.input_ids[:, -steps:].to(hidden.device)
+        update, final_state = self.ssm_adapter(hidden, state=state, mask=mask, input_ids=input_ids)
         if cache is not None:
             self._follow(cache)
             self._states[cache] = _StoredState(final_state, past + steps)

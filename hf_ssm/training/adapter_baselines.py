@@ -166,20 +166,21 @@ class PrefixLoRAClassifier(nn.Module):
         return self.head(self.norm(hidden[:, logits_to_keep].float()))
 
 
-def build_method(method: str, settings: AdapterExperimentSettings, base, num_classes: int):
-    """(model to train, its trainable parameters, extra info) for one method on a fresh copy of the base."""
+def build_method(method: str, settings: AdapterExperimentSettings, base, num_classes: int, tokenizer=None):
+    """(model to train, its trainable parameters, extra info) for one method on a fresh copy of the base.
+    `tokenizer` (the base's) resolves the SSM adapter's `transitions_at` (required unless "every_token")."""
     info = {}
     if method == "probe":
         model = LastHiddenStateProbe(base, num_classes)
     elif method == "lora":
         base.requires_grad_(False)
-        adapter = SSMAdapter(settings.adapter_config(), base.config.hidden_size)
+        adapter = SSMAdapter(settings.adapter_config(tokenizer), base.config.hidden_size)
         budget = sum(p.numel() for p in adapter.parameters() if p.requires_grad)
         rank = lora_rank_for_budget(base, budget)
         info = {"lora_rank": rank, "lora_parameters_per_rank": lora_parameters_per_rank(base)}
         model = add_lora(base, rank)
     elif method == "lora_classifier":
-        config = dataclasses.replace(settings.adapter_config(), readout="classifier", num_labels=num_classes)
+        config = dataclasses.replace(settings.adapter_config(tokenizer), readout="classifier", num_labels=num_classes)
         adapter = SSMAdapter(config, base.config.get_text_config().hidden_size)
         budget = sum(p.numel() for p in adapter.parameters() if p.requires_grad)  # frozen D MLPs do not count
         layers = PrefixLoRAClassifier.prefix_layers(base, settings.layer_index)
@@ -190,10 +191,10 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
         }
         model = PrefixLoRAClassifier(base, settings.layer_index, num_classes, rank)
     elif method == "ssm_classifier":
-        config = dataclasses.replace(settings.adapter_config(), readout="classifier", num_labels=num_classes)
+        config = dataclasses.replace(settings.adapter_config(tokenizer), readout="classifier", num_labels=num_classes)
         model = attach_ssm_adapter(base, config)
     elif method in ("ssm", "ssm_lora"):
-        model = attach_ssm_adapter(base, settings.adapter_config())
+        model = attach_ssm_adapter(base, settings.adapter_config(tokenizer))
         if method == "ssm_lora":
             rank = lora_rank_for_budget(base, sum(p.numel() for p in model.adapter_parameters()))
             info = {"lora_rank": rank}

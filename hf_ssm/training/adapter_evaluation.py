@@ -53,7 +53,8 @@ def score_batch(
         adapted = _unwrapped(model)
         hidden = FrozenPrefix(adapted).features(**inputs) if features is None else features
         mask = inputs["attention_mask"].bool()
-        scores = adapted.ssm_adapter(hidden, mask=None if bool(mask.all()) else mask)[0][:, keep].float()
+        step_mask = None if bool(mask.all()) else mask
+        scores = adapted.ssm_adapter(hidden, mask=step_mask, input_ids=inputs["input_ids"])[0][:, keep].float()
         final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
     elif method == "lora_classifier":
         scores = model(**inputs, logits_to_keep=keep)

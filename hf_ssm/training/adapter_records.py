@@ -115,7 +115,7 @@ def plot_results(results: list[dict], settings: AdapterExperimentSettings, num_c
 def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, table: str) -> str:
     """A Hugging Face model card (YAML front matter) for the trained SSM adapter."""
     tiny = settings.base_model == TINY_BASE
-    config = settings.adapter_config()
+    config = settings.adapter_config_for_ids(None)  # what the card names (mixer, layer, frozen parameters) needs no tokenizer
     base = "the built-in tiny Qwen2 of scripts/train_adapter.py, not on the hub" if tiny else settings.base_model
     load_base = (
         "from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast\n"
@@ -159,7 +159,8 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
 One {config.mixer} layer inserted after decoder layer {config.layer_index} of a frozen causal LM ({base}),
 {branch}. Only the adapter was trained:
 {ssm["trainable_parameters"]} trainable parameters, {ssm["steps"]} steps, {ssm["train_seconds"]:.0f} s on a shared
-2-core CPU. Frozen mixer parameters: {config.frozen_mixer_parameters or "none"}. This folder holds no base weight.
+2-core CPU. Frozen mixer parameters: {config.frozen_mixer_parameters or "none"}. State updates: {settings.transitions_at}
+(`transition_token_ids` in adapter_config.json). This folder holds no base weight.
 
 Task: stories whose sentences are the transitions of the `{settings.task}` automaton, ending in a question answered
 by one word (hf_ssm.data.nl_state_tracking). Trained on {settings.train_min_transitions}-{settings.train_max_transitions}

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from ..adapters.bases import DTYPES, NAMED_BASES
 from ..adapters.config import SSMAdapterConfig
 from ..adapters.feature_cache import STORE_DTYPES
+from ..adapters.transition_tokens import TRANSITION_POSITIONS, transition_token_ids
 from ..data.nl_state_tracking import (
     NL_TASK_NAMES,
 )
@@ -113,6 +114,10 @@ class AdapterExperimentSettings:
     # state is carried by the exact permutations P (a trained D fits the training lengths but drifts on longer
     # stories; RESULTS.md). "" trains everything.
     frozen_mixer_parameters: str = "magnitude,phase"
+    # Where the adapter's state may move (SSMAdapterConfig.transition_token_ids): "every_token", or "sentence_ends"
+    # (only at tokens ending in . ! or ?, read off the tokenizer: one transition per sentence, chosen by the base's
+    # features at its last token; every other token carries the state unchanged).
+    transitions_at: str = "every_token"
     # data
     train_min_transitions: int = 1
     train_max_transitions: int = 10
@@ -200,7 +205,8 @@ class AdapterExperimentSettings:
             raise ValueError(f"`distractor_prob` must be in [0, 1), got {self.distractor_prob}")
         if not 0 < self.target_accuracy <= 1:
             raise ValueError(f"`target_accuracy` must be in (0, 1], got {self.target_accuracy}")
-        self.adapter_config()  # raises on a bad mixer / layer index type
+        check_choice("transitions_at", self.transitions_at, TRANSITION_POSITIONS)
+        self.adapter_config_for_ids(None)  # raises on a bad mixer / layer index type
 
     def method_list(self) -> list[str]:
         return [m.strip() for m in self.methods.split(",") if m.strip()]
@@ -209,7 +215,16 @@ class AdapterExperimentSettings:
         """`test_buckets` "1-10,11-20" -> [(1, 10), (11, 20)]."""
         return parse_transition_buckets(self.test_buckets, "test_buckets")
 
-    def adapter_config(self) -> SSMAdapterConfig:
+    def adapter_config(self, tokenizer=None) -> SSMAdapterConfig:
+        """The SSMAdapterConfig of these settings; `tokenizer` (the base's) resolves `transitions_at` into token
+        ids and is required unless it is "every_token"."""
+        if tokenizer is None and self.transitions_at != "every_token":
+            raise ValueError(f"`transitions_at={self.transitions_at!r}` needs the base's tokenizer to find its tokens")
+        ids = None if tokenizer is None else transition_token_ids(tokenizer, self.transitions_at)
+        return self.adapter_config_for_ids(ids)
+
+    def adapter_config_for_ids(self, transition_ids: list[int] | None) -> SSMAdapterConfig:
+        """The SSMAdapterConfig of these settings with `transition_token_ids=transition_ids`."""
         settings = {}
         if self.mixer == "pd_ssm":
             settings = {
@@ -229,5 +244,9 @@ class AdapterExperimentSettings:
                 settings["pd_ssm_output_skip"] = self.output_skip
         frozen = [n.strip() for n in self.frozen_mixer_parameters.split(",") if n.strip()]
         return SSMAdapterConfig(
-            mixer=self.mixer, mixer_settings=settings, layer_index=self.layer_index, frozen_mixer_parameters=frozen
+            mixer=self.mixer,
+            mixer_settings=settings,
+            layer_index=self.layer_index,
+            frozen_mixer_parameters=frozen,
+            transition_token_ids=transition_ids,
         )

@@ -98,7 +98,7 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
     if method == "fewshot":
         return _evaluate_untrained(settings, base, tokenizer, task, method_dir, accelerator.device)
     torch.manual_seed(settings.seed)
-    model, params, info = build_method(method, settings, base, task.num_classes)
+    model, params, info = build_method(method, settings, base, task.num_classes, tokenizer)
     model.to(accelerator.device)
     optimizer = torch.optim.AdamW(parameter_groups(method, model, settings), weight_decay=settings.weight_decay)
     scheduler = warmup_cosine_schedule(optimizer, settings.warmup_steps, settings.max_steps)

@@ -1,0 +1,142 @@
+"""`SSMAdapterConfig.transition_token_ids` / `--transitions_at sentence_ends`: the adapter's state moves only at the
+chosen tokens (one transition per sentence), and everything the adapter promises still holds with it."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from test_adapter import PD_SETTINGS, VOCAB, ids, randomise, tiny_base
+
+from hf_ssm.adapters import (
+    ADAPTER_CONFIG_NAME,
+    SSMAdapter,
+    SSMAdapterConfig,
+    attach_ssm_adapter,
+    load_ssm_adapter,
+    sentence_end_token_ids,
+    transition_token_ids,
+)
+from hf_ssm.adapters.tiny_base import build_word_tokenizer
+from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+
+BOUNDARIES = [3, 7, 19]  # the "sentence-end" tokens of these tests
+AUTOMATON = {**PD_SETTINGS, "pd_ssm_initial_state": "one_hot", "pd_ssm_input": "none", "pd_ssm_transition": "direct"}
+
+
+def boundary_config(**overrides) -> SSMAdapterConfig:
+    return SSMAdapterConfig(**{"mixer_settings": PD_SETTINGS, "transition_token_ids": BOUNDARIES, **overrides})
+
+
+def with_boundaries(batch: int = 2, steps: int = 13, seed: int = 2) -> torch.Tensor:
+    """Random ids with a boundary token at every fourth position."""
+    x = ids(batch, steps, seed)
+    x[:, 3::4] = torch.tensor(BOUNDARIES)[torch.arange(x[:, 3::4].numel()) % 3].view_as(x[:, 3::4])
+    return x
+
+
+@pytest.mark.parametrize(
+    "bad", [[], [1, 1], [-1], [1.5], "3,7", [True]], ids=["empty", "repeat", "negative", "float", "str", "bool"]
+)
+def test_bad_transition_token_ids_raise_naming_the_field(bad):
+    with pytest.raises(ValueError, match="transition_token_ids"):
+        SSMAdapterConfig(transition_token_ids=bad)
+
+
+def test_transition_token_ids_are_stored_sorted_and_round_trip_through_the_config_file(tmp_path):
+    config = SSMAdapterConfig(transition_token_ids=[19, 3, 7])
+    assert config.transition_token_ids == BOUNDARIES
+    config.save_pretrained(tmp_path)
+    assert SSMAdapterConfig.from_pretrained(tmp_path).transition_token_ids == BOUNDARIES
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("settings", [PD_SETTINGS, AUTOMATON], ids=["dictionary", "pure_automaton"])
+def test_state_moves_only_at_transition_tokens(settings):
+    """The final state equals that of the same adapter run on the boundary positions alone (every other token
+    is the identity), and it differs from an adapter that steps at every token."""
+    torch.manual_seed(0)
+    adapter = SSMAdapter(boundary_config(mixer_settings=settings), 32)
+    every_token = SSMAdapter(SSMAdapterConfig(mixer_settings=settings), 32)
+    every_token.load_state_dict(adapter.state_dict())
+    hidden, x = torch.randn(2, 13, 32), with_boundaries()
+    _, final = adapter(hidden, input_ids=x)
+    keep = torch.isin(x[0], torch.tensor(BOUNDARIES))
+    assert torch.equal(keep, torch.isin(x[1], torch.tensor(BOUNDARIES)))
+    _, expected = every_token(hidden[:, keep])
+    torch.testing.assert_close(final, expected, atol=1e-6, rtol=1e-6)
+    _, stepping_everywhere = every_token(hidden)
+    assert not torch.allclose(final, stepping_everywhere)
+
+
+def test_a_forward_without_input_ids_raises():
+    adapter = SSMAdapter(boundary_config(), 32)
+    with pytest.raises(ValueError, match="needs `input_ids`"):
+        adapter(torch.randn(1, 5, 32))
+    adapted = attach_ssm_adapter(tiny_base(), boundary_config())
+    embeds = adapted.get_input_embeddings()(ids())
+    with pytest.raises(ValueError, match="needs `input_ids`"):
+        adapted(inputs_embeds=embeds)
+
+
+@torch.no_grad()
+def test_attached_starts_equal_to_the_base_and_saves_and_reloads_bit_identically(tmp_path):
+    base = tiny_base()
+    pristine = copy.deepcopy(base)
+    x = with_boundaries()
+    reference = base(x).logits
+    adapted = attach_ssm_adapter(base, boundary_config())
+    assert torch.equal(adapted(x).logits, reference)
+    randomise(adapted, scale=1.0)
+    expected = adapted(x).logits
+    assert not torch.equal(expected, reference)
+    adapted.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / ADAPTER_CONFIG_NAME).read_text())["transition_token_ids"] == BOUNDARIES
+    reloaded = load_ssm_adapter(pristine, tmp_path)
+    assert torch.equal(reloaded(x).logits, expected)
+
+
+@torch.no_grad()
+def test_cached_decoding_and_generate_equal_the_full_forward():
+    adapted = attach_ssm_adapter(tiny_base(), boundary_config())
+    randomise(adapted, scale=1.0)
+    x = with_boundaries(steps=13)
+    full = adapted(x, use_cache=False).logits
+    out = adapted(x[:, :5], use_cache=True)
+    pieces = [out.logits]
+    for t in range(5, x.shape[1]):
+        out = adapted(x[:, t : t + 1], cache=out.cache, use_cache=True)
+        pieces.append(out.logits)
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-5)
+    greedy = dict(max_new_tokens=10, do_sample=False)
+    prompt = with_boundaries(steps=8)
+    assert torch.equal(
+        adapted.generate(prompt, use_cache=True, **greedy), adapted.generate(prompt, use_cache=False, **greedy)
+    )
+
+
+def test_sentence_end_token_ids_are_the_tokens_ending_in_sentence_punctuation():
+    tokenizer = build_word_tokenizer(["a", "b", ".", "?", "!", ",", ":"])
+    found = {tokenizer.convert_ids_to_tokens(i) for i in sentence_end_token_ids(tokenizer)}
+    assert found == {".", "?", "!"}
+    assert transition_token_ids(tokenizer, "every_token") is None
+    assert transition_token_ids(tokenizer, "sentence_ends") == sentence_end_token_ids(tokenizer)
+    with pytest.raises(ValueError, match="transitions_at"):
+        transition_token_ids(tokenizer, "sentences")
+    without = build_word_tokenizer(["a", "b"])
+    with pytest.raises(ValueError, match="no token ending"):
+        sentence_end_token_ids(without)
+
+
+def test_experiment_settings_validate_and_resolve_transitions_at():
+    with pytest.raises(ValueError, match="transitions_at"):
+        AdapterExperimentSettings(transitions_at="sentence").validate()
+    settings = AdapterExperimentSettings(transitions_at="sentence_ends")
+    with pytest.raises(ValueError, match="needs the base's tokenizer"):
+        settings.adapter_config()
+    tokenizer = build_word_tokenizer(["the", "train", "moves", "."])
+    assert settings.adapter_config(tokenizer).transition_token_ids == [tokenizer.convert_tokens_to_ids(".")]
+    assert AdapterExperimentSettings().adapter_config().transition_token_ids is None
+    assert VOCAB > max(BOUNDARIES)
