@@ -52,6 +52,11 @@ class SSMAdapterConfig:
             step. `hf_ssm.adapters.sentence_end_token_ids(tokenizer)` gives the tokens that end a sentence, so the
             state moves once per sentence, driven by the base's features at its final token (docs/adapter.md).
             Needs `input_ids` in every forward. **[choice]**
+        standardize_input: subtract a per-feature mean from the base's hidden states and divide by a per-feature
+            scale before the adapter's norm (buffers `input_mean`, `input_scale`, saved with the weights; they start
+            at 0 and 1 and are set from training features by `SSMAdapter.set_input_statistics`). A pretrained LM's
+            hidden states share a few huge outlier features, so without it every input starts with nearly the same
+            transition (docs/adapter.md). **[choice]**
         base_model_name_or_path: the base the adapter was trained on (informational, as in PEFT configs).
         base_model_type / base_hidden_size / base_num_hidden_layers: recorded at attach time; loading onto a base
             with another width or layer count raises ValueError.
@@ -66,6 +71,7 @@ class SSMAdapterConfig:
     near_identity_init: bool = True
     frozen_mixer_parameters: list = field(default_factory=list)
     transition_token_ids: list | None = None
+    standardize_input: bool = False
     base_model_name_or_path: str | None = None
     base_model_type: str | None = None
     base_hidden_size: int | None = None
@@ -130,6 +136,8 @@ class SSMAdapterConfig:
                     f"`transition_token_ids` has repeated ids: {sorted(i for i in set(ids) if ids.count(i) > 1)}"
                 )
             self.transition_token_ids = sorted(ids)
+        if not isinstance(self.standardize_input, bool):
+            raise ValueError(f"`standardize_input` must be True or False, got {self.standardize_input!r}")
         if not isinstance(self.near_identity_init, bool):
             raise ValueError(f"`near_identity_init` must be True or False, got {self.near_identity_init!r}")
         if not (isinstance(self.norm_eps, (int, float)) and self.norm_eps > 0):

@@ -65,6 +65,9 @@ class SSMAdapter(nn.Module):
         else:
             self.classifier = nn.Linear(hidden_size, config.num_labels)
         self.set_trainable(True)  # also raises on a frozen_mixer_parameters name that matches nothing
+        if config.standardize_input:
+            self.register_buffer("input_mean", torch.zeros(hidden_size))
+            self.register_buffer("input_scale", torch.ones(hidden_size))
         ids = config.transition_token_ids
         # not persistent: the ids live in adapter_config.json, the weights file holds weights only
         self.register_buffer("transition_ids", None if ids is None else torch.tensor(ids), persistent=False)
@@ -90,6 +93,19 @@ class SSMAdapter(nn.Module):
         for name, param in self.named_parameters():
             param.requires_grad_(trainable and name not in frozen)
 
+    @torch.no_grad()
+    def set_input_statistics(self, features: torch.Tensor) -> None:
+        """Set `input_mean` / `input_scale` from base features (n, d) (standardize_input only): the per-feature
+        mean and standard deviation (floored at 1e-6 of the largest, so a constant feature does not blow up)."""
+        if not self.config.standardize_input:
+            raise ValueError("set_input_statistics needs an adapter with `standardize_input=True`")
+        if features.dim() != 2 or features.shape[1] != self.input_mean.shape[0] or features.shape[0] < 2:
+            raise ValueError(f"expected features (n >= 2, {self.input_mean.shape[0]}), got {tuple(features.shape)}")
+        features = features.to(self.input_mean.device, torch.float32)
+        std = features.std(dim=0)
+        self.input_mean.copy_(features.mean(dim=0))
+        self.input_scale.copy_(std.clamp_min(1e-6 * float(std.max())))
+
     def step_mask(self, mask: torch.Tensor | None, input_ids: torch.Tensor | None) -> torch.Tensor | None:
         """(B, T) bool of the steps that may change the state (None = all): `mask`, and with
         `transition_token_ids` only the positions holding one of those tokens."""
@@ -113,7 +129,10 @@ class SSMAdapter(nn.Module):
         mask = self.step_mask(mask, input_ids)
         dtype = self.norm.weight.dtype
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
-            u = self.norm(hidden_states.to(dtype)).to(dtype)
+            h = hidden_states.to(dtype)
+            if self.config.standardize_input:
+                h = (h - self.input_mean) / self.input_scale
+            u = self.norm(h).to(dtype)
             mixed, final_state = self.mixer(u, state=state, mask=mask)
             if self.config.readout == "lm_head":
                 return self.out_proj(mixed.to(dtype)).to(hidden_states.dtype), final_state

@@ -207,17 +207,24 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
 
 def parameter_groups(method: str, model, settings: AdapterExperimentSettings) -> list[dict]:
     """AdamW parameter groups of a method's trainable parameters: the SSM adapter's readout (classifier or
-    out_proj) at `readout_learning_rate` when it is set, everything else at `learning_rate` (LoRA:
-    `lora_learning_rate`)."""
+    out_proj) at `readout_learning_rate` and its PD-SSM transition choice (mixer.selection / mixer.transition_proj)
+    at `selection_learning_rate` when they are set, everything else at `learning_rate` (LoRA: `lora_learning_rate`)."""
     lr = settings.lora_learning_rate if method in ("lora", "lora_classifier") else settings.learning_rate
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    if method not in ("ssm", "ssm_classifier", "ssm_lora") or not settings.readout_learning_rate:
+    if method not in ("ssm", "ssm_classifier", "ssm_lora"):
         return [{"params": [p for _, p in named], "lr": lr}]
-    readout = [p for n, p in named if n.startswith(("ssm_adapter.classifier.", "ssm_adapter.out_proj."))]
-    if not readout:
-        raise ValueError(f"`readout_learning_rate`: found no readout parameters in {[n for n, _ in named]}")
-    ids = {id(p) for p in readout}
-    return [
-        {"params": [p for _, p in named if id(p) not in ids], "lr": lr},
-        {"params": readout, "lr": settings.readout_learning_rate},
-    ]
+    special = {
+        "readout_learning_rate": ("ssm_adapter.classifier.", "ssm_adapter.out_proj."),
+        "selection_learning_rate": ("ssm_adapter.mixer.selection.", "ssm_adapter.mixer.transition_proj."),
+    }
+    groups, taken = [], set()
+    for option, prefixes in special.items():
+        rate = getattr(settings, option)
+        if not rate:
+            continue
+        params = [p for n, p in named if n.startswith(prefixes)]
+        if not params:
+            raise ValueError(f"`{option}`: found none of {list(prefixes)} in {[n for n, _ in named]}")
+        groups.append({"params": params, "lr": rate})
+        taken |= {id(p) for p in params}
+    return [{"params": [p for _, p in named if id(p) not in taken], "lr": lr}, *groups]

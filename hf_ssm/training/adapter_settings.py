@@ -118,6 +118,9 @@ class AdapterExperimentSettings:
     # (only at tokens ending in . ! or ?, read off the tokenizer: one transition per sentence, chosen by the base's
     # features at its last token; every other token carries the state unchanged).
     transitions_at: str = "every_token"
+    # SSMAdapterConfig.standardize_input: z-score the base's features (per-feature mean and scale measured on the
+    # first training stories at the positions where the state moves) before the adapter's norm.
+    standardize_input: bool = False
     # data
     train_min_transitions: int = 1
     train_max_transitions: int = 10
@@ -148,6 +151,10 @@ class AdapterExperimentSettings:
     # Learning rate of the SSM adapter's readout (the classifier, or out_proj of the LM-head readout); 0 = the
     # adapter's learning_rate. A wide base's readout moves its logits ~lr x width per Adam step (RESULTS.md).
     readout_learning_rate: float = 0.0
+    # Learning rate of the PD-SSM's transition choice (the selection W_s, or W_P of the direct mode); 0 = the
+    # adapter's learning_rate. Its logits read all d features, so one Adam step moves them ~d times as far as an
+    # entry of a free table (RESULTS.md §1: a factored table learns once this is divided down).
+    selection_learning_rate: float = 0.0
     warmup_steps: int = 30
     weight_decay: float = 0.0
     grad_clip: float = 1.0
@@ -179,6 +186,15 @@ class AdapterExperimentSettings:
         if not self.readout_learning_rate >= 0:
             raise ValueError(
                 f"`readout_learning_rate` must be >= 0 (0: learning_rate), got {self.readout_learning_rate}"
+            )
+        if not self.selection_learning_rate >= 0:
+            raise ValueError(
+                f"`selection_learning_rate` must be >= 0 (0: learning_rate), got {self.selection_learning_rate}"
+            )
+        if self.standardize_input and "ssm_lora" in self.method_list():
+            raise ValueError(
+                "`standardize_input` measures the frozen base's features, which ssm_lora trains; use it with ssm or "
+                "ssm_classifier"
             )
         if self.train_examples < 0:
             raise ValueError(f"`train_examples` must be >= 0 (0: a fresh story every step), got {self.train_examples}")
@@ -249,4 +265,5 @@ class AdapterExperimentSettings:
             layer_index=self.layer_index,
             frozen_mixer_parameters=frozen,
             transition_token_ids=transition_ids,
+            standardize_input=self.standardize_input,
         )

@@ -53,6 +53,25 @@ def _evaluate_untrained(settings, base, tokenizer, task, method_dir: Path, devic
     return result
 
 
+STATISTICS_STORIES = 64  # training stories whose features set a standardize_input adapter's mean and scale
+
+
+@torch.no_grad()
+def _fit_input_statistics(model, train_data, tokenizer, device) -> int:
+    """Set the adapter's `input_mean` / `input_scale` (standardize_input) from the base features of the first
+    STATISTICS_STORIES training stories at the positions where its state moves (every real token, or only its
+    `transition_token_ids`). Deterministic, so a resumed run recomputes the same values. Returns the count of
+    feature vectors used."""
+    adapter = model.ssm_adapter
+    stories = [train_data[i] for i in range(min(STATISTICS_STORIES, len(train_data)))]
+    batch = collate_nl_state_tracking(stories, tokenizer.pad_token_id)
+    inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")}
+    features = FrozenPrefix(model).features(**inputs)
+    steps = adapter.step_mask(inputs["attention_mask"].bool(), inputs["input_ids"])
+    adapter.set_input_statistics(features[steps])
+    return int(steps.sum())
+
+
 def _save_trainable_checkpoint(target: Path, model, optimizer, scheduler, metadata: dict) -> None:
     """A checkpoint of the trainable parameters only (trainable.safetensors) and the optimizer and schedule
     states (optimizer.pt): the frozen base is never copied. Crash-safe (checkpointing.atomic_save_dir)."""
@@ -122,6 +141,9 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
         meta = _load_trainable_checkpoint(found, unwrapped, optimizer, scheduler, accelerator.device)
         start, history = meta["step"], meta["history"]
     trainable = sum(p.numel() for p in params)
+    unwrapped = accelerator.unwrap_model(model)
+    if method in ("ssm", "ssm_classifier", "ssm_lora") and unwrapped.adapter_config.standardize_input:
+        info["input_statistics_vectors"] = _fit_input_statistics(unwrapped, train_data, tokenizer, accelerator.device)
     prefix = store = None
     if method in CACHED_METHODS and settings.feature_cache != "off" and settings.train_examples:
         unwrapped = accelerator.unwrap_model(model)

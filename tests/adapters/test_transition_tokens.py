@@ -4,6 +4,7 @@ chosen tokens (one transition per sentence), and everything the adapter promises
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -21,6 +22,7 @@ from hf_ssm.adapters import (
 )
 from hf_ssm.adapters.tiny_base import build_word_tokenizer
 from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+from model_checks import run_script
 
 BOUNDARIES = [3, 7, 19]  # the "sentence-end" tokens of these tests
 AUTOMATON = {**PD_SETTINGS, "pd_ssm_initial_state": "one_hot", "pd_ssm_input": "none", "pd_ssm_transition": "direct"}
@@ -140,3 +142,90 @@ def test_experiment_settings_validate_and_resolve_transitions_at():
     assert settings.adapter_config(tokenizer).transition_token_ids == [tokenizer.convert_tokens_to_ids(".")]
     assert AdapterExperimentSettings().adapter_config().transition_token_ids is None
     assert VOCAB > max(BOUNDARIES)
+
+
+def test_standardize_input_validates_and_reads_the_z_scored_features(tmp_path):
+    """standardize_input: the adapter equals an unstandardized twin fed (h - mean) / scale; the statistics are
+    the features' per-feature mean and std, saved with the weights and reloaded bit-identically."""
+    with pytest.raises(ValueError, match="standardize_input"):
+        SSMAdapterConfig(standardize_input="yes")
+    torch.manual_seed(0)
+    config = boundary_config(mixer_settings=AUTOMATON, standardize_input=True, readout="classifier", num_labels=3)
+    adapter = SSMAdapter(config, 32)
+    plain = SSMAdapter(boundary_config(mixer_settings=AUTOMATON, readout="classifier", num_labels=3), 32)
+    plain.load_state_dict(adapter.state_dict(), strict=False)
+    features = 5.0 + 3.0 * torch.randn(200, 32)
+    features[:, 0] += 100.0  # an outlier feature, as a pretrained LM's
+    adapter.set_input_statistics(features)
+    torch.testing.assert_close(adapter.input_mean, features.mean(0))
+    torch.testing.assert_close(adapter.input_scale, features.std(0))
+    hidden, x = 5.0 + 3.0 * torch.randn(2, 13, 32), with_boundaries()
+    out, final = adapter(hidden, input_ids=x)
+    expected, expected_final = plain((hidden - features.mean(0)) / features.std(0), input_ids=x)
+    torch.testing.assert_close(out, expected)
+    assert torch.equal(final, expected_final)
+    with pytest.raises(ValueError, match=r"expected features \(n >= 2, 32\)"):
+        adapter.set_input_statistics(torch.randn(5, 31))
+    with pytest.raises(ValueError, match="standardize_input=True"):
+        plain.set_input_statistics(features)
+    base = tiny_base()
+    pristine = copy.deepcopy(base)
+    adapted = attach_ssm_adapter(base, dataclasses.replace(config, readout="lm_head", num_labels=None))
+    adapted.ssm_adapter.set_input_statistics(torch.randn(50, 32) * 2 + 1)
+    randomise(adapted, scale=1.0)
+    expected_logits = adapted(with_boundaries()).logits
+    adapted.save_pretrained(tmp_path)
+    reloaded = load_ssm_adapter(pristine, tmp_path)
+    assert torch.equal(reloaded.ssm_adapter.input_mean, adapted.ssm_adapter.input_mean)
+    assert torch.equal(reloaded(with_boundaries()).logits, expected_logits)
+
+
+def test_selection_learning_rate_puts_the_transition_choice_in_its_own_group():
+    from hf_ssm.training.adapter_baselines import build_method, parameter_groups
+
+    with pytest.raises(ValueError, match="selection_learning_rate"):
+        AdapterExperimentSettings(selection_learning_rate=-1.0).validate()
+    with pytest.raises(ValueError, match="standardize_input"):
+        AdapterExperimentSettings(methods="ssm_lora", standardize_input=True).validate()
+    for transition, name in (("bank", "mixer.selection.weight"), ("direct", "mixer.transition_proj.weight")):
+        settings = AdapterExperimentSettings(
+            state_size=4, dict_size=4, transition=transition, learning_rate=1e-2, selection_learning_rate=2e-3,
+            readout_learning_rate=3e-4, initial_state="one_hot", input_map="none",
+        )  # fmt: skip
+        model, _, _ = build_method("ssm_classifier", settings, tiny_base(), num_classes=3)
+        groups = parameter_groups("ssm_classifier", model, settings)
+        names = {id(p): n for n, p in model.named_parameters()}
+        by_lr = {g["lr"]: sorted(names[id(p)].removeprefix("ssm_adapter.") for p in g["params"]) for g in groups}
+        assert by_lr[2e-3] == [name]
+        assert by_lr[3e-4] == ["classifier.bias", "classifier.weight"]
+        assert name not in by_lr[1e-2] and by_lr[1e-2]
+
+
+def test_train_adapter_runs_with_sentence_ends_and_standardized_input(tmp_path):
+    """The experiment's flags reach the saved adapter: its config holds the tokenizer's sentence-end ids and
+    standardize_input, its weights the measured (non-trivial) statistics."""
+    from safetensors.torch import load_file
+
+    run = tmp_path / "run"
+    result = run_script(
+        "train_adapter", "--output_dir", str(run), "--methods", "ssm_classifier", "--tiny_hidden_size", "16",
+        "--tiny_layers", "1", "--tiny_heads", "2", "--pretrain_steps", "2", "--pretrain_batch_size", "2",
+        "--max_steps", "3", "--eval_every", "3", "--batch_size", "4", "--eval_batch_size", "8",
+        "--eval_samples_per_bucket", "4", "--train_max_transitions", "3", "--test_buckets", "1-3",
+        "--state_size", "4", "--dict_size", "4", "--transitions_at", "sentence_ends", "--standardize_input", "true",
+        "--transition", "bank", "--selection_learning_rate", "2e-3", "--train_examples", "6",
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = json.loads((run / "ssm_classifier" / "adapter" / ADAPTER_CONFIG_NAME).read_text())
+    assert saved["standardize_input"] is True
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(run / "base")
+    assert saved["transition_token_ids"] == sentence_end_token_ids(tokenizer)
+    weights = load_file(str(run / "ssm_classifier" / "adapter" / "adapter_model.safetensors"))
+    assert weights["ssm_adapter.input_mean"].abs().sum() > 0 and not torch.equal(
+        weights["ssm_adapter.input_scale"], torch.ones(16)
+    )
+    record = json.loads((run / "ssm_classifier" / "results.json").read_text())
+    assert record["input_statistics_vectors"] > 0
