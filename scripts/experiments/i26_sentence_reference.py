@@ -146,12 +146,6 @@ def main() -> None:
     parser.add_argument("--wp_lr_divisor", type=float, default=576.0)
     parser.add_argument("--readout", choices=["linear", "norm"], default="norm")
     parser.add_argument("--weight_decay", type=float, default=0.0, help="AdamW's decoupled weight decay on W_P")
-    parser.add_argument(
-        "--center_window",
-        type=int,
-        default=0,
-        help="W > 0: subtract the mean of the story's last W sentence-end features (drift)",
-    )
     parser.add_argument("--standardize", action="store_true", help="z-score every feature (training mean / std)")
     parser.add_argument("--per_head", action="store_true", help="with --sentence_classes: a choice per head")
     parser.add_argument("--sentence_classes", type=int, default=0, help="K > 0: a hard choice of K sentence classes")
@@ -168,15 +162,6 @@ def main() -> None:
     buckets = [(1, 10), (40, 40), (80, 80)]
     test = sentence_features(args, "test", buckets, args.test_stories)
     feature_cpu = time.process_time() - start
-    if args.center_window:  # causal: each sentence end minus the mean of the last W (itself included) of its story
-        for data in (train, test):
-            centred = []
-            for f in data["features"]:
-                sums = torch.cat([torch.zeros(1, f.shape[1]), f.cumsum(0)])
-                t = torch.arange(1, f.shape[0] + 1)
-                low = (t - args.center_window).clamp_min(0)
-                centred.append(f - (sums[t] - sums[low]) / (t - low)[:, None])
-            data["features"] = centred
     if args.standardize:  # per-feature z-scores with the training sentences' statistics (the base has outlier dims)
         stacked = torch.cat(train["features"])
         mean, std = stacked.mean(0), stacked.std(0) + 1e-6
