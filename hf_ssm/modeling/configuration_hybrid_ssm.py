@@ -49,6 +49,7 @@ WEIGHT_MEANING_FIELDS = (
     "pd_ssm_output_skip",
     "pd_ssm_identity_entry_logit",
     "pd_ssm_transition_norm",
+    "pd_ssm_shared_selection",
     "lru_normalization",
     "lrc_input_term",
     "classifier_pooling",
@@ -203,6 +204,11 @@ class HybridSSMConfig(PretrainedConfig):
             entry 0 and 0 elsewhere: every token starts by preferring the identity (a filler word leaves the state
             alone) while the other entries are distinct random transitions that event words can learn to pick
             (issue 26). Adds the parameter `selection.bias`, so it is one of WEIGHT_MEANING_FIELDS.
+        pd_ssm_shared_selection: whether one choice among the K entries is made per token for all heads (W_s: d -> K,
+            then each head applies its own entry k_t) instead of one per head (W_s: d -> H K; default False). Bank
+            transitions only. The token's input then acts like a token id picking one of K symbols, and every head
+            has a free transition table per symbol: on sentence features (issue 26) per-head choices drift apart for
+            sentences of one kind. Changes `selection.weight`'s shape, so it is one of WEIGHT_MEANING_FIELDS.
         pd_ssm_transition_norm: whether the direct transition reads RMSNorm(u_t) (its own trained gain, initialised
             at 1) instead of u_t (default False): P_t's logits are W_P RMSNorm(u_t), unit-RMS input whatever block
             feeds the mixer (the post-norm block feeds it the raw N(0, 0.02^2) embedding). Read by
@@ -316,6 +322,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_transition_init_scale: float = 1.0
     pd_ssm_identity_entry_logit: float | None = None
     pd_ssm_transition_norm: bool = False
+    pd_ssm_shared_selection: bool = False
     pd_ssm_transition_input_size: int | None = None
     pd_ssm_output_skip: bool = True
     pd_ssm_output_init: str = "normal"

@@ -113,6 +113,8 @@ class PDSSMMixer(nn.Module):
         self.dict_size = k = config.pd_ssm_dict_size
         self.temperature = config.pd_ssm_temperature
         self.transition = getattr(config, "pd_ssm_transition", "dictionary")
+        # pd_ssm_shared_selection: one choice of bank entry per token for every head
+        self.shared_selection = bool(getattr(config, "pd_ssm_shared_selection", False))
         self.identity_entry_logit = getattr(config, "pd_ssm_identity_entry_logit", None)
         self._config = config  # scan_backend is read from it at every call (the property below)
         self._decode_weights_cache = None  # (key of the parameters, stacked weights) of the fused decode step
@@ -132,7 +134,8 @@ class PDSSMMixer(nn.Module):
             if getattr(config, "pd_ssm_transition_norm", False):
                 self.transition_norm = HybridSSMRMSNorm(k_in, eps=config.rms_norm_eps)
         else:
-            self.selection = nn.Linear(d, h * k, bias=self.identity_entry_logit is not None)
+            choices = k if self.shared_selection else h * k
+            self.selection = nn.Linear(d, choices, bias=self.identity_entry_logit is not None)
             self.dictionary = nn.Parameter(torch.empty(h, k, n, n))
         # Bias inits set where D starts: sigmoid(magnitude bias) = |D|, 2 pi sigmoid(phase bias) = arg D.
         # A variant without a learnt phase (or magnitude) has no MLP for it at all.
@@ -174,8 +177,10 @@ class PDSSMMixer(nn.Module):
         return out
 
     def identity_entry_bias(self) -> torch.Tensor:
-        """The selection bias's start (H * K,): pd_ssm_identity_entry_logit for entry 0 of every head, 0 elsewhere."""
-        bias = torch.zeros(self.num_heads, self.dict_size, device=self.selection.weight.device)
+        """The selection bias's start (H * K,) or (K,) when shared: pd_ssm_identity_entry_logit for entry 0 of every
+        head, 0 elsewhere."""
+        heads = 1 if self.shared_selection else self.num_heads
+        bias = torch.zeros(heads, self.dict_size, device=self.selection.weight.device)
         bias[:, 0] = self.identity_entry_logit
         return bias.flatten().to(self.selection.weight.dtype)
 
@@ -213,8 +218,12 @@ class PDSSMMixer(nn.Module):
         return torch.view_as_complex(pairs.float().to(device).contiguous()).expand(shape)
 
     def selection_logits(self, u: torch.Tensor) -> torch.Tensor:
-        """W_s u_t: (B, T, H, K) float32 (the projection itself runs in the autocast dtype)."""
+        """W_s u_t: (B, T, H, K) float32 (the projection itself runs in the autocast dtype); with a shared selection
+        the same K logits for every head."""
         batch, steps, _ = u.shape
+        if self.shared_selection:
+            shared = self.selection(u).float().view(batch, steps, 1, self.dict_size)
+            return shared.expand(-1, -1, self.num_heads, -1).contiguous()
         return self.selection(u).float().view(batch, steps, self.num_heads, self.dict_size)
 
     def transition_logits(self, u: torch.Tensor) -> torch.Tensor:
@@ -323,6 +332,8 @@ class PDSSMMixer(nn.Module):
         """[in_proj, selection, magnitude.up, phase.up, out_proj] when the fused decode step applies: the default
         layer kind, and every map a plain nn.Linear without hooks (a wrapper such as PEFT LoRA must still apply)."""
         if self.diagonal_kind != "complex" or self.input_kind != "projection" or self.transition == "direct":
+            return None
+        if self.shared_selection:  # the fused step reads H * K selection logits
             return None
         # Read from _modules: attribute access to a submodule goes through nn.Module.__getattr__, and for these five
         # that alone costs several µs of a step of about 90.

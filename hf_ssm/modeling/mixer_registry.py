@@ -255,7 +255,7 @@ def _check_pd_ssm(config) -> None:
             f"`pd_ssm_output_init='identity'` needs hidden_size >= 2 * pd_ssm_num_heads * pd_ssm_head_state_size = "
             f"{features} (C maps the heads' [Re x, Im x] to width d), got hidden_size={config.hidden_size}"
         )
-    for name in ("pd_ssm_output_skip", "pd_ssm_output_trainable", "pd_ssm_transition_norm"):
+    for name in ("pd_ssm_output_skip", "pd_ssm_output_trainable", "pd_ssm_transition_norm", "pd_ssm_shared_selection"):
         if not isinstance(getattr(config, name), bool):
             raise ValueError(f"`{name}` must be True or False, got {getattr(config, name)!r}")
     check_number("pd_ssm_transition_init_scale", config.pd_ssm_transition_init_scale, low=0, low_open=True)
@@ -271,6 +271,11 @@ def _check_pd_ssm(config) -> None:
                 "`pd_ssm_transition_input_size` sizes the direct transition's W_P: it needs pd_ssm_transition='direct' "
                 f"(got {config.pd_ssm_transition!r}; leave it None)"
             )
+    if config.pd_ssm_shared_selection and config.pd_ssm_transition != "bank":
+        raise ValueError(
+            "`pd_ssm_shared_selection` shares the choice of a bank entry across heads: it needs "
+            f"pd_ssm_transition='bank' (got {config.pd_ssm_transition!r}; set it to False)"
+        )
     if config.pd_ssm_identity_entry_logit is not None:
         check_number("pd_ssm_identity_entry_logit", config.pd_ssm_identity_entry_logit)
         if config.pd_ssm_transition == "direct":

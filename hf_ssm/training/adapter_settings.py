@@ -106,6 +106,9 @@ class AdapterExperimentSettings:
     # and every token's selection starts biased towards it by this logit, the other entries random; None = off.
     # Pair it with --dictionary_diagonal_init 0 so that the other entries are distinct random transitions.
     identity_entry_logit: float | None = None
+    # PD-SSM bank (HybridSSMConfig.pd_ssm_shared_selection): one choice of entry per token for all heads, as a token
+    # id picking one of dict_size symbols, each head with its own transition per symbol.
+    shared_selection: bool = False
     # PD-SSM (HybridSSMConfig.pd_ssm_output_skip): whether the mixer's output adds D_skip u; None = the mixer's
     # default (True). False, with "out_proj" in frozen_mixer_parameters, hands the readout the automaton states
     # through a fixed map only (a trained map there breaks the straight-through search: RESULTS.md, issue 26).
@@ -256,6 +259,8 @@ class AdapterExperimentSettings:
                 settings["pd_ssm_dictionary_diagonal_init"] = self.dictionary_diagonal_init
             if self.identity_entry_logit is not None:
                 settings["pd_ssm_identity_entry_logit"] = self.identity_entry_logit
+            if self.shared_selection:
+                settings["pd_ssm_shared_selection"] = True
             if self.output_skip is not None:
                 settings["pd_ssm_output_skip"] = self.output_skip
         frozen = [n.strip() for n in self.frozen_mixer_parameters.split(",") if n.strip()]
