@@ -23,7 +23,7 @@ from ..data.nl_state_tracking import (
     narrative_corpus,
     task_vocabulary,
 )
-from .adapter_settings import METHODS, TINY_BASE, AdapterExperimentSettings
+from .adapter_settings import METHODS, SSM_ADAPTER_METHODS, TINY_BASE, AdapterExperimentSettings
 from .tiny_base_pretraining import pretrain_language_model
 
 # --- the base model ----------------------------------------------------------------------------------------
@@ -174,13 +174,16 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
         model = LastHiddenStateProbe(base, num_classes)
     elif method == "lora":
         base.requires_grad_(False)
-        adapter = SSMAdapter(settings.adapter_config(tokenizer), base.config.hidden_size)
+        # the budget is the adapter's parameter count, which its transition token ids do not change
+        adapter = SSMAdapter(settings.adapter_config_for_ids(None), base.config.hidden_size)
         budget = sum(p.numel() for p in adapter.parameters() if p.requires_grad)
         rank = lora_rank_for_budget(base, budget)
         info = {"lora_rank": rank, "lora_parameters_per_rank": lora_parameters_per_rank(base)}
         model = add_lora(base, rank)
     elif method == "lora_classifier":
-        config = dataclasses.replace(settings.adapter_config(tokenizer), readout="classifier", num_labels=num_classes)
+        config = dataclasses.replace(
+            settings.adapter_config_for_ids(None), readout="classifier", num_labels=num_classes
+        )
         adapter = SSMAdapter(config, base.config.get_text_config().hidden_size)
         budget = sum(p.numel() for p in adapter.parameters() if p.requires_grad)  # frozen D MLPs do not count
         layers = PrefixLoRAClassifier.prefix_layers(base, settings.layer_index)
@@ -211,7 +214,7 @@ def parameter_groups(method: str, model, settings: AdapterExperimentSettings) ->
     at `selection_learning_rate` when they are set, everything else at `learning_rate` (LoRA: `lora_learning_rate`)."""
     lr = settings.lora_learning_rate if method in ("lora", "lora_classifier") else settings.learning_rate
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    if method not in ("ssm", "ssm_classifier", "ssm_lora"):
+    if method not in SSM_ADAPTER_METHODS:
         return [{"params": [p for _, p in named], "lr": lr}]
     special = {
         "readout_learning_rate": ("ssm_adapter.classifier.", "ssm_adapter.out_proj."),

@@ -115,9 +115,8 @@ def plot_results(results: list[dict], settings: AdapterExperimentSettings, num_c
 def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, table: str) -> str:
     """A Hugging Face model card (YAML front matter) for the trained SSM adapter."""
     tiny = settings.base_model == TINY_BASE
-    config = settings.adapter_config_for_ids(
-        None
-    )  # what the card names (mixer, layer, frozen parameters) needs no tokenizer
+    # what the card names (mixer, layer, frozen parameters) does not depend on the transition token ids
+    config = settings.adapter_config_for_ids(None)
     base = "the built-in tiny Qwen2 of scripts/train_adapter.py, not on the hub" if tiny else settings.base_model
     load_base = (
         "from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast\n"

@@ -29,6 +29,8 @@ READOUT_OF_METHOD = {
     "ssm_classifier": "classifier",
     "ssm_lora": "lm_head",
 }
+# The methods whose model is an SSM adapter on the base (saved as an adapter folder).
+SSM_ADAPTER_METHODS = ("ssm", "ssm_classifier", "ssm_lora")
 FEATURE_CACHES = ("memory", "disk", "off")
 # The base below the adapter (for the probe: the whole base) is frozen: its features can be computed once per story.
 CACHED_METHODS = ("probe", "ssm", "ssm_classifier")

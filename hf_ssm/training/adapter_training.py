@@ -21,7 +21,7 @@ from ..data.nl_state_tracking import (
 from . import loop
 from .adapter_baselines import build_method, load_base, parameter_groups
 from .adapter_evaluation import evaluate, fewshot_prefix, score_batch
-from .adapter_settings import CACHED_METHODS, READOUT_OF_METHOD
+from .adapter_settings import CACHED_METHODS, READOUT_OF_METHOD, SSM_ADAPTER_METHODS
 from .checkpointing import atomic_save_dir, latest_checkpoint, prune_checkpoints, read_metadata
 from .optimization import warmup_cosine_schedule
 
@@ -142,11 +142,10 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
         start, history = meta["step"], meta["history"]
     trainable = sum(p.numel() for p in params)
     unwrapped = accelerator.unwrap_model(model)
-    if method in ("ssm", "ssm_classifier", "ssm_lora") and unwrapped.adapter_config.standardize_input:
+    if method in SSM_ADAPTER_METHODS and unwrapped.adapter_config.standardize_input:
         info["input_statistics_vectors"] = _fit_input_statistics(unwrapped, train_data, tokenizer, accelerator.device)
     prefix = store = None
     if method in CACHED_METHODS and settings.feature_cache != "off" and settings.train_examples:
-        unwrapped = accelerator.unwrap_model(model)
         prefix = unwrapped if method == "probe" else FrozenPrefix(unwrapped)
         store = FeatureStore(
             int(settings.feature_cache_max_mb * 2**20),
@@ -233,7 +232,7 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
     }
     unwrapped = accelerator.unwrap_model(model)
     method_dir.mkdir(parents=True, exist_ok=True)
-    if method in ("ssm", "ssm_classifier", "ssm_lora"):
+    if method in SSM_ADAPTER_METHODS:
         unwrapped.save_pretrained(method_dir / "adapter")
         if method == "ssm_lora":
             # The LoRA weights sit inside the base; PEFT's own state-dict helper extracts them.

@@ -76,6 +76,16 @@ def ids(batch: int = 2, steps: int = 11, seed: int = 2) -> torch.Tensor:
 KINDS = ["qwen2", "llama"]
 
 
+def cached_decode_logits(adapted, x: torch.Tensor, prefill: int = 5) -> torch.Tensor:
+    """Logits (B, T, V) of `x` from a prefill of `prefill` tokens, then one token at a time through the cache."""
+    out = adapted(x[:, :prefill], use_cache=True)
+    pieces = [out.logits]
+    for t in range(prefill, x.shape[1]):
+        out = adapted(x[:, t : t + 1], cache=out.cache, use_cache=True)
+        pieces.append(out.logits)
+    return torch.cat(pieces, dim=1)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("layer_index", [-1, 0])
 def test_attach_leaves_logits_bit_identical_and_base_untouched(kind, layer_index):
@@ -184,12 +194,7 @@ def test_cached_decoding_equals_full_forward(kind):
     randomise(adapted)
     x = ids(steps=13)
     full = adapted(x, use_cache=False).logits
-    out = adapted(x[:, :5], use_cache=True)
-    pieces = [out.logits]
-    for t in range(5, x.shape[1]):
-        out = adapted(x[:, t : t + 1], cache=out.cache, use_cache=True)
-        pieces.append(out.logits)
-    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cached_decode_logits(adapted, x), full, atol=1e-5, rtol=1e-5)
 
 
 @torch.no_grad()
