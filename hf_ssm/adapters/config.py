@@ -5,6 +5,10 @@ The adapter is one residual branch after decoder layer `layer_index` of the base
     readout = "lm_head":     h <- h + W_out Mixer(Norm(h))      W_out (d, d) zero-init, so the base starts unchanged
     readout = "classifier":  logits = W_cls Mixer(Norm(h))      (B, T, num_labels); the base's h is never changed
 
+With `write_layer_index` w > k (readout "lm_head") the branch reads h_k and writes later: h_w <- h_w + W_out
+Mixer(Norm(h_k)), so the adapter reads the features where they name the events (an early layer) and writes
+where the LM head reads (the last layer).
+
 The mixer is any name in `SSM_MIXER_CLASSES` (default `pd_ssm`); `mixer_settings` holds its HybridSSMConfig
 fields (e.g. `pd_ssm_head_state_size`). The `base_*` fields are filled in when the adapter is attached and are
 checked when it is loaded onto another base.
@@ -35,6 +39,11 @@ class SSMAdapterConfig:
         mixer_settings: HybridSSMConfig fields of that mixer, e.g. `{"pd_ssm_head_state_size": 8,
             "pd_ssm_dict_size": 16}`; unset fields take HybridSSMConfig's defaults.
         layer_index: insert after this decoder layer (0-based; negative counts from the end; default -1, the last).
+        write_layer_index: readout "lm_head" only: the decoder layer after whose output the adapter's update is
+            added (>= `layer_index` once both are resolved; negative counts from the end). None (default): the
+            update is added where the adapter reads, after `layer_index`. The layers between are frozen and never
+            see the update, so the features of both layers are fixed functions of the text (the frozen-prefix
+            cache keeps both). **[choice]**
         readout: `"lm_head"` (the adapter adds to the residual stream and so feeds the base's LM head) or
             `"classifier"` (its own linear readout to `num_labels` classes; the base's logits stay untouched).
         num_labels: number of classes of the `"classifier"` readout (required there, unused otherwise).
@@ -65,6 +74,7 @@ class SSMAdapterConfig:
     mixer: str = "pd_ssm"
     mixer_settings: dict = field(default_factory=dict)
     layer_index: int = -1
+    write_layer_index: int | None = None
     readout: str = "lm_head"
     num_labels: int | None = None
     norm_eps: float = 1e-6
@@ -109,6 +119,17 @@ class SSMAdapterConfig:
             raise ValueError(f"`layer_index` must be an int (negative counts from the end), got {self.layer_index!r}")
         if self.readout not in READOUTS:
             raise ValueError(f"`readout` must be one of {list(READOUTS)}, got {self.readout!r}")
+        if self.write_layer_index is not None:
+            if isinstance(self.write_layer_index, bool) or not isinstance(self.write_layer_index, int):
+                raise ValueError(
+                    "`write_layer_index` must be None (write where the adapter reads) or an int (negative counts "
+                    f"from the end), got {self.write_layer_index!r}"
+                )
+            if self.readout != "lm_head":
+                raise ValueError(
+                    f"`write_layer_index` needs readout='lm_head' (the classifier readout writes nothing into the "
+                    f"base), got readout={self.readout!r}"
+                )
         if self.readout == "classifier":
             if isinstance(self.num_labels, bool) or not isinstance(self.num_labels, int) or self.num_labels < 1:
                 raise ValueError(f"`num_labels` must be an int >= 1 with readout='classifier', got {self.num_labels!r}")
@@ -152,6 +173,21 @@ class SSMAdapterConfig:
             raise ValueError(
                 f"`layer_index` = {self.layer_index} is out of range for a base with {num_layers} decoder layers "
                 f"(accepted: {-num_layers} .. {num_layers - 1})"
+            )
+        return index
+
+    def resolved_write_layer_index(self, num_layers: int) -> int:
+        """The 0-based decoder layer after which the adapter's update is added (its read layer when
+        `write_layer_index` is None); ValueError when it is out of range or before the read layer."""
+        read = self.resolved_layer_index(num_layers)
+        if self.write_layer_index is None:
+            return read
+        index = self.write_layer_index + num_layers if self.write_layer_index < 0 else self.write_layer_index
+        if not read <= index < num_layers:
+            raise ValueError(
+                f"`write_layer_index` = {self.write_layer_index} must name a decoder layer at or after the read layer "
+                f"{read} (`layer_index` = {self.layer_index}) of a base with {num_layers} layers "
+                f"(accepted: {read} .. {num_layers - 1}, or {read - num_layers} .. -1)"
             )
         return index
 

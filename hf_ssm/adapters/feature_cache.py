@@ -1,7 +1,8 @@
 """Frozen-prefix feature cache: compute the base's hidden states below the adapter once per example, reuse them.
 
 The adapter sits after decoder layer k of a frozen base. The embeddings and layers 0..k are frozen and see only
-the input tokens, so their output h_k (B, T, d), the adapter's input, is a fixed function of the example.
+the input tokens, so their output h_k (B, T, d), the adapter's input, is a fixed function of the example (and so
+is h_w of a later write layer w, kept beside it).
 Training an adapter for several epochs (or several adapters at the same layer) needs h_k once per example:
 
     prefix = FrozenPrefix(adapted)
@@ -37,6 +38,10 @@ _TORCH_BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.fl
 class FrozenPrefix:
     """The embeddings and decoder layers 0..k (k = the adapter's layer) of an `SSMAdapterModel`'s base.
 
+    When the adapter writes after a later layer w (`write_layer_index`), layers k+1..w are frozen and never see
+    the update either, so their output h_w is fixed too: the cached features are then h_k and h_w side by side,
+    (B, T, 2d), and `replaced_by` puts each back in its place.
+
     Raises ValueError when any of them requires grad (e.g. a LoRA injected into them): their output would then
     not be fixed, and caching it would silently train something else.
     """
@@ -49,32 +54,55 @@ class FrozenPrefix:
         self.adapted = adapted
         _, self.layers, name = find_decoder_layers(adapted.base_model)
         self.k = adapted.adapter_layer_index
-        modules = {f"{name}.{i}": self.layers[i] for i in range(self.k + 1)}
+        self.w = adapted.adapter_write_layer_index
+        modules = {f"{name}.{i}": self.layers[i] for i in range(self.w + 1)}
         modules["input embeddings"] = adapted.base_model.get_input_embeddings()
         trainable = [f"{m}: {n}" for m, mod in modules.items() for n, p in mod.named_parameters() if p.requires_grad]
         if trainable:
             raise ValueError(
-                f"the frozen-prefix cache needs the embeddings and layers 0..{self.k} frozen, but these require grad: "
+                f"the frozen-prefix cache needs the embeddings and layers 0..{self.w} frozen, but these require grad: "
                 f"{trainable[:5]}{' ...' if len(trainable) > 5 else ''}; turn the cache off for this method"
             )
         self.returns_tuple = False  # learnt by features(): transformers >= 5 decoder layers return a tensor
 
-    @torch.no_grad()
-    def features(self, **inputs) -> torch.Tensor:
-        """h_k (B, T, d): the output of decoder layer k for these inputs (layers above k are not run)."""
-
-        try:
-            # prepend: stop before the adapter's own hook on this layer, so the adapter is not run either.
-            output = run_to_layer(self.adapted.base_model, self.layers[self.k], prepend=True, **inputs)
-        finally:
-            self.adapted._context = None  # the decoder's post-hook did not run
+    def _unwrap(self, output) -> torch.Tensor:
         self.returns_tuple = not isinstance(output, torch.Tensor)
         return output[0] if self.returns_tuple else output
 
+    @torch.no_grad()
+    def features(self, adapter_input_only: bool = False, **inputs) -> torch.Tensor:
+        """The cached features for these inputs: h_k (B, T, d), the output of decoder layer k, or with a later
+        write layer h_k and h_w concatenated (B, T, 2d) unless `adapter_input_only`. Layers above the last one
+        needed are not run, nor is the adapter."""
+        read_only = adapter_input_only or self.w == self.k
+        captured = []
+
+        def capture(module, args, output):
+            captured.append(self._unwrap(output))
+
+        handle = None if read_only else self.layers[self.k].register_forward_hook(capture, prepend=True)
+        try:
+            # prepend: stop before the adapter's own hook on this layer, so the adapter is not run either.
+            target = self.layers[self.k if read_only else self.w]
+            output = self._unwrap(run_to_layer(self.adapted.base_model, target, prepend=True, **inputs))
+        finally:
+            if handle is not None:
+                handle.remove()
+            self.adapted._context = None  # the decoder's post-hook did not run
+            self.adapted._pending_update = None
+        return output if read_only else torch.cat([captured[0], output], dim=-1)
+
+    def adapter_input(self, features: torch.Tensor) -> torch.Tensor:
+        """h_k (B, T, d) out of `features()`'s output."""
+        return features if self.w == self.k else features.chunk(2, dim=-1)[0]
+
     @contextmanager
     def replaced_by(self, features: torch.Tensor):
-        """Inside the block, layers 0..k-1 pass their input through and layer k returns `features` (B, T, d);
-        its forward hooks (the adapter) still run. For training forwards without a key/value cache only."""
+        """Inside the block, layers 0..k-1 pass their input through and layer k returns h_k (with a later write
+        layer w: layers k+1..w-1 pass through and layer w returns h_w), `features` as `features()` returns them;
+        the layers' forward hooks (the adapter's) still run. For training forwards without a key/value cache
+        only."""
+        returned = {self.k: features} if self.w == self.k else dict(zip((self.k, self.w), features.chunk(2, dim=-1)))
 
         def wrap(hidden):
             return (hidden,) if self.returns_tuple else hidden
@@ -82,22 +110,24 @@ class FrozenPrefix:
         def skip(hidden_states, *args, **kwargs):
             return wrap(hidden_states)
 
-        def cached(hidden_states, *args, **kwargs):
-            if kwargs.get("use_cache") or hidden_states.shape[:2] != features.shape[:2]:
-                raise ValueError(
-                    "cached prefix features are for training forwards without a key/value cache on the batch they "
-                    f"were computed for: features {tuple(features.shape[:2])}, hidden {tuple(hidden_states.shape[:2])}"
-                    f", use_cache={kwargs.get('use_cache')}"
-                )
-            return wrap(features.to(hidden_states.dtype))
+        def cached(value):
+            def forward(hidden_states, *args, **kwargs):
+                if kwargs.get("use_cache") or hidden_states.shape[:2] != value.shape[:2]:
+                    raise ValueError(
+                        "cached prefix features are for training forwards without a key/value cache on the batch "
+                        f"they were computed for: features {tuple(value.shape[:2])}, hidden "
+                        f"{tuple(hidden_states.shape[:2])}, use_cache={kwargs.get('use_cache')}"
+                    )
+                return wrap(value.to(hidden_states.dtype))
 
-        for i in range(self.k):
-            self.layers[i].forward = skip
-        self.layers[self.k].forward = cached
+            return forward
+
+        for i in range(self.w + 1):
+            self.layers[i].forward = cached(returned[i]) if i in returned else skip
         try:
             yield
         finally:
-            for i in range(self.k + 1):
+            for i in range(self.w + 1):
                 del self.layers[i].forward  # back to the class's forward
 
 

@@ -10,7 +10,9 @@ How the hooks see what they need (decoder layers get neither the 2D padding mask
 - a forward pre-hook on the module owning the layer list (e.g. `Qwen2Model`) records, per call, the 2D
   `attention_mask` (B, past + T) and the `cache` passed in with its length `past` *before* any layer ran;
 - a forward hook on the chosen layer runs the adapter on that layer's output with mask[:, -T:], so
-  (left or right) padding never changes the adapter state.
+  (left or right) padding never changes the adapter state;
+- with `write_layer_index` later than the read layer, that hook keeps the update and a forward hook on the write
+  layer adds it to its output (same call, same T).
 
 Recurrent state (the robust part): the adapter's state lives in a `WeakKeyDictionary` keyed by the *cache
 object* the layer received, with the number of tokens it has consumed. A call starts from a fresh zero state
@@ -143,23 +145,39 @@ class SSMAdapterModel(nn.Module):
     save_pretrained(dir) writes adapter_config.json + adapter_model.safetensors only.
     """
 
-    def __init__(self, base_model: nn.Module, config: SSMAdapterConfig, adapter: SSMAdapter, layer_index: int):
+    def __init__(
+        self,
+        base_model: nn.Module,
+        config: SSMAdapterConfig,
+        adapter: SSMAdapter,
+        layer_index: int,
+        write_layer_index: int | None = None,
+    ):
         super().__init__()
         self.base_model = base_model
         self.ssm_adapter = adapter
         self.adapter_config = config
         self.adapter_layer_index = layer_index
+        self.adapter_write_layer_index = layer_index if write_layer_index is None else write_layer_index
         owner, layers, _ = find_decoder_layers(base_model)
         self._owner_signature = _signature(owner)
         self._layer_signature = _signature(layers[layer_index])
         self._context: _CallContext | None = None
         self._states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._adapter_logits: torch.Tensor | None = None
+        self._pending_update: torch.Tensor | None = None  # read layer -> write layer, within one forward
         self._hooks = [
             owner.register_forward_pre_hook(self._before_decoder, with_kwargs=True),
             owner.register_forward_hook(self._after_decoder),
             layers[layer_index].register_forward_hook(self._after_layer, with_kwargs=True),
         ]
+        if self.writes_later:
+            self._hooks.append(layers[self.adapter_write_layer_index].register_forward_hook(self._add_update))
+
+    @property
+    def writes_later(self) -> bool:
+        """Whether the adapter's update is added after a later layer than the one it reads."""
+        return self.adapter_write_layer_index != self.adapter_layer_index
 
     def __getattr__(self, name: str):
         try:
@@ -183,9 +201,11 @@ class SSMAdapterModel(nn.Module):
         past = int(cache.get_seq_length()) if cache is not None and hasattr(cache, "get_seq_length") else 0
         input_ids = _argument(self._owner_signature, args, kwargs, "input_ids")
         self._context = _CallContext(cache=cache, past=past, mask=mask, input_ids=input_ids)
+        self._pending_update = None
 
     def _after_decoder(self, module, args, output):
         self._context = None
+        self._pending_update = None
 
     def _after_layer(self, module, args, kwargs, output):
         hidden = output if isinstance(output, torch.Tensor) else output[0]
@@ -224,7 +244,22 @@ class SSMAdapterModel(nn.Module):
         if self.adapter_config.readout == "classifier":
             self._adapter_logits = update
             return output
+        if self.writes_later:
+            self._pending_update = update
+            return output
         hidden = hidden + update
+        return hidden if isinstance(output, torch.Tensor) else (hidden, *output[1:])
+
+    def _add_update(self, module, args, output):
+        """The write layer's hook: add the update the read layer's hook computed in this forward."""
+        update, self._pending_update = self._pending_update, None
+        if update is None:
+            raise ValueError(
+                f"decoder layer {self.adapter_write_layer_index} (the adapter's write layer) ran without layer "
+                f"{self.adapter_layer_index} (its read layer) before it in the same forward"
+            )
+        hidden = output if isinstance(output, torch.Tensor) else output[0]
+        hidden = hidden + update.to(hidden.device)
         return hidden if isinstance(output, torch.Tensor) else (hidden, *output[1:])
 
     def _follow(self, cache) -> None:
@@ -293,7 +328,8 @@ class SSMAdapterModel(nn.Module):
 
 
 def attach_ssm_adapter(model: nn.Module, config: SSMAdapterConfig | None = None, freeze_base: bool = True):
-    """Freeze `model` and attach a fresh adapter after decoder layer `config.layer_index`.
+    """Freeze `model` and attach a fresh adapter after decoder layer `config.layer_index` (writing after
+    `config.write_layer_index` when that is set).
 
     The adapter's last projection is zero, so the adapted model's logits equal the base's bit for bit until it
     trains. To train a PEFT LoRA alongside, inject it into `adapted.base_model` after attaching (PEFT marks
@@ -307,6 +343,7 @@ def attach_ssm_adapter(model: nn.Module, config: SSMAdapterConfig | None = None,
     base_config = text_config(model)
     _, layers, _ = find_decoder_layers(model)
     layer_index = config.resolved_layer_index(len(layers))
+    write_layer_index = config.resolved_write_layer_index(len(layers))
     config = dataclasses.replace(
         config,
         base_model_name_or_path=config.base_model_name_or_path or getattr(model.config, "_name_or_path", None) or None,
@@ -322,7 +359,7 @@ def attach_ssm_adapter(model: nn.Module, config: SSMAdapterConfig | None = None,
     if reference is not None:
         adapter.to(reference.device)
     setattr(model, _ATTACHED_FLAG, True)
-    return SSMAdapterModel(model, config, adapter, layer_index)
+    return SSMAdapterModel(model, config, adapter, layer_index, write_layer_index)
 
 
 def check_compatible(config: SSMAdapterConfig, model: nn.Module, allow_other_model_type: bool = False) -> None:

@@ -33,6 +33,8 @@ def model_name(result: dict) -> str:
             f"lora r={result['lora_rank']} (attention, layers 0-{settings['layer_index']}) @L{settings['layer_index']}"
         )
     name = f"{settings['mixer']} adapter @L{settings['layer_index']}"
+    if settings.get("write_layer_index") is not None:
+        name += f" -> L{settings['write_layer_index']}"
     return name + (f" + lora r={result['lora_rank']}" if result["method"] == "ssm_lora" else "")
 
 
@@ -141,6 +143,9 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
         "hidden states and logits are untouched)"
         if classifier
         else "as a residual branch h <- h + W_out Mixer(Norm(h)), W_out zero-initialised"
+        if config.write_layer_index is None
+        else f"reading h_k there and adding W_out Mixer(Norm(h_k)) to the output of decoder layer "
+        f"{config.write_layer_index} (where the LM head reads when it is the last), W_out zero-initialised"
     )
     read = (
         'scores = model(**batch)["adapter_logits"][:, -1]  # (B, num_classes): the answer classes, in task order'

@@ -87,6 +87,9 @@ class AdapterExperimentSettings:
     # After the first decoder layer: its features are close to the words and depend little on the story's length
     # (the adapter's own default, the last layer, trained more slowly here; see RESULTS.md).
     layer_index: int = 0
+    # SSMAdapterConfig.write_layer_index (LM-head methods): add the adapter's update after this later layer (e.g. -1,
+    # the last, where the LM head reads) while it reads after `layer_index`; None = where it reads.
+    write_layer_index: int | None = None
     state_size: int = 8
     num_heads: int = 2
     dict_size: int = 16
@@ -201,6 +204,11 @@ class AdapterExperimentSettings:
                 "`standardize_input` measures the frozen base's features, which ssm_lora trains; use it with ssm or "
                 "ssm_classifier"
             )
+        if self.write_layer_index is not None and set(self.method_list()) - {"ssm", "ssm_lora"}:
+            raise ValueError(
+                "`write_layer_index` is for the LM-head SSM adapter methods (ssm, ssm_lora), got methods "
+                f"{self.methods!r}"
+            )
         if self.train_examples < 0:
             raise ValueError(f"`train_examples` must be >= 0 (0: a fresh story every step), got {self.train_examples}")
         unknown = [m for m in self.method_list() if m not in METHODS]
@@ -270,6 +278,7 @@ class AdapterExperimentSettings:
             mixer=self.mixer,
             mixer_settings=settings,
             layer_index=self.layer_index,
+            write_layer_index=self.write_layer_index,
             frozen_mixer_parameters=frozen,
             transition_token_ids=transition_ids,
             standardize_input=self.standardize_input,

@@ -66,7 +66,7 @@ def _fit_input_statistics(model, train_data, tokenizer, device) -> int:
     stories = [train_data[i] for i in range(min(STATISTICS_STORIES, len(train_data)))]
     batch = collate_nl_state_tracking(stories, tokenizer.pad_token_id)
     inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")}
-    features = FrozenPrefix(model).features(**inputs)
+    features = FrozenPrefix(model).features(adapter_input_only=True, **inputs)
     steps = adapter.step_mask(inputs["attention_mask"].bool(), inputs["input_ids"])
     adapter.set_input_statistics(features[steps])
     return int(steps.sum())

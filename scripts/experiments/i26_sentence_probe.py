@@ -1,6 +1,6 @@
 """Do a frozen LLM's features at a sentence's last token name the sentence's transition? (issue 26)
 
-1. For decoder layers 1, 3, 6, 10 of the base: the output at every sentence-ending token
+1. For decoder layers 1, 3, 6, 10 of the base (`--layers`; the last, 29, is where an LM-head adapter reads): the output at every sentence-ending token
    (`hf_ssm.adapters.sentence_end_token_ids`) of 160 cycle-navigation stories of 1-10 transitions; a linear
    probe (z-scored features, Adam, L2 1e-3) trained on 70 % of the transition sentences names the transition
    symbol (stay / forward / back) of the other 30 %.
@@ -9,6 +9,8 @@
    80-transition test stories (drift with position shows up here).
 
     OMP_NUM_THREADS=1 python scripts/experiments/i26_sentence_probe.py --json results/adapter/issue26/sentence_probe.json
+    OMP_NUM_THREADS=1 python scripts/experiments/i26_sentence_probe.py --layers 3,20,29 --skip_long_stories \
+        --json results/adapter/issue26/sentence_probe_deep.json
 """
 
 from __future__ import annotations
@@ -93,12 +95,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", default="runs/i26_sentence_features")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--layers", default="1,3,6,10", help="decoder layers of part 1, comma-separated")
+    parser.add_argument("--skip_long_stories", action="store_true", help="part 1 only (no reference cache needed)")
     args = parser.parse_args()
     began = time.process_time()
-    result = {
-        "held_out": held_out_by_layer([1, 3, 6, 10], 160),
-        "layer3_probe_on_long_stories": transfer_to_long_stories(Path(args.cache)),
-    }
+    result = {"held_out": held_out_by_layer([int(layer) for layer in args.layers.split(",")], 160)}
+    if not args.skip_long_stories:
+        result["layer3_probe_on_long_stories"] = transfer_to_long_stories(Path(args.cache))
     result["cpu_s"] = time.process_time() - began
     print(json.dumps(result, indent=1))
     if args.json:
