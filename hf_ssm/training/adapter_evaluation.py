@@ -4,6 +4,7 @@ evaluation), the few-shot prefix of the untrained base, and the accuracy by stor
 from __future__ import annotations
 
 import random
+from contextlib import nullcontext
 
 import torch
 from torch import nn
@@ -66,18 +67,17 @@ def score_batch(
             scores = _unwrapped(model).head(features[:, keep])
         final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
     else:
-        # With the answer-word loss only the answer words' rows of the LM head are needed: a 49k-word head over
-        # every supervised position would cost more than the rest of the step on a CPU.
-        forward = _full_logits if vocab_loss or not _head_is_linear(model) else _answer_logits
-        if features is None:
-            logits = forward(model, inputs, keep, answer_ids)
-        else:
-            with FrozenPrefix(_unwrapped(model)).replaced_by(features):
-                logits = forward(model, inputs, keep, answer_ids)
-        scores = logits.float() if forward is _answer_logits else logits[..., answer_ids].float()
+        # Only the answer words' rows of the LM head are computed at the supervised positions, and the whole head
+        # only at the last position for the vocabulary loss: a 49k-word head over every supervised position
+        # would cost more than the rest of the step on a CPU.
+        forward = _answer_logits if _head_is_linear(model) else _full_logits
+        context = nullcontext() if features is None else FrozenPrefix(_unwrapped(model)).replaced_by(features)
+        with context:
+            answer_logits, vocab_logits = forward(model, inputs, keep, answer_ids, vocab_loss)
+        scores = answer_logits.float()
         if vocab_loss:
             final_loss = nn.functional.cross_entropy(
-                logits[:, -1].float(), batch["answer_token"].to(device), reduction="sum"
+                vocab_logits.float(), batch["answer_token"].to(device), reduction="sum"
             )
         else:
             final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
@@ -88,21 +88,24 @@ def score_batch(
     return (dense_loss + final_loss) / count, scores[:, -1].argmax(-1)
 
 
-def _full_logits(model, inputs: dict, keep: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
-    """LM-head logits (B, K, V) over the whole vocabulary at the positions `keep` (K,)."""
-    return model(**inputs, use_cache=False, logits_to_keep=keep).logits
+def _full_logits(model, inputs: dict, keep: torch.Tensor, answer_ids: torch.Tensor, vocab_at_last: bool = False):
+    """(the answer words' LM-head logits (B, K, C) at the positions `keep` (K,), the whole vocabulary's (B, V) at
+    the last position when `vocab_at_last`, else None), from the model's own logits over the whole vocabulary."""
+    logits = model(**inputs, use_cache=False, logits_to_keep=keep).logits
+    return logits[..., answer_ids], logits[:, -1] if vocab_at_last else None
 
 
-def _answer_logits(model, inputs: dict, keep: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
-    """The LM-head logits of the answer words only (B, K, C) at the positions `keep` (K,): the base's decoder
-    (with the adapter's hook and any LoRA in it) to its final norm, then the head's rows `answer_ids`. Equal to
-    `_full_logits(...)[..., answer_ids]` for a plain linear LM head (`_head_is_linear`)."""
+def _answer_logits(model, inputs: dict, keep: torch.Tensor, answer_ids: torch.Tensor, vocab_at_last: bool = False):
+    """`_full_logits`'s two outputs from the base's decoder (with the adapter's hooks and any LoRA in it) to its
+    final norm, then the head's rows `answer_ids` at `keep` and all its rows at the last position only. Equal
+    to `_full_logits` for a plain linear LM head (`_head_is_linear`)."""
     base = _causal_lm(model)
     decoder = find_decoder_layers(base)[0]
-    hidden = decoder(**inputs, use_cache=False).last_hidden_state[:, keep]
+    hidden = decoder(**inputs, use_cache=False).last_hidden_state
     head = base.get_output_embeddings()
     bias = None if head.bias is None else head.bias[answer_ids]
-    return nn.functional.linear(hidden, head.weight[answer_ids], bias)
+    answers = nn.functional.linear(hidden[:, keep], head.weight[answer_ids], bias)
+    return answers, head(hidden[:, -1]) if vocab_at_last else None
 
 
 def _causal_lm(model) -> nn.Module:

@@ -372,8 +372,9 @@ def test_prefix_lora_classifier_starts_at_the_base_and_trains_only_lora_and_its_
 
 @pytest.mark.parametrize("method", ["ssm", "lora", "ssm_lora"])
 def test_answer_word_logits_equal_the_full_lm_head_at_those_words(method):
-    """The LM-head methods' answer scores come from the answer words' rows of the head only; they equal the full
-    vocabulary logits at those words (with the adapter's hook and LoRA in the decoder), values and gradients."""
+    """The LM-head methods' answer scores come from the answer words' rows of the head only, and the vocabulary
+    loss's logits from the whole head at the last position only; they equal the full vocabulary logits there (with
+    the adapter's hook and LoRA in the decoder), values and gradients."""
     from hf_ssm.training.adapter_baselines import build_method
     from hf_ssm.training.adapter_evaluation import _answer_logits, _full_logits, _head_is_linear
     from hf_ssm.training.adapter_settings import AdapterExperimentSettings
@@ -387,12 +388,14 @@ def test_answer_word_logits_equal_the_full_lm_head_at_those_words(method):
     inputs = {"input_ids": x, "attention_mask": torch.ones_like(x), "position_ids": torch.arange(11).expand_as(x)}
     keep, answer_ids = torch.tensor([3, 10]), torch.tensor([5, 17, 40])
     assert _head_is_linear(model)
-    full = _full_logits(model, inputs, keep, answer_ids)[..., answer_ids]
-    part = _answer_logits(model, inputs, keep, answer_ids)
-    torch.testing.assert_close(part, full, atol=1e-5, rtol=1e-5)
-    grads = [torch.autograd.grad(out.square().sum(), params) for out in (part, full)]
-    for a, b in zip(*grads):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    full, full_vocab = _full_logits(model, inputs, keep, answer_ids, vocab_at_last=True)
+    part, part_vocab = _answer_logits(model, inputs, keep, answer_ids, vocab_at_last=True)
+    assert full_vocab.shape == (2, VOCAB) and _answer_logits(model, inputs, keep, answer_ids)[1] is None
+    for ours, theirs in ((part, full), (part_vocab, full_vocab)):
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+        grads = [torch.autograd.grad(out.square().sum(), params, retain_graph=True) for out in (ours, theirs)]
+        for a, b in zip(*grads):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
 def test_train_adapter_script_smoke_run(tmp_path):

@@ -110,7 +110,8 @@ def test_save_and_reload_is_bit_identical(tmp_path):
 
 def test_train_adapter_lm_head_method_writes_after_the_last_layer(tmp_path):
     """End to end on the tiny base: --methods ssm reading after layer 0 and writing after the last, with the
-    frozen-prefix cache; the saved adapter records the write layer."""
+    frozen-prefix cache and the whole-vocabulary loss at the question; the saved adapter records the write
+    layer."""
     run = tmp_path / "run"
     result = run_script(
         "train_adapter", "--output_dir", str(run), "--methods", "ssm", "--tiny_hidden_size", "16",
@@ -118,7 +119,7 @@ def test_train_adapter_lm_head_method_writes_after_the_last_layer(tmp_path):
         "--max_steps", "3", "--eval_every", "3", "--batch_size", "4", "--eval_batch_size", "8",
         "--eval_samples_per_bucket", "4", "--train_max_transitions", "3", "--test_buckets", "1-3",
         "--state_size", "4", "--dict_size", "4", "--layer_index", "0", "--write_layer_index", "-1",
-        "--transitions_at", "sentence_ends", "--train_examples", "6",
+        "--transitions_at", "sentence_ends", "--train_examples", "6", "--answer_loss", "vocab",
         timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
