@@ -98,11 +98,17 @@ class SentenceAutomaton(nn.Module):
         nn.init.normal_(self.w_p.weight, 0.0, scale / width**0.5)
         if sentence_classes:
             self.tables = nn.Parameter(torch.randn(sentence_classes, heads, states, states))
-        self.readout_norm = nn.RMSNorm(heads * states) if readout == "norm" else nn.Identity()
-        self.readout = nn.Linear(heads * states, classes)
+        self.head_readout = readout == "per_head"
+        if self.head_readout:  # every head its own linear readout of its one-hot state, trained on its own
+            self.readout = nn.Parameter(torch.randn(heads, states, classes) / states**0.5)
+            self.readout_bias = nn.Parameter(torch.zeros(heads, classes))
+        else:
+            self.readout_norm = nn.RMSNorm(heads * states) if readout == "norm" else nn.Identity()
+            self.readout = nn.Linear(heads * states, classes)
 
     def forward(self, features: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """features (B, S, d), valid (B, S) bool -> class logits (B, S, classes)."""
+        """features (B, S, d), valid (B, S) bool -> class logits (B, S, classes); with the per-head readout each
+        head's logits (B, S, H, classes) (`answer_logits` combines them)."""
         b, s, _ = features.shape
         if self.sentence_classes and self.per_head:  # every head its own choice, as the package's bank mode
             choice = straight_through(self.w_p(self.norm(features)).view(b, s, self.heads, -1), -1)  # (B, S, H, K)
@@ -119,8 +125,15 @@ class SentenceAutomaton(nn.Module):
         for t in range(s):
             moved = torch.einsum("bhij,bhj->bhi", p[:, t], x)
             x = torch.where(valid[:, t, None, None], moved, x)
-            states.append(x.flatten(1))
+            states.append(x.flatten(1) if not self.head_readout else x)
+        if self.head_readout:
+            return torch.einsum("bshn,hnc->bshc", torch.stack(states, 1), self.readout) + self.readout_bias
         return self.readout(self.readout_norm(torch.stack(states, 1)))
+
+    def answer_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """(B, S, classes): the per-head readout's heads vote as a product of experts (summed log-probabilities),
+        so a head that learnt the automaton outvotes the unsure ones."""
+        return logits.log_softmax(-1).sum(-2) if self.head_readout else logits
 
 
 def accuracy(model, data: dict, transitions: tuple[int, int]) -> float:
@@ -129,7 +142,7 @@ def accuracy(model, data: dict, transitions: tuple[int, int]) -> float:
     labels = pad([data["labels"][i] for i in rows], -100)
     last = torch.tensor([len(data["labels"][i]) - 1 for i in rows])
     with torch.no_grad():
-        logits = model(feats, (labels != -100) | (torch.arange(labels.shape[1]) == 0))
+        logits = model.answer_logits(model(feats, (labels != -100) | (torch.arange(labels.shape[1]) == 0)))
     pred = logits[torch.arange(len(rows)), last].argmax(-1)
     return (pred == labels[torch.arange(len(rows)), last]).float().mean().item()
 
@@ -144,7 +157,12 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="W_P init std x sqrt(d)")
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--wp_lr_divisor", type=float, default=576.0)
-    parser.add_argument("--readout", choices=["linear", "norm"], default="norm")
+    parser.add_argument(
+        "--readout",
+        choices=["linear", "norm", "per_head"],
+        default="norm",
+        help="per_head: a linear readout per head, each head's own cross-entropy, the heads' log-probs summed",
+    )
     parser.add_argument("--weight_decay", type=float, default=0.0, help="AdamW's decoupled weight decay on W_P")
     parser.add_argument("--standardize", action="store_true", help="z-score every feature (training mean / std)")
     parser.add_argument("--per_head", action="store_true", help="with --sentence_classes: a choice per head")
@@ -195,7 +213,9 @@ def main() -> None:
         labels = pad([train["labels"][i] for i in rows], -100)
         valid = (labels != -100) | (torch.arange(labels.shape[1]) == 0)
         logits = model(feats, valid)
-        loss = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        if model.head_readout:  # (B, S, H, C): every head answers on its own
+            labels = labels.unsqueeze(-1).expand(-1, -1, args.heads)
+        loss = nn.functional.cross_entropy(logits.flatten(0, -2), labels.flatten(), ignore_index=-100)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
