@@ -3,12 +3,13 @@
 # one series per run-folder substring, mean over the seeds found, every seed as a dot.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-python scripts/plot_adapter.py --base smollm2-135m --tasks parity,cycle_navigation \
+python scripts/plot_adapter.py --base smollm2-135m --tasks parity,cycle_navigation,a5 \
   --series "PD-SSM 16 automaton heads @L3, classifier=runs/i15/h16none_s" \
   --series "PD-SSM 16 automaton heads @L3, classifier=runs/i15/cyc_h16none_s0" \
   --series "PD-SSM sentence ends, bank @L3, classifier=runs/experiments/i26_sent_bank_" \
   --series "PD-SSM sentence ends, shared choice @L3, classifier=runs/experiments/i26_sent_shared_" \
   --series "PD-SSM 2 heads with B @L3, classifier (earlier)=runs/exp/long_parity_pd_L3_s" \
+  --series "PD-SSM sentence ends, reads L3, writes after the last, LM head=runs/experiments/i26_sent_lm_" \
   --series "PD-SSM @ last layer, LM head=runs/i15/lm_dict_s0" \
   --series "LoRA attn L0-3 + classifier (~adapter size)=runs/i15/lora21_" \
   --series "diag_lru adapter @L3, classifier=runs/exp/cmp_parity_diaglru_L3" \
