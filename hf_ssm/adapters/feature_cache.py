@@ -73,7 +73,8 @@ class FrozenPrefix:
     def features(self, adapter_input_only: bool = False, **inputs) -> torch.Tensor:
         """The cached features for these inputs: h_k (B, T, d), the output of decoder layer k, or with a later
         write layer h_k and h_w concatenated (B, T, 2d) unless `adapter_input_only`. Layers above the last one
-        needed are not run, nor is the adapter."""
+        needed are not run. The adapter does not run for h_k alone; on the way to h_w its hook at layer k does
+        (hooks cannot skip each other), and its update is dropped."""
         read_only = adapter_input_only or self.w == self.k
         captured = []
 

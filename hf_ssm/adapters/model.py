@@ -131,6 +131,11 @@ class _StoredState:
     length: int  # tokens consumed, to check against the cache length on the next call
 
 
+def _with_hidden(output, hidden: torch.Tensor):
+    """A decoder layer's `output` (a tensor, or a tuple from older transformers) with its hidden states replaced."""
+    return hidden if isinstance(output, torch.Tensor) else (hidden, *output[1:])
+
+
 def _map_state(state, fn):
     if isinstance(state, torch.Tensor):
         return fn(state)
@@ -247,8 +252,7 @@ class SSMAdapterModel(nn.Module):
         if self.writes_later:
             self._pending_update = update
             return output
-        hidden = hidden + update
-        return hidden if isinstance(output, torch.Tensor) else (hidden, *output[1:])
+        return _with_hidden(output, hidden + update)
 
     def _add_update(self, module, args, output):
         """The write layer's hook: add the update the read layer's hook computed in this forward."""
@@ -259,8 +263,7 @@ class SSMAdapterModel(nn.Module):
                 f"{self.adapter_layer_index} (its read layer) before it in the same forward"
             )
         hidden = output if isinstance(output, torch.Tensor) else output[0]
-        hidden = hidden + update.to(hidden.device)
-        return hidden if isinstance(output, torch.Tensor) else (hidden, *output[1:])
+        return _with_hidden(output, hidden + update.to(hidden.device))
 
     def _follow(self, cache) -> None:
         """Wrap this cache instance's batch operations so the stored adapter state follows its rows."""

@@ -204,9 +204,10 @@ class AdapterExperimentSettings:
                 "`standardize_input` measures the frozen base's features, which ssm_lora trains; use it with ssm or "
                 "ssm_classifier"
             )
-        if self.write_layer_index is not None and set(self.method_list()) - {"ssm", "ssm_lora"}:
+        lm_head_adapters = [m for m in SSM_ADAPTER_METHODS if READOUT_OF_METHOD[m] == "lm_head"]
+        if self.write_layer_index is not None and set(self.method_list()) - set(lm_head_adapters):
             raise ValueError(
-                "`write_layer_index` is for the LM-head SSM adapter methods (ssm, ssm_lora), got methods "
+                f"`write_layer_index` is for the LM-head SSM adapter methods {lm_head_adapters}, got methods "
                 f"{self.methods!r}"
             )
         if self.train_examples < 0:

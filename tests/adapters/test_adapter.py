@@ -74,6 +74,12 @@ def ids(batch: int = 2, steps: int = 11, seed: int = 2) -> torch.Tensor:
 
 
 KINDS = ["qwen2", "llama"]
+# scripts/train_adapter.py on the built-in tiny base in seconds (each test adds its layers, buckets and options)
+TINY_QUICK_RUN = [
+    "--tiny_hidden_size", "16", "--tiny_heads", "2", "--pretrain_steps", "2", "--pretrain_batch_size", "2",
+    "--max_steps", "3", "--eval_every", "3", "--batch_size", "4", "--eval_batch_size", "8",
+    "--eval_samples_per_bucket", "4", "--train_max_transitions", "3", "--state_size", "4", "--dict_size", "4",
+]  # fmt: skip
 
 
 def cached_decode_logits(adapted, x: torch.Tensor, prefill: int = 5) -> torch.Tensor:
@@ -402,12 +408,7 @@ def test_train_adapter_script_smoke_run(tmp_path):
     """scripts/train_adapter.py runs offline on the built-in tiny Qwen2 and writes results, plot, the adapter
     (only adapter files plus its model card); it leaves the repository's model_cards/ alone unless
     --model_card_dir asks for a published copy; bad arguments exit clearly."""
-    tiny = [
-        "--tiny_hidden_size", "16", "--tiny_layers", "1", "--tiny_heads", "2", "--pretrain_steps", "2",
-        "--pretrain_batch_size", "2", "--max_steps", "3", "--eval_every", "3", "--batch_size", "4",
-        "--eval_batch_size", "8", "--eval_samples_per_bucket", "4", "--train_max_transitions", "3",
-        "--test_buckets", "1-3,8-9", "--state_size", "4", "--dict_size", "4",
-    ]  # fmt: skip
+    tiny = [*TINY_QUICK_RUN, "--tiny_layers", "1", "--test_buckets", "1-3,8-9"]
     cards = tmp_path / "cards"
     args = ["train_adapter", "--output_dir", str(tmp_path / "run")]
     published = {p.name: p.read_bytes() for p in (ROOT / "model_cards").iterdir()}

@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from test_adapter import PD_SETTINGS, VOCAB, cached_decode_logits, ids, randomise, tiny_base
+from test_adapter import PD_SETTINGS, TINY_QUICK_RUN, VOCAB, cached_decode_logits, ids, randomise, tiny_base
 
 from hf_ssm.adapters import (
     ADAPTER_CONFIG_NAME,
@@ -203,11 +203,8 @@ def test_train_adapter_runs_with_sentence_ends_and_standardized_input(tmp_path):
 
     run = tmp_path / "run"
     result = run_script(
-        "train_adapter", "--output_dir", str(run), "--methods", "ssm_classifier", "--tiny_hidden_size", "16",
-        "--tiny_layers", "1", "--tiny_heads", "2", "--pretrain_steps", "2", "--pretrain_batch_size", "2",
-        "--max_steps", "3", "--eval_every", "3", "--batch_size", "4", "--eval_batch_size", "8",
-        "--eval_samples_per_bucket", "4", "--train_max_transitions", "3", "--test_buckets", "1-3",
-        "--state_size", "4", "--dict_size", "4", "--transitions_at", "sentence_ends", "--standardize_input", "true",
+        "train_adapter", "--output_dir", str(run), "--methods", "ssm_classifier", *TINY_QUICK_RUN,
+        "--tiny_layers", "1", "--test_buckets", "1-3", "--transitions_at", "sentence_ends", "--standardize_input", "true",
         "--transition", "bank", "--selection_learning_rate", "2e-3", "--train_examples", "6",
         timeout=300,
     )  # fmt: skip

@@ -7,7 +7,16 @@ import json
 
 import pytest
 import torch
-from test_adapter import _loss_and_grads, _padded_batch, adapter_config, cached_decode_logits, ids, tiny_base
+from test_adapter import (
+    TINY_QUICK_RUN,
+    _loss_and_grads,
+    _padded_batch,
+    adapter_config,
+    cached_decode_logits,
+    ids,
+    randomise,
+    tiny_base,
+)
 
 from hf_ssm.adapters import ADAPTER_CONFIG_NAME, SSMAdapterConfig, attach_ssm_adapter, load_ssm_adapter
 from hf_ssm.adapters.feature_cache import FeatureStore, FrozenPrefix
@@ -16,9 +25,8 @@ from model_checks import run_script
 
 
 def randomised(adapted, scale: float = 0.5):
-    torch.manual_seed(1)
-    with torch.no_grad():
-        adapted.ssm_adapter.out_proj.weight.normal_(0.0, scale)
+    """`randomise` (test_adapter) that hands the adapted model back, for one-line set-ups."""
+    randomise(adapted, scale)
     return adapted
 
 
@@ -114,11 +122,8 @@ def test_train_adapter_lm_head_method_writes_after_the_last_layer(tmp_path):
     layer."""
     run = tmp_path / "run"
     result = run_script(
-        "train_adapter", "--output_dir", str(run), "--methods", "ssm", "--tiny_hidden_size", "16",
-        "--tiny_layers", "2", "--tiny_heads", "2", "--pretrain_steps", "2", "--pretrain_batch_size", "2",
-        "--max_steps", "3", "--eval_every", "3", "--batch_size", "4", "--eval_batch_size", "8",
-        "--eval_samples_per_bucket", "4", "--train_max_transitions", "3", "--test_buckets", "1-3",
-        "--state_size", "4", "--dict_size", "4", "--layer_index", "0", "--write_layer_index", "-1",
+        "train_adapter", "--output_dir", str(run), "--methods", "ssm", *TINY_QUICK_RUN, "--tiny_layers", "2",
+        "--test_buckets", "1-3", "--layer_index", "0", "--write_layer_index", "-1",
         "--transitions_at", "sentence_ends", "--train_examples", "6", "--answer_loss", "vocab",
         timeout=300,
     )  # fmt: skip
