@@ -41,12 +41,27 @@ def mixer_config(config: SSMAdapterConfig, hidden_size: int) -> HybridSSMConfig:
     )
 
 
+class HeadwiseClassifier(nn.Module):
+    """One linear readout per head: features (..., H, F) -> logits (..., H, C), logits_h = x_h W_h + b_h.
+
+    W_h starts N(0, 1 / F) so that each head's logits start O(1) on a one-hot state, b_h at zero."""
+
+    def __init__(self, heads: int, features: int, classes: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(heads, features, classes) / features**0.5)
+        self.bias = nn.Parameter(torch.zeros(heads, classes))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("...hf,hfc->...hc", features, self.weight) + self.bias
+
+
 class SSMAdapter(nn.Module):
     """forward(hidden_states (B, T, d), state=None, mask (B, T) bool or None, input_ids (B, T) or None)
     -> (output, final_state).
 
     output is the residual update W_out Mixer(Norm(h)) (B, T, d) for readout "lm_head", or class logits
-    W_cls Mixer(Norm(h)) (B, T, num_labels) for readout "classifier". `state` is the mixer's recurrent state
+    W_cls Mixer(Norm(h)) (B, T, num_labels) for readout "classifier" (with `classifier_per_head` the heads'
+    summed log-probabilities, see `head_logits`). `state` is the mixer's recurrent state
     (None = the mixer's initial state); masked-out positions (padding) leave it unchanged. With
     `config.transition_token_ids` set, `input_ids` is required and every other token leaves it unchanged too.
     """
@@ -62,6 +77,13 @@ class SSMAdapter(nn.Module):
             self.out_proj = nn.Linear(hidden_size, hidden_size, bias=False)
             # Zero init: a freshly attached adapter adds exactly 0, so the base's logits are bit-identical.
             nn.init.zeros_(self.out_proj.weight)
+        elif config.classifier_per_head:
+            mixer = self.mixer
+            self.classifier = HeadwiseClassifier(mixer.num_heads, 2 * mixer.head_state_size, config.num_labels)
+            # the heads' readouts replace the mixer's output map: C and the skip get no gradient, so keep them fixed
+            self._fixed_by_mixer |= {
+                f"mixer.{n}" for n, _ in mixer.named_parameters() if n in ("out_proj.weight", "skip")
+            }
         else:
             self.classifier = nn.Linear(hidden_size, config.num_labels)
         self.set_trainable(True)  # also raises on a frozen_mixer_parameters name that matches nothing
@@ -119,6 +141,29 @@ class SSMAdapter(nn.Module):
         steps = torch.isin(input_ids, self.transition_ids.to(input_ids.device))
         return steps if mask is None else steps & mask.bool()
 
+    def _mixer_input(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Norm(h) (B, T, d) in the adapter's dtype, h z-scored first with `standardize_input`."""
+        h = hidden_states.to(self.norm.weight.dtype)
+        if self.config.standardize_input:
+            h = (h - self.input_mean) / self.input_scale
+        return self.norm(h).to(self.norm.weight.dtype)
+
+    def head_logits(
+        self,
+        hidden_states: torch.Tensor,
+        state=None,
+        mask: torch.Tensor | None = None,
+        input_ids: torch.Tensor | None = None,
+    ):
+        """`classifier_per_head` only: (every head's own class logits (B, T, H, num_labels) float32, final state).
+        forward's logits are their log-softmax summed over H; training scores each head on its own."""
+        if not self.config.classifier_per_head:
+            raise ValueError("head_logits needs an adapter with `classifier_per_head=True`")
+        mask = self.step_mask(mask, input_ids)
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            features, final_state = self.mixer.state_features(self._mixer_input(hidden_states), state, mask)
+            return self.classifier(features.to(self.norm.weight.dtype)), final_state
+
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -126,17 +171,17 @@ class SSMAdapter(nn.Module):
         mask: torch.Tensor | None = None,
         input_ids: torch.Tensor | None = None,
     ):
+        if self.config.classifier_per_head:
+            logits, final_state = self.head_logits(hidden_states, state, mask, input_ids)
+            return logits.log_softmax(-1).sum(-2), final_state
         mask = self.step_mask(mask, input_ids)
         dtype = self.norm.weight.dtype
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
-            h = hidden_states.to(dtype)
-            if self.config.standardize_input:
-                h = (h - self.input_mean) / self.input_scale
-            u = self.norm(h).to(dtype)
+            u = self._mixer_input(hidden_states)
             mixed, final_state = self.mixer(u, state=state, mask=mask)
             if self.config.readout == "lm_head":
                 return self.out_proj(mixed.to(dtype)).to(hidden_states.dtype), final_state
             return self.classifier(mixed.to(dtype)), final_state
 
 
-__all__ = ["SSMAdapter", "mixer_config"]
+__all__ = ["HeadwiseClassifier", "SSMAdapter", "mixer_config"]

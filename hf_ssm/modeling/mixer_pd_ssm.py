@@ -418,26 +418,42 @@ class PDSSMMixer(nn.Module):
         return scan_ops(self.scan_backend, device).pd_transition_scan(self.transition)
 
     def forward(self, hidden_states: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None):
-        batch, steps, _ = hidden_states.shape
         u = hidden_states
-        own_start = state is None  # x0 is the layer's initial state, not a state passed in
-        if state is None and self.initial_state_kind != "zeros":
-            state = self.initial_state(batch, u.device)
-        x0 = None if state is None else self._start_state(state)
-        weights = self._decode_weights() if steps == 1 and not torch.is_grad_enabled() else None
+        x0, own_start = self._scan_start(u, state)
+        weights = self._decode_weights() if u.shape[1] == 1 and not torch.is_grad_enabled() else None
         if weights is not None:
             return self._decode_forward(u, x0, mask, weights)
+        features, final = self._scan_features(u, x0, mask, own_start)
+        # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
+        y = self.out_proj(features.flatten(2).to(self.out_proj.weight.dtype))
+        if self.skip is not None:
+            y = y + self.skip * u
+        return y.to(hidden_states.dtype), final
+
+    def state_features(
+        self, hidden_states: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None
+    ):
+        """(features (B, T, H, 2N) real, final state (B, H, N) complex64): every head's state after each step as
+        [Re x (N), Im x (N)], the vector C reads (forward's y = C features + skip u). For readouts of their own
+        per head (SSMAdapterConfig.classifier_per_head); `state` and `mask` as in forward."""
+        x0, own_start = self._scan_start(hidden_states, state)
+        return self._scan_features(hidden_states, x0, mask, own_start)
+
+    def _scan_start(self, u: torch.Tensor, state: torch.Tensor | None):
+        """(x_0 for the scan, None for zeros; whether it is the layer's own initial state, not a state passed in)."""
+        own_start = state is None
+        if state is None and self.initial_state_kind != "zeros":
+            state = self.initial_state(u.shape[0], u.device)
+        return (None if state is None else self._start_state(state)), own_start
+
+    def _scan_features(self, u, x0, mask, own_start: bool):
+        """The scan of forward and state_features: (features (B, T, H, 2N), final state)."""
         if self.transition == "direct":
             states, final = self._direct_scan(u, x0, mask, basis_start=own_start)
         else:
             states, final = self._generated_scan(u, x0, mask)
-        # per head [Re x, Im x] (B, T, H * 2N): the (re, im) pairs moved to the front of each head's state, one copy
-        features = real_pairs(states).transpose(-1, -2).reshape(batch, steps, -1)
-        # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
-        y = self.out_proj(features.to(self.out_proj.weight.dtype))
-        if self.skip is not None:
-            y = y + self.skip * u
-        return y.to(hidden_states.dtype), final
+        # per head [Re x, Im x]: the (re, im) pairs moved to the front of each head's state, one copy
+        return real_pairs(states).transpose(-1, -2).reshape(*u.shape[:2], self.num_heads, -1), final
 
     def _start_state(self, state: torch.Tensor) -> torch.Tensor:
         """x_0 from a passed state: complex (B, H, N), or real (B, H, N, 2) pairs as the model's cache holds it

@@ -4,7 +4,6 @@ classifier and the last-hidden-state probe (`build_method`), and their optimizer
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 from pathlib import Path
 
@@ -181,9 +180,7 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
         info = {"lora_rank": rank, "lora_parameters_per_rank": lora_parameters_per_rank(base)}
         model = add_lora(base, rank)
     elif method == "lora_classifier":
-        config = dataclasses.replace(
-            settings.adapter_config_for_ids(None), readout="classifier", num_labels=num_classes
-        )
+        config = settings.classifier_adapter_config(None, num_classes)
         adapter = SSMAdapter(config, base.config.get_text_config().hidden_size)
         budget = sum(p.numel() for p in adapter.parameters() if p.requires_grad)  # frozen D MLPs do not count
         layers = PrefixLoRAClassifier.prefix_layers(base, settings.layer_index)
@@ -194,7 +191,7 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
         }
         model = PrefixLoRAClassifier(base, settings.layer_index, num_classes, rank)
     elif method == "ssm_classifier":
-        config = dataclasses.replace(settings.adapter_config(tokenizer), readout="classifier", num_labels=num_classes)
+        config = settings.classifier_adapter_config(tokenizer, num_classes)
         model = attach_ssm_adapter(base, config)
     elif method in ("ssm", "ssm_lora"):
         model = attach_ssm_adapter(base, settings.adapter_config(tokenizer))

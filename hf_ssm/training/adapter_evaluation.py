@@ -50,22 +50,28 @@ def score_batch(
         labels = torch.full_like(positions, -100)
     # Only the supervised positions get logits (a 150k-word LM head over every position would not fit).
     keep = torch.unique(torch.cat([positions[positions >= 0], positions.new_tensor([last])]))  # sorted; ends at `last`
+    loss_scores = None  # (B, K, H, C) when every head is scored on its own (classifier_per_head)
     if method == "ssm_classifier":
         adapted = _unwrapped(model)
         hidden = FrozenPrefix(adapted).features(**inputs) if features is None else features
         mask = inputs["attention_mask"].bool()
         step_mask = None if bool(mask.all()) else mask
-        scores = adapted.ssm_adapter(hidden, mask=step_mask, input_ids=inputs["input_ids"])[0][:, keep].float()
-        final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
+        adapter = adapted.ssm_adapter
+        if adapter.config.classifier_per_head:
+            loss_scores = adapter.head_logits(hidden, mask=step_mask, input_ids=inputs["input_ids"])[0][:, keep]
+            scores = loss_scores.float().log_softmax(-1).sum(-2)
+        else:
+            scores = adapter(hidden, mask=step_mask, input_ids=inputs["input_ids"])[0][:, keep].float()
+        final_loss = _class_loss(scores if loss_scores is None else loss_scores[:, -1], batch["label"].to(device))
     elif method == "lora_classifier":
         scores = model(**inputs, logits_to_keep=keep)
-        final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
+        final_loss = _class_loss(scores[:, -1], batch["label"].to(device))
     elif method == "probe":
         if features is None:
             scores = model(**inputs, logits_to_keep=keep).float()
         else:
             scores = _unwrapped(model).head(features[:, keep])
-        final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
+        final_loss = _class_loss(scores[:, -1], batch["label"].to(device))
     else:
         # Only the answer words' rows of the LM head are computed at the supervised positions, and the whole head
         # only at the last position for the vocabulary loss: a 49k-word head over every supervised position
@@ -80,12 +86,26 @@ def score_batch(
                 vocab_logits.float(), batch["answer_token"].to(device), reduction="sum"
             )
         else:
-            final_loss = nn.functional.cross_entropy(scores[:, -1], batch["label"].to(device), reduction="sum")
+            final_loss = _class_loss(scores[:, -1], batch["label"].to(device))
     index = torch.searchsorted(keep, positions.clamp_min(0))
-    picked = scores.gather(1, index.unsqueeze(-1).expand(-1, -1, scores.shape[-1]))
-    dense_loss = nn.functional.cross_entropy(picked.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
+    scored = scores if loss_scores is None else loss_scores
+    picked = scored[torch.arange(scored.shape[0], device=scored.device)[:, None], index]  # (B, P, [H,] C)
+    dense_loss = _class_loss(picked.flatten(0, 1), labels.flatten())
     count = (labels != -100).sum() + scores.shape[0]
     return (dense_loss + final_loss) / count, scores[:, -1].argmax(-1)
+
+
+def _class_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Summed cross-entropy of scores (n, C) against labels (n,) (-100 ignored); per-head scores (n, H, C): every
+    head's cross-entropy against the same label, averaged over the heads."""
+    if scores.dim() == 2:
+        return nn.functional.cross_entropy(scores, labels, ignore_index=-100, reduction="sum")
+    heads = scores.shape[1]
+    per_head = labels[:, None].expand(-1, heads)
+    return (
+        nn.functional.cross_entropy(scores.float().transpose(1, 2), per_head, ignore_index=-100, reduction="sum")
+        / heads
+    )
 
 
 def _full_logits(model, inputs: dict, keep: torch.Tensor, answer_ids: torch.Tensor, vocab_at_last: bool = False):

@@ -35,6 +35,8 @@ def model_name(result: dict) -> str:
     name = f"{settings['mixer']} adapter @L{settings['layer_index']}"
     if settings.get("write_layer_index") is not None:
         name += f" -> L{settings['write_layer_index']}"
+    if settings.get("classifier_per_head"):
+        name += ", a readout per head"
     return name + (f" + lora r={result['lora_rank']}" if result["method"] == "ssm_lora" else "")
 
 
@@ -139,7 +141,10 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
         f"--{k} {v if v != '' else repr('')}" for k, v in asdict(settings).items() if v != defaults[k] or k == "task"
     )
     branch = (
-        "as a side branch: logits = W_cls Mixer(Norm(h)) (its own classifier over the answer classes; the base's "
+        "as a side branch: logits = sum over heads h of log_softmax(W_h x_h + b_h), every head's own readout of its "
+        "state x_h (each trained with its own cross-entropy; the base's hidden states and logits are untouched)"
+        if config.classifier_per_head
+        else "as a side branch: logits = W_cls Mixer(Norm(h)) (its own classifier over the answer classes; the base's "
         "hidden states and logits are untouched)"
         if classifier
         else "as a residual branch h <- h + W_out Mixer(Norm(h)), W_out zero-initialised"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from ..adapters.bases import DTYPES, NAMED_BASES
@@ -114,6 +115,9 @@ class AdapterExperimentSettings:
     # PD-SSM bank (HybridSSMConfig.pd_ssm_shared_selection): one choice of entry per token for all heads, as a token
     # id picking one of dict_size symbols, each head with its own transition per symbol.
     shared_selection: bool = False
+    # Method ssm_classifier, PD-SSM (SSMAdapterConfig.classifier_per_head): every head its own linear readout of
+    # its state and its own cross-entropy, the heads' log-probabilities summed to answer (docs/adapter.md).
+    classifier_per_head: bool = False
     # PD-SSM (HybridSSMConfig.pd_ssm_output_skip): whether the mixer's output adds D_skip u; None = the mixer's
     # default (True). False, with "out_proj" in frozen_mixer_parameters, hands the readout the automaton states
     # through a fixed map only (a trained map there breaks the straight-through search: RESULTS.md, issue 26).
@@ -204,6 +208,11 @@ class AdapterExperimentSettings:
                 "`standardize_input` measures the frozen base's features, which ssm_lora trains; use it with ssm or "
                 "ssm_classifier"
             )
+        if self.classifier_per_head and (self.mixer != "pd_ssm" or "ssm_classifier" not in self.method_list()):
+            raise ValueError(
+                "`classifier_per_head` is the readout of method ssm_classifier with the pd_ssm mixer, got "
+                f"mixer={self.mixer!r}, methods={self.methods!r}"
+            )
         lm_head_adapters = [m for m in SSM_ADAPTER_METHODS if READOUT_OF_METHOD[m] == "lm_head"]
         if self.write_layer_index is not None and set(self.method_list()) - set(lm_head_adapters):
             raise ValueError(
@@ -252,6 +261,14 @@ class AdapterExperimentSettings:
             raise ValueError(f"`transitions_at={self.transitions_at!r}` needs the base's tokenizer to find its tokens")
         ids = None if tokenizer is None else transition_token_ids(tokenizer, self.transitions_at)
         return self.adapter_config_for_ids(ids)
+
+    def classifier_adapter_config(self, tokenizer, num_classes: int) -> SSMAdapterConfig:
+        """`adapter_config(tokenizer)` with the classifier readout of `num_classes` classes (method ssm_classifier;
+        lora_classifier's parameter budget). tokenizer None: no transition token ids (the budget only)."""
+        config = self.adapter_config(tokenizer) if tokenizer is not None else self.adapter_config_for_ids(None)
+        return dataclasses.replace(
+            config, readout="classifier", num_labels=num_classes, classifier_per_head=self.classifier_per_head
+        )
 
     def adapter_config_for_ids(self, transition_ids: list[int] | None) -> SSMAdapterConfig:
         """The SSMAdapterConfig of these settings with `transition_token_ids=transition_ids`."""
