@@ -29,6 +29,7 @@ from torch import nn
 from hf_ssm.adapters import load_base, sentence_end_token_ids
 from hf_ssm.adapters.model import find_decoder_layers, run_to_layer
 from hf_ssm.data.nl_state_tracking import get_nl_task, token_ends
+from hf_ssm.training.optimization import warmup_cosine_schedule
 
 
 @torch.no_grad()
@@ -89,6 +90,7 @@ class SentenceAutomaton(nn.Module):
         readout: str,
         sentence_classes: int,
         per_head: bool = False,
+        table_std: float = 1.0,
     ):
         super().__init__()
         self.heads, self.states, self.sentence_classes, self.per_head = heads, states, sentence_classes, per_head
@@ -97,7 +99,7 @@ class SentenceAutomaton(nn.Module):
         self.w_p = nn.Linear(width, outputs, bias=False)
         nn.init.normal_(self.w_p.weight, 0.0, scale / width**0.5)
         if sentence_classes:
-            self.tables = nn.Parameter(torch.randn(sentence_classes, heads, states, states))
+            self.tables = nn.Parameter(torch.randn(sentence_classes, heads, states, states) * table_std)
         self.head_readout = readout == "per_head"
         if self.head_readout:  # every head its own linear readout of its one-hot state, trained on its own
             self.readout = nn.Parameter(torch.randn(heads, states, classes) / states**0.5)
@@ -167,7 +169,17 @@ def main() -> None:
     parser.add_argument("--standardize", action="store_true", help="z-score every feature (training mean / std)")
     parser.add_argument("--per_head", action="store_true", help="with --sentence_classes: a choice per head")
     parser.add_argument("--sentence_classes", type=int, default=0, help="K > 0: a hard choice of K sentence classes")
+    parser.add_argument("--stats_stories", type=int, default=0, help="> 0: z-score statistics of the first N stories")
+    parser.add_argument("--train_features_bf16", action="store_true", help="round the training features to bfloat16")
+    parser.add_argument("--table_std", type=float, default=1.0, help="init std of the tables (the adapter: N^-1/2)")
     parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument(
+        "--schedule",
+        choices=["constant", "warmup_cosine"],
+        default="constant",
+        help="warmup_cosine: the adapter's schedule (30 warm-up steps, cosine to 0 at --steps)",
+    )
+    parser.add_argument("--grad_clip", type=float, default=0.0, help="> 0: clip the gradient norm, as the adapter")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--train_stories", type=int, default=512)
     parser.add_argument("--test_stories", type=int, default=256)
@@ -180,8 +192,10 @@ def main() -> None:
     buckets = [(1, 10), (40, 40), (80, 80)]
     test = sentence_features(args, "test", buckets, args.test_stories)
     feature_cpu = time.process_time() - start
+    if args.train_features_bf16:  # as the adapter's frozen-prefix cache stores them; test features stay float32
+        train["features"] = [f.to(torch.bfloat16).float() for f in train["features"]]
     if args.standardize:  # per-feature z-scores with the training sentences' statistics (the base has outlier dims)
-        stacked = torch.cat(train["features"])
+        stacked = torch.cat(train["features"][: args.stats_stories or None])
         mean, std = stacked.mean(0), stacked.std(0) + 1e-6
         for data in (train, test):
             data["features"] = [(f - mean) / std for f in data["features"]]
@@ -196,6 +210,7 @@ def main() -> None:
         args.readout,
         args.sentence_classes,
         args.per_head,
+        args.table_std,
     )
     w_p = [model.w_p.weight]
     rest = [p for n, p in model.named_parameters() if n != "w_p.weight"]
@@ -205,6 +220,9 @@ def main() -> None:
             {"params": rest, "lr": args.lr, "weight_decay": 0.0},
         ]
     )
+    schedule = None
+    if args.schedule == "warmup_cosine":
+        schedule = warmup_cosine_schedule(optimizer, 30, args.steps)
     generator = torch.Generator().manual_seed(args.seed)
     curve, train_start = [], time.process_time()
     for step in range(1, args.steps + 1):
@@ -218,7 +236,11 @@ def main() -> None:
         loss = nn.functional.cross_entropy(logits.flatten(0, -2), labels.flatten(), ignore_index=-100)
         optimizer.zero_grad()
         loss.backward()
+        if args.grad_clip > 0:
+            nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
         optimizer.step()
+        if schedule is not None:
+            schedule.step()
         if step % 100 == 0:
             curve.append([step, round(loss.item(), 4)])
             print(f"step {step} loss {loss.item():.4f}", flush=True)
