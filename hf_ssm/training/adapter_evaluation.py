@@ -58,8 +58,8 @@ def score_batch(
         step_mask = None if bool(mask.all()) else mask
         adapter = adapted.ssm_adapter
         if adapter.config.classifier_per_head:
-            loss_scores = adapter.head_logits(hidden, mask=step_mask, input_ids=inputs["input_ids"])[0][:, keep]
-            scores = loss_scores.float().log_softmax(-1).sum(-2)
+            loss_scores = adapter.head_logits(hidden, mask=step_mask, input_ids=inputs["input_ids"])[0][:, keep].float()
+            scores = loss_scores.log_softmax(-1).sum(-2)
         else:
             scores = adapter(hidden, mask=step_mask, input_ids=inputs["input_ids"])[0][:, keep].float()
         final_loss = _class_loss(scores if loss_scores is None else loss_scores[:, -1], batch["label"].to(device))
@@ -102,10 +102,7 @@ def _class_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return nn.functional.cross_entropy(scores, labels, ignore_index=-100, reduction="sum")
     heads = scores.shape[1]
     per_head = labels[:, None].expand(-1, heads)
-    return (
-        nn.functional.cross_entropy(scores.float().transpose(1, 2), per_head, ignore_index=-100, reduction="sum")
-        / heads
-    )
+    return nn.functional.cross_entropy(scores.transpose(1, 2), per_head, ignore_index=-100, reduction="sum") / heads
 
 
 def _full_logits(model, inputs: dict, keep: torch.Tensor, answer_ids: torch.Tensor, vocab_at_last: bool = False):

@@ -141,6 +141,5 @@ def test_train_adapter_with_a_readout_per_head_end_to_end(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     saved = json.loads((run / "ssm_classifier" / "adapter" / ADAPTER_CONFIG_NAME).read_text())
     assert saved["classifier_per_head"] is True and saved["readout"] == "classifier"
-    records = json.loads(summary.read_text())
-    records = records["records"] if isinstance(records, dict) else records
+    records = json.loads(summary.read_text())  # a list of records, one per method and run
     assert any("a readout per head" in r["model"] for r in records)
