@@ -10,6 +10,7 @@ from pathlib import Path
 from huggingface_hub import ModelCardData
 
 from ..adapters.bases import NAMED_BASES
+from ..adapters.config import SSMAdapterConfig
 from ..model_card import check_model_card
 from .adapter_settings import TINY_BASE, AdapterExperimentSettings
 from .plotting import pyplot, save_figure
@@ -140,18 +141,7 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
     reproduce = " ".join(
         f"--{k} {v if v != '' else repr('')}" for k, v in asdict(settings).items() if v != defaults[k] or k == "task"
     )
-    branch = (
-        "as a side branch: logits = sum over heads h of log_softmax(W_h x_h + b_h), every head's own readout of its "
-        "state x_h (each trained with its own cross-entropy; the base's hidden states and logits are untouched)"
-        if config.classifier_per_head
-        else "as a side branch: logits = W_cls Mixer(Norm(h)) (its own classifier over the answer classes; the base's "
-        "hidden states and logits are untouched)"
-        if classifier
-        else "as a residual branch h <- h + W_out Mixer(Norm(h)), W_out zero-initialised"
-        if config.write_layer_index is None
-        else f"reading h_k there and adding W_out Mixer(Norm(h_k)) to the output of decoder layer "
-        f"{config.write_layer_index} (where the LM head reads when it is the last), W_out zero-initialised"
-    )
+    branch = _branch_description(config, classifier)
     read = (
         'scores = model(**batch)["adapter_logits"][:, -1]  # (B, num_classes): the answer classes, in task order'
         if classifier
@@ -206,3 +196,23 @@ Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with
 - A research artefact of the hf_ssm package, not a product: no safety or bias evaluation was done.
 """
     return check_model_card(f"---\n{data.to_yaml()}\n---\n\n" + body)
+
+
+def _branch_description(config: SSMAdapterConfig, classifier: bool) -> str:
+    """How the adapter's output reaches the answer, as the model card's sentence says it."""
+    if config.classifier_per_head:
+        return (
+            "as a side branch: logits = sum over heads h of log_softmax(W_h x_h + b_h), every head's own readout of "
+            "its state x_h (each trained with its own cross-entropy; the base's hidden states and logits are untouched)"
+        )
+    if classifier:
+        return (
+            "as a side branch: logits = W_cls Mixer(Norm(h)) (its own classifier over the answer classes; the base's "
+            "hidden states and logits are untouched)"
+        )
+    if config.write_layer_index is None:
+        return "as a residual branch h <- h + W_out Mixer(Norm(h)), W_out zero-initialised"
+    return (
+        f"reading h_k there and adding W_out Mixer(Norm(h_k)) to the output of decoder layer "
+        f"{config.write_layer_index} (where the LM head reads when it is the last), W_out zero-initialised"
+    )
