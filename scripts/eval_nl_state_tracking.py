@@ -32,6 +32,7 @@ from hf_ssm.data.nl_state_tracking import NL_TASK_NAMES, get_nl_task
 from hf_ssm.training.adapter_evaluation import fewshot_text
 from hf_ssm.training.adapter_settings import parse_transition_buckets
 from hf_ssm.training.plotting import pyplot, save_figure
+from hf_ssm.training.progress import evaluation_progress
 
 FIRST_WORD = re.compile(r"[A-Za-z]+")
 
@@ -48,7 +49,8 @@ def score_bucket(model, tokenizer, task, prefix: str, low: int, high: int, args)
     rng = random.Random(f"hf_ssm.eval_nl:{task.name}:{args.seed}:{low}-{high}")
     stories = [task.sample(rng.randint(low, high), rng, args.distractor_prob) for _ in range(args.num_stories)]
     correct, lengths, answers = 0, [], {}
-    for start in range(0, len(stories), args.batch_size):
+    starts = range(0, len(stories), args.batch_size)
+    for start in evaluation_progress(starts, f"{task.name} {low}-{high}", total=len(starts)):
         chunk = stories[start : start + args.batch_size]
         batch = tokenizer([prefix + s.prompt for s in chunk], return_tensors="pt", padding=True)
         out = model.generate(

@@ -3,6 +3,7 @@ evaluation), the few-shot prefix of the untrained base, and the accuracy by stor
 
 from __future__ import annotations
 
+import math
 import random
 from contextlib import nullcontext
 
@@ -19,6 +20,7 @@ from ..data.nl_state_tracking import (
 from .adapter_baselines import LastHiddenStateProbe, PrefixLoRAClassifier
 from .adapter_settings import AdapterExperimentSettings
 from .evaluation import batch_ranges, bucket_accuracy
+from .progress import evaluation_progress
 
 
 def score_batch(
@@ -185,8 +187,9 @@ def _after_examples(item: dict, examples: list[int]) -> dict:
 
 
 @torch.no_grad()
-def evaluate(method, model, task, tokenizer, buckets, settings, seed, device) -> dict:
-    """Accuracy at the question for fresh stories in each bucket of transition counts."""
+def evaluate(method, model, task, tokenizer, buckets, settings, seed, device, progress: bool = False) -> dict:
+    """Accuracy at the question for fresh stories in each bucket of transition counts (`progress`: a bar per bucket,
+    for the test set; the small validation sets during training go without)."""
     answer_ids = torch.tensor(answer_token_ids(task, tokenizer), device=device)
     examples = fewshot_prefix(task, tokenizer, settings) if method == "fewshot" else []
 
@@ -195,7 +198,13 @@ def evaluate(method, model, task, tokenizer, buckets, settings, seed, device) ->
             task, tokenizer, settings.eval_samples_per_bucket, low, high, seed + low, settings.distractor_prob
         )
         correct, tokens = 0, []
-        for indices in batch_ranges(len(data), settings.eval_batch_size):
+        batches = evaluation_progress(
+            batch_ranges(len(data), settings.eval_batch_size),
+            f"{task.name}/{method} test {low}-{high}",
+            total=math.ceil(len(data) / settings.eval_batch_size),
+            enabled=progress,
+        )
+        for indices in batches:
             items = [data[i] for i in indices]
             if method == "fewshot":
                 items = [_after_examples(item, examples) for item in items]

@@ -33,7 +33,7 @@ def _trainable_state(model) -> dict[str, torch.Tensor]:
 def _evaluate_untrained(settings, base, tokenizer, task, method_dir: Path, device) -> dict:
     """Method "fewshot": the base as it is, answering after `fewshot_examples` solved stories."""
     began, cpu_began = time.perf_counter(), time.process_time()
-    test = evaluate("fewshot", base, task, tokenizer, settings.bucket_list(), settings, 20_000, device)
+    test = evaluate("fewshot", base, task, tokenizer, settings.bucket_list(), settings, 20_000, device, progress=True)
     result = {
         "method": "fewshot",
         "readout": READOUT_OF_METHOD["fewshot"],
@@ -203,7 +203,17 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
     steps_done = history[-1]["step"] if history else start
 
     eval_began = time.perf_counter()
-    test = evaluate(method, model, task, tokenizer, settings.bucket_list(), settings, 20_000, accelerator.device)
+    test = evaluate(
+        method,
+        model,
+        task,
+        tokenizer,
+        settings.bucket_list(),
+        settings,
+        20_000,
+        accelerator.device,
+        progress=accelerator.is_local_main_process,
+    )
     result = {
         "method": method,
         "readout": READOUT_OF_METHOD[method],

@@ -1,4 +1,4 @@
-"""The progress bar every training loop shows (tqdm), on the local main process only."""
+"""The progress bars (tqdm) of every training loop, on the local main process only, and of long evaluations."""
 
 from __future__ import annotations
 
@@ -18,5 +18,14 @@ def training_progress(accelerator, desc: str, total: int, initial: int = 0, iter
         total=total,
         desc=desc,
         disable=not accelerator.is_local_main_process,
-        mininterval=TERMINAL_INTERVAL_S if sys.stderr.isatty() else LOG_INTERVAL_S,
+        mininterval=_refresh_interval(),
     )
+
+
+def evaluation_progress(iterable, desc: str, total: int, enabled: bool = True) -> tqdm:
+    """A tqdm bar over the batches of one evaluation: a test set of long stories can take tens of minutes."""
+    return tqdm(iterable, total=total, desc=desc, disable=not enabled, mininterval=_refresh_interval())
+
+
+def _refresh_interval() -> float:
+    return TERMINAL_INTERVAL_S if sys.stderr.isatty() else LOG_INTERVAL_S

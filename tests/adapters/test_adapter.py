@@ -418,6 +418,7 @@ def test_train_adapter_script_smoke_run(tmp_path):
     ]  # fmt: skip
     result = run_script(*run_args, timeout=300)  # from the repository root, no --model_card_dir
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "parity/fewshot test 1-3" in result.stderr and "parity/ssm_classifier test 8-9" in result.stderr  # progress
     assert {p.name: p.read_bytes() for p in (ROOT / "model_cards").iterdir()} == published
     assert not cards.exists()
     # publishing is explicit: the resumed run reuses every finished method and writes the cards into --model_card_dir

@@ -38,6 +38,7 @@ def test_scores_a_base_and_an_adapted_base_by_transitions(tiny_base, tmp_path):
     assert all(0.0 <= b["accuracy"] <= 1.0 and b["mean_tokens"] > 0 for b in record["buckets"])
     assert record["num_classes"] == 2 and record["cpu_seconds"] > 0 and out.with_suffix(".png").is_file()
     assert "1-3:" in result.stdout and "--transitions 1-3,8" in record["command"]
+    assert "parity 8-8" in result.stderr  # every bucket shows its progress
 
     adapter_dir = tmp_path / "adapter"
     config = SSMAdapterConfig(layer_index=0, mixer_settings={"pd_ssm_head_state_size": 4, "pd_ssm_dict_size": 4})
