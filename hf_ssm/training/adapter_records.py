@@ -141,7 +141,7 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
     reproduce = " ".join(
         f"--{k} {v if v != '' else repr('')}" for k, v in asdict(settings).items() if v != defaults[k] or k == "task"
     )
-    branch = _branch_description(config, classifier)
+    branch = _branch_description(config, classifier, per_head=classifier and settings.classifier_per_head)
     read = (
         'scores = model(**batch)["adapter_logits"][:, -1]  # (B, num_classes): the answer classes, in task order'
         if classifier
@@ -198,9 +198,10 @@ Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with
     return check_model_card(f"---\n{data.to_yaml()}\n---\n\n" + body)
 
 
-def _branch_description(config: SSMAdapterConfig, classifier: bool) -> str:
-    """How the adapter's output reaches the answer, as the model card's sentence says it."""
-    if config.classifier_per_head:
+def _branch_description(config: SSMAdapterConfig, classifier: bool, per_head: bool) -> str:
+    """How the adapter's output reaches the answer, as the model card's sentence says it (`per_head`: the
+    classifier_per_head readout, which `config`, built without the classifier, does not carry)."""
+    if per_head:
         return (
             "as a side branch: logits = sum over heads h of log_softmax(W_h x_h + b_h), every head's own readout of "
             "its state x_h (each trained with its own cross-entropy; the base's hidden states and logits are untouched)"

@@ -129,7 +129,7 @@ def test_training_loss_is_every_heads_own_cross_entropy_averaged_over_the_heads(
 
 def test_train_adapter_with_a_readout_per_head_end_to_end(tmp_path):
     """scripts/train_adapter.py --classifier_per_head true on the tiny base: trains, saves an adapter that records
-    the option, and names it in the summary record."""
+    the option, and names it in the summary record and in its model card."""
     run = tmp_path / "run"
     summary = tmp_path / "summary.json"
     result = run_script(
@@ -143,3 +143,5 @@ def test_train_adapter_with_a_readout_per_head_end_to_end(tmp_path):
     assert saved["classifier_per_head"] is True and saved["readout"] == "classifier"
     records = json.loads(summary.read_text())  # a list of records, one per method and run
     assert any("a readout per head" in r["model"] for r in records)
+    card = (run / "ssm_classifier" / "adapter" / "README.md").read_text()
+    assert "every head's own readout of its state" in card and "W_cls Mixer" not in card  # the card names it too
