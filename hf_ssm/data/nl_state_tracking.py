@@ -220,16 +220,25 @@ class NLStateTrackingTask:
         return text
 
     def sample(
-        self, num_transitions: int, rng: random.Random, distractor_prob: float = 0.0, with_question: bool = True
+        self,
+        num_transitions: int,
+        rng: random.Random,
+        distractor_prob: float = 0.0,
+        with_question: bool = True,
+        preamble_sentences: int = 0,
     ) -> NLStory:
         """A story of exactly `num_transitions` transition sentences (plus distractors with probability
-        `distractor_prob` before each transition)."""
+        `distractor_prob` before each transition), after `preamble_sentences` distractors that open the story."""
         if isinstance(num_transitions, bool) or not isinstance(num_transitions, int) or num_transitions < 1:
             raise ValueError(f"num_transitions must be an int >= 1, got {num_transitions!r}")
         if not 0.0 <= distractor_prob < 1.0:
             raise ValueError(f"distractor_prob must be in [0, 1), got {distractor_prob!r}")
+        if isinstance(preamble_sentences, bool) or not isinstance(preamble_sentences, int) or preamble_sentences < 0:
+            raise ValueError(f"preamble_sentences must be an int >= 0, got {preamble_sentences!r}")
         symbols, labels = self.task.sample(num_transitions, rng)
         text = self._fill(self.intro_templates[int(rng.random() * len(self.intro_templates))], rng)
+        for _ in range(preamble_sentences):
+            text += " " + self._fill(DISTRACTORS[int(rng.random() * len(DISTRACTORS))], rng, 0.3)
         ends = []
         for symbol in symbols:
             if distractor_prob and rng.random() < distractor_prob:
@@ -292,7 +301,8 @@ def answer_token_ids(task: NLStateTrackingTask, tokenizer) -> list[int]:
 
 class NLStateTrackingDataset(torch.utils.data.Dataset):
     """``num_samples`` tokenised stories, the number of transitions uniform in ``[min_transitions,
-    max_transitions]``. Item ``i`` is generated from a ``random.Random`` seeded by ``(seed, i)``, so items are
+    max_transitions]``, each opened by a number of distractor sentences uniform in ``[0, max_preamble_sentences]``
+    (training stories whose transitions also come late, at the positions of longer test stories). Item ``i`` is generated from a ``random.Random`` seeded by ``(seed, i)``, so items are
     deterministic and random-access.
 
     Items: ``input_ids`` (L,) long (the prompt, ending with "Answer:"), ``label`` (answer class),
@@ -310,6 +320,7 @@ class NLStateTrackingDataset(torch.utils.data.Dataset):
         max_transitions: int,
         seed: int,
         distractor_prob: float = 0.0,
+        max_preamble_sentences: int = 0,
     ):
         if not isinstance(task, NLStateTrackingTask):
             raise ValueError(f"task must be an NLStateTrackingTask (see get_nl_task), got {type(task).__name__}")
@@ -326,6 +337,12 @@ class NLStateTrackingDataset(torch.utils.data.Dataset):
             )
         if not 0.0 <= distractor_prob < 1.0:
             raise ValueError(f"distractor_prob must be in [0, 1), got {distractor_prob!r}")
+        if (
+            isinstance(max_preamble_sentences, bool)
+            or not isinstance(max_preamble_sentences, int)
+            or max_preamble_sentences < 0
+        ):
+            raise ValueError(f"max_preamble_sentences must be an int >= 0, got {max_preamble_sentences!r}")
         self.task = task
         self.tokenizer = tokenizer
         self.num_samples = num_samples
@@ -333,6 +350,7 @@ class NLStateTrackingDataset(torch.utils.data.Dataset):
         self.max_transitions = max_transitions
         self.seed = seed
         self.distractor_prob = distractor_prob
+        self.max_preamble_sentences = max_preamble_sentences
         self.answer_ids = answer_token_ids(task, tokenizer)
 
     def __len__(self) -> int:
@@ -342,7 +360,9 @@ class NLStateTrackingDataset(torch.utils.data.Dataset):
         i = checked_index(i, self.num_samples)
         rng = random.Random(f"hf_ssm.nl_state_tracking:{self.task.name}:{self.seed}:{i}")
         count = self.min_transitions + int(rng.random() * (self.max_transitions - self.min_transitions + 1))
-        return self.task.sample(count, rng, self.distractor_prob)
+        # drawn only when asked for, so that the stories without a preamble stay those of earlier releases
+        preamble = int(rng.random() * (self.max_preamble_sentences + 1)) if self.max_preamble_sentences else 0
+        return self.task.sample(count, rng, self.distractor_prob, preamble_sentences=preamble)
 
     def __getitem__(self, i) -> dict:
         story = self.story(i)

@@ -38,6 +38,8 @@ def model_name(result: dict) -> str:
         name += f" -> L{settings['write_layer_index']}"
     if settings.get("classifier_per_head"):
         name += ", a readout per head"
+    if settings.get("train_max_preamble_sentences"):
+        name += f", trained after up to {settings['train_max_preamble_sentences']} preamble sentences"
     return name + (f" + lora r={result['lora_rank']}" if result["method"] == "ssm_lora" else "")
 
 

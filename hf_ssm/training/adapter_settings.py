@@ -138,6 +138,10 @@ class AdapterExperimentSettings:
     train_max_transitions: int = 10
     test_buckets: str = "1-10,11-20,21-30,31-45,46-60,61-80"
     distractor_prob: float = 0.0
+    # Training stories only: up to this many sentences that change nothing (uniform per story) before the first
+    # transition, so that the 1-10 transitions are also seen at the positions of the long test stories. The test
+    # stories have none.
+    train_max_preamble_sentences: int = 0
     supervision: str = "dense"
     # "answers": cross-entropy over the answer words at the question; "vocab": next-token cross-entropy over the
     # whole vocabulary there (then generate() itself names the answer; see RESULTS.md for its effect).
@@ -242,6 +246,8 @@ class AdapterExperimentSettings:
             raise ValueError(f"`pretrain_steps` must be >= 0, got {self.pretrain_steps}")
         if not 0 <= self.distractor_prob < 1:
             raise ValueError(f"`distractor_prob` must be in [0, 1), got {self.distractor_prob}")
+        if self.train_max_preamble_sentences < 0:
+            raise ValueError(f"`train_max_preamble_sentences` must be >= 0, got {self.train_max_preamble_sentences}")
         if not 0 < self.target_accuracy <= 1:
             raise ValueError(f"`target_accuracy` must be in (0, 1], got {self.target_accuracy}")
         check_choice("transitions_at", self.transitions_at, TRANSITION_POSITIONS)

@@ -133,6 +133,7 @@ def train_method(method, settings, base_source, run_dir: Path, accelerator, resu
         settings.train_max_transitions,
         settings.seed,
         settings.distractor_prob,
+        settings.train_max_preamble_sentences,
     )
     checkpoints = method_dir / "checkpoints"
     start, history = 0, []

@@ -700,6 +700,22 @@ def test_readout_learning_rate_puts_only_the_readout_in_its_own_adam_group():
         AdapterExperimentSettings(readout_learning_rate=-1.0).validate()
 
 
+def test_training_preamble_is_validated_and_named_in_the_record():
+    """train_max_preamble_sentences (training stories opened by up to N sentences that change nothing): a negative
+    count raises naming the field, and a record trained with it says so."""
+    from dataclasses import asdict
+
+    from hf_ssm.training.adapter_records import model_name
+    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+
+    with pytest.raises(ValueError, match="train_max_preamble_sentences"):
+        AdapterExperimentSettings(train_max_preamble_sentences=-1).validate()
+    settings = asdict(AdapterExperimentSettings(train_max_preamble_sentences=30))
+    assert model_name({"method": "ssm_classifier", "settings": settings}).endswith("after up to 30 preamble sentences")
+    plain = asdict(AdapterExperimentSettings())
+    assert "preamble" not in model_name({"method": "ssm_classifier", "settings": plain})
+
+
 def test_a_resumed_adapter_method_ends_as_the_uninterrupted_run(tmp_path, monkeypatch):
     """The adapter experiment's resume: a method interrupted after its step-2 checkpoint and run again with
     resume=True continues from that checkpoint (trainable weights, optimizer and schedule) and ends with the

@@ -75,6 +75,37 @@ def test_distractors_add_sentences_but_never_change_the_answer():
     assert len(noisy.prompt) > len(plain.prompt)
 
 
+def test_a_preamble_opens_the_story_with_sentences_that_change_nothing():
+    """preamble_sentences distractors come after the intro and before every transition; the automaton's symbols and
+    answers are those of the same story without them."""
+    task = TASKS["cycle_navigation"]
+    plain = task.sample(6, random.Random(7))
+    opened = task.sample(6, random.Random(7), preamble_sentences=5)
+    assert opened.symbols == plain.symbols and opened.prefix_answers == plain.prefix_answers
+    before = [story.prompt[: story.transition_ends[0]].count(".") for story in (plain, opened)]
+    assert before[1] == before[0] + 5  # five more sentences before the first transition ends
+    assert opened.prompt.count(".") == plain.prompt.count(".") + 5
+
+
+def sentences_before_first_transition(dataset, i: int) -> int:
+    story = dataset.story(i)
+    return story.prompt[: story.transition_ends[0]].count(".")
+
+
+def test_dataset_preambles_vary_per_story_and_leave_the_default_stories_unchanged(tokenizer):
+    """max_preamble_sentences draws 0..max distractors per story; without it the stories are bit-identical to
+    those of a dataset that never heard of preambles (no extra random draw)."""
+    task = TASKS["parity"]
+    default = nl.NLStateTrackingDataset(task, tokenizer, 32, 1, 4, seed=3)
+    zero = nl.NLStateTrackingDataset(task, tokenizer, 32, 1, 4, seed=3, max_preamble_sentences=0)
+    assert [default.story(i).prompt for i in range(32)] == [zero.story(i).prompt for i in range(32)]
+    plain = {sentences_before_first_transition(default, i) for i in range(32)}
+    assert len(plain) == 1  # the intro and the first transition
+    opened = nl.NLStateTrackingDataset(task, tokenizer, 64, 1, 4, seed=3, max_preamble_sentences=6)
+    extra = {sentences_before_first_transition(opened, i) - min(plain) for i in range(64)}
+    assert extra <= set(range(7)) and len(extra) >= 5
+
+
 def test_word_tokenizer_covers_every_story_word(tokenizer):
     """The tiny base's word-level tokenizer knows every word of every task (no <unk>) and the answers differ."""
     rng = random.Random(1)
@@ -130,6 +161,11 @@ def test_narrative_corpus_has_no_question_or_answer():
         (lambda: TASKS["parity"].sample(0, random.Random(0)), "num_transitions"),
         (lambda: TASKS["parity"].sample(3, random.Random(0), distractor_prob=1.0), "distractor_prob"),
         (lambda: nl.NLStateTrackingDataset(TASKS["parity"], None, 4, 5, 2, 0), "min_transitions"),
+        (lambda: TASKS["parity"].sample(3, random.Random(0), preamble_sentences=-1), "preamble_sentences"),
+        (
+            lambda: nl.NLStateTrackingDataset(TASKS["parity"], None, 4, 1, 2, 0, max_preamble_sentences=1.5),
+            "max_preamble_sentences",
+        ),
         (lambda: nl.collate_nl_state_tracking([], 0), "at least one item"),
     ],
 )
