@@ -10,6 +10,7 @@ python scripts/plot_adapter.py --base smollm2-135m --tasks parity,cycle_navigati
   --series "PD-SSM sentence ends, shared choice @L3, classifier=runs/experiments/i26_sent_shared_" \
   --series "PD-SSM sentence ends, bank @L3, a readout per head=runs/experiments/i26_sent_cyc_ph" \
   --series "PD-SSM sentence ends, bank @L3, a readout per head=runs/experiments/i26_sent_par_ph" \
+  --series "PD-SSM sentence ends, a readout per head, trained after a preamble=runs/experiments/i26_sent_cyc_pre30" \
   --series "PD-SSM 2 heads with B @L3, classifier (earlier)=runs/exp/long_parity_pd_L3_s" \
   --series "PD-SSM sentence ends, reads L3, writes after the last, LM head=runs/experiments/i26_sent_lm_" \
   --series "PD-SSM @ last layer, LM head=runs/i15/lm_dict_s0" \
