@@ -163,6 +163,12 @@ def cup_templates(perm: tuple[int, ...]) -> tuple[str, ...]:
     return (f"{{name}} moves the cups: {moves}.",)
 
 
+def _check_count(name: str, value) -> None:
+    """ValueError naming `name` unless `value` is an int >= 0 (a bool is not a count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+
+
 @dataclass
 class NLStory:
     """One rendered story. `prompt` ends with "Answer:"; `answer` is the class, `answer_word` its word.
@@ -233,8 +239,7 @@ class NLStateTrackingTask:
             raise ValueError(f"num_transitions must be an int >= 1, got {num_transitions!r}")
         if not 0.0 <= distractor_prob < 1.0:
             raise ValueError(f"distractor_prob must be in [0, 1), got {distractor_prob!r}")
-        if isinstance(preamble_sentences, bool) or not isinstance(preamble_sentences, int) or preamble_sentences < 0:
-            raise ValueError(f"preamble_sentences must be an int >= 0, got {preamble_sentences!r}")
+        _check_count("preamble_sentences", preamble_sentences)
         symbols, labels = self.task.sample(num_transitions, rng)
         text = self._fill(self.intro_templates[int(rng.random() * len(self.intro_templates))], rng)
         for _ in range(preamble_sentences):
@@ -302,8 +307,8 @@ def answer_token_ids(task: NLStateTrackingTask, tokenizer) -> list[int]:
 class NLStateTrackingDataset(torch.utils.data.Dataset):
     """``num_samples`` tokenised stories, the number of transitions uniform in ``[min_transitions,
     max_transitions]``, each opened by a number of distractor sentences uniform in ``[0, max_preamble_sentences]``
-    (training stories whose transitions also come late, at the positions of longer test stories). Item ``i`` is generated from a ``random.Random`` seeded by ``(seed, i)``, so items are
-    deterministic and random-access.
+    (training stories whose transitions also come late, at the positions of longer test stories). Item ``i`` is
+    generated from a ``random.Random`` seeded by ``(seed, i)``, so items are deterministic and random-access.
 
     Items: ``input_ids`` (L,) long (the prompt, ending with "Answer:"), ``label`` (answer class),
     ``answer_token`` (the token id to predict next), ``num_transitions``, ``length`` (L), and
@@ -324,8 +329,7 @@ class NLStateTrackingDataset(torch.utils.data.Dataset):
     ):
         if not isinstance(task, NLStateTrackingTask):
             raise ValueError(f"task must be an NLStateTrackingTask (see get_nl_task), got {type(task).__name__}")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 0:
-            raise ValueError(f"num_samples must be an int >= 0, got {num_samples!r}")
+        _check_count("num_samples", num_samples)
         if not (isinstance(min_transitions, int) and isinstance(max_transitions, int)):
             raise ValueError(
                 f"min_transitions / max_transitions must be ints, got {min_transitions!r}, {max_transitions!r}"
@@ -337,12 +341,7 @@ class NLStateTrackingDataset(torch.utils.data.Dataset):
             )
         if not 0.0 <= distractor_prob < 1.0:
             raise ValueError(f"distractor_prob must be in [0, 1), got {distractor_prob!r}")
-        if (
-            isinstance(max_preamble_sentences, bool)
-            or not isinstance(max_preamble_sentences, int)
-            or max_preamble_sentences < 0
-        ):
-            raise ValueError(f"max_preamble_sentences must be an int >= 0, got {max_preamble_sentences!r}")
+        _check_count("max_preamble_sentences", max_preamble_sentences)
         self.task = task
         self.tokenizer = tokenizer
         self.num_samples = num_samples
