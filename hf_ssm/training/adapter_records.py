@@ -119,6 +119,19 @@ def plot_results(results: list[dict], settings: AdapterExperimentSettings, num_c
     save_figure(fig, path)
 
 
+def _training_stories_description(settings: AdapterExperimentSettings) -> str:
+    """The model card's sentence on the training stories: their transition counts, and the sentences that change
+    nothing (an opening preamble, distractors between transitions) when the run added any."""
+    text = f"Trained on {settings.train_min_transitions}-{settings.train_max_transitions} transitions"
+    if settings.train_max_preamble_sentences:
+        preamble = settings.train_max_preamble_sentences
+        text += f", each story opened by 0-{preamble} sentences that change nothing (the test stories have none)"
+    if settings.distractor_prob:
+        # the test stories draw distractors with the same probability (adapter_evaluation.evaluate)
+        text += f", with a distractor sentence before each transition with probability {settings.distractor_prob}"
+    return text
+
+
 def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, table: str) -> str:
     """A Hugging Face model card (YAML front matter) for the trained SSM adapter."""
     tiny = settings.base_model == TINY_BASE
@@ -166,8 +179,8 @@ One {config.mixer} layer inserted after decoder layer {config.layer_index} of a 
 (`transition_token_ids` in adapter_config.json). This folder holds no base weight.
 
 Task: stories whose sentences are the transitions of the `{settings.task}` automaton, ending in a question answered
-by one word (hf_ssm.data.nl_state_tracking). Trained on {settings.train_min_transitions}-{settings.train_max_transitions}
-transitions, tested on longer stories. Answer accuracy (%) by number of transitions, with the other methods of the
+by one word (hf_ssm.data.nl_state_tracking). {_training_stories_description(settings)}, tested on longer
+stories. Answer accuracy (%) by number of transitions, with the other methods of the
 same run (if any):
 
 {table}

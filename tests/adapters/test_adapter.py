@@ -700,13 +700,20 @@ def test_readout_learning_rate_puts_only_the_readout_in_its_own_adam_group():
         AdapterExperimentSettings(readout_learning_rate=-1.0).validate()
 
 
-def test_training_preamble_is_validated_and_named_in_the_record():
+def test_training_preamble_is_validated_and_named_in_the_record_and_the_card():
     """train_max_preamble_sentences (training stories opened by up to N sentences that change nothing): a negative
-    count raises naming the field, and a record trained with it says so."""
+    count raises naming the field, and a record and a model card trained with it say so."""
     from dataclasses import asdict
 
-    from hf_ssm.training.adapter_records import model_name
+    from hf_ssm.training.adapter_records import model_card, model_name
     from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+
+    ssm = {"method": "ssm_classifier", "trainable_parameters": 10, "steps": 1, "train_seconds": 1.0}
+    plain_card = model_card(AdapterExperimentSettings(), {}, ssm, "")
+    assert "Trained on 1-10 transitions, tested on longer" in plain_card and "change nothing" not in plain_card
+    card = model_card(AdapterExperimentSettings(train_max_preamble_sentences=30, distractor_prob=0.25), {}, ssm, "")
+    assert "each story opened by 0-30 sentences that change nothing (the test stories have none)" in card
+    assert "distractor sentence before each transition with probability 0.25" in card
 
     with pytest.raises(ValueError, match="train_max_preamble_sentences"):
         AdapterExperimentSettings(train_max_preamble_sentences=-1).validate()
