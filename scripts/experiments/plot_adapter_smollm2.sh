@@ -15,6 +15,8 @@ python scripts/plot_adapter.py --base smollm2-135m --tasks parity,cycle_navigati
   --series "PD-SSM sentence ends, reads L3, writes after the last, LM head=runs/experiments/i26_sent_lm_" \
   --series "PD-SSM @ last layer, LM head=runs/i15/lm_dict_s0" \
   --series "LoRA attn L0-3 + classifier (~adapter size)=runs/i15/lora21_" \
+  --series "LoRA attn L0-3 + classifier, 200 steps, sentence data=i26_sent_base_par/s0:lora_classifier" \
+  --series "LoRA attn L0-3 + classifier, 200 steps, sentence data=i26_sent_lora_classifier_" \
   --series "diag_lru adapter sentence ends @L3, classifier=runs/experiments/i26_sent_diag_" \
   --series "diag_lru adapter @L3, classifier=runs/exp/cmp_parity_diaglru_L3" \
   --series "diag_lru adapter @L3, classifier=runs/i15/diag_cyc_s0" \
