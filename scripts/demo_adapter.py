@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--transitions must be >= 1 and --fewshot >= 0")
     config = SSMAdapterConfig.from_pretrained(args.adapter)
     task = get_nl_task(args.task)
-    if config.readout == "classifier" and config.num_labels != task.num_classes:
+    if config.num_labels is not None and config.num_labels != task.num_classes:
         parser.error(
             f"the adapter's classifier has {config.num_labels} classes and task {args.task!r} has "
             f"{task.num_classes}: pass the --task it was trained on"

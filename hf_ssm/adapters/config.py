@@ -6,6 +6,8 @@ The adapter is one residual branch after decoder layer `layer_index` of the base
     readout = "classifier":  logits = W_cls Mixer(Norm(h))      (B, T, num_labels); the base's h is never changed
     classifier_per_head:     logits = sum_h log_softmax(W_h x_h + b_h)   every PD-SSM head answers from its own
                              state x_h; trained with each head's own cross-entropy (`SSMAdapter.head_logits`)
+    ... with "lm_head":      h <- h + W_out softmax(logits)              the heads' vote, written into the residual
+                             stream (W_out (d, num_labels) zero-init) for the base's own LM head to name
 
 With `write_layer_index` w > k (readout "lm_head") the branch reads h_k and writes later: h_w <- h_w + W_out
 Mixer(Norm(h_k)), so the adapter reads the features where they name the events (an early layer) and writes
@@ -48,13 +50,16 @@ class SSMAdapterConfig:
             cache keeps both). **[choice]**
         readout: `"lm_head"` (the adapter adds to the residual stream and so feeds the base's LM head) or
             `"classifier"` (its own linear readout to `num_labels` classes; the base's logits stay untouched).
-        num_labels: number of classes of the `"classifier"` readout (required there, unused otherwise).
-        classifier_per_head: readout `"classifier"` of a `pd_ssm` mixer only: instead of one linear map of the
-            mixer's output, every head has its own linear readout of its state [Re x_h, Im x_h] (2N -> num_labels)
-            and the heads vote as a product of experts (their log-probabilities summed). Training gives every
-            head its own cross-entropy, so a head that learnt the automaton is not pulled by the others, and the
-            vote lets it outweigh the unsure ones (docs/adapter.md). The mixer's C (`out_proj`) and skip are not
-            used and stay frozen. **[choice]**
+        num_labels: number of classes of the `"classifier"` readout and of `classifier_per_head` (required there,
+            unused otherwise).
+        classifier_per_head: `pd_ssm` mixer only: instead of one linear map of the mixer's output, every head has
+            its own linear readout of its state [Re x_h, Im x_h] (2N -> num_labels) and the heads vote as a
+            product of experts (their log-probabilities summed). Training gives every head its own
+            cross-entropy, so a head that learnt the automaton is not pulled by the others, and the vote lets it
+            outweigh the unsure ones (docs/adapter.md). With readout `"classifier"` the vote is the output; with
+            readout `"lm_head"` the vote's probabilities p (num_labels) are written into the residual stream as
+            W_out p (W_out zero-init), so the frozen LM head names the answer from the same vote. The mixer's C
+            (`out_proj`) and skip are not used and stay frozen. **[choice]**
         norm_eps: epsilon of the adapter's input RMSNorm.
         near_identity_init: start the mixer close to the identity transition so that a fresh adapter already
             carries information across long texts (PD-SSM: P = I through a diagonal of +1 on every dictionary
@@ -139,15 +144,17 @@ class SSMAdapterConfig:
                     f"`write_layer_index` needs readout='lm_head' (the classifier readout writes nothing into the "
                     f"base), got readout={self.readout!r}"
                 )
-        if self.readout == "classifier":
-            if isinstance(self.num_labels, bool) or not isinstance(self.num_labels, int) or self.num_labels < 1:
-                raise ValueError(f"`num_labels` must be an int >= 1 with readout='classifier', got {self.num_labels!r}")
         if not isinstance(self.classifier_per_head, bool):
             raise ValueError(f"`classifier_per_head` must be True or False, got {self.classifier_per_head!r}")
-        if self.classifier_per_head and (self.readout != "classifier" or self.mixer != "pd_ssm"):
+        if self.readout == "classifier" or self.classifier_per_head:
+            if isinstance(self.num_labels, bool) or not isinstance(self.num_labels, int) or self.num_labels < 1:
+                raise ValueError(
+                    "`num_labels` must be an int >= 1 with readout='classifier' or classifier_per_head=True, got "
+                    f"{self.num_labels!r}"
+                )
+        if self.classifier_per_head and self.mixer != "pd_ssm":
             raise ValueError(
-                "`classifier_per_head` reads every PD-SSM head's state: it needs readout='classifier' and "
-                f"mixer='pd_ssm', got readout={self.readout!r}, mixer={self.mixer!r}"
+                f"`classifier_per_head` reads every PD-SSM head's state: it needs mixer='pd_ssm', got {self.mixer!r}"
             )
         if not (
             isinstance(self.frozen_mixer_parameters, (list, tuple))

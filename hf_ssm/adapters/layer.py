@@ -60,8 +60,9 @@ class SSMAdapter(nn.Module):
     -> (output, final_state).
 
     output is the residual update W_out Mixer(Norm(h)) (B, T, d) for readout "lm_head", or class logits
-    W_cls Mixer(Norm(h)) (B, T, num_labels) for readout "classifier" (with `classifier_per_head` the heads'
-    summed log-probabilities, see `head_logits`). `state` is the mixer's recurrent state
+    W_cls Mixer(Norm(h)) (B, T, num_labels) for readout "classifier". With `classifier_per_head` the heads'
+    summed log-probabilities v (B, T, num_labels) replace the mixer's output (see `head_logits`): the classifier
+    returns v, the LM-head readout W_out softmax(v) (B, T, d). `state` is the mixer's recurrent state
     (None = the mixer's initial state); masked-out positions (padding) leave it unchanged. With
     `config.transition_token_ids` set, `input_ids` is required and every other token leaves it unchanged too.
     """
@@ -73,19 +74,21 @@ class SSMAdapter(nn.Module):
         self.mixer = SSM_MIXER_CLASSES[config.mixer](mixer_config(config, hidden_size), 0)
         # parameters the mixer's own settings keep fixed (e.g. pd_ssm_output_trainable=False): never trainable either
         self._fixed_by_mixer = {f"mixer.{n}" for n, p in self.mixer.named_parameters() if not p.requires_grad}
-        if config.readout == "lm_head":
-            self.out_proj = nn.Linear(hidden_size, hidden_size, bias=False)
-            # Zero init: a freshly attached adapter adds exactly 0, so the base's logits are bit-identical.
-            nn.init.zeros_(self.out_proj.weight)
-        elif config.classifier_per_head:
+        if config.classifier_per_head:
             mixer = self.mixer
             self.classifier = HeadwiseClassifier(mixer.num_heads, 2 * mixer.head_state_size, config.num_labels)
             # the heads' readouts replace the mixer's output map: C and the skip get no gradient, so keep them fixed
             self._fixed_by_mixer |= {
                 f"mixer.{n}" for n, _ in mixer.named_parameters() if n in ("out_proj.weight", "skip")
             }
-        else:
+        elif config.readout == "classifier":
             self.classifier = nn.Linear(hidden_size, config.num_labels)
+        if config.readout == "lm_head":
+            # per head: the vote's class probabilities are what gets written
+            width = config.num_labels if config.classifier_per_head else hidden_size
+            self.out_proj = nn.Linear(width, hidden_size, bias=False)
+            # Zero init: a freshly attached adapter adds exactly 0, so the base's logits are bit-identical.
+            nn.init.zeros_(self.out_proj.weight)
         self.set_trainable(True)  # also raises on a frozen_mixer_parameters name that matches nothing
         if config.standardize_input:
             self.register_buffer("input_mean", torch.zeros(hidden_size))
@@ -156,7 +159,8 @@ class SSMAdapter(nn.Module):
         input_ids: torch.Tensor | None = None,
     ):
         """`classifier_per_head` only: (every head's own class logits (B, T, H, num_labels) float32, final state).
-        forward's logits are their log-softmax summed over H; training scores each head on its own."""
+        forward's vote is their log-softmax summed over H; training scores each head on its own. They are the
+        output of `self.classifier`, so a forward hook there sees them inside a whole model's forward too."""
         if not self.config.classifier_per_head:
             raise ValueError("head_logits needs an adapter with `classifier_per_head=True`")
         mask = self.step_mask(mask, input_ids)
@@ -173,7 +177,11 @@ class SSMAdapter(nn.Module):
     ):
         if self.config.classifier_per_head:
             logits, final_state = self.head_logits(hidden_states, state, mask, input_ids)
-            return logits.log_softmax(-1).sum(-2), final_state
+            vote = logits.log_softmax(-1).sum(-2)
+            if self.config.readout == "classifier":
+                return vote, final_state
+            with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+                return self.out_proj(vote.softmax(-1)).to(hidden_states.dtype), final_state
         mask = self.step_mask(mask, input_ids)
         dtype = self.norm.weight.dtype
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):

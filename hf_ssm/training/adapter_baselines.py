@@ -193,12 +193,13 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
     elif method == "ssm_classifier":
         config = settings.classifier_adapter_config(tokenizer, num_classes)
         model = attach_ssm_adapter(base, config)
-    elif method in ("ssm", "ssm_lora"):
+    elif method == "ssm":
+        model = attach_ssm_adapter(base, settings.lm_head_adapter_config(tokenizer, num_classes))
+    elif method == "ssm_lora":
         model = attach_ssm_adapter(base, settings.adapter_config(tokenizer))
-        if method == "ssm_lora":
-            rank = lora_rank_for_budget(base, sum(p.numel() for p in model.adapter_parameters()))
-            info = {"lora_rank": rank}
-            add_lora(model.base_model, rank)
+        rank = lora_rank_for_budget(base, sum(p.numel() for p in model.adapter_parameters()))
+        info = {"lora_rank": rank}
+        add_lora(model.base_model, rank)
     else:
         raise ValueError(f"unknown method {method!r}; accepted: {list(METHODS)}")
     params = [p for p in model.parameters() if p.requires_grad]

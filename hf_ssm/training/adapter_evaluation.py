@@ -38,7 +38,9 @@ def score_batch(
     Predictions: the LM-head methods take the arg-max over the LM-head logits of the answer words' first tokens,
     the probe its own head. Loss: cross-entropy over the answer classes at the last position (after "Answer:"),
     or with `vocab_loss` the next-token cross-entropy there over the whole vocabulary (LM-head methods); with
-    `dense`, also the cross-entropy over the answer classes at the end of every transition sentence.
+    `dense`, also the cross-entropy over the answer classes at the end of every transition sentence. An SSM
+    adapter with `classifier_per_head` scores every head's own answer at those positions instead (averaged over
+    the heads); with the LM-head readout that is added to the LM head's loss at the last position.
     `features` (B, L, d): the base's hidden states after the adapter's layer (frozen-prefix cache), used instead
     of running the layers up to it. The classifier readout never runs the layers above the adapter.
     """
@@ -80,8 +82,14 @@ def score_batch(
         # would cost more than the rest of the step on a CPU.
         forward = _answer_logits if _head_is_linear(model) else _full_logits
         context = nullcontext() if features is None else FrozenPrefix(_unwrapped(model)).replaced_by(features)
-        with context:
-            answer_logits, vocab_logits = forward(model, inputs, keep, answer_ids, vocab_loss)
+        head_logits = []  # a per-head adapter's heads' own logits (B, T, H, C), caught inside the forward
+        catch = _catch_head_logits(model, head_logits)
+        try:
+            with context:
+                answer_logits, vocab_logits = forward(model, inputs, keep, answer_ids, vocab_loss)
+        finally:
+            if catch is not None:
+                catch.remove()
         scores = answer_logits.float()
         if vocab_loss:
             final_loss = nn.functional.cross_entropy(
@@ -89,12 +97,25 @@ def score_batch(
             )
         else:
             final_loss = _class_loss(scores[:, -1], batch["label"].to(device))
+        if head_logits:
+            loss_scores = head_logits[-1][:, keep].float()
+            final_loss = final_loss + _class_loss(loss_scores[:, -1], batch["label"].to(device))
     index = torch.searchsorted(keep, positions.clamp_min(0))
     scored = scores if loss_scores is None else loss_scores
     picked = scored[torch.arange(scored.shape[0], device=scored.device)[:, None], index]  # (B, P, [H,] C)
     dense_loss = _class_loss(picked.flatten(0, 1), labels.flatten())
     count = (labels != -100).sum() + scores.shape[0]
     return (dense_loss + final_loss) / count, scores[:, -1].argmax(-1)
+
+
+def _catch_head_logits(model, caught: list):
+    """A forward hook appending every head's own logits (B, T, H, C) to `caught` whenever the SSM adapter of an
+    LM-head method with `classifier_per_head` runs (None for any other model): the adapter runs inside the base's
+    forward there, so its heads' answers can only be caught on the way."""
+    adapted = _unwrapped(model)
+    if not (isinstance(adapted, SSMAdapterModel) and adapted.adapter_config.classifier_per_head):
+        return None
+    return adapted.ssm_adapter.classifier.register_forward_hook(lambda module, args, output: caught.append(output))
 
 
 def _class_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -156,7 +156,7 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
     reproduce = " ".join(
         f"--{k} {v if v != '' else repr('')}" for k, v in asdict(settings).items() if v != defaults[k] or k == "task"
     )
-    branch = _branch_description(config, classifier, per_head=classifier and settings.classifier_per_head)
+    branch = _branch_description(config, classifier, per_head=settings.classifier_per_head)
     read = (
         'scores = model(**batch)["adapter_logits"][:, -1]  # (B, num_classes): the answer classes, in task order'
         if classifier
@@ -216,6 +216,17 @@ Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with
 def _branch_description(config: SSMAdapterConfig, classifier: bool, per_head: bool) -> str:
     """How the adapter's output reaches the answer, as the model card's sentence says it (`per_head`: the
     classifier_per_head readout, which `config`, built without the classifier, does not carry)."""
+    vote = "the vote v = sum over heads h of log_softmax(W_h x_h + b_h), every head's own readout of its state x_h"
+    if per_head and not classifier:
+        where = (
+            "that layer"
+            if config.write_layer_index is None
+            else f"decoder layer {config.write_layer_index} (where the LM head reads when it is the last)"
+        )
+        return (
+            f"adding W_out softmax(v) to the output of {where}, where {vote} (each head trained with its own "
+            "cross-entropy beside the LM head's loss), W_out zero-initialised"
+        )
     if per_head:
         return (
             "as a side branch: logits = sum over heads h of log_softmax(W_h x_h + b_h), every head's own readout of "

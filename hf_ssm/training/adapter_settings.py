@@ -115,8 +115,9 @@ class AdapterExperimentSettings:
     # PD-SSM bank (HybridSSMConfig.pd_ssm_shared_selection): one choice of entry per token for all heads, as a token
     # id picking one of dict_size symbols, each head with its own transition per symbol.
     shared_selection: bool = False
-    # Method ssm_classifier, PD-SSM (SSMAdapterConfig.classifier_per_head): every head its own linear readout of
-    # its state and its own cross-entropy, the heads' log-probabilities summed to answer (docs/adapter.md).
+    # Methods ssm_classifier and ssm, PD-SSM (SSMAdapterConfig.classifier_per_head): every head its own linear
+    # readout of its state and its own cross-entropy, the heads' log-probabilities summed to answer; method ssm
+    # writes that vote into the residual stream for the LM head, trained with both losses (docs/adapter.md).
     classifier_per_head: bool = False
     # PD-SSM (HybridSSMConfig.pd_ssm_output_skip): whether the mixer's output adds D_skip u; None = the mixer's
     # default (True). False, with "out_proj" in frozen_mixer_parameters, hands the readout the automaton states
@@ -212,10 +213,15 @@ class AdapterExperimentSettings:
                 "`standardize_input` measures the frozen base's features, which ssm_lora trains; use it with ssm or "
                 "ssm_classifier"
             )
-        if self.classifier_per_head and (self.mixer != "pd_ssm" or "ssm_classifier" not in self.method_list()):
+        per_head_methods = ("ssm_classifier", "ssm")
+        if self.classifier_per_head and (
+            self.mixer != "pd_ssm"
+            or not set(per_head_methods) & set(self.method_list())
+            or "ssm_lora" in self.method_list()
+        ):
             raise ValueError(
-                "`classifier_per_head` is the readout of method ssm_classifier with the pd_ssm mixer, got "
-                f"mixer={self.mixer!r}, methods={self.methods!r}"
+                f"`classifier_per_head` is a readout of methods {list(per_head_methods)} (not ssm_lora) with the "
+                f"pd_ssm mixer, got mixer={self.mixer!r}, methods={self.methods!r}"
             )
         lm_head_adapters = [m for m in SSM_ADAPTER_METHODS if READOUT_OF_METHOD[m] == "lm_head"]
         if self.write_layer_index is not None and set(self.method_list()) - set(lm_head_adapters):
@@ -275,6 +281,14 @@ class AdapterExperimentSettings:
         return dataclasses.replace(
             config, readout="classifier", num_labels=num_classes, classifier_per_head=self.classifier_per_head
         )
+
+    def lm_head_adapter_config(self, tokenizer, num_classes: int) -> SSMAdapterConfig:
+        """`adapter_config(tokenizer)` of method ssm: the LM-head readout, writing the heads' vote over
+        `num_classes` classes with `classifier_per_head`."""
+        config = self.adapter_config(tokenizer)
+        if not self.classifier_per_head:
+            return config
+        return dataclasses.replace(config, num_labels=num_classes, classifier_per_head=True)
 
     def adapter_config_for_ids(self, transition_ids: list[int] | None) -> SSMAdapterConfig:
         """The SSMAdapterConfig of these settings with `transition_token_ids=transition_ids`."""

@@ -1,6 +1,7 @@
 """`SSMAdapterConfig.classifier_per_head`: every PD-SSM head reads out its own state, is trained with its own
 cross-entropy, and the heads answer together as a product of experts; saving, reloading and cached decoding keep
-the promises of the plain classifier readout."""
+the promises of the plain classifier readout. With the LM-head readout the vote is written into the residual
+stream, and the adapted model keeps every promise of an LM-head adapter."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import json
 
 import pytest
 import torch
-from test_adapter import TINY_QUICK_RUN, _padded_batch, adapter_config, ids, tiny_base
+from test_adapter import (
+    TINY_QUICK_RUN,
+    _padded_batch,
+    adapter_config,
+    cached_decode_logits,
+    ids,
+    randomise,
+    tiny_base,
+)
 
 from hf_ssm.adapters import ADAPTER_CONFIG_NAME, SSMAdapterConfig, attach_ssm_adapter, load_ssm_adapter
 from hf_ssm.adapters.feature_cache import FrozenPrefix
@@ -19,10 +28,10 @@ from model_checks import run_script
 HEADS, STATES, CLASSES = 2, 5, 3
 
 
-def per_head_adapter(base=None, seed: int = 3):
-    """A tiny base with a per-head classifier adapter after layer 0 whose every weight is random (so the states
-    move and the heads disagree)."""
-    config = adapter_config(readout="classifier", num_labels=CLASSES, classifier_per_head=True, layer_index=0)
+def per_head_adapter(base=None, seed: int = 3, readout: str = "classifier", **overrides):
+    """A tiny base with a per-head adapter after layer 0 whose every weight is random (so the states move and the
+    heads disagree)."""
+    config = adapter_config(readout=readout, num_labels=CLASSES, classifier_per_head=True, layer_index=0, **overrides)
     adapted = attach_ssm_adapter(tiny_base() if base is None else base, config)
     torch.manual_seed(seed)
     with torch.no_grad():
@@ -35,21 +44,24 @@ def per_head_adapter(base=None, seed: int = 3):
     ("overrides", "message"),
     [
         (dict(classifier_per_head="yes", readout="classifier", num_labels=3), "`classifier_per_head` must be True"),
-        (dict(classifier_per_head=True), "needs readout='classifier'"),
+        (dict(classifier_per_head=True), "`num_labels` must be an int >= 1"),
         (dict(classifier_per_head=True, readout="classifier", num_labels=3, mixer="diag_lru"), "mixer='pd_ssm'"),
     ],
-    ids=["not-bool", "lm-head-readout", "diagonal-mixer"],
+    ids=["not-bool", "no-num-labels", "diagonal-mixer"],
 )
 def test_bad_classifier_per_head_raises_naming_the_field(overrides, message):
     with pytest.raises(ValueError, match=message):
         SSMAdapterConfig(**{"mixer_settings": {}, **overrides})
 
 
-def test_experiment_settings_refuse_classifier_per_head_without_ssm_classifier():
-    with pytest.raises(ValueError, match="classifier_per_head.*ssm_classifier"):
-        AdapterExperimentSettings(methods="ssm", classifier_per_head=True).validate()
+def test_experiment_settings_refuse_classifier_per_head_without_a_method_that_reads_it():
+    for methods in ("probe", "lora_classifier", "ssm,ssm_lora"):
+        with pytest.raises(ValueError, match=r"classifier_per_head.*\['ssm_classifier', 'ssm'\]"):
+            AdapterExperimentSettings(methods=methods, classifier_per_head=True).validate()
     with pytest.raises(ValueError, match="classifier_per_head.*pd_ssm"):
         AdapterExperimentSettings(methods="ssm_classifier", mixer="diag_lru", classifier_per_head=True).validate()
+    for methods in ("ssm", "ssm_classifier", "ssm,ssm_classifier,probe"):
+        AdapterExperimentSettings(methods=methods, classifier_per_head=True).validate()
 
 
 def test_mixer_state_features_are_what_c_reads():
@@ -145,3 +157,92 @@ def test_train_adapter_with_a_readout_per_head_end_to_end(tmp_path):
     assert any("a readout per head" in r["model"] for r in records)
     card = (run / "ssm_classifier" / "adapter" / "README.md").read_text()
     assert "every head's own readout of its state" in card and "W_cls Mixer" not in card  # the card names it too
+
+
+# --- the LM-head readout: the vote written into the residual stream ----------------------------------------------
+
+
+def test_lm_head_vote_starts_bit_identical_to_the_base_and_writes_w_out_of_the_votes_probabilities():
+    """A fresh per-head LM-head adapter adds exactly zero (W_out (d, C) is zero); once W_out is set, its update is
+    W_out softmax(sum_h log_softmax(head logits))."""
+    base = tiny_base()
+    x = ids()
+    with torch.no_grad():
+        expected = base(x).logits
+    adapted = attach_ssm_adapter(
+        tiny_base(), adapter_config(readout="lm_head", num_labels=CLASSES, classifier_per_head=True, layer_index=0)
+    )
+    assert adapted.ssm_adapter.out_proj.weight.shape == (32, CLASSES)
+    with torch.no_grad():
+        assert torch.equal(adapted(x).logits, expected)
+    adapter = per_head_adapter(readout="lm_head").ssm_adapter
+    h = torch.randn(2, 7, 32)
+    head_logits, _ = adapter.head_logits(h)
+    vote = head_logits.log_softmax(-1).sum(-2)
+    update, _ = adapter(h)
+    torch.testing.assert_close(update, vote.softmax(-1) @ adapter.out_proj.weight.T)
+    assert update.abs().amax() > 0
+
+
+@torch.no_grad()
+def test_lm_head_vote_save_and_reload_is_bit_identical(tmp_path):
+    adapted = per_head_adapter(readout="lm_head", write_layer_index=-1)
+    x = ids()
+    expected = adapted(x).logits
+    adapted.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / ADAPTER_CONFIG_NAME).read_text())
+    assert saved["classifier_per_head"] is True and saved["readout"] == "lm_head" and saved["num_labels"] == CLASSES
+    assert torch.equal(load_ssm_adapter(tiny_base(), tmp_path)(x).logits, expected)
+
+
+@torch.no_grad()
+def test_lm_head_vote_cached_decoding_and_generate_equal_the_full_forward():
+    adapted = per_head_adapter(readout="lm_head", write_layer_index=-1)
+    x = ids(steps=13)
+    torch.testing.assert_close(cached_decode_logits(adapted, x), adapted(x, use_cache=False).logits)
+    prompt, greedy = ids(steps=5), dict(max_new_tokens=8, do_sample=False)
+    assert torch.equal(adapted.generate(prompt, use_cache=True, **greedy), adapted.generate(prompt, **greedy))
+
+
+def test_lm_head_vote_loss_adds_every_heads_own_cross_entropy_to_the_vocabulary_loss():
+    """score_batch("ssm", vocab_loss=True) on a per-head LM-head adapter: the LM head's whole-vocabulary
+    cross-entropy at the question plus each head's own class cross-entropy there (averaged over the heads); its
+    prediction is still the LM head's answer word."""
+    adapted = per_head_adapter(readout="lm_head", write_layer_index=-1)
+    batch = _padded_batch()
+    batch["label"], batch["answer_token"] = torch.tensor([0, 2, 1]), torch.tensor([7, 9, 11])
+    answer_ids = torch.tensor([7, 9, 11])
+    loss, predicted = score_batch("ssm", adapted, batch, answer_ids, "cpu", vocab_loss=True)
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+    logits = adapted(**inputs, use_cache=False).logits[:, -1]
+    vocab = torch.nn.functional.cross_entropy(logits, batch["answer_token"])
+    features = FrozenPrefix(adapted).features(adapter_input_only=True, **inputs)
+    mask = inputs["attention_mask"].bool()
+    head_logits = adapted.ssm_adapter.head_logits(features, mask=mask, input_ids=inputs["input_ids"])[0][:, -1]
+    per_head = torch.nn.functional.cross_entropy(head_logits.transpose(1, 2), batch["label"][:, None].expand(-1, HEADS))
+    torch.testing.assert_close(loss, vocab + per_head)
+    assert torch.equal(predicted, logits[:, answer_ids].argmax(-1))
+    # without the per-head readout the same call is the vocabulary loss alone
+    plain = attach_ssm_adapter(tiny_base(), adapter_config(layer_index=0, write_layer_index=-1))
+    randomise(plain)
+    plain_loss, _ = score_batch("ssm", plain, batch, answer_ids, "cpu", vocab_loss=True)
+    plain_logits = plain(**inputs, use_cache=False).logits[:, -1]
+    torch.testing.assert_close(plain_loss, torch.nn.functional.cross_entropy(plain_logits, batch["answer_token"]))
+
+
+def test_train_adapter_lm_head_method_with_a_readout_per_head_end_to_end(tmp_path):
+    """scripts/train_adapter.py --methods ssm --classifier_per_head true on the tiny base (reading after layer 0,
+    writing after the last, the whole-vocabulary loss): the saved adapter is an LM-head adapter that records the
+    option and its classes, and its model card says how the vote reaches the LM head."""
+    run = tmp_path / "run"
+    result = run_script(
+        "train_adapter", "--output_dir", str(run), "--methods", "ssm", *TINY_QUICK_RUN, "--tiny_layers", "2",
+        "--test_buckets", "1-3", "--layer_index", "0", "--write_layer_index", "-1", "--answer_loss", "vocab",
+        "--transitions_at", "sentence_ends", "--classifier_per_head", "true",
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = json.loads((run / "ssm" / "adapter" / ADAPTER_CONFIG_NAME).read_text())
+    assert saved["classifier_per_head"] is True and saved["readout"] == "lm_head" and saved["num_labels"] == 2
+    card = (run / "ssm" / "adapter" / "README.md").read_text()
+    assert "W_out softmax(v)" in card and "W_out Mixer" not in card
