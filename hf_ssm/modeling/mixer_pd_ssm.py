@@ -424,11 +424,16 @@ class PDSSMMixer(nn.Module):
         if weights is not None:
             return self._decode_forward(u, x0, mask, weights)
         features, final = self._scan_features(u, x0, mask, own_start)
+        return self.read_out(features, u), final
+
+    def read_out(self, features: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
+        """forward's output y = C features + skip u (B, T, d) from `state_features`' features (B, T, H, 2N) and
+        the layer's input u (B, T, d)."""
         # A module call (not F.linear on the weight) so that wrappers such as PEFT LoRA apply here too.
         y = self.out_proj(features.flatten(2).to(self.out_proj.weight.dtype))
         if self.skip is not None:
-            y = y + self.skip * u
-        return y.to(hidden_states.dtype), final
+            y = y + self.skip * hidden_states
+        return y.to(hidden_states.dtype)
 
     def state_features(
         self, hidden_states: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None

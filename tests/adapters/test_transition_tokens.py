@@ -221,3 +221,72 @@ def test_train_adapter_runs_with_sentence_ends_and_standardized_input(tmp_path):
     )
     record = json.loads((run / "ssm_classifier" / "results.json").read_text())
     assert record["input_statistics_vectors"] > 0
+
+
+BANK_AUTOMATON = {**AUTOMATON, "pd_ssm_transition": "bank", "pd_ssm_output_skip": False}
+
+
+@pytest.mark.parametrize(
+    ("settings", "per_head", "with_state"),
+    [
+        (PD_SETTINGS, False, False),
+        (PD_SETTINGS, False, True),
+        (AUTOMATON, False, False),
+        (BANK_AUTOMATON, True, False),
+        (BANK_AUTOMATON, True, True),
+    ],
+    ids=["dictionary", "dictionary-passed-state", "direct-automaton", "bank-per-head", "bank-per-head-passed-state"],
+)
+def test_scan_over_the_steps_alone_equals_the_masked_scan_over_every_token(settings, per_head, with_state):
+    """SSMAdapter._scan_of_steps (the scan over the transition tokens alone, every position reading the state after
+    the last of them) gives the masked full-length scan's features, final state and gradients, on left-padded rows,
+    a row with no transition token, and a batch with none at all."""
+    torch.manual_seed(0)
+    extra = dict(readout="classifier", num_labels=3, classifier_per_head=True) if per_head else {}
+    adapter = SSMAdapter(boundary_config(mixer_settings=settings, **extra), 32)
+    with torch.no_grad():
+        for p in adapter.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    x = with_boundaries(batch=4, steps=15)
+    x[3] = 1  # a row with no boundary token
+    mask = torch.ones_like(x, dtype=torch.bool)
+    mask[1, :4] = mask[2, :9] = False  # left padding
+    state = None
+    if with_state:
+        start = adapter.mixer.initial_state(4)
+        state = start[:, :, torch.randperm(start.shape[-1])]  # another basis vector (an automaton's state is one)
+    for ids_ in (x, torch.ones_like(x)):  # the second batch has no step at all
+        h = torch.randn(4, 15, 32, requires_grad=True)
+        steps = adapter.step_mask(mask, ids_)
+        results = []
+        for scan in (adapter.mixer.state_features, adapter._scan_of_steps):
+            adapter.zero_grad()
+            h.grad = None
+            features, final = scan(adapter._mixer_input(h), state, steps)
+            (features * torch.randn_like(features, generator=torch.Generator().manual_seed(1))).sum().backward()
+            grads = {n: p.grad.clone() for n, p in adapter.named_parameters() if p.grad is not None}
+            results.append((features.detach(), final, h.grad.clone(), grads))
+        (ref, ref_final, ref_h_grad, ref_grads), (got, final, h_grad, grads) = results
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(final, ref_final, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(h_grad, ref_h_grad, rtol=1e-4, atol=1e-6)
+        assert grads.keys() == ref_grads.keys()
+        for name, grad in ref_grads.items():
+            torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@torch.no_grad()
+def test_adapter_output_through_the_scan_of_steps_equals_the_mixers_own_forward():
+    """forward with transition tokens reads the mixer out of the step-only scan: C features + skip u at every token,
+    as the mixer's own forward over the masked sequence gives it."""
+    torch.manual_seed(0)
+    adapter = SSMAdapter(boundary_config(), 32)
+    with torch.no_grad():
+        for p in adapter.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    x, h = with_boundaries(batch=3, steps=14), torch.randn(3, 14, 32)
+    output, final = adapter(h, input_ids=x)
+    mixed, expected_final = adapter.mixer(adapter._mixer_input(h), mask=adapter.step_mask(None, x))
+    # to float rounding: the chunked scan combines a shorter sequence's complex products in another order
+    torch.testing.assert_close(output, adapter.out_proj(mixed), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(final, expected_final, rtol=1e-5, atol=1e-5)
