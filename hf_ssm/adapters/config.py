@@ -7,7 +7,8 @@ The adapter is one residual branch after decoder layer `layer_index` of the base
     classifier_per_head:     logits = sum_h log_softmax(W_h x_h + b_h)   every PD-SSM head answers from its own
                              state x_h; trained with each head's own cross-entropy (`SSMAdapter.head_logits`)
     ... with "lm_head":      h <- h + W_out softmax(logits)              the heads' vote, written into the residual
-                             stream (W_out (d, num_labels) zero-init) for the base's own LM head to name
+                             stream (W_out (d, num_labels) zero-init) for the base's own LM head to name; the
+                             vote is detached there, so the LM loss trains W_out and each head its own loss
 
 With `write_layer_index` w > k (readout "lm_head") the branch reads h_k and writes later: h_w <- h_w + W_out
 Mixer(Norm(h_k)), so the adapter reads the features where they name the events (an early layer) and writes
@@ -58,7 +59,8 @@ class SSMAdapterConfig:
             cross-entropy, so a head that learnt the automaton is not pulled by the others, and the vote lets it
             outweigh the unsure ones (docs/adapter.md). With readout `"classifier"` the vote is the output; with
             readout `"lm_head"` the vote's probabilities p (num_labels) are written into the residual stream as
-            W_out p (W_out zero-init), so the frozen LM head names the answer from the same vote. The mixer's C
+            W_out p (W_out zero-init), so the frozen LM head names the answer from the same vote; p is detached
+            there, so the LM loss trains W_out alone and every head still learns from its own loss. The mixer's C
             (`out_proj`) and skip are not used and stay frozen. **[choice]**
         norm_eps: epsilon of the adapter's input RMSNorm.
         near_identity_init: start the mixer close to the identity transition so that a fresh adapter already

@@ -62,7 +62,8 @@ class SSMAdapter(nn.Module):
     output is the residual update W_out Mixer(Norm(h)) (B, T, d) for readout "lm_head", or class logits
     W_cls Mixer(Norm(h)) (B, T, num_labels) for readout "classifier". With `classifier_per_head` the heads'
     summed log-probabilities v (B, T, num_labels) replace the mixer's output (see `head_logits`): the classifier
-    returns v, the LM-head readout W_out softmax(v) (B, T, d). `state` is the mixer's recurrent state
+    returns v, the LM-head readout W_out softmax(v) (B, T, d) with v detached (the heads learn from their own
+    losses only). `state` is the mixer's recurrent state
     (None = the mixer's initial state); masked-out positions (padding) leave it unchanged. With
     `config.transition_token_ids` set, `input_ids` is required and every other token leaves it unchanged too.
     """
@@ -209,8 +210,12 @@ class SSMAdapter(nn.Module):
             vote = logits.log_softmax(-1).sum(-2)
             if self.config.readout == "classifier":
                 return vote, final_state
+            # Detached: the LM head's loss trains W_out alone and each head learns from its own cross-entropy only.
+            # Through the vote, that loss reaches every head at full weight (each head's own loss is averaged over
+            # the heads) and trains them jointly, as one readout of all heads does: cycle navigation then stayed at
+            # chance on the training lengths (docs/adapter.md).
             with torch.autocast(device_type=hidden_states.device.type, enabled=False):
-                return self.out_proj(vote.softmax(-1)).to(hidden_states.dtype), final_state
+                return self.out_proj(vote.detach().softmax(-1)).to(hidden_states.dtype), final_state
         mask = self.step_mask(mask, input_ids)
         dtype = self.norm.weight.dtype
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):

@@ -225,7 +225,7 @@ def _branch_description(config: SSMAdapterConfig, classifier: bool, per_head: bo
         )
         return (
             f"adding W_out softmax(v) to the output of {where}, where {vote} (each head trained with its own "
-            "cross-entropy beside the LM head's loss), W_out zero-initialised"
+            "cross-entropy, W_out with the LM head's loss; v is detached before W_out), W_out zero-initialised"
         )
     if per_head:
         return (

@@ -246,3 +246,14 @@ def test_train_adapter_lm_head_method_with_a_readout_per_head_end_to_end(tmp_pat
     assert saved["classifier_per_head"] is True and saved["readout"] == "lm_head" and saved["num_labels"] == 2
     card = (run / "ssm" / "adapter" / "README.md").read_text()
     assert "W_out softmax(v)" in card and "W_out Mixer" not in card
+
+
+def test_lm_head_vote_is_detached_so_the_lm_loss_trains_w_out_alone():
+    """A loss on the LM-head adapter's update gives gradient to W_out only; the heads (their readouts and the
+    transition choice) learn from their own cross-entropies alone."""
+    adapter = per_head_adapter(readout="lm_head").ssm_adapter
+    update, _ = adapter(torch.randn(2, 7, 32))
+    update.square().sum().backward()
+    grads = {n: p.grad for n, p in adapter.named_parameters() if p.requires_grad}
+    assert grads.pop("out_proj.weight").abs().sum() > 0
+    assert all(g is None for g in grads.values()), [n for n, g in grads.items() if g is not None]
