@@ -207,14 +207,17 @@ def build_method(method: str, settings: AdapterExperimentSettings, base, num_cla
 
 
 def parameter_groups(method: str, model, settings: AdapterExperimentSettings) -> list[dict]:
-    """AdamW parameter groups of a method's trainable parameters: the SSM adapter's readout (classifier or
-    out_proj) at `readout_learning_rate` and its PD-SSM transition choice (mixer.selection / mixer.transition_proj)
-    at `selection_learning_rate` when they are set, everything else at `learning_rate` (LoRA: `lora_learning_rate`)."""
+    """AdamW parameter groups of a method's trainable parameters: the LM-head adapter's write map (out_proj) at
+    `write_learning_rate`, the SSM adapter's readout (classifier or out_proj) at `readout_learning_rate` and its
+    PD-SSM transition choice (mixer.selection / mixer.transition_proj) at `selection_learning_rate` when they are
+    set (a parameter in the first group that claims it), everything else at `learning_rate` (LoRA:
+    `lora_learning_rate`)."""
     lr = settings.lora_learning_rate if method in ("lora", "lora_classifier") else settings.learning_rate
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if method not in SSM_ADAPTER_METHODS:
         return [{"params": [p for _, p in named], "lr": lr}]
     special = {
+        "write_learning_rate": ("ssm_adapter.out_proj.",),
         "readout_learning_rate": ("ssm_adapter.classifier.", "ssm_adapter.out_proj."),
         "selection_learning_rate": ("ssm_adapter.mixer.selection.", "ssm_adapter.mixer.transition_proj."),
     }
@@ -223,7 +226,7 @@ def parameter_groups(method: str, model, settings: AdapterExperimentSettings) ->
         rate = getattr(settings, option)
         if not rate:
             continue
-        params = [p for n, p in named if n.startswith(prefixes)]
+        params = [p for n, p in named if n.startswith(prefixes) and id(p) not in taken]
         if not params:
             raise ValueError(f"`{option}`: found none of {list(prefixes)} in {[n for n, _ in named]}")
         groups.append({"params": params, "lr": rate})

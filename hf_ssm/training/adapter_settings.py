@@ -168,6 +168,10 @@ class AdapterExperimentSettings:
     # Learning rate of the SSM adapter's readout (the classifier, or out_proj of the LM-head readout); 0 = the
     # adapter's learning_rate. A wide base's readout moves its logits ~lr x width per Adam step (RESULTS.md).
     readout_learning_rate: float = 0.0
+    # Learning rate of the LM-head adapter's write map W_out (out_proj) alone; 0 = readout_learning_rate (or
+    # learning_rate). With classifier_per_head, W_out maps a near one-hot vote over a few classes into a residual
+    # stream of norm ~800 (SmolLM2, last layer), and at 1e-2 its update stays too small for the LM head to follow.
+    write_learning_rate: float = 0.0
     # Learning rate of the PD-SSM's transition choice (the selection W_s, or W_P of the direct mode); 0 = the
     # adapter's learning_rate. Its logits read all d features, so one Adam step moves them ~d times as far as an
     # entry of a free table (RESULTS.md §1: a factored table learns once this is divided down).
@@ -203,6 +207,15 @@ class AdapterExperimentSettings:
         if not self.readout_learning_rate >= 0:
             raise ValueError(
                 f"`readout_learning_rate` must be >= 0 (0: learning_rate), got {self.readout_learning_rate}"
+            )
+        if not self.write_learning_rate >= 0:
+            raise ValueError(
+                f"`write_learning_rate` must be >= 0 (0: readout_learning_rate or learning_rate), got "
+                f"{self.write_learning_rate}"
+            )
+        if self.write_learning_rate and not set(self.method_list()) & {"ssm", "ssm_lora"}:
+            raise ValueError(
+                f"`write_learning_rate` is for the LM-head SSM adapter methods ssm and ssm_lora, got methods {self.methods!r}"
             )
         if not self.selection_learning_rate >= 0:
             raise ValueError(

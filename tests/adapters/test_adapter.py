@@ -700,6 +700,32 @@ def test_readout_learning_rate_puts_only_the_readout_in_its_own_adam_group():
         AdapterExperimentSettings(readout_learning_rate=-1.0).validate()
 
 
+def test_write_learning_rate_puts_the_lm_head_adapters_write_map_in_its_own_adam_group():
+    """--write_learning_rate gives out_proj (W_out) of an LM-head adapter its own learning rate, before the readout
+    group claims it; a per-head vote's readouts stay with readout_learning_rate. < 0, or a method without an
+    LM-head SSM adapter, raises naming the field."""
+    from hf_ssm.training.adapter_baselines import parameter_groups
+    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+
+    config = adapter_config(readout="lm_head", num_labels=2, classifier_per_head=True)
+    model = attach_ssm_adapter(tiny_base(), config)
+    settings = AdapterExperimentSettings(learning_rate=3e-3, readout_learning_rate=3e-4, write_learning_rate=0.1)
+    groups = parameter_groups("ssm", model, settings)
+    by_id = {id(p): n.removeprefix("ssm_adapter.") for n, p in model.named_parameters() if p.requires_grad}
+    assert [g["lr"] for g in groups] == [3e-3, 0.1, 3e-4]
+    assert [{by_id[id(p)] for p in g["params"]} for g in groups[1:]] == [
+        {"out_proj.weight"},
+        {"classifier.weight", "classifier.bias"},
+    ]
+    assert sum(len(g["params"]) for g in groups) == len(by_id)
+    for bad, message in (
+        (dict(write_learning_rate=-1.0), "write_learning_rate` must be >= 0"),
+        (dict(write_learning_rate=0.1, methods="ssm_classifier"), "write_learning_rate` is for"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            AdapterExperimentSettings(**bad).validate()
+
+
 def test_training_preamble_is_validated_and_named_in_the_record_and_the_card():
     """train_max_preamble_sentences (training stories opened by up to N sentences that change nothing): a negative
     count raises naming the field, and a record and a model card trained with it say so."""
