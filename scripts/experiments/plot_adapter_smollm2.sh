@@ -14,7 +14,7 @@ python scripts/plot_adapter.py --base smollm2-135m --tasks parity,cycle_navigati
   --series "PD-SSM 2 heads with B @L3, classifier (earlier)=runs/exp/long_parity_pd_L3_s" \
   --series "PD-SSM sentence ends, reads L3, writes after the last, LM head=runs/experiments/i26_sent_lm_par" \
   --series "PD-SSM sentence ends, reads L3, writes after the last, LM head=runs/experiments/i26_sent_lm_cyc" \
-  --series "PD-SSM sentence ends, the heads' vote written after the last layer, LM head=runs/experiments/i26_sent_lm_ph_" \
+  --series "PD-SSM sentence ends, the heads' vote written after the last layer, LM head=runs/experiments/i26_sent_lm_vote_" \
   --series "PD-SSM @ last layer, LM head=runs/i15/lm_dict_s0" \
   --series "LoRA attn L0-3 + classifier (~adapter size)=runs/i15/lora21_" \
   --series "LoRA attn L0-3 + classifier, 200 steps, sentence data=i26_sent_base_par/s0:lora_classifier" \

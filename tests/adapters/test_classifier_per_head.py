@@ -8,16 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
+import test_adapter
 import torch
-from test_adapter import (
-    TINY_QUICK_RUN,
-    _padded_batch,
-    adapter_config,
-    cached_decode_logits,
-    ids,
-    randomise,
-    tiny_base,
-)
+from test_adapter import TINY_QUICK_RUN, _padded_batch, adapter_config, ids, tiny_base
 
 from hf_ssm.adapters import ADAPTER_CONFIG_NAME, SSMAdapterConfig, attach_ssm_adapter, load_ssm_adapter
 from hf_ssm.adapters.feature_cache import FrozenPrefix
@@ -199,7 +192,7 @@ def test_lm_head_vote_save_and_reload_is_bit_identical(tmp_path):
 def test_lm_head_vote_cached_decoding_and_generate_equal_the_full_forward():
     adapted = per_head_adapter(readout="lm_head", write_layer_index=-1)
     x = ids(steps=13)
-    torch.testing.assert_close(cached_decode_logits(adapted, x), adapted(x, use_cache=False).logits)
+    torch.testing.assert_close(test_adapter.cached_decode_logits(adapted, x), adapted(x, use_cache=False).logits)
     prompt, greedy = ids(steps=5), dict(max_new_tokens=8, do_sample=False)
     assert torch.equal(adapted.generate(prompt, use_cache=True, **greedy), adapted.generate(prompt, **greedy))
 
@@ -224,7 +217,7 @@ def test_lm_head_vote_loss_adds_every_heads_own_cross_entropy_to_the_vocabulary_
     assert torch.equal(predicted, logits[:, answer_ids].argmax(-1))
     # without the per-head readout the same call is the vocabulary loss alone
     plain = attach_ssm_adapter(tiny_base(), adapter_config(layer_index=0, write_layer_index=-1))
-    randomise(plain)
+    test_adapter.randomise(plain)
     plain_loss, _ = score_batch("ssm", plain, batch, answer_ids, "cpu", vocab_loss=True)
     plain_logits = plain(**inputs, use_cache=False).logits[:, -1]
     torch.testing.assert_close(plain_loss, torch.nn.functional.cross_entropy(plain_logits, batch["answer_token"]))
