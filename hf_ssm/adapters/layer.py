@@ -170,12 +170,23 @@ class SSMAdapter(nn.Module):
             features, final_state = self._state_features(u, state, mask)
             return self.classifier(features.to(self.norm.weight.dtype)), final_state
 
+    def _scans_steps_alone(self, u: torch.Tensor, steps: torch.Tensor | None) -> bool:
+        """Whether the mixer's scan of u (B, T, d) runs over `steps` alone (`_scan_of_steps`): a PD-SSM mixer whose
+        state moves only at `transition_token_ids`, on more than one token (a one-token decode step keeps the
+        mixer's own fused step)."""
+        return (
+            hasattr(self.mixer, "state_features")
+            and self.transition_ids is not None
+            and steps is not None
+            and u.shape[1] > 1
+        )
+
     def _state_features(self, u: torch.Tensor, state, steps: torch.Tensor | None):
         """The PD-SSM mixer's `state_features` of u (B, T, d) when only `steps` (B, T) bool (None: all) move the
-        state; through `_scan_of_steps` when the state moves only at `transition_token_ids`."""
-        if self.transition_ids is None or steps is None or u.shape[1] == 1:
-            return self.mixer.state_features(u, state, steps)
-        return self._scan_of_steps(u, state, steps)
+        state, through `_scan_of_steps` where `_scans_steps_alone`."""
+        if self._scans_steps_alone(u, steps):
+            return self._scan_of_steps(u, state, steps)
+        return self.mixer.state_features(u, state, steps)
 
     def _scan_of_steps(self, u: torch.Tensor, state, steps: torch.Tensor):
         """(features (B, T, H, 2N), final state): `mixer.state_features(u, state, steps)`, with the scan run over
@@ -220,7 +231,7 @@ class SSMAdapter(nn.Module):
         dtype = self.norm.weight.dtype
         with torch.autocast(device_type=hidden_states.device.type, enabled=False):
             u = self._mixer_input(hidden_states)
-            if hasattr(self.mixer, "read_out") and self.transition_ids is not None and u.shape[1] > 1:
+            if self._scans_steps_alone(u, mask):
                 features, final_state = self._scan_of_steps(u, state, mask)
                 mixed = self.mixer.read_out(features, u)
             else:

@@ -216,7 +216,7 @@ Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with
 def _branch_description(config: SSMAdapterConfig, classifier: bool, per_head: bool) -> str:
     """How the adapter's output reaches the answer, as the model card's sentence says it (`per_head`: the
     classifier_per_head readout, which `config`, built without the classifier, does not carry)."""
-    vote = "the vote v = sum over heads h of log_softmax(W_h x_h + b_h), every head's own readout of its state x_h"
+    heads = "sum over heads h of log_softmax(W_h x_h + b_h), every head's own readout of its state x_h"
     if per_head and not classifier:
         where = (
             "that layer"
@@ -224,13 +224,13 @@ def _branch_description(config: SSMAdapterConfig, classifier: bool, per_head: bo
             else f"decoder layer {config.write_layer_index} (where the LM head reads when it is the last)"
         )
         return (
-            f"adding W_out softmax(v) to the output of {where}, where {vote} (each head trained with its own "
+            f"adding W_out softmax(v) to the output of {where}, where the vote v = {heads} (each head trained with its own "
             "cross-entropy, W_out with the LM head's loss; v is detached before W_out), W_out zero-initialised"
         )
     if per_head:
         return (
-            "as a side branch: logits = sum over heads h of log_softmax(W_h x_h + b_h), every head's own readout of "
-            "its state x_h (each trained with its own cross-entropy; the base's hidden states and logits are untouched)"
+            f"as a side branch: logits = {heads} (each trained with its own cross-entropy; the base's hidden states "
+            "and logits are untouched)"
         )
     if classifier:
         return (

@@ -213,10 +213,6 @@ class AdapterExperimentSettings:
                 f"`write_learning_rate` must be >= 0 (0: readout_learning_rate or learning_rate), got "
                 f"{self.write_learning_rate}"
             )
-        if self.write_learning_rate and not set(self.method_list()) & {"ssm", "ssm_lora"}:
-            raise ValueError(
-                f"`write_learning_rate` is for the LM-head SSM adapter methods ssm and ssm_lora, got methods {self.methods!r}"
-            )
         if not self.selection_learning_rate >= 0:
             raise ValueError(
                 f"`selection_learning_rate` must be >= 0 (0: learning_rate), got {self.selection_learning_rate}"
@@ -237,6 +233,11 @@ class AdapterExperimentSettings:
                 f"pd_ssm mixer, got mixer={self.mixer!r}, methods={self.methods!r}"
             )
         lm_head_adapters = [m for m in SSM_ADAPTER_METHODS if READOUT_OF_METHOD[m] == "lm_head"]
+        if self.write_learning_rate and not set(self.method_list()) & set(lm_head_adapters):
+            raise ValueError(
+                f"`write_learning_rate` is for the LM-head SSM adapter methods {lm_head_adapters}, got methods "
+                f"{self.methods!r}"
+            )
         if self.write_layer_index is not None and set(self.method_list()) - set(lm_head_adapters):
             raise ValueError(
                 f"`write_layer_index` is for the LM-head SSM adapter methods {lm_head_adapters}, got methods "

@@ -4,7 +4,7 @@
 # results/adapter/issue26/<OUT>_s<seed>.json (RESULTS.md §2).
 #
 #   bash scripts/experiments/adapter_smollm2_generate.sh NAME TASK "SEEDS" OUT
-#   bash scripts/experiments/adapter_smollm2_generate.sh i26_sent_lm_ph_cyc cycle_navigation "0 1 2" generate_cyc_lm_ph
+#   bash scripts/experiments/adapter_smollm2_generate.sh i26_sent_lm_vote_cyc cycle_navigation "0 1 2" generate_cyc_lm_vote
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 name=$1 task=$2 seeds=$3 out=$4
