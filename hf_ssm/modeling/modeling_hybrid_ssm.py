@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, LinearAttentionCacheLayerMixin
-from transformers.generation import GenerationMixin
+from transformers.generation import GenerationMixin, GenerationMode
 from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -105,6 +105,7 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
             # operators, and a compiled decode step that reads and writes pairs has none (docs/design.md §7.3).
             pairs = torch.view_as_real(final_state) if final_state.is_complex() else final_state
             cache.update_recurrent_state(pairs, self.layer_idx)
+            _count_tokens(slot, hidden_states.shape[1])
         return hidden_states
 
     def forward(
@@ -150,6 +151,17 @@ TOKEN_MODEL_AUTO_MAP = {
 }
 
 
+def _count_tokens(slot, steps: int) -> None:
+    """Add `steps` tokens to a recurrent-state slot's length, where the slot keeps one.
+
+    From transformers 5.25 a linear-attention slot has a length of its own (`get_seq_length`), which generate reads
+    on layer 0 and which transformers counts only when a convolution state is written; these mixers keep none.
+    transformers 5.24's slots have no length (the cache then reads its first attention layer's)."""
+    length = getattr(slot, "cumulative_length_linear", None)
+    if length is not None:
+        length.add_(steps)
+
+
 class HybridSSMPreTrainedModel(PreTrainedModel):
     config: HybridSSMConfig
     config_class = HybridSSMConfig
@@ -160,7 +172,8 @@ class HybridSSMPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_attention_backend = True
     # An SSM state cannot be rolled back to an earlier token, so generate refuses assisted decoding and prompt
-    # lookup up front (they verify draft tokens and then rewind the cache), as for Jamba / Qwen3-Next.
+    # lookup up front (they verify draft tokens and then rewind the cache): transformers 5.24 reads this flag,
+    # 5.25 no longer does and HybridSSMForCausalLM._prepare_cache_for_generation refuses them itself.
     _is_stateful = True
     # output_hidden_states / output_attentions are collected by transformers' output-capturing hooks.
     _can_record_outputs = {"hidden_states": HybridSSMDecoderLayer, "attentions": HybridSSMAttention}
@@ -290,8 +303,8 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
         SSM layers hold it (a recurrent state has no length)."""
         if cache is None:
             return 0
-        if self.config.has_attention:
-            return cache.get_seq_length()
+        if self.config.has_attention:  # the first attention layer's length: an int, or a static cache's tensor
+            return cache.get_seq_length(self.config.mixers.index(ATTENTION))
         started = any(cache.layers[i].is_recurrent_states_initialized[0] for i in self.config.ssm_layer_indices)
         return None if started else 0
 
@@ -499,15 +512,23 @@ class HybridSSMForCausalLM(HybridSSMPreTrainedModel, GenerationMixin):
         2-D mask and the cache itself, static or dynamic, and reads no tensor value on a decode step."""
         return attention_mask
 
-    def _prepare_cache_for_generation(self, generation_config, *args, **kwargs):
-        """Refuse the cache implementations this model cannot run before generate builds one."""
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, generation_mode, *args, **kwargs):
+        """Refuse, before generate builds a cache or runs the model, what this model cannot run: the cache
+        implementations outside `_cache_implementations`, and assisted decoding / prompt lookup (they rewind the
+        cache after rejected draft tokens, and an SSM state keeps no earlier token's value)."""
+        if generation_mode == GenerationMode.ASSISTED_GENERATION:
+            raise ValueError(
+                f"assisted decoding and prompt lookup are not supported by the stateful {type(self).__name__}: its "
+                "SSM layers' recurrent state cannot be rewound to drop rejected draft tokens; call generate without "
+                "`assistant_model` / `prompt_lookup_num_tokens`"
+            )
         if generation_config.cache_implementation not in self._cache_implementations:
             raise ValueError(
                 f"`cache_implementation` must be one of {list(self._cache_implementations)} for "
                 f"{type(self).__name__} (caches with a recurrent-state slot for every SSM layer), got "
                 f"{generation_config.cache_implementation!r}"
             )
-        return super()._prepare_cache_for_generation(generation_config, *args, **kwargs)
+        return super()._prepare_cache_for_generation(generation_config, model_kwargs, generation_mode, *args, **kwargs)
 
     @can_return_tuple
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
