@@ -3,8 +3,8 @@
 One panel per task; x = the test buckets of transition counts (as recorded, e.g. "1-10", "40-40", "80-80"), y =
 accuracy. One colour per series: a label given with --series LABEL=SUBSTRING collects the records of one base
 whose "<run_dir>:<method>" contains SUBSTRING (e.g. "runs/i15/h16none_s" or ":probe"; a label may be given
-several times). Every seed is a dot, the mean over
-seeds a line, and the legend gives the seed count. Reads only the records, so the figure can be redrawn from the
+several times). Every run is a dot, the mean over
+runs a line, and the legend gives the seed count (and the run count where a seed has several runs). Reads only the records, so the figure can be redrawn from the
 summary alone. Example:
 
     python scripts/plot_adapter.py --base smollm2-135m --tasks parity,cycle_navigation \\
@@ -27,6 +27,14 @@ def series_of(record: dict, series: list[tuple[str, str]]) -> str | None:
     """The label of the first --series whose substring is in the record's "<run_dir>:<method>" (None: not drawn)."""
     key = f"{record.get('run_dir', '')}:{record.get('method', '')}"
     return next((label for label, part in series if part in key), None)
+
+
+def seed_count(runs: list[dict]) -> str:
+    """The legend's count: distinct seeds, and the records too where a seed was measured in several runs (e.g. one
+    run for its long bucket alone)."""
+    seeds = len({r.get("seed") for r in runs})
+    text = f"{seeds} seed" + ("s" if seeds != 1 else "")
+    return text if seeds == len(runs) else f"{text}, {len(runs)} runs"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                     ax.scatter([x] * len(values), values, color=colour, alpha=0.45, s=18)
                     xs.append(x)
                     means.append(sum(values) / len(values))
-            ax.plot(xs, means, color=colour, lw=2, marker="o", label=f"{label} ({len(runs)} seeds)")
+            ax.plot(xs, means, color=colour, lw=2, marker="o", label=f"{label} ({seed_count(runs)})")
             drawn += len(runs)
         ax.set_xticks(
             range(len(buckets)), [b if b.split("-")[0] != b.split("-")[-1] else b.split("-")[0] for b in buckets]

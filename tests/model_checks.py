@@ -225,7 +225,10 @@ def checkpoint_names(run_dir) -> list[str]:
 
 
 def load_script(name: str):
-    """scripts/<name>.py imported as a module (its main() then runs in-process: no interpreter start per case)."""
+    """scripts/<name>.py imported as a module (its main() then runs in-process: no interpreter start per case),
+    scripts/ on the path as when the script runs (scripts import their siblings)."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.append(str(SCRIPTS))
     spec = importlib.util.spec_from_file_location(f"_script_{name}", SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

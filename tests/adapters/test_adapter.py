@@ -801,6 +801,15 @@ def test_plot_adapter_draws_the_matching_records_and_refuses_an_empty_selection(
     assert empty.returncode == 1 and "matches any --series" in empty.stderr
 
 
+def test_plot_adapter_legend_counts_seeds_not_records():
+    """A seed measured in two runs (e.g. its long bucket in a run of its own) counts once in the legend, with the
+    number of runs beside it; distinct seeds are counted as seeds."""
+    seed_count = load_script("plot_adapter").seed_count
+    assert seed_count([{"seed": 0}, {"seed": 1}]) == "2 seeds"
+    assert seed_count([{"seed": 3}]) == "1 seed"
+    assert seed_count([{"seed": 0}, {"seed": 0}]) == "1 seed, 2 runs"
+
+
 def test_experiment_dictionary_diagonal_init_overrides_the_near_identity_start():
     """--dictionary_diagonal_init replaces the adapter's near-identity diagonal (+1 on every score matrix) and
     --transition reaches the mixer; by default the near-identity start stays."""
