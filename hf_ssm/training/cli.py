@@ -224,3 +224,51 @@ def start_run(parser: argparse.ArgumentParser, args: argparse.Namespace, cls, sa
     except ValueError as err:
         parser.error(str(err))
     return settings, accelerator, prepared
+
+
+def seed_list(text: str) -> list[int]:
+    """An argparse type for --seeds: "0-4" -> [0, 1, 2, 3, 4], "0,2,5" -> [0, 2, 5], "1000-1001,3" -> [1000, 1001,
+    3]. Refuses a descending range, a negative seed, a repeated seed and anything that is not an integer."""
+    seeds: list[int] = []
+    for item in comma_list(text):
+        first, sep, last = item.partition("-")
+        try:
+            low, high = int(first), int(last) if sep else int(first)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--seeds takes integers and ranges such as 0-4 or 0,2,5; got {item!r} in {text!r}"
+            ) from None
+        if low < 0 or high < low:
+            raise argparse.ArgumentTypeError(f"--seeds: {item!r} is not a range of seeds >= 0 (low-high, low <= high)")
+        seeds.extend(range(low, high + 1))
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"--seeds: no seed in {text!r}")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"--seeds: seed(s) {repeated} given twice in {text!r}")
+    return seeds
+
+
+def group_options(parser: argparse.ArgumentParser, groups: dict[str, tuple[str, ...]]) -> None:
+    """Show the parser's options in titled groups, in the order given, for a --help a person can read.
+
+    `groups` maps a title to option names (dests). The options stay where argparse parses them; only the help
+    lists them under their title. An option named in no group stays in the generic "options" group, listed last
+    (so a new option is never hidden); a name that is not an option of the parser is refused (a stale group)."""
+    actions = {action.dest: action for action in parser._actions if action.option_strings}
+    unknown = [name for names in groups.values() for name in names if name not in actions]
+    if unknown:
+        raise ValueError(f"option groups name options the parser does not have: {unknown}")
+    generic = parser._optionals
+    for title, names in groups.items():
+        group = parser.add_argument_group(title)
+        for name in names:
+            action = actions[name]
+            for container in parser._action_groups:
+                if action in container._group_actions and container is not group:
+                    container._group_actions.remove(action)
+            group._group_actions.append(action)
+    # argparse lists groups in creation order: move the generic group (what is left: --help, ungrouped) last
+    parser._action_groups.remove(generic)
+    parser._action_groups.append(generic)
+    generic.title = "other options"
