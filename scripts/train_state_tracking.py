@@ -1,41 +1,32 @@
 """Train hybrid models on state-tracking tasks and test length generalisation (docs/design.md §8).
 
-With no arguments: the default comparison (parity and cycle navigation, one-layer PD-SSM vs the diagonal
-selective LRU), offline, a few minutes on a 2-core CPU. Examples:
+With no arguments: the README's main job (parity and cycle navigation, one-layer PD-SSM against the diagonal
+selective LRU), offline, about 3 minutes on a 2-core CPU, written to runs/state_tracking/<time>/ (open
+comparison.md). Every published figure is one command (RESULTS.md):
 
     python scripts/train_state_tracking.py
-    python scripts/train_state_tracking.py --task a5 --num_generators 2 --mixer pd_ssm --max_steps 3000
-    python scripts/train_state_tracking.py --suite --tasks parity,even_pairs --mixers pd_ssm,bd_lru,attention
-    python scripts/train_state_tracking.py --recipe paper --task parity --max_steps 2000 --batch_size 64
+    python scripts/train_state_tracking.py --task a5 --seeds 0-4
+    python scripts/train_state_tracking.py --task modular_arithmetic --seed 0
+    python scripts/train_state_tracking.py --tasks parity,a5 --mixers diag_lru,attention --recipe residual_narrow
     accelerate launch scripts/train_state_tracking.py --task parity
 
---pattern gives one layer per letter, HybridSSMConfig's letters with S = --mixer (e.g. --pattern SA: the mixer,
-then attention; --pattern BA: bd_lru then attention). --num_generators applies to a5 / s5 only.
+Recipes (hf_ssm/training/recipes.py, one table). A PD-SSM run takes its task's recipe: `table` (the minimal
+automaton's free per-token transition table as the layer, 16 heads of N = 8), `table_wide` for s5 (32 heads) and
+`table_curriculum` for modular_arithmetic (8 heads of N = 64, a length curriculum); every other mixer takes
+`residual` (one pre-norm residual block with SwiGLU, d = 64, AdamW + cosine, 1,000 steps). --recipe NAME applies
+NAME to every run. A flag given on the command line always wins over the recipe's value, which wins over the
+default; the epilog lists every setting and where each recipe differs.
 
-Each run writes <output_dir>/<task>_<mixer>/ with settings.json, results.json, accuracy_vs_length.png, the
-model (save_pretrained) and resumable checkpoints; a suite also writes comparison.{md,json,png}. --resume
-continues every run with the settings it was trained with (changed ones are refused, naming them, apart from
-those declared safe: how often it evaluates / checkpoints, when it stops, how many restarts, the test size).
+Each run writes <output_dir>/[s<seed>/][<task>_<mixer>/] with settings.json, results.json, accuracy_vs_length.png,
+the model (save_pretrained) and resumable checkpoints; a suite also writes comparison.{md,json,png}. Every seed
+trained is merged into <output_dir>/summary.json and, with --summary PATH, into PATH. --resume continues every run
+with the settings it was trained with (a changed setting is refused, naming it, apart from those that only decide
+when it evaluates, checkpoints or stops, how many restarts it tries and the test size).
 
-Model selection (hf_ssm/training/state_tracking.py): every --eval_every steps the model is scored on held-out
-validation sequences at the test lengths (--validation_lengths test, the default; "train" selects on the
-training lengths instead), and the best-scoring weights are kept. --restarts R trains seeds seed, seed + 1000, ...,
-seed + 1000 (R - 1) in seed_<s>/ folders (runs of consecutive seeds share no restart) and keeps the restart with the
-best validation accuracy; it applies to the PD-SSM runs, the baselines (every other mixer) train
---baseline_restarts seeds (default 1: a baseline gets no second chance that would only cost time). The test
-sequences use their own seed and are scored once, at the end.
-
-Recipes (hf_ssm/training/recipes.py). Without --recipe, PD-SSM runs take `table` (the minimal automaton's free
-per-token transition table as the layer, on a frozen one-hot embedding, the one-hot states read through an RMSNorm;
-d = 256, Adam at a constant 1e-2, stop at 100 % validation after step 300, up to 2,000 steps and 3 restarts) and
-every other mixer takes `residual` (one pre-norm residual block with SwiGLU, d = 64, AdamW + cosine, 1,000 steps:
-the values shown below; PD-SSM's default before issue 28, then called `default`). --recipe NAME applies NAME to
-every run: table, residual, direct (issue 28: transitions W_P RMSNorm(frozen embedding) at lr / d, a frozen random
-C) or paper (the PD-SSM authors' protocol: two post-norm PD-SSM blocks, d = N = 128, last-token labels, ...).
-Precedence: a flag given on the command line always wins over the recipe's value, which wins over the default.
-Every seed trained is also merged into <output_dir>/summary.json and, with --summary PATH, into PATH (e.g.
-results/state_tracking/summary.json). Extra HybridSSMConfig fields: --extra_config '{"pd_ssm_transition": "bank"}'
-(or KEY=VALUE items; --config is its deprecated spelling, kept for one release).
+Model selection: every --eval_every steps the model is scored on held-out validation sequences at the test lengths,
+and the best weights are kept. --restarts R trains seeds s, s + 1000, ... in seed_<s>/ folders and keeps the best
+by validation; baselines train --baseline_restarts seeds (default 1). The test sequences use their own seed and are
+scored once, at the end.
 """
 
 from __future__ import annotations
@@ -44,11 +35,20 @@ import argparse
 import json
 import sys
 from dataclasses import fields
+from pathlib import Path
 
 from hf_ssm.data import TASK_NAMES, get_task
 from hf_ssm.data.automata import minimal_dfa_size
 from hf_ssm.training.checkpointing import check_run_folder_arguments
-from hf_ssm.training.cli import add_suite_folder_arguments, chosen_mixers, comma_list, run_folder, settings_parser
+from hf_ssm.training.cli import (
+    add_suite_folder_arguments,
+    chosen_mixers,
+    comma_list,
+    group_options,
+    run_folder,
+    seed_list,
+    settings_parser,
+)
 from hf_ssm.training.recipes import RECIPES, default_recipe, resolve_settings
 from hf_ssm.training.state_tracking import (
     RESUME_SAFE_SETTINGS,
@@ -56,6 +56,7 @@ from hf_ssm.training.state_tracking import (
     check_resume_runs,
     plot_accuracy_vs_length,
     results_table,
+    seeds_table,
     train_with_restarts,
 )
 from hf_ssm.training.summary import merge_summary, run_records
@@ -83,11 +84,82 @@ def recipe_values() -> str:
     others = [name for name in RECIPES if name != "residual"]
     lines = [f"settings (residual recipe; {', '.join(others)} where they differ):"]
     for f in fields(StateTrackingSettings):
-        if f.name in ("task", "mixer", "recipe"):  # not given: DEFAULT_TASKS x DEFAULT_MIXERS, default_recipe(mixer)
+        if f.name in (
+            "task",
+            "mixer",
+            "recipe",
+        ):  # not given: DEFAULT_TASKS x DEFAULT_MIXERS, default_recipe(mixer, task)
             continue
         differing = "".join(f"; {name} {RECIPES[name][f.name]!r}" for name in others if f.name in RECIPES[name])
         lines.append(f"  --{f.name} {getattr(defaults, f.name)!r}{differing}")
     return "\n".join(lines)
+
+
+# --help's option groups, the common ones first (cli.group_options): every option of the parser is in one.
+OPTION_GROUPS = {
+    "run": ("task", "tasks", "num_generators", "mixer", "mixers", "suite", "recipe", "seed", "seeds"),
+    "output and checkpointing": ("output_dir", "resume", "summary", "save_every"),
+    "data": (
+        "train_min_length",
+        "train_max_length",
+        "test_min_length",
+        "test_max_length",
+        "num_buckets",
+        "eval_samples_per_bucket",
+        "far_lengths",
+        "far_samples_per_bucket",
+        "supervision",
+    ),
+    "model": (
+        "pattern",
+        "hidden_size",
+        "state_size",
+        "num_heads",
+        "dict_size",
+        "lru_group_size",
+        "block_type",
+        "block_dropout",
+        "extra_config",
+    ),
+    "optimisation": (
+        "batch_size",
+        "max_steps",
+        "learning_rate",
+        "weight_decay",
+        "decay_embedding",
+        "warmup_steps",
+        "lr_schedule",
+        "min_learning_rate",
+        "grad_clip",
+        "length_curriculum_steps",
+        "length_curriculum_start",
+    ),
+    "model selection": (
+        "eval_every",
+        "validation_lengths",
+        "val_samples_per_bucket",
+        "target_accuracy",
+        "min_steps",
+        "restarts",
+        "baseline_restarts",
+    ),
+    # The PD-SSM layer's and the embedding's knobs that the recipes set (hf_ssm/training/recipes.py); a run that
+    # changes one by hand is an experiment.
+    "experimental (set by the recipes)": (
+        "pd_ssm_initial_state",
+        "pd_ssm_diagonal",
+        "pd_ssm_input",
+        "pd_ssm_transition",
+        "pd_ssm_transition_init_scale",
+        "pd_ssm_transition_norm",
+        "pd_ssm_output_skip",
+        "pd_ssm_output_init",
+        "pd_ssm_output_trainable",
+        "embedding_init",
+        "freeze_embedding",
+        "transition_lr_scale",
+    ),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tasks", type=comma_list, help="comma-separated tasks (a suite)")
     parser.add_argument("--mixers", type=comma_list, help="comma-separated mixers (a suite)")
     parser.add_argument("--suite", action="store_true", help="run every task x mixer and write one comparison")
+    parser.add_argument(
+        "--seeds",
+        type=seed_list,
+        default=None,
+        help="several seeds, one after another, each in <output_dir>/s<seed>/: 0-4 or 0,2,5 (instead of --seed)",
+    )
     add_suite_folder_arguments(parser, "runs/state_tracking/<time>", RESUME_SAFE_SETTINGS)
     parser.add_argument("--summary", default=None, help="also merge every seed's record into this summary.json")
     parser.add_argument(
@@ -107,65 +185,79 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="restarts of the runs whose mixer is not pd_ssm (--restarts applies to pd_ssm; default 1)",
     )
+    group_options(parser, OPTION_GROUPS)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def plan_runs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Path, list[tuple]]:
+    """The run folder and the (settings, run folder) of every run the arguments ask for, validated, in the order
+    they train: seed by seed, then task by task, then mixer by mixer. A refusal is a `parser.error`."""
     tasks = args.tasks or ([args.task] if args.task else DEFAULT_TASKS)
     for task in tasks:
         if task not in TASK_NAMES:
             parser.error(f"unknown task {task!r}; choose from {', '.join(TASK_NAMES)}")
     mixers = chosen_mixers(parser, args, DEFAULT_MIXERS)
+    if args.seeds is not None and args.seed is not NOT_GIVEN:
+        parser.error("give --seed or --seeds, not both")
+    seeds = args.seeds or [None]
     suite = args.suite or len(tasks) * len(mixers) > 1
-    skip = ("task", "mixer")
     explicit = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings)}
-    explicit = {k: v for k, v in explicit.items() if v is not NOT_GIVEN}
-    runs = [
-        StateTrackingSettings(task=t, mixer=m, **{**_recipe_settings(m, explicit, skip), **_restarts(m, args)})
-        for t in tasks
-        for m in mixers
-    ]
+    explicit = {k: v for k, v in explicit.items() if v is not NOT_GIVEN and k not in ("task", "mixer")}
     out = run_folder(args.output_dir, "runs/state_tracking/")
-    run_dirs = [out / f"{settings.task}_{settings.mixer}" if suite else out for settings in runs]
+    runs = []
+    for seed in seeds:
+        seed_dir = out if seed is None else out / f"s{seed}"
+        chosen = explicit if seed is None else {**explicit, "seed": seed}
+        for task in tasks:
+            for mixer in mixers:
+                recipe = chosen.get("recipe", default_recipe(mixer, task))  # --recipe has choices
+                values = {k: v for k, v in resolve_settings(recipe, chosen).items() if k not in ("task", "mixer")}
+                settings = StateTrackingSettings(task=task, mixer=mixer, **{**values, **_restarts(mixer, args)})
+                runs.append((settings, seed_dir / f"{task}_{mixer}" if suite else seed_dir))
     try:
-        for settings in runs:  # validated once, here: train_with_restarts is told so
+        for settings, _ in runs:  # validated once, here: train_with_restarts is told so
             settings.validate()
         check_run_folder_arguments(args.resume, args.output_dir)
-        for settings, run_dir in zip(runs, run_dirs):
+        for settings, run_dir in runs:
             if args.resume:  # refuse changed settings before any run trains or rewrites its settings.json
                 check_resume_runs(settings, run_dir)
     except ValueError as err:
         parser.error(str(err))
+    return out, runs
 
-    all_results = []
-    for settings, run_dir in zip(runs, run_dirs):
-        all_results.append(train_with_restarts(settings, run_dir, resume=args.resume, validated=True))
-        records = run_records(all_results[-1], run_dir, settings.recipe)
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out, runs = plan_runs(parser, args)
+    suite = args.suite or len({(s.task, s.mixer) for s, _ in runs}) > 1
+    results_by_folder: dict[Path, list[dict]] = {}
+    for settings, run_dir in runs:
+        results = train_with_restarts(settings, run_dir, resume=args.resume, validated=True)
+        results_by_folder.setdefault(run_dir.parent if suite else run_dir, []).append(results)
+        records = run_records(results, run_dir, settings.recipe)
         for path in (out / "summary.json", args.summary):
             if path is not None:
                 merge_summary(path, records)
         print(f"\n{settings.task} / {settings.mixer} (recipe {settings.recipe}): written to {run_dir}")
         print(
-            f"best validation accuracy {100 * all_results[-1]['validation']['accuracy']:.2f}%, "
-            f"CPU {all_results[-1]['cpu_seconds']:.0f} s; {_dfa_note(settings)}"
+            f"best validation accuracy {100 * results['validation']['accuracy']:.2f}%, "
+            f"CPU {results['cpu_seconds']:.0f} s; {_dfa_note(settings)}"
         )
-        print(results_table(all_results[-1:]))
+        print(results_table([results]))
     if suite:
-        table = results_table(all_results)
-        (out / "comparison.md").write_text(table + "\n")
-        (out / "comparison.json").write_text(json.dumps(all_results, indent=2))
-        plot_accuracy_vs_length(all_results, out / "comparison.png")
-        print(f"\nLast-position accuracy (%) by test length; written to {out}/comparison.{{md,json,png}}\n")
-        print(table)
+        for folder, folder_results in results_by_folder.items():
+            table = results_table(folder_results)
+            (folder / "comparison.md").write_text(table + "\n")
+            (folder / "comparison.json").write_text(json.dumps(folder_results, indent=2))
+            plot_accuracy_vs_length(folder_results, folder / "comparison.png")
+            print(f"\nLast-position accuracy (%) by test length; written to {folder}/comparison.{{md,json,png}}\n")
+            print(table)
+    if args.seeds is not None:
+        all_results = [r for folder_results in results_by_folder.values() for r in folder_results]
+        print(f"\nTest mean accuracy (%) over seeds {args.seeds}:\n")
+        print(seeds_table(all_results))
     return 0
-
-
-def _recipe_settings(mixer: str, explicit: dict, skip: tuple[str, ...]) -> dict:
-    """The settings of one run of `mixer`: --recipe's values (or default_recipe(mixer)'s) under the explicit flags."""
-    values = resolve_settings(explicit.get("recipe", default_recipe(mixer)), explicit)  # --recipe has choices
-    return {k: v for k, v in values.items() if k not in skip}
 
 
 def _restarts(mixer: str, args) -> dict:

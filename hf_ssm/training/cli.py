@@ -255,15 +255,17 @@ def group_options(parser: argparse.ArgumentParser, groups: dict[str, tuple[str, 
     `groups` maps a title to option names (dests). The options stay where argparse parses them; only the help
     lists them under their title. An option named in no group stays in the generic "options" group, listed last
     (so a new option is never hidden); a name that is not an option of the parser is refused (a stale group)."""
-    actions = {action.dest: action for action in parser._actions if action.option_strings}
+    actions: dict[str, list[argparse.Action]] = {}  # a dest can have several options (--x and --no_x)
+    for action in parser._actions:
+        if action.option_strings:
+            actions.setdefault(action.dest, []).append(action)
     unknown = [name for names in groups.values() for name in names if name not in actions]
     if unknown:
         raise ValueError(f"option groups name options the parser does not have: {unknown}")
     generic = parser._optionals
     for title, names in groups.items():
         group = parser.add_argument_group(title)
-        for name in names:
-            action = actions[name]
+        for action in (action for name in names for action in actions[name]):
             for container in parser._action_groups:
                 if action in container._group_actions and container is not group:
                     container._group_actions.remove(action)

@@ -1,53 +1,63 @@
-"""Training recipes of the state-tracking driver (docs/design.md §8.3): named sets of `StateTrackingSettings` values.
+"""Training recipes of the state-tracking driver (docs/design.md §8.3): named sets of `StateTrackingSettings` values,
+one table (`RECIPES`), so that every published figure is `train_state_tracking.py --task TASK --seed S`.
 
-The driver's default is per mixer (`default_recipe`): `table` for PD-SSM, `residual` for every other mixer (the
-baselines). An explicit `--recipe` applies to every run.
+Without `--recipe` a PD-SSM run takes its task's recipe (`default_recipe`: `TASK_RECIPES`, else `table`) and every
+other mixer `residual` (the baselines). An explicit `--recipe` applies to every run.
 
-- `table` (issue 28; PD-SSM's default): the minimal automaton of scripts/reference_automaton.py as the package's
-  layer, its free per-token table included. `direct` with the token embedding frozen at one-hot codes
+- `table` (PD-SSM's default): the minimal automaton of scripts/reference_automaton.py as the package's layer, its
+  free per-token table included. `direct` with the token embedding frozen at one-hot codes
   (`embedding_init="one_hot"`) and no norm in front of W_P, so that token v's logits W_P e_v are column v of W_P: a
   free N x N table per head and token, N(0, 1) entries (init scale sqrt(d) = 16) stepped by Adam at the full 1e-2
   (`transition_lr_scale` 1); C the identity, frozen, and the block `mixer_only`, so that the model's final RMSNorm and
   the classifier read the one-hot states themselves (a LayerNorm there, as in `direct`'s post-norm block, took the
-  reference from 9 of 10 seeds to 3 of 10 on A5: RESULTS.md). No early stop before step 300: at step 50 parity's
-  validation is already 100 % with a model that is not exact at 1,000. Up to 3 restarts (seeds s, s + 1000,
-  s + 2000), the next one only when a run ends below 100 % validation. Needs hidden_size >= the task's vocabulary
-  (every formal task's is tiny).
-- `residual` (the baselines' default; PD-SSM's default before issue 28, then named `default`): the settings'
-  own defaults. One pre-norm residual layer with SwiGLU, d = 64; for PD-SSM 16 heads of N = 8, K = 16, the
-  pure-automaton dictionary layer (D = 1, no input map B: `pd_ssm_diagonal="unit"`, `pd_ssm_input="none"`,
-  x_0 = e_0); every prefix labelled, AdamW lr 1e-2 without weight decay, 50 warm-up steps then cosine to 0,
-  gradient clipping at 1, 1,000 steps, 3 restarts (a baseline: 1, the driver's --baseline_restarts).
-- `direct` (issue 28): the minimal automaton of scripts/reference_automaton.py as a layer. One post-norm mixer-only
-  PD-SSM layer (`block_type="post_norm_mixer"`), d = 256, the same 16 automaton heads of N = 8, whose transitions
-  are read straight off the token: P_t = column argmax of W_P RMSNorm(u_t) (`pd_ssm_transition="direct"`,
+  reference from 9 of 10 seeds to 3 of 10 on A5: docs/design.md §8.3). No early stop before step 300: at step 50
+  parity's validation is already 100 % with a model that is not exact at 1,000. Up to 3 restarts (seeds s, s + 1000,
+  s + 2000), the next one only when a run ends below 100 % validation. The test adds 256 sequences of exactly 1,000
+  and 4,000 steps (`far_lengths`). Needs hidden_size >= the task's vocabulary (every formal task's is tiny).
+- `table_wide` (S5's default): `table` with 32 heads, d = 512 (S5's 120 states: 16 heads found the group on 1 of 3
+  reference seeds, 32 on 3 of 3).
+- `table_curriculum` (modular arithmetic's default): `table` with 8 heads of N = 64 (one head can hold the 50-state
+  DFA), d = 16 (C: 1,024 -> 16, trained; W_P's init scale sqrt(16)), the length curriculum over the first 1,500 of
+  at most 3,000 steps, validation every 250 steps, one run per seed, far lengths 1,001 and 4,001 (the task's lengths
+  are odd). Without the curriculum the reference automaton stays at chance.
+- `residual` (the baselines' default): the settings' own defaults. One pre-norm residual layer with SwiGLU, d = 64;
+  for PD-SSM 16 heads of N = 8, K = 16, the pure-automaton dictionary layer (D = 1, no input map B:
+  `pd_ssm_diagonal="unit"`, `pd_ssm_input="none"`, x_0 = e_0); every prefix labelled, AdamW lr 1e-2 without weight
+  decay, 50 warm-up steps then cosine to 0, gradient clipping at 1, 1,000 steps, 3 restarts (a baseline: 1, the
+  driver's --baseline_restarts). A baseline's state width is matched to 16 heads of N = 8: 256 real numbers.
+- `residual_narrow`: `residual` with one head, so a baseline's state is 2 N = 16 real numbers (the baseline table of
+  RESULTS.md §1).
+- `direct`: the minimal automaton of scripts/reference_automaton.py as a layer. One post-norm mixer-only PD-SSM layer
+  (`block_type="post_norm_mixer"`), d = 256, the same 16 automaton heads of N = 8, whose transitions are read
+  straight off the token: P_t = column argmax of W_P RMSNorm(u_t) (`pd_ssm_transition="direct"`,
   `pd_ssm_transition_norm`: the norm's gain trained), W_P starting at N(0, 0.02^2) (init scale 0.32 = 0.02 sqrt(d):
   N(0, 0.1) logits); the states reach the classifier through a frozen random C (N(0, 0.02^2), not trained; the
   block's LayerNorm then undoes its scale) and no D_skip u. The token embedding is frozen at its init
   (`freeze_embedding`), W_P learns at 1e-2 / d (`transition_lr_scale` = 1/256: one Adam step then moves a token's
   logits about as far as a step of a free per-token table); Adam at a constant 1e-2 (`lr_schedule="constant"`, no
-  warm-up, no clipping); training stops only at 100 % validation, within 2,000 steps. Every other value as `residual`.
-  (With C the identity and W_P ~ N(0, 1/d) instead, A5's seed 3 was not learnt.) On A5 it learns 1 seed of 5 where
-  `residual` learns 3 (RESULTS.md): an experiment.
+  warm-up, no clipping); training stops only at 100 % validation, within 2,000 steps. Every other value as
+  `residual`. On A5 it learns 1 seed of 5 where `residual` learns 3 (docs/design.md §8.3): an experiment.
 - `paper`: the PD-SSM authors' released state-tracking protocol as closely as this package allows: two
   post-norm mixer-only PD-SSM blocks (`block_type="post_norm_mixer"`, dropout 0.01), d = N = 128, one head,
   K = 8, x_0 = e_0, the paper's layer (complex D, b_t = B u_t); last-token supervision; AdamW lr 2e-3, weight
-  decay 0.01 except on the embedding; linear warm-up over 10 % of the steps, then cosine to 1e-5 (transformers' get_cosine_with_min_lr_schedule_with_warmup);
-  batch 256 of fresh samples every step; no gradient clipping; validation on 8 x 1,024 = 8,192 sequences at
-  lengths 40-256 every 5,000 steps; stop once validation reaches 99.95 %; up to 100,000 steps; one seed per run
-  (no restarts: seeds are reported one by one).
+  decay 0.01 except on the embedding; linear warm-up over 10 % of the steps, then cosine to 1e-5 (transformers'
+  get_cosine_with_min_lr_schedule_with_warmup); batch 256 of fresh samples every step; no gradient clipping;
+  validation on 8 x 1,024 = 8,192 sequences at lengths 40-256 every 5,000 steps; stop once validation reaches
+  99.95 %; up to 100,000 steps; one seed per run (no restarts: seeds are reported one by one).
 
 Precedence (`resolve_settings`): the settings' defaults, then the recipe's values, then every value given
-explicitly (a command-line flag), which always wins. Under `table` and `direct` hidden_size follows the heads,
-d = 2 H N (256 for 16 heads of N = 8, 512 for 32), unless it is given; W_P's init scale stays the recipe's (for
-`table`, entries N(0, 256 / d)). A recipe's warm-up is a fraction of `max_steps`, computed
-after the explicit values are in, unless `warmup_steps` itself is given.
+explicitly (a command-line flag), which always wins. Under the square-output recipes (`SQUARE_OUTPUT_RECIPES`)
+hidden_size follows the heads, d = 2 H N (256 for 16 heads of N = 8, 512 for 32), unless it is given; W_P's init
+scale stays the recipe's (for `table`, entries N(0, 256 / d)). A recipe's warm-up is a fraction of `max_steps`,
+computed after the explicit values are in, unless `warmup_steps` itself is given.
+
+A summary record names its recipe and the settings that differ from it (`summary.recipe_overrides`), so a recipe's
+values are never changed once a published record cites it: a new protocol is a new recipe.
 """
 
 from __future__ import annotations
 
-RECIPE_NAMES = ("table", "residual", "direct", "paper")
-DEFAULT_RECIPE = "table"  # PD-SSM runs
+DEFAULT_RECIPE = "table"  # PD-SSM runs of a task without its own recipe
 BASELINE_RECIPE = "residual"  # every other mixer
 # Recipe names that were renamed: refused with the new name in the message.
 RENAMED_RECIPES = {"default": "residual"}
@@ -70,18 +80,38 @@ _DIRECT = dict(
     max_steps=2000,
 )
 
+_TABLE = {  # `direct` with the reference automaton's free per-token table and an RMSNorm readout
+    **_DIRECT,
+    "block_type": "mixer_only",
+    "pd_ssm_transition_init_scale": 16.0,  # sqrt(d): W_P's entries, hence the table's logits, N(0, 1)
+    "pd_ssm_transition_norm": False,  # W_P reads e_v itself: column v of W_P is token v's table
+    "pd_ssm_output_init": "identity",
+    "embedding_init": "one_hot",
+    "transition_lr_scale": 1.0,  # a table entry's own Adam step, as the reference's
+    "min_steps": 300,  # parity reaches 100 % validation at step 50 with a model not yet exact at 1,000 (99.2 %)
+    "far_lengths": "1000,4000",  # an automaton that is right is right at any length: test it far out
+}
+
 RECIPES: dict[str, dict] = {
-    "table": {  # `direct` with the reference automaton's free per-token table and an RMSNorm readout
-        **_DIRECT,
-        "block_type": "mixer_only",
-        "pd_ssm_transition_init_scale": 16.0,  # sqrt(d): W_P's entries, hence the table's logits, N(0, 1)
-        "pd_ssm_transition_norm": False,  # W_P reads e_v itself: column v of W_P is token v's table
-        "pd_ssm_output_init": "identity",
-        "embedding_init": "one_hot",
-        "transition_lr_scale": 1.0,  # a table entry's own Adam step, as the reference's
-        "min_steps": 300,  # parity reaches 100 % validation at step 50 with a model not yet exact at 1,000 (99.2 %)
+    "table": _TABLE,
+    "table_wide": {**_TABLE, "num_heads": 32},  # d = 2 H N = 512 (SQUARE_OUTPUT_RECIPES)
+    "table_curriculum": {
+        **_TABLE,
+        "num_heads": 8,
+        "state_size": 64,  # one head can hold modular arithmetic's 50-state DFA
+        "hidden_size": 16,  # C: 2 H N = 1,024 -> 16, trained (a square, 1,024-wide model costs 64 times more)
+        "pd_ssm_transition_init_scale": 4.0,  # sqrt(d): the one-hot tokens' table entries N(0, 1), as in `table`
+        "pd_ssm_output_init": "normal",
+        "pd_ssm_output_trainable": True,
+        "length_curriculum_steps": 1500,
+        "max_steps": 3000,
+        "eval_every": 250,
+        "save_every": 250,
+        "restarts": 1,
+        "far_lengths": "1001,4001",  # the task's lengths are odd
     },
     "residual": {},
+    "residual_narrow": {"num_heads": 1},  # a baseline's state width: 2 N H = 16 real numbers
     "direct": _DIRECT,
     "paper": dict(
         pattern="SS",
@@ -111,20 +141,26 @@ RECIPES: dict[str, dict] = {
         restarts=1,
     ),
 }
+RECIPE_NAMES = tuple(RECIPES)
+# PD-SSM's recipe per task where `table` is not enough (RESULTS.md §1): the driver's default for that task.
+TASK_RECIPES = {"s5": "table_wide", "modular_arithmetic": "table_curriculum"}
 # Recipes whose hidden_size follows the heads: d = 2 H N (C maps the heads' [Re x, Im x] onto d, square), unless
 # hidden_size is given.
-SQUARE_OUTPUT_RECIPES = frozenset({"table", "direct"})
+SQUARE_OUTPUT_RECIPES = frozenset({"table", "table_wide", "direct"})
 # Warm-up as a fraction of max_steps, per recipe (None: the `warmup_steps` value as it stands); a recipe with a
 # fraction sets its own max_steps (an explicit --max_steps overrides it).
-WARMUP_FRACTIONS: dict[str, float | None] = {"table": None, "residual": None, "direct": None, "paper": 0.1}
+WARMUP_FRACTIONS: dict[str, float] = {"paper": 0.1}
 
 
-def default_recipe(mixer: str) -> str:
-    """The recipe a run of `mixer` takes when none is given: `table` for PD-SSM, `residual` for a baseline.
+def default_recipe(mixer: str, task: str | None = None) -> str:
+    """The recipe a run of `mixer` on `task` takes when none is given: for PD-SSM the task's own recipe
+    (`TASK_RECIPES`) or `table`, `residual` for a baseline.
 
     `table`'s frozen one-hot embedding and mixer-only block build PD-SSM as an automaton; another mixer gets the
     ordinary residual block (and its 1,000 steps: under `table` a baseline, never at 100 %, would train 2,000)."""
-    return DEFAULT_RECIPE if mixer == "pd_ssm" else BASELINE_RECIPE
+    if mixer != "pd_ssm":
+        return BASELINE_RECIPE
+    return TASK_RECIPES.get(task, DEFAULT_RECIPE)
 
 
 def check_recipe(recipe: str) -> None:
@@ -141,7 +177,7 @@ def resolve_settings(recipe: str, explicit: dict) -> dict:
     values = {**RECIPES[recipe], **explicit, "recipe": recipe}
     if recipe in SQUARE_OUTPUT_RECIPES and "hidden_size" not in explicit:
         values["hidden_size"] = 2 * values["num_heads"] * values["state_size"]
-    fraction = WARMUP_FRACTIONS[recipe]
+    fraction = WARMUP_FRACTIONS.get(recipe)
     if fraction is not None and "warmup_steps" not in explicit:
         values["warmup_steps"] = round(fraction * values["max_steps"])
     return values

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -319,6 +320,41 @@ def results_table(all_results: list[dict]) -> str:
         for r in all_results
     ]
     return markdown_table(header, rows)
+
+
+def seeds_table(all_results: list[dict]) -> str:
+    """Markdown table of a run over several seeds: one row per task and mixer, the test mean accuracy of every
+    seed (the kept restart's seed in brackets where a restart was kept), their mean ± sample std, the far lengths'
+    accuracy where tested, and the CPU seconds of each seed (restarts included)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for result in all_results:
+        groups.setdefault((result["task"], result["mixer"]), []).append(result)
+    header = ["task", "mixer", "recipe", "test mean % per seed", "mean ± std", "far % (min over seeds)", "CPU s"]
+    rows = []
+    for (task, mixer), results in groups.items():
+        means = [100 * r["test"]["mean_accuracy"] for r in results]
+        far = [b for r in results if "far" in r for b in r["far"]["buckets"]]
+        far_cells = {}
+        for b in far:
+            far_cells[b["min_length"]] = min(far_cells.get(b["min_length"], 100.0), 100 * b["accuracy"])
+        rows.append(
+            [
+                task,
+                mixer,
+                results[0]["recipe"],
+                " / ".join(f"{m:.2f}" + _kept_restart(r) for m, r in zip(means, results)),
+                f"{statistics.mean(means):.2f} ± {statistics.stdev(means) if len(means) > 1 else 0.0:.2f}",
+                " / ".join(f"{length}: {acc:.1f}" for length, acc in sorted(far_cells.items())) or "not tested",
+                " / ".join(f"{r['cpu_seconds']:.0f}" for r in results),
+            ]
+        )
+    return markdown_table(header, rows)
+
+
+def _kept_restart(result: dict) -> str:
+    """ " (seed 1004)" when the kept run is a restart, not the first seed of the run."""
+    first = result.get("restarts", [{}])[0].get("seed", result["seed"])
+    return f" (seed {result['seed']})" if result["seed"] != first else ""
 
 
 def _seed_cell(result: dict) -> str:

@@ -119,7 +119,7 @@ class StateTrackingSettings:
         default="residual",
         metadata={
             "choices": RECIPE_NAMES,
-            "help": "settings preset (driver default: table for pd_ssm, residual otherwise)",
+            "help": "settings preset (driver default: the task's recipe for pd_ssm: table, s5 table_wide, modular_arithmetic table_curriculum; residual for every other mixer)",
         },
     )
     supervision: str = "every"

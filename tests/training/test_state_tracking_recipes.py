@@ -135,7 +135,9 @@ def test_explicit_values_override_the_recipe_and_the_warmup_follows_max_steps():
     s = paper_settings(learning_rate=1e-3, max_steps=50, supervision="every")
     assert (s.learning_rate, s.max_steps, s.warmup_steps, s.supervision) == (1e-3, 50, 5, "every")
     assert paper_settings(max_steps=50, warmup_steps=7).warmup_steps == 7
-    with pytest.raises(ValueError, match=r"`recipe` must be one of \['table', 'residual', 'direct', 'paper'\]"):
+    with pytest.raises(
+        ValueError, match=r"`recipe` must be one of \['table', 'table_wide', 'table_curriculum', 'residual'"
+    ):
         resolve_settings("papers", {})
 
 
@@ -152,7 +154,8 @@ def test_bad_recipe_exits_with_code_2_naming_the_accepted_values(tmp_path):
     assert result.returncode == 2
     assert (
         "--recipe: invalid choice: 'authors'" in result.stderr
-        and "'table', 'residual', 'direct', 'paper'" in result.stderr
+        and "'table', 'table_wide', 'table_curriculum', 'residual', 'residual_narrow', 'direct', 'paper'"
+        in result.stderr
     )
 
 
