@@ -1,7 +1,7 @@
 """Learning curves of state-tracking runs from a summary.json (docs/design.md §8): validation accuracy vs step.
 
 One panel per task; one colour per series. A series is a mixer, or a label given with --series LABEL=SUBSTRING
-(the records whose run folder contains SUBSTRING; one label may be given with several substrings). Every seed is
+(the records whose run folder contains SUBSTRING, where * matches any text; one label may be given with several substrings). Every seed is
 drawn as a thin line, the mean over seeds as a thick one (a seed that stopped early at its target counts with
 its last value after it stopped). Reads only the records (their `validation_curve`), so the figure can be redrawn
 from results/state_tracking/summary.json alone. Example:
@@ -14,6 +14,7 @@ from results/state_tracking/summary.json alone. Example:
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import sys
 from collections import defaultdict
@@ -25,7 +26,8 @@ def series_of(record: dict, series: list[tuple[str, str]]) -> str | None:
     --series) its mixer; None when --series are given and none matches (the record is not drawn)."""
     if not series:
         return record["mixer"]
-    return next((label for label, part in series if part in record.get("run", "")), None)
+    run = record.get("run", "")
+    return next((label for label, part in series if fnmatch.fnmatchcase(run, f"*{part}*")), None)
 
 
 def mean_curve(runs: list[list], steps: list) -> tuple[list, list]:

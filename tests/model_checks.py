@@ -23,6 +23,7 @@ from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository (tests/ sits at its top)
 SCRIPTS = ROOT / "scripts"
+BENCHMARKS = ROOT / "benchmarks"
 
 
 def tiny_config(mixers: str | list[str], **overrides) -> HybridSSMConfig:

@@ -20,7 +20,7 @@ from op_checks import DEVICE, KERNEL_MARKS, assert_close, kernels
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
 from hf_ssm.modeling import scan_dispatch
-from model_checks import SCRIPTS, tiny_config
+from model_checks import BENCHMARKS, tiny_config
 
 pytestmark = KERNEL_MARKS
 
@@ -200,8 +200,8 @@ def test_model_routes_through_the_kernels(monkeypatch):
 
 @pytest.mark.slow
 def test_bench_script_cpu_sanity_pass(tmp_path):
-    """scripts/bench_kernels.py --cpu-sanity: every kernel once in the interpreter, checked against torch."""
-    script = SCRIPTS / "bench_kernels.py"
+    """benchmarks/bench_kernels.py --cpu-sanity: every kernel once in the interpreter, checked against torch."""
+    script = BENCHMARKS / "bench_kernels.py"
     out = tmp_path / "bench.json"
     kinds = ["pd_generated", "block_companion", "diag_complex"]
     result = subprocess.run(

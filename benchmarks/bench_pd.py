@@ -1,0 +1,147 @@
+"""PD-SSM cost against diagonal and block-diagonal LRUs (issue 13, BENCHMARKS.md), in one process.
+
+1. Time: one mixer's forward + backward on random (B, T, d) input, for PD-SSM dictionary mode, PD-SSM bank mode,
+   diag_lru and bd_lru (m = 4) at equal real state width W = 2 N (PD: H = 1 head of N complex states = 2N reals;
+   the LRUs' lru_total_state_size counts reals). The repetitions are interleaved (every round runs every mixer once, in
+   a rotating order) so that load from other processes hits all of them alike; the table gives the median per
+   mixer and its ratio to diag_lru's median.
+2. Peak memory of the same fwd+bwd at T = 1k, 4k, 16k: the rise of the process's peak resident set during the
+   step, from Linux's high-water mark (freed heap returned with malloc_trim and the mark reset through
+   /proc/self/clear_refs before the step, VmHWM - VmRSS after).
+   torch's CPU allocator does not cache, and large blocks are mmap-ed and returned on free, so this follows the
+   live tensors closely (a slight over-estimate at worst). tracemalloc cannot see torch's allocations, and the
+   torch profiler's memory events miss frees that happen outside an op (e.g. of a loop's temporaries).
+
+    python benchmarks/bench_pd.py                      # both sizes, memory at 1k / 4k / 16k
+    python benchmarks/bench_pd.py --rounds 3 --mem-steps 1024   # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import time
+
+import torch
+
+from hf_ssm import HybridSSMConfig
+from hf_ssm.modeling.modeling_hybrid_ssm import SSM_MIXER_CLASSES
+
+MIXERS = [
+    ("pd dictionary", "pd_ssm", {"pd_ssm_transition": "dictionary"}),
+    ("pd bank", "pd_ssm", {"pd_ssm_transition": "bank"}),
+    ("diag_lru", "diag_lru", {}),
+    ("bd_lru m=4", "bd_lru", {"lru_group_size": 4}),
+]
+SIZES = [(8, 256, 128, 8), (2, 1024, 64, 8)]  # (B, T, d = N, K)
+
+
+def make_mixer(kind: str, overrides: dict, d: int, k: int) -> torch.nn.Module:
+    config = HybridSSMConfig(
+        hidden_size=d,
+        num_attention_heads=4,
+        mixers=[kind],
+        num_hidden_layers=1,
+        pd_ssm_num_heads=1,
+        pd_ssm_head_state_size=d,
+        pd_ssm_dict_size=k,
+        lru_total_state_size=2 * d,
+        scan_backend="torch",
+        **overrides,
+    )
+    torch.manual_seed(0)
+    return SSM_MIXER_CLASSES[kind](config, 0)
+
+
+def fwd_bwd(mixer, u):
+    u = u.detach().requires_grad_()
+    y, _ = mixer(u)
+    y.pow(2).mean().backward()
+
+
+def time_size(batch, steps, d, k, rounds):
+    mixers = [(label, make_mixer(kind, extra, d, k)) for label, kind, extra in MIXERS]
+    u = torch.randn(batch, steps, d)
+    times = {label: [] for label, _ in mixers}
+    for _, mixer in mixers:  # warm-up
+        fwd_bwd(mixer, u)
+    for r in range(rounds):
+        for i in range(len(mixers)):
+            label, mixer = mixers[(i + r) % len(mixers)]
+            mixer.zero_grad(set_to_none=True)
+            start = time.perf_counter()
+            fwd_bwd(mixer, u)
+            times[label].append(time.perf_counter() - start)
+    return {label: statistics.median(ts) for label, ts in times.items()}
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def peak_bytes(mixer, u) -> int:
+    """Rise of the process's peak resident memory during one fwd_bwd (Linux): reset the high-water mark
+    (echo 5 > /proc/self/clear_refs) after glibc's malloc_trim, read VmRSS, run, read VmHWM."""
+    fwd_bwd(mixer, u[:, :64])  # one-time allocations (thread pools, autograd) outside the measurement
+    mixer.zero_grad(set_to_none=True)
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand freed heap pages back, so that re-used memory counts again
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    before = _status_kib("VmRSS")
+    fwd_bwd(mixer, u)
+    return (_status_kib("VmHWM") - before) * 1024
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (each runs every mixer once)")
+    parser.add_argument("--mem-steps", type=int, nargs="*", default=[1024, 4096, 16384], help="T of the memory table")
+    parser.add_argument("--mem-batch", type=int, default=2)
+    parser.add_argument("--mem-d", type=int, default=64, help="d = N of the memory table")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--out", default=None, help="also write the figures as JSON here")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
+    print("\n| B | T | d = N | K | state width (reals) | mixer | fwd+bwd median (ms) | / diag_lru |")
+    print("|---|---|---|---|---|---|---|---|")
+    record = {"torch": torch.__version__, "threads": torch.get_num_threads(), "rounds": args.rounds}
+    record["load_average_start"] = os.getloadavg()[0]
+    record["time"], record["peak_memory_mib"] = [], []
+    for batch, steps, d, k in SIZES:
+        med = time_size(batch, steps, d, k, args.rounds)
+        for label, t in med.items():
+            record["time"].append(
+                dict(B=batch, T=steps, d=d, N=d, K=k, mixer=label, median_s=t, ratio_to_diag_lru=t / med["diag_lru"])
+            )
+            print(
+                f"| {batch} | {steps} | {d} | {k} | {2 * d} | {label} | {1000 * t:.1f} | {t / med['diag_lru']:.2f}× |"
+            )
+    if args.mem_steps:
+        d, batch = args.mem_d, args.mem_batch
+        print(f"\nPeak memory rise of one fwd+bwd (MiB), B = {batch}, d = N = {d}, K = 8 (VmHWM - VmRSS)")
+        print("\n| T | " + " | ".join(label for label, _, _ in MIXERS) + " |")
+        print("|---|" + "---|" * len(MIXERS))
+        for steps in args.mem_steps:
+            u = torch.randn(batch, steps, d)
+            peaks = [peak_bytes(make_mixer(kind, extra, d, 8), u) / 2**20 for _, kind, extra in MIXERS]
+            print(f"| {steps} | " + " | ".join(f"{p:.1f}" for p in peaks) + " |")
+            record["peak_memory_mib"].append(
+                dict(B=batch, T=steps, d=d, N=d, K=8, **{label: p for (label, _, _), p in zip(MIXERS, peaks)})
+            )
+    record["load_average_end"] = os.getloadavg()[0]
+    print(f"\nload average at the end {record['load_average_end']:.1f}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(record, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
