@@ -1,4 +1,4 @@
-"""BD-LRU / H-LRU benchmarks (issue 3, BENCHMARKS.md), printed as a Markdown table and written as JSON.
+"""BD-LRU / H-LRU benchmarks (BENCHMARKS.md), printed as a Markdown table and written as JSON.
 
 At equal recurrent state width W (default 256) and length T (default 4096), for diag_lru, bd_lru (m = 2, 4, 8),
 h_lru (m = 2, 4) and pd_ssm (H = 4 heads x N = 64 complex states):

@@ -1,4 +1,4 @@
-"""PD-SSM cost against diagonal and block-diagonal LRUs (issue 13, BENCHMARKS.md), in one process.
+"""PD-SSM cost against diagonal and block-diagonal LRUs (BENCHMARKS.md), in one process.
 
 1. Time: one mixer's forward + backward on random (B, T, d) input, for PD-SSM dictionary mode, PD-SSM bank mode,
    diag_lru and bd_lru (m = 4) at equal real state width W = 2 N (PD: H = 1 head of N complex states = 2N reals;

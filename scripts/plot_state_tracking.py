@@ -7,7 +7,7 @@ its last value after it stopped). Reads only the records (their `validation_curv
 from results/state_tracking/summary.json alone. Example:
 
     python scripts/plot_state_tracking.py --summary results/state_tracking/summary.json \\
-        --series "pd_ssm real D=exp14/par_mag/" --series "diag_lru=_diag_lru" \\
+        --series "PD-SSM=table_parity/" --series "diag_lru=narrow/*_diag_lru" \\
         --out results/state_tracking/learning_curves.png
 """
 

@@ -1,4 +1,4 @@
-"""A minimal straight-through automaton in plain PyTorch, the reference beside the PD-SSM layer (issue 28).
+"""A minimal straight-through automaton in plain PyTorch, the reference beside the PD-SSM layer.
 
 Per head h and per token id v a free N x N logit table L[h, v] (N(0, 1) init, so different tokens start with
 different random transitions). Forward: P_t = the column-one-hot matrix with its 1 at argmax_i L[h, v_t][i, j] in

@@ -1,4 +1,4 @@
-"""Train an SSM adapter on a frozen causal LM for natural-language state tracking (issue 7, docs/design.md §10).
+"""Train an SSM adapter on a frozen causal LM for natural-language state tracking (docs/design.md §10).
 
 With no arguments: offline, on the built-in tiny Qwen2 (word-level tokenizer, a few minutes of language-model
 pretraining on question-free stories), task `parity`, comparing the frozen base + linear probe, LoRA and the

@@ -13,11 +13,11 @@ import math
 PD_SSM_DIAGONALS = ("complex", "magnitude", "unit")
 PD_SSM_INITIAL_STATES = ("zeros", "one_hot", "head_basis", "learned")
 # How PD-SSM makes P_t: mix a dictionary per token (the paper), pick one of a bank of fixed matrices (Flash PD-SSM), or
-# read P_t's column logits straight off a linear map of the input (a free transition table per token, issue 28).
+# read P_t's column logits straight off a linear map of the input (a free transition table per token).
 PD_SSM_TRANSITIONS = ("dictionary", "bank", "direct")
 # What PD-SSM adds to the state each step: b_t = B u_t (the paper) or nothing (the state is x_0 moved by A_t alone).
 PD_SSM_INPUTS = ("projection", "none")
-# How PD-SSM's output map C starts: N(0, initializer_range^2) like every linear map, or the identity (issue 28).
+# How PD-SSM's output map C starts: N(0, initializer_range^2) like every linear map, or the identity.
 PD_SSM_OUTPUT_INITS = ("normal", "identity")
 # The DEER solvers of the lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm family (`lrc_` / `deer_` fields, docs/design.md §6).
 LRC_SOLVERS = ("deer", "sequential")
@@ -30,9 +30,9 @@ CLASSIFIER_POOLING = ("last", "mean")
 SCAN_BACKENDS = ("auto", "torch", "triton")
 # What one decoder layer computes around its mixer (docs/design.md §7.1): the package's pre-norm residual block with a
 # SwiGLU MLP, or the PD-SSM authors' state-tracking block (post-norm, no residual, no MLP).
-# "mixer_mlp" (issue 28): the pre-norm block without the residual around the mixer, so that what follows reads the
+# "mixer_mlp": the pre-norm block without the residual around the mixer, so that what follows reads the
 # mixer's output only (a one-layer automaton's state, not the token embedding beside it).
-# "mixer_only" (issue 28): the mixer alone on the raw stream, no norm, residual or MLP around it; the model's final
+# "mixer_only": the mixer alone on the raw stream, no norm, residual or MLP around it; the model's final
 # RMSNorm then reads the last mixer's output (a one-layer automaton's states go through a plain RMSNorm to the head).
 BLOCK_TYPES = ("pre_norm_residual", "post_norm_mixer", "mixer_mlp", "mixer_only")
 

@@ -193,31 +193,31 @@ class HybridSSMConfig(PretrainedConfig):
         pd_ssm_output_init: how C (the map of [Re x, Im x] of every head to width d) starts. `"normal"` (default):
             N(0, initializer_range^2) like every linear map. `"identity"`: C = the d x 2HN identity (needs
             hidden_size >= 2 * pd_ssm_num_heads * pd_ssm_head_state_size), so that what follows the mixer starts by
-            reading the heads' states as they are, not through a small random projection (issue 28).
+            reading the heads' states as they are, not through a small random projection.
         pd_ssm_output_trainable: whether C is trained (default True). False keeps C at its initial value
             (requires_grad False; saved and loaded like any weight): with `pd_ssm_output_init="identity"` the rest of
-            the model reads the heads' states themselves throughout training (issue 28).
+            the model reads the heads' states themselves throughout training.
         pd_ssm_transition_init_scale: s above (> 0, default 1.0); read by `pd_ssm_transition="direct"` only.
         pd_ssm_identity_entry_logit: None (default) or a number L; dictionary and bank transitions only. When set,
             entry 0 of every head's dictionary (bank) starts as the identity scores I (P = I) while the other entries
             keep their random start, and the selection W_s u_t + c gains a trainable bias c that starts at L for
             entry 0 and 0 elsewhere: every token starts by preferring the identity (a filler word leaves the state
             alone) while the other entries are distinct random transitions that event words can learn to pick
-            (issue 26). Adds the parameter `selection.bias`, so it is one of WEIGHT_MEANING_FIELDS.
+           . Adds the parameter `selection.bias`, so it is one of WEIGHT_MEANING_FIELDS.
         pd_ssm_shared_selection: whether one choice among the K entries is made per token for all heads (W_s: d -> K,
             then each head applies its own entry k_t) instead of one per head (W_s: d -> H K; default False). Bank
             transitions only. The token's input then acts like a token id picking one of K symbols, and every head
-            has a free transition table per symbol: on sentence features (issue 26) per-head choices drift apart for
+            has a free transition table per symbol: on sentence features per-head choices drift apart for
             sentences of one kind. Changes `selection.weight`'s shape, so it is one of WEIGHT_MEANING_FIELDS.
         pd_ssm_transition_norm: whether the direct transition reads RMSNorm(u_t) (its own trained gain, initialised
             at 1) instead of u_t (default False): P_t's logits are W_P RMSNorm(u_t), unit-RMS input whatever block
             feeds the mixer (the post-norm block feeds it the raw N(0, 0.02^2) embedding). Read by
-            `pd_ssm_transition="direct"` only (issue 28).
+            `pd_ssm_transition="direct"` only.
         pd_ssm_transition_input_size: None (default: all d) or k in [1, hidden_size]: the direct transition reads
             the first k features of u_t only, W_P: k -> H N^2, starting N(0, s^2 / k). With a token embedding frozen at
             one-hot codes (k >= the vocabulary) W_P is still one free logit table per token while d stays free for
             the states: the modular-arithmetic layer (8 heads of N = 64) reads its 1,024 one-hot state features
-            through C = I with k = 16, where a W_P reading all 1,024 features would hold 33.5 M weights (issue 28).
+            through C = I with k = 16, where a W_P reading all 1,024 features would hold 33.5 M weights.
             Read by `pd_ssm_transition="direct"` only.
         pd_ssm_input: what each step adds to the state. `"projection"` (default, docs/design.md §4): b_t = B u_t.
             `"none"`: b_t = 0 and the layer has no B, so x_t = A_t ... A_1 x_0 is exactly the run of the automaton
@@ -264,11 +264,11 @@ class HybridSSMConfig(PretrainedConfig):
             `"mixer_mlp"`: x <- Mixer(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)), and the final RMSNorm: the pre-norm
             block without the residual around the mixer, so that the rest of the model reads the mixer's output
             only. With a pd_ssm mixer and `pd_ssm_output_skip=False` a one-layer state-tracking model's classifier
-            then sees a function of the automaton state alone, never the current token's embedding (issue 28).
+            then sees a function of the automaton state alone, never the current token's embedding.
             `"mixer_only"`: x <- Mixer(x), nothing around it (no norm, residual or MLP), and the final RMSNorm: with
             a pd_ssm mixer without D_skip and C = the identity, a one-layer model's head reads RMSNorm of the
             automaton states themselves. Unlike the LayerNorm of `"post_norm_mixer"`, an RMSNorm leaves a state
-            entry that is 0 at 0, so the head's weights of the inactive states get no gradient (issue 28).
+            entry that is 0 at 0, so the head's weights of the inactive states get no gradient.
         block_dropout: dropout probability in [0, 1) on the mixer output of a `"post_norm_mixer"` block (the
             authors use 0.01); must be 0 for the other block types, which have no dropout there.
 

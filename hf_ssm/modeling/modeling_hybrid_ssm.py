@@ -184,7 +184,7 @@ class HybridSSMPreTrainedModel(PreTrainedModel):
         """transformers' per-module init, except for a module that has an init hook (mixer_registry) but no parameter
         or buffer of its own, only child maps (a direct-transition PD-SSM mixer without D_skip): transformers' rule for
         code outside the library takes such a module for initialised without calling `_init_weights`, which left W_P
-        and an identity C at the generic N(0, initializer_range^2) init (issue 28). Its hook runs here like any other
+        and an identity C at the generic N(0, initializer_range^2) init. Its hook runs here like any other
         (its init functions skip the weights a checkpoint loaded)."""
         if (
             is_custom_code

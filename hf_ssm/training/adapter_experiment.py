@@ -1,4 +1,4 @@
-"""The adapter experiment of issue 7: natural-language state tracking on a frozen causal LM (docs/design.md §8, §10).
+"""The adapter experiment: natural-language state tracking on a frozen causal LM (docs/design.md §8, §10).
 
 One run trains, on stories of `train_min_transitions .. train_max_transitions` transitions, each of
 

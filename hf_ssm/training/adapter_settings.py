@@ -106,7 +106,7 @@ class AdapterExperimentSettings:
     transition: str = "dictionary"
     # PD-SSM: added to the diagonal of every dictionary (bank) score matrix at init; None = the adapter's
     # near-identity start (1.0, so P = I at first). In bank mode a strong diagonal on every entry saturates the
-    # straight-through column softmax and the entries barely move (RESULTS.md, issue 15); 0 starts them random.
+    # straight-through column softmax and the entries barely move (RESULTS.md); 0 starts them random.
     dictionary_diagonal_init: float | None = None
     # PD-SSM (HybridSSMConfig.pd_ssm_identity_entry_logit): entry 0 of the dictionary (bank) starts as the identity
     # and every token's selection starts biased towards it by this logit, the other entries random; None = off.
@@ -121,7 +121,7 @@ class AdapterExperimentSettings:
     classifier_per_head: bool = False
     # PD-SSM (HybridSSMConfig.pd_ssm_output_skip): whether the mixer's output adds D_skip u; None = the mixer's
     # default (True). False, with "out_proj" in frozen_mixer_parameters, hands the readout the automaton states
-    # through a fixed map only (a trained map there breaks the straight-through search: RESULTS.md, issue 26).
+    # through a fixed map only (a trained map there breaks the straight-through search: RESULTS.md).
     output_skip: bool | None = None
     # Mixer parameters kept at their (near-identity) start: for the PD-SSM, D's magnitude and phase MLPs, so the
     # state is carried by the exact permutations P (a trained D fits the training lengths but drifts on longer

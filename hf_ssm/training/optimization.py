@@ -82,7 +82,7 @@ def warmup_constant_factor(step: int, warmup_steps: int) -> float:
 def build_scheduler(optimizer, settings):
     """The state-tracking schedule: `"cosine"`, the package's (`warmup_cosine_factor`, down to 0 at max_steps);
     `"cosine_with_min_lr"`, transformers' linear warm-up from 0 then cosine down to `min_learning_rate`;
-    `"constant"`, the package's warm-up, then the peak rate to the end (the minimal automaton's Adam, issue 28)."""
+    `"constant"`, the package's warm-up, then the peak rate to the end (the minimal automaton's Adam)."""
     if settings.lr_schedule == "constant":
         factor = partial(warmup_constant_factor, warmup_steps=settings.warmup_steps)
         return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -262,8 +262,8 @@ def train_with_restarts(
 
 
 # Restart r of a run with seed s trains seed s + r * RESTART_SEED_STRIDE: runs of consecutive seeds (0, 1, 2, ...)
-# then never share a restart, so R restarts of 5 seeds are 5 R different trainings. (Before issue 28 restart r
-# trained seed s + r: seed 0's second restart was seed 1's first, the same training, so "5 of 5 seeds" counted it
+# then never share a restart, so R restarts of 5 seeds are 5 R different trainings. (Earlier versions'
+# restart r trained seed s + r: seed 0's second restart was seed 1's first, the same training, so "5 of 5 seeds" counted it
 # twice.)
 RESTART_SEED_STRIDE = 1000
 

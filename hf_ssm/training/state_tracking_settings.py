@@ -79,13 +79,13 @@ class StateTrackingSettings:
     # PD-SSM's D and input map (HybridSSMConfig.pd_ssm_diagonal / pd_ssm_input). The default is the pure automaton,
     # D = 1 and no input map, so x_t = P_t ... P_1 e_0 is a basis vector naming the state: it learned parity, even
     # pairs, cycle navigation and A5 past the training lengths where the paper's layer ("complex" D with
-    # b_t = B u_t, the paper recipe) degrades with the length (RESULTS.md, issue 14).
+    # b_t = B u_t, the paper recipe) degrades with the length (RESULTS.md).
     pd_ssm_diagonal: str = "unit"
     pd_ssm_input: str = "none"
     # How P_t is made and how the states are read (HybridSSMConfig.pd_ssm_transition, pd_ssm_transition_init_scale,
     # pd_ssm_transition_norm, pd_ssm_output_skip, pd_ssm_output_init, pd_ssm_output_trainable); --extra_config wins.
     # These defaults are the dictionary layer of the `residual` recipe; the `table` and `direct` recipes read P_t's
-    # logits straight off the token instead (issue 28, hf_ssm/training/recipes.py).
+    # logits straight off the token instead (hf_ssm/training/recipes.py).
     pd_ssm_transition: str = "dictionary"
     pd_ssm_transition_init_scale: float = 1.0
     pd_ssm_transition_norm: bool = False
@@ -111,7 +111,7 @@ class StateTrackingSettings:
     # runs of consecutive seeds share no restart); the restart with the best validation accuracy is kept, and no
     # further restart starts once one reaches target_accuracy. The test set never takes part.
     restarts: int = 3
-    # Issue 14 (hf_ssm/training/recipes.py): the recipe these values came from (a label, recorded in the
+    # The recipe (hf_ssm/training/recipes.py) these values came from (a label, recorded in the
     # summary; these field defaults are the `residual` recipe's values, the driver's PD-SSM default is `table`); which positions are supervised ("every" prefix label or only the "last" token); the block around
     # each mixer (HybridSSMConfig.block_type / block_dropout); no weight decay on the embedding when
     # decay_embedding is False; "cosine" (to 0) or transformers' "cosine_with_min_lr" (to min_learning_rate).
@@ -128,7 +128,7 @@ class StateTrackingSettings:
     decay_embedding: bool = True
     lr_schedule: str = "cosine"
     min_learning_rate: float = 0.0
-    # Issue 28: the token embedding is not trained (requires_grad False: it stays at its N(0, 0.02^2) init, fixed
+    # The token embedding is not trained (requires_grad False: it stays at its N(0, 0.02^2) init, fixed
     # nearly orthogonal token codes), and the learning rate of PD-SSM's direct transition map W_P
     # (pd_ssm_transition="direct", `transition_proj`) is learning_rate * transition_lr_scale. Why (muP-style): one
     # Adam step moves every entry of W_P by about lr, so it moves a token's logit W_P u by about lr * sum_i |u_i|,

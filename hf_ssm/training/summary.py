@@ -1,4 +1,4 @@
-"""results/state_tracking/summary.json: one record per trained seed, merged across runs (issue 14).
+"""results/state_tracking/summary.json: one record per trained seed, merged across runs.
 
 A record is {task, mixer, recipe, seed, steps, cpu_seconds, test_accuracy_by_bucket, test_mean_accuracy} plus
 `run` (the run folder), `train_seconds` (wall clock), `best_validation_accuracy`, `validation_curve` ([step,

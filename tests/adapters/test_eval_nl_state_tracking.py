@@ -1,5 +1,5 @@
 """scripts/eval_nl_state_tracking.py: any causal LM's own greedy answer to English state-tracking stories, with or
-without an SSM adapter, scored by number of transitions (issue 26 item 6); run here on a tiny offline base."""
+without an SSM adapter, scored by number of transitions; run here on a tiny offline base."""
 
 from __future__ import annotations
 

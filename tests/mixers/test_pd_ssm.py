@@ -290,7 +290,7 @@ def test_bank_mode_trust_remote_code_loads_without_hf_ssm(tmp_path):
     assert not any("def pd_scan_sequential" in text or "def pd_bank_reference" in text for text in code)
 
 
-# ------------------------------------------------------------------------------------ direct transitions (issue 28)
+# ------------------------------------------------------------------------------------ direct transitions
 
 
 def test_direct_mode_has_a_transition_map_and_no_dictionary():
@@ -370,7 +370,7 @@ def test_direct_mode_trust_remote_code_loads_without_hf_ssm(tmp_path):
     assert_loads_without_hf_ssm(model, tmp_path / "direct")
 
 
-# ------------------------------------------------------------------------ the identity entry (issue 26)
+# ------------------------------------------------------------------------ the identity entry
 
 
 @pytest.mark.parametrize("transition", ["dictionary", "bank"])

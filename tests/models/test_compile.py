@@ -1,4 +1,4 @@
-"""torch.compile of the model's forward (training and one-token decode), for every mixer (issue 24).
+"""torch.compile of the model's forward (training and one-token decode), for every mixer.
 
 Properties: the compiled forward equals eager (values and gradients); the decode step on a static cache traces as
 one graph (no graph break) for every mixer, and so does the training forward except for the DEER mixers, whose
@@ -172,7 +172,7 @@ def test_the_triton_scans_compile_as_opaque_ops_to_the_eager_values_and_gradient
 def test_the_compiled_pd_decode_step_has_no_complex_tensor(mixer, extra):
     """PD-SSM's state is complex, but the model caches it as real (..., 2) pairs and a compiled decode step computes
     in pairs end to end: no complex tensor anywhere in the traced graph (inductor generates no code for complex
-    operators and would run each one eagerly, one by one). Dictionary and bank transitions; the direct one (issue 28's
+    operators and would run each one eagerly, one by one). Dictionary and bank transitions; the direct one (a
     research option) still builds complex D and b."""
     model = _model(mixer, extra).eval()
     ids = torch.randint(1, 37, (2, 6))

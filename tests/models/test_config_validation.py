@@ -1,4 +1,4 @@
-"""HybridSSMConfig validation holds however a config is built or changed (issue 16, points 11 and 12).
+"""HybridSSMConfig validation holds however a config is built or changed (points 11 and 12).
 
 Construction, attribute assignment, `update`, and `from_pretrained(path, **overrides)` all end in a config whose
 derived fields (`mixers` resolved from a pattern, `layer_types`) match, or in a ValueError / TypeError that names
@@ -222,7 +222,7 @@ def test_unknown_override_keys_are_refused_with_the_closest_valid_name(key, clos
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 27 point 3: misspelt fields outside the mixer prefixes, through every way of setting a key
+# misspelt fields outside the mixer prefixes, through every way of setting a key
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -274,7 +274,7 @@ def test_extra_keys_transformers_sets_and_distant_unknown_keys_still_pass(tmp_pa
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 27 point 4: an override that changes what the saved weights compute is refused unless asked for
+# an override that changes what the saved weights compute is refused unless asked for
 # ---------------------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""config.pd_ssm_transition_input_size (issue 28): the direct transition reads the first k features of u_t only. What it
+"""config.pd_ssm_transition_input_size: the direct transition reads the first k features of u_t only. What it
 computes (the other features cannot move P_t), W_P's size and init, the pure automaton's training path with it, its
 config check, save / reload, cached decode and remote-code loading."""
 

@@ -1,4 +1,4 @@
-"""config.pd_ssm_transition_norm (issue 28): the direct transition reads RMSNorm(u_t) with its own gain. What it
+"""config.pd_ssm_transition_norm: the direct transition reads RMSNorm(u_t) with its own gain. What it
 computes, its config check, save / reload, cached decode and remote-code loading; and the init of a direct mixer
 without D_skip (W_P and C were left at the generic init)."""
 

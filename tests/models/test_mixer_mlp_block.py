@@ -1,5 +1,5 @@
 """The blocks without the residual around the mixer (config.block_type = "mixer_mlp", and "mixer_only": the mixer
-alone) and the PD-SSM output without D_skip u (config.pd_ssm_output_skip = False), issue 28: what they compute,
+alone) and the PD-SSM output without D_skip u (config.pd_ssm_output_skip = False): what they compute,
 their config checks, reload, cached decode and remote-code loading."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""config.pd_ssm_shared_selection (issue 26): in bank mode one choice of entry per token for every head. What it
+"""config.pd_ssm_shared_selection: in bank mode one choice of entry per token for every head. What it
 computes (every head applies its own entry k_t for the same k_t), W_s's size, the gradient reaching it, its config
 check, save / reload, cached decode (the fused decode step is skipped) and remote-code loading."""
 

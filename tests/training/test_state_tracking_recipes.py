@@ -1,4 +1,4 @@
-"""Issue 14: the `paper` recipe builds the documented model and optimizer, explicit flags override recipe values,
+"""The `paper` recipe builds the documented model and optimizer, explicit flags override recipe values,
 last-token supervision ignores every other position, summary.json merges runs, and the minimal DFA sizes."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def test_residual_recipe_keeps_the_settings_defaults():
 
 
 def test_renamed_recipe_is_refused_with_its_new_name():
-    """`default` (the residual recipe's name before issue 28) is refused, the message naming `residual`."""
+    """`default` (the residual recipe's former name) is refused, the message naming `residual`."""
     with pytest.raises(ValueError, match=r"got 'default' \(`default` is now called `residual`\)"):
         resolve_settings("default", {})
     with pytest.raises(ValueError, match="is now called `residual`"):

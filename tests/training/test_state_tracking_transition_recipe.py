@@ -1,4 +1,4 @@
-"""Issue 28: the state-tracking settings `freeze_embedding` (the token embedding is not trained),
+"""The state-tracking settings `freeze_embedding` (the token embedding is not trained),
 `transition_lr_scale` (the learning rate of PD-SSM's direct transition map W_P, as a multiple of learning_rate) and
 `embedding_init` (one-hot token codes): their validation, the optimizer and model they build, a run that keeps the
 embedding, the record and the resume check."""
