@@ -5,12 +5,17 @@ selective LRU), offline, a few minutes on a 2-core CPU. Examples:
 
     python scripts/train_state_tracking.py
     python scripts/train_state_tracking.py --task a5 --num_generators 2 --mixer pd_ssm --max_steps 3000
+    python scripts/train_state_tracking.py --task mqar --task_vocab_size 64 --sequence_length 64 --mixer bd_lru \
+        --train_min_length 2 --train_max_length 8 --test_min_length 8 --test_max_length 20
     python scripts/train_state_tracking.py --suite --tasks parity,even_pairs --mixers pd_ssm,bd_lru,attention
     python scripts/train_state_tracking.py --recipe paper --task parity --max_steps 2000 --batch_size 64
     accelerate launch scripts/train_state_tracking.py --task parity
 
 --pattern gives one layer per letter, HybridSSMConfig's letters with S = --mixer (e.g. --pattern SA: the mixer,
-then attention; --pattern BA: bd_lru then attention). --num_generators applies to a5 / s5 only.
+then attention; --pattern BA: bd_lru then attention). --num_generators applies to the group tasks a5 / s5 / s3 / s4
+only; --task_vocab_size, --sequence_length, --num_queries (mqar) and --num_data_tokens (selective_copying) to the
+memory tasks (docs/design.md §8.5). For mqar the train / test lengths count key-value pairs at the fixed
+--sequence_length, and its accuracy (like selective_copying's and compression's) is over every queried position.
 
 Each run writes <output_dir>/<task>_<mixer>/ with settings.json, results.json, accuracy_vs_length.png, the
 model (save_pretrained) and resumable checkpoints; a suite also writes comparison.{md,json,png}. --resume
@@ -149,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{settings.task} / {settings.mixer} (recipe {settings.recipe}): written to {run_dir}")
         print(
             f"best validation accuracy {100 * all_results[-1]['validation']['accuracy']:.2f}%, "
+            f"{_chance_note(all_results[-1])}"
             f"CPU {all_results[-1]['cpu_seconds']:.0f} s; {_dfa_note(settings)}"
         )
         print(results_table(all_results[-1:]))
@@ -173,6 +179,15 @@ def _restarts(mixer: str, args) -> dict:
     if mixer == "pd_ssm":
         return {}
     return {"restarts": args.baseline_restarts}
+
+
+def _chance_note(results: dict) -> str:
+    """The task's chance level, which positions the accuracy reads and what the buckets count ("" for a results.json
+    written before they were recorded)."""
+    if "chance_accuracy" not in results:
+        return ""
+    where = "every labelled position" if results["scored_positions"] == "labelled" else "the last position"
+    return f"chance {100 * results['chance_accuracy']:.2f}% (scored at {where}; buckets by {results['size_name']}), "
 
 
 def _dfa_note(settings: StateTrackingSettings) -> str:
