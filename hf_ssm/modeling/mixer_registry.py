@@ -366,7 +366,7 @@ def _init_lstm(module, init, config) -> None:
     import torch
 
     bound = module.hidden_size**-0.5
-    for name, param in module.lstm.named_parameters():
+    for param in module.lstm.parameters():
         init.uniform_(param, -bound, bound)
     bias = torch.zeros_like(module.lstm.bias_ih_l0)
     bias[module.hidden_size : 2 * module.hidden_size] = 1.0  # gate order i, f, g, o
