@@ -28,6 +28,7 @@ _MIXER_TAGS = {
     "gru_ssm": "gru-ssm",
     "mgu_ssm": "mgu-ssm",
     "lstm_ssm": "lstm-ssm",
+    "lstm": "lstm",
     "attention": "attention",
 }
 _BUILTIN_NAMES = {
@@ -61,6 +62,8 @@ def mixer_details(config, mixer: str) -> str:
         return f"diagonal selective LRU, state {c('lru_total_state_size')}, {c('lru_normalization')} gates"
     if mixer in ("lrc_ssm", "gru_ssm", "mgu_ssm", "lstm_ssm"):
         return f"{mixer} (diagonal-Jacobian cell), state {c('lrc_num_channels')}, solver {c('lrc_solver')}"
+    if mixer == "lstm":
+        return f"LSTM (torch.nn.LSTM, sequential), hidden size {c('lstm_hidden_size')}"
     return mixer
 
 

@@ -8,6 +8,8 @@ comparison.md). Every published figure is one command (RESULTS.md):
     python scripts/train_state_tracking.py --task a5 --seeds 0-4
     python scripts/train_state_tracking.py --task modular_arithmetic --seed 0
     python scripts/train_state_tracking.py --tasks parity,a5 --mixers diag_lru,attention --recipe residual_narrow
+    python scripts/train_state_tracking.py --task mqar --task_vocab_size 64 --sequence_length 64 --mixer bd_lru \
+        --train_min_length 2 --train_max_length 8 --test_min_length 8 --test_max_length 20
     accelerate launch scripts/train_state_tracking.py --task parity
 
 Recipes (hf_ssm/training/recipes.py, one table). A PD-SSM run takes its task's recipe: `table` (the minimal
@@ -16,6 +18,12 @@ automaton's free per-token transition table as the layer, 16 heads of N = 8), `t
 `residual` (one pre-norm residual block with SwiGLU, d = 64, AdamW + cosine, 1,000 steps). --recipe NAME applies
 NAME to every run. A flag given on the command line always wins over the recipe's value, which wins over the
 default; the epilog lists every setting and where each recipe differs.
+
+--pattern gives one layer per letter, HybridSSMConfig's letters with S = --mixer (e.g. --pattern SA: the mixer,
+then attention; --pattern BA: bd_lru then attention). --num_generators applies to the group tasks a5 / s5 / s3 / s4
+only; --task_vocab_size, --sequence_length, --num_queries (mqar) and --num_data_tokens (selective_copying) to the
+memory tasks (docs/design.md §8.5). For mqar the train / test lengths count key-value pairs at the fixed
+--sequence_length, and its accuracy (like selective_copying's and compression's) is over every queried position.
 
 Each run writes <output_dir>/[s<seed>/][<task>_<mixer>/] with settings.json, results.json, accuracy_vs_length.png,
 the model (save_pretrained) and resumable checkpoints; a suite also writes comparison.{md,json,png}. Every seed
@@ -98,6 +106,12 @@ def recipe_values() -> str:
 # --help's option groups, the common ones first (cli.group_options): every option of the parser is in one.
 OPTION_GROUPS = {
     "run": ("task", "tasks", "num_generators", "mixer", "mixers", "suite", "recipe", "seed", "seeds"),
+    "memory tasks (mqar, selective_copying, compression)": (
+        "task_vocab_size",
+        "sequence_length",
+        "num_queries",
+        "num_data_tokens",
+    ),
     "output and checkpointing": ("output_dir", "resume", "summary", "save_every"),
     "data": (
         "train_min_length",
@@ -242,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{settings.task} / {settings.mixer} (recipe {settings.recipe}): written to {run_dir}")
         print(
             f"best validation accuracy {100 * results['validation']['accuracy']:.2f}%, "
+            f"{_chance_note(results)}"
             f"CPU {results['cpu_seconds']:.0f} s; {_dfa_note(settings)}"
         )
         print(results_table([results]))
@@ -265,6 +280,15 @@ def _restarts(mixer: str, args) -> dict:
     if mixer == "pd_ssm":
         return {}
     return {"restarts": args.baseline_restarts}
+
+
+def _chance_note(results: dict) -> str:
+    """The task's chance level, which positions the accuracy reads and what the buckets count ("" for a results.json
+    written before they were recorded)."""
+    if "chance_accuracy" not in results:
+        return ""
+    where = "every labelled position" if results["scored_positions"] == "labelled" else "the last position"
+    return f"chance {100 * results['chance_accuracy']:.2f}% (scored at {where}; buckets by {results['size_name']}), "
 
 
 def _dfa_note(settings: StateTrackingSettings) -> str:

@@ -47,7 +47,7 @@ def tiny_config(mixers: str | list[str], **overrides) -> HybridSSMConfig:
 
 def hybrid_config(mixer: str, **overrides) -> HybridSSMConfig:
     """One `mixer` layer followed by one attention layer, every mixer's sizes kept tiny."""
-    settings = dict(lrc_num_channels=8, lru_total_state_size=8, lru_group_size=2)
+    settings = dict(lrc_num_channels=8, lru_total_state_size=8, lru_group_size=2, lstm_hidden_size=8)
     settings.update(overrides)
     return tiny_config([mixer, "attention"], **settings)
 

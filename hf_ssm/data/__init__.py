@@ -1,5 +1,6 @@
 """Data generators for hf_ssm experiments."""
 
+from .memory_tasks import CompressionTask, MultiQueryAssociativeRecallTask, SelectiveCopyingTask
 from .nl_state_tracking import (
     NL_TASK_NAMES,
     NLStateTrackingDataset,
@@ -28,12 +29,15 @@ __all__ = [
     "NLStateTrackingDataset",
     "NLStateTrackingTask",
     "TASK_NAMES",
+    "CompressionTask",
     "CycleNavigationTask",
     "EvenPairsTask",
     "ModularArithmeticBracketsTask",
     "ModularArithmeticTask",
+    "MultiQueryAssociativeRecallTask",
     "ParityTask",
     "PermutationGroupTask",
+    "SelectiveCopyingTask",
     "StateTrackingDataset",
     "Task",
     "TimeSeriesData",

@@ -103,7 +103,8 @@ def _group(task: PermutationGroupTask) -> Automaton:
 
 
 def task_automaton(task: Task) -> Automaton:
-    """The task's Moore machine; ValueError for modular_arithmetic_brackets (nesting needs a stack: no DFA)."""
+    """The task's Moore machine; ValueError for modular_arithmetic_brackets (nesting needs a stack: no DFA) and the
+    memory tasks (their state is the context they hold, not a fixed automaton)."""
     if isinstance(task, PermutationGroupTask):
         return _group(task)
     builders = {
@@ -115,7 +116,8 @@ def task_automaton(task: Task) -> Automaton:
     if type(task) not in builders:
         raise ValueError(
             f"task {task.name!r} has no finite automaton here (accepted: parity, even_pairs, cycle_navigation, "
-            "modular_arithmetic, a5, s5); bracket nesting of unbounded depth needs a stack"
+            "modular_arithmetic and the group tasks); bracket nesting of unbounded depth needs a stack, and the memory "
+            "tasks hold their context, not an automaton's state"
         )
     return builders[type(task)]()
 

@@ -153,7 +153,8 @@ class HybridSSMConfig(PretrainedConfig):
         mixers: the mixer of every layer, as a list of names (`"attention"`, `"pd_ssm"`, ...) or a pattern
             string with one letter per layer: `A` attention, `S` the `ssm_mixer`, `P` pd_ssm. Default: all `S`.
             Also `L` lrc_ssm, `G` gru_ssm, `M` mgu_ssm, `R` lstm_ssm.
-            Also `B` bd_lru, `H` h_lru, `D` diag_lru (each mixer's letter is in its mixer_registry.py declaration).
+            Also `B` bd_lru, `H` h_lru, `D` diag_lru, `T` lstm (each mixer's letter is in its mixer_registry.py
+            declaration).
         ssm_mixer: the mixer that `S` stands for.
         pd_ssm_num_heads: PD-SSM heads H (each with its own state of N complex numbers).
         pd_ssm_head_state_size: N, the state size of each PD-SSM head (a layer's state is H x N complex numbers).
@@ -226,6 +227,8 @@ class HybridSSMConfig(PretrainedConfig):
             with the sequence length and, past the training lengths, swamps the automaton's state (RESULTS.md).
         lrc_num_channels: D, the state channels of lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm (one number each; the
             LSTM keeps (c, h), two per channel).
+        lstm_hidden_size: H, the hidden size of the `lstm` mixer (one sequential torch.nn.LSTM layer; its state is
+            (h, c), 2 H numbers). Not the `lstm_ssm` mixer, which reads `lrc_num_channels`.
         lrc_input_term: keep the input term W_eps u in the LRC elastance eps (the released code drops it).
         lrc_solver: `"deer"` (Newton over the whole sequence, default) or `"sequential"` (a plain loop of exact
             steps; for debugging). Decoding one token is always the exact single step.
@@ -329,6 +332,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_output_trainable: bool = True
     pd_ssm_input: str = "projection"
     lrc_num_channels: int = 64
+    lstm_hidden_size: int = 64
     lrc_input_term: bool = True
     lrc_solver: str = "deer"
     deer_tol: float = 1e-4

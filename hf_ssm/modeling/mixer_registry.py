@@ -221,6 +221,12 @@ def _load_lrc(name: str):
     return LRC_MIXER_CLASSES[name]
 
 
+def _load_lstm():
+    from .mixer_lstm import LSTMMixer
+
+    return LSTMMixer
+
+
 def _check_pd_ssm(config) -> None:
     from .config_values import (
         PD_SSM_DIAGONALS,
@@ -347,6 +353,26 @@ def _init_lrc(module, init, config) -> None:
     module.reset_cell_parameters(init)  # cell gains, leak terms and gate biases (mixer_lrc.py)
 
 
+def _check_lstm(config) -> None:
+    from .config_values import check_positive_int
+
+    check_positive_int("lstm_hidden_size", config.lstm_hidden_size)
+
+
+def _init_lstm(module, init, config) -> None:
+    """PyTorch's own LSTM init, U(-1/sqrt(H), 1/sqrt(H)), for W_ih, W_hh and b_hh; b_ih is 0 except the forget gate's
+    1 (the usual choice: the cell keeps its memory at the start). Through transformers' guarded init functions,
+    which skip weights loaded from a checkpoint."""
+    import torch
+
+    bound = module.hidden_size**-0.5
+    for param in module.lstm.parameters():
+        init.uniform_(param, -bound, bound)
+    bias = torch.zeros_like(module.lstm.bias_ih_l0)
+    bias[module.hidden_size : 2 * module.hidden_size] = 1.0  # gate order i, f, g, o
+    init.copy_(module.lstm.bias_ih_l0, bias)
+
+
 def _blocked_lru_width(width: int, fields: Mapping) -> dict:
     m = fields.get("lru_group_size", 4)
     return {"lru_group_size": m, "lru_total_state_size": -(-width // m) * m}
@@ -409,6 +435,23 @@ for _name, _letter in (("bd_lru", "B"), ("h_lru", "H"), ("diag_lru", "D")):
         )
     )
 del _name, _letter
+# The true LSTM baseline: one sequential torch.nn.LSTM layer with dense recurrent matrices (mixer_lstm.py), not
+# lstm_ssm above (diagonal recurrent matrices, solved in parallel by DEER). Letter T: the L, S and M of "LSTM" are
+# taken (lrc_ssm, the config's ssm_mixer, mgu_ssm).
+register_mixer(
+    MixerSpec(
+        name="lstm",
+        letter="T",
+        load_class=_load_lstm,
+        field_prefixes=("lstm_",),
+        state_shape=lambda c: (2, c.lstm_hidden_size),  # stack(h, c)
+        width_fields=lambda w, f: {"lstm_hidden_size": -(-w // 2)},
+        lora_group="lstm",
+        lora_targets=("out_proj",),  # nn.LSTM's own matrices are not nn.Linear modules
+        check_config=_check_lstm,
+        init_weights=_init_lstm,
+    )
+)
 
 __all__ = [
     "SSM_MIXER_CLASSES",

@@ -13,7 +13,8 @@ other architectures):
 | `pd_ssm`    | selection (W_s), magnitude.up, phase.up (the D generators), in_proj (B), out_proj (C) | pd_ssm     |
 | `lru`       | in_proj (W_v), gate_proj (W_g), out_proj (W_o)                    | bd_lru, h_lru, diag_lru             |
 | `lrc`       | in_proj (the input matrices of every gate), out_proj              | lrc_ssm, gru_ssm, mgu_ssm, lstm_ssm |
-| `ssm`       | pd_ssm + lru + lrc (+ the group of any other registered mixer)    | every SSM mixer                     |
+| `lstm`      | out_proj (nn.LSTM's own matrices are not nn.Linear)               | lstm                                |
+| `ssm`       | pd_ssm + lru + lrc + lstm (+ any other registered mixer's group)  | every SSM mixer                     |
 | `mlp`       | gate_proj, up_proj, down_proj                                     | the SwiGLU MLP of every block       |
 
 The SSM groups are the mixers' registry declarations (`lora_group`, `lora_targets` in

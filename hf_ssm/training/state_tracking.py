@@ -197,6 +197,10 @@ def train_state_tracking(
         "history": history,
         "test": test,
         **({"far": far} if far is not None else {}),
+        # what the test scores and its chance level (a uniform guess over the classes, Task.chance_accuracy)
+        "scored_positions": task.scored_positions,
+        "chance_accuracy": task.chance_accuracy,
+        "size_name": task.size_name,
     }
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
@@ -305,7 +309,12 @@ def plot_accuracy_vs_length(all_results: list[dict], path: str | Path) -> None:
             xs = [(b["min_length"] + b["max_length"]) / 2 for b in r["test"]["buckets"]]
             ax.plot(xs, [b["accuracy"] for b in r["test"]["buckets"]], marker="o", label=r["mixer"])
         ax.axvspan(*all_results[0]["train_lengths"], color="grey", alpha=0.15, label="train lengths")
-        ax.set(title=task, xlabel="sequence length", ylabel="last-position accuracy", ylim=(0, 1.02))
+        first = next(r for r in all_results if r["task"] == task)
+        scored = "accuracy over labelled positions" if first.get("scored_positions") == "labelled" else None
+        ax.set(title=task, xlabel=first.get("size_name", "length").replace("length", "sequence length"),
+               ylabel=scored or "last-position accuracy", ylim=(0, 1.02))  # fmt: skip
+        if "chance_accuracy" in first:
+            ax.axhline(first["chance_accuracy"], color="black", linestyle=":", label="chance")
         ax.legend()
     save_figure(fig, path)
 

@@ -18,16 +18,21 @@ FAR_BATCH_TOKENS = 16_384
 
 @torch.no_grad()
 def evaluate(model, settings, buckets, seed: int, device, samples_per_bucket: int) -> dict:
-    """Final-position accuracy (and every-prefix accuracy where labelled) for each length bucket of a
-    StateTrackingSettings' task, `settings.batch_size` sequences at a time.
+    """Accuracy for each length bucket of a StateTrackingSettings' task, `settings.batch_size` sequences at a time:
+    at the final position (the state-tracking tasks), or over every labelled position for a task whose
+    `scored_positions` is "labelled" (each query / copied token of the memory tasks, which also report
+    `sequence_accuracy`, the share of sequences with every labelled position right). `prefix_accuracy` is always the
+    accuracy over every labelled position.
 
-    Bucket (low, high) holds `samples_per_bucket` sequences drawn with data seed `seed + low`.
+    Bucket (low, high) holds `samples_per_bucket` sequences drawn with data seed `seed + low` (for mqar low and
+    high count key-value pairs: `Task.size_name`).
     """
     task = get_task(settings.task, **settings.task_kwargs())
+    every_label = task.scored_positions == "labelled"
 
     def score_bucket(low: int, high: int) -> dict:
         data = StateTrackingDataset(task, samples_per_bucket, low, high, seed=seed + low)
-        correct = total = prefix_correct = prefix_total = 0
+        correct = total = prefix_correct = prefix_total = whole = 0
         for indices in batch_ranges(len(data), settings.batch_size):
             batch = collate_state_tracking([data[i] for i in indices])
             logits = model(
@@ -37,15 +42,20 @@ def evaluate(model, settings, buckets, seed: int, device, samples_per_bucket: in
             correct += last_token_correct(pred, batch)
             total += len(pred)
             labelled = batch["labels"] != -100
-            prefix_correct += int(((pred == batch["labels"]) & labelled).sum())
+            right = (pred == batch["labels"]) & labelled
+            prefix_correct += int(right.sum())
             prefix_total += int(labelled.sum())
-        return {
+            whole += int((right | ~labelled).all(dim=1).sum())
+        scored = {
             "min_length": low,
             "max_length": high,
-            "accuracy": correct / total,
+            "accuracy": prefix_correct / prefix_total if every_label else correct / total,
             "prefix_accuracy": prefix_correct / max(prefix_total, 1),
             "samples": total,
         }
+        if every_label:
+            scored.update(scored_positions=prefix_total, sequence_accuracy=whole / total)
+        return scored
 
     return bucket_accuracy(model, buckets, score_bucket)
 
@@ -77,9 +87,10 @@ def evaluate_far_lengths(model, settings, device) -> dict | None:
     lengths = far_lengths(settings)
     if not lengths:
         return None
+    task = get_task(settings.task, **settings.task_kwargs())
     buckets = []
     for length in lengths:
-        batch = max(1, min(settings.batch_size, FAR_BATCH_TOKENS // length))
+        batch = max(1, min(settings.batch_size, FAR_BATCH_TOKENS // task.num_tokens(length)))
         scored = evaluate(model, replace(settings, batch_size=batch), [(length, length)], FAR_SEED, device,
                           settings.far_samples_per_bucket)  # fmt: skip
         buckets += scored["buckets"]

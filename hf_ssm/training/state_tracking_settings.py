@@ -46,8 +46,18 @@ class StateTrackingSettings:
 
     task: str = field(default="parity", metadata={"help": f"one task: {', '.join(TASK_NAMES)}"})
     num_generators: int | None = field(
-        default=None, metadata={"help": "generators of the a5 / s5 word problems (None: 2; refused for other tasks)"}
+        default=None,
+        metadata={"help": "generators of the group word problems a5 / s5 / s3 / s4 (None: 2; refused for other tasks)"},
     )
+    # The memory tasks' own arguments (hf_ssm/data/memory_tasks.py; None: the task's default, refused for a task
+    # they do not apply to). For mqar the train / test "lengths" below count key-value pairs at this fixed length.
+    task_vocab_size: int | None = field(
+        default=None,
+        metadata={"help": "mqar / selective_copying / compression: token ids incl. pad and specials (None: default)"},
+    )
+    sequence_length: int | None = field(default=None, metadata={"help": "mqar: the fixed sequence length (256)"})
+    num_queries: int | None = field(default=None, metadata={"help": "mqar: queries per sequence (None: every pair)"})
+    num_data_tokens: int | None = field(default=None, metadata={"help": "selective_copying: tokens to copy (16)"})
     mixer: str = field(default="pd_ssm", metadata={"help": f"one mixer: {', '.join((*SSM_MIXERS, ATTENTION))}"})
     # One layer per letter, HybridSSMConfig's pattern letters with S = `mixer` (A attention, P pd_ssm, B bd_lru...).
     pattern: str = field(default="S", metadata={"help": PATTERN_HELP})
@@ -149,7 +159,11 @@ class StateTrackingSettings:
     )
 
     def validate(self) -> None:
-        get_task(self.task, **self.task_kwargs())  # raises ValueError for unknown tasks / bad k
+        try:
+            task = get_task(self.task, **self.task_kwargs())  # raises ValueError for unknown tasks / bad arguments
+        except ValueError as err:  # get_task's vocab_size is the flag --task_vocab_size here
+            raise ValueError(str(err).replace("`vocab_size`", "`task_vocab_size`")) from None
+        self._validate_task_sizes(task)
         if self.train_min_length < 1 or self.train_min_length > self.train_max_length:
             raise ValueError(
                 f"train lengths must satisfy 1 <= train_min_length <= train_max_length, got "
@@ -190,6 +204,19 @@ class StateTrackingSettings:
         check_config_keys(self.extra_config, "--extra_config")
         far_lengths(self)  # raises on a malformed list
         model_config(self)  # the pattern letters, the sizes: HybridSSMConfig's own checks
+
+    def _validate_task_sizes(self, task) -> None:
+        """Every train / test length (for mqar: number of pairs) inside the range the task accepts, refused here
+        rather than when the first batch or bucket is drawn."""
+        low, high = task.size_range()
+        for name in ("train_min_length", "train_max_length", "test_min_length", "test_max_length"):
+            value = getattr(self, name)
+            if value < low or (high is not None and value > high):
+                accepted = f"[{low}, {high}]" if high is not None else f">= {low}"
+                raise ValueError(
+                    f"`{name}` = {value} ({task.size_name}) is outside what task {self.task!r} accepts, {accepted}: "
+                    f"{task._length_rule()}"
+                )
 
     def _validate_length_curriculum(self) -> None:
         if self.length_curriculum_steps < 0:
@@ -249,8 +276,15 @@ class StateTrackingSettings:
             )
 
     def task_kwargs(self) -> dict:
-        """get_task's keywords: num_generators when given (get_task refuses it for tasks without generators)."""
-        return {} if self.num_generators is None else {"num_generators": self.num_generators}
+        """get_task's keywords: the task arguments that were given (get_task refuses one the task does not take)."""
+        given = {
+            "num_generators": self.num_generators,
+            "vocab_size": self.task_vocab_size,
+            "sequence_length": self.sequence_length,
+            "num_queries": self.num_queries,
+            "num_data_tokens": self.num_data_tokens,
+        }
+        return {key: value for key, value in given.items() if value is not None}
 
 
 def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
@@ -261,7 +295,8 @@ def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
     config_fields = dict(
         stack_config_fields(settings, pattern, ssm_mixer),
         vocab_size=task.vocab_size,
-        max_position_embeddings=max(settings.test_max_length, settings.train_max_length),
+        # the longest sequence in tokens (for mqar the lengths count pairs, at a fixed sequence length)
+        max_position_embeddings=task.num_tokens(max(settings.test_max_length, settings.train_max_length)),
         # every pd_ssm_* setting is the HybridSSMConfig field of the same name
         **{f.name: getattr(settings, f.name) for f in fields(settings) if f.name.startswith("pd_ssm_")},
         block_type=settings.block_type,

@@ -225,18 +225,24 @@ def test_group_composition_order():
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_dataset_deterministic_and_random_access(name):
     """Protects: same seed -> identical items regardless of access order; different seed -> different data;
-    lengths stay inside [min_length, max_length] and valid for the task; label == labels[-1]."""
+    lengths stay inside [min_length, max_length] and valid for the task (for a task whose size is not its length,
+    e.g. mqar's number of pairs, the fixed length of that size); label == labels[-1]."""
     task = get_task(name)
-    a = StateTrackingDataset(task, 50, 3, 40, seed=1)
-    b = StateTrackingDataset(get_task(name), 50, 3, 40, seed=1)
-    c = StateTrackingDataset(task, 50, 3, 40, seed=2)
+    low = max(3, task.size_range()[0])  # selective copying needs >= 2 x its data tokens
+    high = low + 37
+    a = StateTrackingDataset(task, 50, low, high, seed=1)
+    b = StateTrackingDataset(get_task(name), 50, low, high, seed=1)
+    c = StateTrackingDataset(task, 50, low, high, seed=2)
     forward = [a[i] for i in range(50)]
     backward = [b[i] for i in reversed(range(50))][::-1]
     for x, y in zip(forward, backward):
         assert torch.equal(x["input_ids"], y["input_ids"]) and torch.equal(x["labels"], y["labels"])
         assert x["label"] == y["label"] == int(x["labels"][-1])
-        assert x["length"] == x["input_ids"].shape[0] and 3 <= x["length"] <= 40
-        assert task.valid_length(x["length"])
+        assert x["length"] == x["input_ids"].shape[0]
+        if task.size_name == "length":
+            assert low <= x["length"] <= high and task.valid_length(x["length"])
+        else:
+            assert x["length"] == task.num_tokens(low)
         assert x["input_ids"].dtype == torch.long and x["labels"].dtype == torch.long
     assert any(not torch.equal(x["input_ids"], c[i]["input_ids"]) for i, x in enumerate(forward))
     assert torch.equal(a[-1]["input_ids"], forward[-1]["input_ids"])

@@ -29,6 +29,10 @@ MODELS = sorted(p.name for p in FIXTURES.iterdir() if (p / "model.safetensors").
 ADAPTERS = sorted(p.name for p in FIXTURES.iterdir() if (p / "adapter").is_dir())
 
 
+# Mixers added after the commit that saved the fixtures: no checkpoint of theirs can hold the old names.
+MIXERS_AFTER_THE_RENAMING = {"lstm"}
+
+
 def _reference(directory: Path):
     ref = json.loads((directory / "reference.json").read_text())
     inputs = {"input_ids": torch.tensor(ref["input_ids"]), "attention_mask": torch.tensor(ref["attention_mask"])}
@@ -81,7 +85,7 @@ def test_fixtures_cover_every_built_in_mixer_and_use_the_old_names():
         assert not set(RENAMED_CONFIG_FIELDS.values()) & set(config), name
         if {"pd_ssm", "bd_lru", "h_lru", "diag_lru"} & set(config["mixers"]):
             assert _old_keys(load_file(str(FIXTURES / name / "model.safetensors"))), name
-    assert covered == {"attention", *SSM_MIXERS}
+    assert covered == {"attention", *SSM_MIXERS} - MIXERS_AFTER_THE_RENAMING
     assert {"pd_ssm", "bd_lru"} <= {
         json.loads((FIXTURES / a / "adapter" / "adapter_config.json").read_text())["mixer"] for a in ADAPTERS
     }

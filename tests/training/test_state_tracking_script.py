@@ -100,7 +100,7 @@ def test_suite_writes_comparison(tmp_path):
         (["--task", "sorting"], "unknown task"),
         (["--task", "a5", "--num_generators", "60"], "num_generators"),
         (["--task", "parity", "--train_max_length", "300"], "train_max_length"),
-        (["--task", "parity", "--mixer", "lstm"], "unknown mixer"),
+        (["--task", "parity", "--mixer", "rnn"], "unknown mixer"),  # (lstm is a mixer now: the nn.LSTM baseline)
         (["--task", "parity", "--validation_lengths", "all"], "validation_lengths"),
         (["--task", "parity", "--mixer", "diag_lru", "--baseline_restarts", "0"], "restarts"),
         (["--task", "parity", "--pd_ssm_initial_state", "ones"], "pd_ssm_initial_state"),
@@ -113,6 +113,31 @@ def test_suite_writes_comparison(tmp_path):
         (["--task", "parity", "--config", '{"hiden_size": 8}'], "did you mean `hidden_size`"),  # deprecated spelling
         (["--task", "parity", "--extra_config", "{"], "not valid JSON"),
         (["--task", "parity", "--decay_embedding", "maybe"], "Truthy value expected"),
+        # the memory tasks' own arguments: refused for other tasks, their ranges checked before training
+        (["--task", "parity", "--sequence_length", "64"], "`sequence_length` applies to the tasks mqar only"),
+        (["--task", "s3", "--task_vocab_size", "64"], "`task_vocab_size` applies to the tasks mqar"),
+        (["--task", "mqar", "--task_vocab_size", "2"], "`task_vocab_size` must be an int >= 4"),
+        (
+            [
+                "--task",
+                "mqar",
+                "--task_vocab_size",
+                "64",
+                "--sequence_length",
+                "64",
+                "--train_max_length",
+                "8",
+                "--test_min_length",
+                "8",
+                "--test_max_length",
+                "30",
+            ],
+            "`test_max_length` = 30 (num_pairs) is outside what task 'mqar' accepts, [1, 21]",
+        ),  # fmt: skip
+        (
+            ["--task", "selective_copying", "--num_data_tokens", "4"],
+            "`train_min_length` = 3 (length) is outside what task 'selective_copying' accepts, >= 8",
+        ),
     ],
 )
 def test_bad_arguments_exit_with_clear_message(args, message, tmp_path):
@@ -406,3 +431,34 @@ def test_far_lengths_extend_the_test_report_and_the_summary(tmp_path):
         StateTrackingSettings(task="modular_arithmetic", far_lengths="1000,4001").validate()
     StateTrackingSettings(task="modular_arithmetic", far_lengths="1001,4001").validate()
     assert "far" not in train_state_tracking(replace(settings, far_lengths=""), tmp_path / "plain")
+
+
+def test_mqar_run_scores_every_query_by_number_of_pairs_and_records_chance(tmp_path):
+    """A tiny mqar run: the buckets count key-value pairs at the fixed sequence length, the accuracy is over every
+    queried position (= prefix_accuracy, with sequence_accuracy beside it), the chance level is recorded and
+    printed, and the model's position limit is the sequence length, not the pair count."""
+    result = run_script(
+        "train_state_tracking", "--task", "mqar", "--task_vocab_size", "24", "--sequence_length", "20",
+        "--mixer", "lstm", "--recipe", "residual", "--hidden_size", "16", "--batch_size", "8", "--max_steps", "4",
+        "--eval_every", "2", "--num_buckets", "2", "--eval_samples_per_bucket", "8", "--val_samples_per_bucket", "8",
+        "--train_min_length", "1", "--train_max_length", "3", "--test_min_length", "3", "--test_max_length", "6",
+        "--restarts", "1", "--output_dir", str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert (results["chance_accuracy"], results["size_name"], results["scored_positions"]) == (
+        pytest.approx(1 / 11),
+        "num_pairs",
+        "labelled",
+    )
+    buckets = results["test"]["buckets"]
+    assert [(b["min_length"], b["max_length"]) for b in buckets] == [(3, 4), (5, 6)]
+    for b in buckets:  # every pair is queried: 8 sequences of 3-4 pairs hold 24-32 queries
+        assert (
+            b["accuracy"] == b["prefix_accuracy"]
+            and 8 * b["min_length"] <= b["scored_positions"] <= 8 * b["max_length"]
+        )
+        assert 0 <= b["sequence_accuracy"] <= 1
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert config["max_position_embeddings"] == 20 and config["mixers"] == ["lstm"]
+    assert "chance 9.09% (scored at every labelled position; buckets by num_pairs)" in result.stdout
