@@ -48,7 +48,16 @@ from dataclasses import fields
 from hf_ssm.data import TASK_NAMES, get_task
 from hf_ssm.data.automata import minimal_dfa_size
 from hf_ssm.training.checkpointing import check_run_folder_arguments
-from hf_ssm.training.cli import add_suite_folder_arguments, chosen_mixers, comma_list, run_folder, settings_parser
+from hf_ssm.training.cli import (
+    NOT_GIVEN,  # noqa: F401  (the namespace value of a flag not given; tests read it here)
+    add_suite_folder_arguments,
+    chosen_mixers,
+    comma_list,
+    defer_settings_defaults,
+    given_settings,
+    run_folder,
+    settings_parser,
+)
 from hf_ssm.training.recipes import RECIPES, default_recipe, resolve_settings
 from hf_ssm.training.state_tracking import (
     RESUME_SAFE_SETTINGS,
@@ -62,18 +71,6 @@ from hf_ssm.training.summary import merge_summary, run_records
 
 DEFAULT_TASKS = ["parity", "cycle_navigation"]
 DEFAULT_MIXERS = ["pd_ssm", "diag_lru"]
-
-
-class NotGiven:
-    """The default of every settings flag: a flag not given takes the recipe's value (or the settings' default),
-    one given always wins. (argparse.SUPPRESS, the usual "no default", cannot be set through `set_defaults`: it
-    would land in the namespace as the string '==SUPPRESS==' and be parsed as the flag's value.)"""
-
-    def __repr__(self) -> str:
-        return "the recipe's"
-
-
-NOT_GIVEN = NotGiven()
 
 
 def recipe_values() -> str:
@@ -94,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = settings_parser(StateTrackingSettings, description=__doc__)
     parser.epilog = recipe_values()
     # A settings flag not given is NOT_GIVEN in the namespace; one given explicitly overrides the recipe.
-    parser.set_defaults(**{f.name: NOT_GIVEN for f in fields(StateTrackingSettings)})
+    defer_settings_defaults(parser, StateTrackingSettings)
     parser.set_defaults(task=None, mixer=None)  # not given: DEFAULT_TASKS, DEFAULT_MIXERS (unless --tasks, --mixers)
     parser.add_argument("--tasks", type=comma_list, help="comma-separated tasks (a suite)")
     parser.add_argument("--mixers", type=comma_list, help="comma-separated mixers (a suite)")
@@ -120,8 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     mixers = chosen_mixers(parser, args, DEFAULT_MIXERS)
     suite = args.suite or len(tasks) * len(mixers) > 1
     skip = ("task", "mixer")
-    explicit = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings)}
-    explicit = {k: v for k, v in explicit.items() if v is not NOT_GIVEN}
+    explicit = given_settings(StateTrackingSettings, args)
     runs = [
         StateTrackingSettings(task=t, mixer=m, **{**_recipe_settings(m, explicit, skip), **_restarts(m, args)})
         for t in tasks
