@@ -111,6 +111,14 @@ PUBLISHED = [
      f"{_A5} --preset fewshot --seed 0 --test_buckets 80-80"),
 ]  # fmt: skip
 TABLE_ROWS = 21  # RESULTS.md §2's SmolLM2 table: 7 parity rows, 9 cycle navigation rows, 5 A5 rows
+# Commands docs/adapter.md gives for other recorded runs, checked the same way.
+DOCUMENTED = [
+    *[
+        ("docs/adapter.md: one shared choice per sentence", (f"{_EXP}/i26_sent_shared_cyc/s{s}", "ssm_classifier", s),
+         f"{_CYC} --preset one_readout --seed {s} --shared_selection true")
+        for s in (0, 1)
+    ],
+]  # fmt: skip
 
 # Arguments of the script that are not settings, left out of the comparison:
 # - output_dir: where the run was written (each published run has its own folder);
@@ -136,7 +144,9 @@ def _resolved(argv: list[str]):
     return settings, others
 
 
-@pytest.mark.parametrize(("row", "selector", "command"), PUBLISHED, ids=[f"{p[1][0]}:{p[1][1]}" for p in PUBLISHED])
+@pytest.mark.parametrize(
+    ("row", "selector", "command"), PUBLISHED + DOCUMENTED, ids=[f"{p[1][0]}:{p[1][1]}" for p in PUBLISHED + DOCUMENTED]
+)
 def test_every_published_row_is_one_product_command(row, selector, command):
     """The product command of a row (`--base smollm2-135m --task T [--preset P] --seed S`) resolves to the settings of
     the run whose record the row reports: the record's own command, parsed by the same parser, gives equal settings
