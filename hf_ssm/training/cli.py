@@ -1,5 +1,6 @@
 """Command-line pieces of the training scripts: --options from a settings dataclass (`settings_parser`, through
-transformers' HfArgumentParser), deprecated flag spellings (`FlagAction`), the run-folder arguments
+transformers' HfArgumentParser), flags not given told from defaults (`NotGiven`, for recipes and presets),
+deprecated flag spellings (`FlagAction`), the run-folder arguments
 (and the default, time-stamped folder), CPU threads, the opening of a run (`start_run`) and the closing summary
 lines."""
 
@@ -114,6 +115,37 @@ def settings_parser(settings_classes, description: str | None = None) -> HfArgum
             if hints[f.name] is bool and not given:
                 parser.add_argument(f"--no-{f.name}", action="store_false", dest=f.name, help=argparse.SUPPRESS)
     return parser
+
+
+class NotGiven:
+    """The namespace value of a settings flag not given on the command line, where the value may come from a named
+    set of values (a state-tracking recipe, an adapter preset): a flag not given takes that set's value (or the
+    settings' default), one given always wins (`defer_settings_defaults`, `given_settings`). `label` is what --help
+    shows as its default. (argparse.SUPPRESS, the usual "no default", cannot be set through `set_defaults`: it
+    would land in the namespace as the string '==SUPPRESS==' and be parsed as the flag's value.)"""
+
+    def __init__(self, label: str = "the recipe's"):
+        self.label = label
+
+    def __repr__(self) -> str:
+        return self.label
+
+
+NOT_GIVEN = NotGiven()
+
+
+def defer_settings_defaults(parser: argparse.ArgumentParser, cls, label=None) -> None:
+    """Make every flag of the settings dataclass `cls` parse to a `NotGiven` when it is not given, so that
+    `given_settings` can tell the flags given from the defaults. `label(field)`: the text --help shows as the
+    field's default (default: the shared `NOT_GIVEN`, "the recipe's")."""
+    parser.set_defaults(**{f.name: NOT_GIVEN if label is None else NotGiven(label(f)) for f in dataclasses.fields(cls)})
+
+
+def given_settings(cls, args: argparse.Namespace) -> dict:
+    """The fields of the settings dataclass `cls` given explicitly on the command line (after
+    `defer_settings_defaults`): {name: value}, the others left out."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+    return {name: value for name, value in values.items() if not isinstance(value, NotGiven)}
 
 
 def settings_from_args(cls, args: argparse.Namespace):

@@ -4,13 +4,14 @@ without an SSM adapter, scored by number of transitions; run here on a tiny offl
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 
 from hf_ssm.adapters import SSMAdapterConfig, attach_ssm_adapter
 from hf_ssm.adapters.tiny_base import build_tiny_qwen2, build_word_tokenizer
 from hf_ssm.data import nl_state_tracking as nl
-from model_checks import load_script, run_script
+from model_checks import ROOT, load_script, run_script
 
 EVAL = ["--task", "parity", "--transitions", "1-3,8", "--num_stories", "6", "--batch_size", "4", "--fewshot", "1"]
 
@@ -75,3 +76,56 @@ def test_first_word_reads_the_answer_out_of_a_continuation():
         and script.first_word(" the lamp") == "the"
         and script.first_word("\n") == ""
     )
+
+
+def test_an_adapter_alone_is_scored_on_its_recorded_base_with_the_adapter_defaults(tiny_base, tmp_path):
+    """With --adapter and no --model the base is the one the adapter's config records, with no few-shot prefix and
+    at 40 transitions (the defaults of an adapter's own answer); an adapter recording no base needs --model."""
+    from transformers import AutoModelForCausalLM
+
+    folder, _ = tiny_base
+    model = AutoModelForCausalLM.from_pretrained(folder)  # the fixture's copy has an adapter attached already
+    adapter_dir = tmp_path / "adapter"
+    config = SSMAdapterConfig(
+        layer_index=0,
+        mixer_settings={"pd_ssm_head_state_size": 4, "pd_ssm_dict_size": 4},
+        base_model_name_or_path=str(folder),
+    )
+    attach_ssm_adapter(model, config).save_pretrained(adapter_dir)
+    out = tmp_path / "adapted.json"
+    result = run_script(
+        "eval_nl_state_tracking", "--adapter", str(adapter_dir), "--task", "parity", "--num_stories", "2",
+        "--out", str(out), timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert (record["model"], record["adapter"], record["fewshot"]) == (str(folder), str(adapter_dir), 0)
+    assert [(b["min_transitions"], b["max_transitions"]) for b in record["buckets"]] == [(40, 40)]
+
+    anonymous = tmp_path / "anonymous"
+    SSMAdapterConfig(layer_index=0).save_pretrained(anonymous)
+    script = load_script("eval_nl_state_tracking")
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--adapter", str(anonymous)])
+    assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "results" / "adapter" / "issue26").glob("generate_*.json")))
+def test_the_published_greedy_answers_are_product_commands(path, tmp_path):
+    """Every published greedy-answer record (RESULTS.md §2, the LM-head adapters' own answer at 40) was made by a
+    command whose every option is now a default: `--adapter DIR --task TASK --out FILE` resolves to the same
+    arguments (the base read from an adapter config that records smollm2-135m, as the published adapters do)."""
+    recorded = shlex.split(json.loads(path.read_text())["command"])
+    assert recorded[:2] == ["python", "scripts/eval_nl_state_tracking.py"]
+    adapter = tmp_path / "adapter"  # the run folders are not in the repository: the same flags on a stand-in
+    SSMAdapterConfig(layer_index=3, base_model_name_or_path="smollm2-135m").save_pretrained(adapter)
+    argv = recorded[2:]
+    argv[argv.index("--adapter") + 1] = str(adapter)
+    task, out = argv[argv.index("--task") + 1], argv[argv.index("--out") + 1]
+    script = load_script("eval_nl_state_tracking")
+    parser = script.build_parser()
+    published = script.resolve_defaults(parser, parser.parse_args(argv))
+    product = script.resolve_defaults(
+        parser, parser.parse_args(["--adapter", str(adapter), "--task", task, "--out", out])
+    )
+    assert vars(product) == vars(published)
