@@ -41,7 +41,7 @@ from __future__ import annotations
 NO_PRESET = "none"
 SMOLLM2 = "smollm2-135m"
 
-# The protocol of every SmolLM2 preset (the values scripts/experiments/adapter_smollm2.sh passed).
+# The protocol of every SmolLM2 preset (the values every published SmolLM2 run used).
 _PROTOCOL = {
     "layer_index": 3,
     "methods": "ssm_classifier",
