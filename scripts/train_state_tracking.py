@@ -17,6 +17,15 @@ model (save_pretrained) and resumable checkpoints; a suite also writes compariso
 continues every run with the settings it was trained with (changed ones are refused, naming them, apart from
 those declared safe: how often it evaluates / checkpoints, when it stops, how many restarts, the test size).
 
+Word-problem files (the "Illusion of State" paper's CSV format `length,input,target`, or JSONL with those fields;
+hf_ssm/data/word_problems.py) replace the generated task: --data_file TRAIN --test_data_file TEST (any group: Z60,
+A4xZ5, A5, S5, ...). The classes are the largest element index in both files + 1 (--num_classes N to give more);
+the training and test lengths are the files' own (length flags are refused), the test buckets the test file's
+distinct lengths (or --num_buckets ranges of them), validation the last --val_samples_per_bucket training rows,
+held out from training:
+
+    python scripts/train_state_tracking.py --data_file S5_train.csv --test_data_file S5_test.csv --mixer pd_ssm
+
 Model selection (hf_ssm/training/state_tracking.py): every --eval_every steps the model is scored on held-out
 validation sequences at the test lengths (--validation_lengths test, the default; "train" selects on the
 training lengths instead), and the best-scoring weights are kept. --restarts R trains seeds seed, seed + 1000, ...,
@@ -43,10 +52,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from hf_ssm.data import TASK_NAMES, get_task
 from hf_ssm.data.automata import minimal_dfa_size
+from hf_ssm.data.word_problems import WORD_PROBLEM_TASK
 from hf_ssm.training.checkpointing import check_run_folder_arguments
 from hf_ssm.training.cli import add_suite_folder_arguments, chosen_mixers, comma_list, run_folder, settings_parser
 from hf_ssm.training.recipes import RECIPES, default_recipe, resolve_settings
@@ -58,9 +68,11 @@ from hf_ssm.training.state_tracking import (
     results_table,
     train_with_restarts,
 )
+from hf_ssm.training.state_tracking_settings import file_lengths
 from hf_ssm.training.summary import merge_summary, run_records
 
 DEFAULT_TASKS = ["parity", "cycle_navigation"]
+FILE_LENGTH_SETTINGS = ("train_min_length", "train_max_length", "test_min_length", "test_max_length")
 DEFAULT_MIXERS = ["pd_ssm", "diag_lru"]
 
 
@@ -113,15 +125,24 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    tasks = args.tasks or ([args.task] if args.task else DEFAULT_TASKS)
+    file_run = args.data_file is not NOT_GIVEN and bool(args.data_file)
+    if file_run:  # the files are the task
+        if args.tasks or args.task not in (None, WORD_PROBLEM_TASK):
+            parser.error(f"--data_file makes the task {WORD_PROBLEM_TASK!r}: drop --task / --tasks")
+        given = [name for name in FILE_LENGTH_SETTINGS if getattr(args, name) is not NOT_GIVEN]
+        if given:
+            parser.error(f"--{given[0]}: a word-problem file run takes its lengths from the files")
+    tasks = [WORD_PROBLEM_TASK] if file_run else args.tasks or ([args.task] if args.task else DEFAULT_TASKS)
     for task in tasks:
-        if task not in TASK_NAMES:
+        if task not in TASK_NAMES and not file_run:
             parser.error(f"unknown task {task!r}; choose from {', '.join(TASK_NAMES)}")
     mixers = chosen_mixers(parser, args, DEFAULT_MIXERS)
     suite = args.suite or len(tasks) * len(mixers) > 1
     skip = ("task", "mixer")
     explicit = {f.name: getattr(args, f.name) for f in fields(StateTrackingSettings)}
     explicit = {k: v for k, v in explicit.items() if v is not NOT_GIVEN}
+    if file_run:  # validation on held-out training rows, unless asked otherwise (then refused by validate)
+        explicit.setdefault("validation_lengths", "train")
     runs = [
         StateTrackingSettings(task=t, mixer=m, **{**_recipe_settings(m, explicit, skip), **_restarts(m, args)})
         for t in tasks
@@ -130,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     out = run_folder(args.output_dir, "runs/state_tracking/")
     run_dirs = [out / f"{settings.task}_{settings.mixer}" if suite else out for settings in runs]
     try:
+        if file_run:  # the lengths of the files (a malformed file is refused here, naming its row and column)
+            runs = [replace(settings, **file_lengths(settings)) for settings in runs]
         for settings in runs:  # validated once, here: train_with_restarts is told so
             settings.validate()
         check_run_folder_arguments(args.resume, args.output_dir)
@@ -176,6 +199,8 @@ def _restarts(mixer: str, args) -> dict:
 
 
 def _dfa_note(settings: StateTrackingSettings) -> str:
+    if settings.data_file:
+        return f"word-problem files, {settings.build_task().num_classes} group elements"
     try:
         return f"minimal DFA of {settings.task}: {minimal_dfa_size(get_task(settings.task, **settings.task_kwargs()))} states"
     except ValueError as err:  # bracketed arithmetic: no finite automaton

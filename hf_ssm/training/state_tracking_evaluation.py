@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import torch
 
-from ..data import StateTrackingDataset, collate_state_tracking, get_task
+from ..data import StateTrackingDataset, collate_state_tracking
 from ..data.state_tracking import last_token_correct
 from .evaluation import batch_ranges, bucket_accuracy
 
@@ -17,16 +17,22 @@ FAR_BATCH_TOKENS = 16_384
 
 
 @torch.no_grad()
-def evaluate(model, settings, buckets, seed: int, device, samples_per_bucket: int) -> dict:
+def evaluate(model, settings, buckets, seed: int, device, samples_per_bucket: int, rows=None) -> dict:
     """Final-position accuracy (and every-prefix accuracy where labelled) for each length bucket of a
     StateTrackingSettings' task, `settings.batch_size` sequences at a time.
 
-    Bucket (low, high) holds `samples_per_bucket` sequences drawn with data seed `seed + low`.
+    Bucket (low, high) holds `samples_per_bucket` sequences drawn with data seed `seed + low`; with `rows` (a
+    WordProblemDataset: the rows of a word-problem file) it holds every row of a length in [low, high] instead.
     """
-    task = get_task(settings.task, **settings.task_kwargs())
+    task = None if rows is not None else settings.build_task()
 
     def score_bucket(low: int, high: int) -> dict:
-        data = StateTrackingDataset(task, samples_per_bucket, low, high, seed=seed + low)
+        if rows is None:
+            data = StateTrackingDataset(task, samples_per_bucket, low, high, seed=seed + low)
+        else:
+            data = rows.with_lengths(low, high)
+            if not len(data):
+                raise ValueError(f"{rows.path} has no row of a length in [{low}, {high}] to score")
         correct = total = prefix_correct = prefix_total = 0
         for indices in batch_ranges(len(data), settings.batch_size):
             batch = collate_state_tracking([data[i] for i in indices])
@@ -61,7 +67,7 @@ def far_lengths(settings) -> list[int]:
             f"`far_lengths` must be comma-separated lengths above test_max_length ({settings.test_max_length}), "
             f"e.g. '1000,4000', or '' for none; got {settings.far_lengths!r}"
         )
-    task = get_task(settings.task, **settings.task_kwargs())
+    task = settings.build_task()
     invalid = [length for length in lengths if not task.valid_length(length)]
     if invalid:  # refused before training, not when the test reaches them
         raise ValueError(
