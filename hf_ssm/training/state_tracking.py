@@ -153,7 +153,7 @@ def train_state_tracking(
         unwrapped = accelerator.unwrap_model(model)
         val = evaluate(
             unwrapped, settings, val_buckets, VALIDATION_SEED, accelerator.device, settings.val_samples_per_bucket,
-            rows=val_rows,
+            **_file_rows(val_rows),
         )  # fmt: skip
         history.append({"step": step, "loss": last["loss"].item(), "val_accuracy": val["mean_accuracy"]})
         if val["mean_accuracy"] >= best.record["accuracy"]:  # ties: the later, longer-trained weights
@@ -190,7 +190,7 @@ def train_state_tracking(
         final_model.load_state_dict(best.state)
     test = evaluate(
         final_model, settings, test_buckets, TEST_SEED, accelerator.device, settings.eval_samples_per_bucket,
-        rows=test_rows,
+        **_file_rows(test_rows),
     )  # fmt: skip
     far = evaluate_far_lengths(final_model, settings, accelerator.device)
     results = {
@@ -225,6 +225,11 @@ def train_state_tracking(
         (run_dir / "results.json").write_text(json.dumps(results, indent=2))
         plot_accuracy_vs_length([results], run_dir / "accuracy_vs_length.png")
     return results
+
+
+def _file_rows(rows) -> dict:
+    """evaluate()'s keyword for a word-problem file's rows; none for a generated task (its call stays as it was)."""
+    return {} if rows is None else {"rows": rows}
 
 
 def _file_record(settings: StateTrackingSettings, task, files) -> dict:
