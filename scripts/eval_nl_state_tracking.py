@@ -16,6 +16,13 @@ the stories of exactly 40 transitions (--transitions 40, 4x the training lengths
 stories, so the 40 bucket is the same whichever buckets are asked for. Without it: 4 solved stories before each
 test story, buckets 1-10, 40 and 80.
 
+tracking_shuffled_objects (BIG-Bench Hard's format; `_three_objects` etc. fix n) is scored as the Open LLM
+Leaderboard scores BBH: three solved examples of the same number of objects n (n swaps each) as "Q: ...\nA: (B)",
+then "Q: <story>\nA:"; the generation's option letter ("(B)", or a bare "B") must equal the answer's. Its buckets
+are per n and accept multiples of n ("n,4n,8n", the default: n, 4n and 8n swaps):
+
+    python scripts/eval_nl_state_tracking.py --model smollm2-135m --task tracking_shuffled_objects --num_stories 64
+
 An adapter trained with the LM-head readout answers through the frozen model's head; one trained with the
 classifier readout leaves the head as it was, so its own answer is the base's (score it with train_adapter.py).
 """
@@ -34,7 +41,8 @@ import torch
 
 from hf_ssm.adapters import SSMAdapterConfig, load_ssm_adapter
 from hf_ssm.adapters.bases import DTYPES, load_base
-from hf_ssm.data.nl_state_tracking import NL_TASK_NAMES, get_nl_task
+from hf_ssm.data.nl_state_tracking import ALL_NL_TASK_NAMES, get_nl_task
+from hf_ssm.data.shuffled_objects import bbh_fewshot_prompt, object_buckets
 from hf_ssm.training.adapter_evaluation import fewshot_text
 from hf_ssm.training.adapter_settings import parse_transition_buckets
 from hf_ssm.training.plotting import pyplot, save_figure
@@ -43,12 +51,62 @@ from hf_ssm.training.progress import evaluation_progress
 FIRST_WORD = re.compile(r"[A-Za-z]+")
 BASE_TRANSITIONS, BASE_FEWSHOT = "1-10,40,80", 4  # a model without adapter: short, 4x and 8x, after 4 solved stories
 ADAPTER_TRANSITIONS = "40"  # an adapter trained on 1-10: its own answer at 4x (RESULTS.md §2)
+# tracking_shuffled_objects: buckets per number of objects n (n, 4n and 8n swaps), after 3 solved examples of that n
+SHUFFLED_TRANSITIONS, SHUFFLED_FEWSHOT = "n,4n,8n", 3
+# An option letter at the start of a continuation: " (B)", " B)", " B." or " B" (not the B of "Bob"); inside
+# brackets also lower case, "( b )", the decoding of a lower-casing word-level tokenizer (a bare "a" is a word).
+OPTION_LETTER = re.compile(r"^\s*(?:\(\s*([A-Ga-g])\s*(?:\)|$)|\(?([A-G])(?![A-Za-z]))")
 
 
 def first_word(text: str) -> str:
     """The first word of a generated continuation, lower-cased ('' if it holds none)."""
     found = FIRST_WORD.search(text)
     return found.group(0).lower() if found else ""
+
+
+def option_letter(text: str) -> str:
+    """The option letter a generated continuation starts with ('' if none): " (B) Walden" -> "B"."""
+    found = OPTION_LETTER.match(text)
+    return (found.group(1) or found.group(2)).upper() if found else ""
+
+
+def bbh_shots(task, objects: int, count: int, seed: int) -> list:
+    """`count` solved stories of `objects` people and as many swaps (the benchmark's own stories have n swaps for
+    n objects), fixed per (task, n, seed): the examples of the BBH-style prompt."""
+    rng = random.Random(f"hf_ssm.eval_nl.bbh_shots:{objects}:{seed}")
+    return [task.with_objects(objects).sample(objects, rng) for _ in range(count)]
+
+
+@torch.no_grad()
+def score_choice_bucket(model, tokenizer, task, low: int, high: int, objects: int, args) -> dict:
+    """Exact match of the option letter on `args.num_stories` stories of `objects` people and low..high swaps,
+    each after the `args.fewshot` solved examples of the same n (bbh_fewshot_prompt)."""
+    rng = random.Random(f"hf_ssm.eval_nl:{task.name}:{args.seed}:{objects}:{low}-{high}")
+    shots = bbh_shots(task, objects, args.fewshot, args.seed + 1)
+    stories = [task.with_objects(objects).sample(rng.randint(low, high), rng) for _ in range(args.num_stories)]
+    correct, lengths, answers = 0, [], {}
+    starts = range(0, len(stories), args.batch_size)
+    for start in evaluation_progress(starts, f"{task.name} n={objects} {low}-{high}", total=len(starts)):
+        chunk = stories[start : start + args.batch_size]
+        batch = tokenizer([bbh_fewshot_prompt(s, shots) for s in chunk], return_tensors="pt", padding=True)
+        out = model.generate(
+            **batch, max_new_tokens=args.max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+        )
+        for story, row, mask in zip(chunk, out[:, batch["input_ids"].shape[1] :], batch["attention_mask"]):
+            letter = option_letter(tokenizer.decode(row, skip_special_tokens=True))
+            correct += f"({letter})" == story.choice
+            answers[letter] = answers.get(letter, 0) + 1
+            lengths.append(int(mask.sum()))
+    return {
+        "min_transitions": low,
+        "max_transitions": high,
+        "objects": objects,
+        "accuracy": correct / len(stories),
+        "chance": 1 / objects,
+        "stories": len(stories),
+        "mean_tokens": sum(lengths) / len(lengths),
+        "answers": dict(sorted(answers.items(), key=lambda kv: -kv[1])[:8]),  # the most frequent letters ('' none)
+    }
 
 
 @torch.no_grad()
@@ -79,12 +137,21 @@ def score_bucket(model, tokenizer, task, prefix: str, low: int, high: int, args)
     }
 
 
+def bucket_name(bucket: dict) -> str:
+    """ "1-10", or "n3:12-12" for a bucket of the shuffled-objects stories of 3 objects."""
+    label = f"{bucket['min_transitions']}-{bucket['max_transitions']}"
+    return f"n{bucket['objects']}:{label}" if "objects" in bucket else label
+
+
 def plot(record: dict, path: Path) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    labels = [f"{b['min_transitions']}-{b['max_transitions']}" for b in record["buckets"]]
+    labels = [bucket_name(b) for b in record["buckets"]]
     ax.plot(labels, [100 * b["accuracy"] for b in record["buckets"]], "o-", label=record["label"])
-    ax.axhline(100 / record["num_classes"], color="grey", ls=":", label="chance")
+    if all("chance" in b for b in record["buckets"]):  # multiple choice: 1 / n in a bucket of n objects
+        ax.plot(labels, [100 * b["chance"] for b in record["buckets"]], ":", color="grey", label="chance")
+    else:
+        ax.axhline(100 / record["num_classes"], color="grey", ls=":", label="chance")
     ax.set(xlabel="transitions", ylabel="answer accuracy (%)", ylim=(0, 101), title=f"{record['task']}")
     ax.legend()
     save_figure(fig, path)
@@ -98,19 +165,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="named base (smollm2-135m), local folder or hub id (default with --adapter: the base its config records)",
     )
     parser.add_argument("--adapter", default=None, help="an SSM adapter folder (save_pretrained) to attach")
-    parser.add_argument("--task", default="parity", choices=NL_TASK_NAMES)
+    parser.add_argument("--task", default="parity", choices=ALL_NL_TASK_NAMES)
     parser.add_argument(
         "--transitions",
         default=None,
         help=f"buckets of transition counts, e.g. 1-10,40,80 (default {ADAPTER_TRANSITIONS} with --adapter, else "
-        f"{BASE_TRANSITIONS})",
+        f"{BASE_TRANSITIONS}); for tracking_shuffled_objects per number of objects n, multiples of n allowed "
+        f"(default {SHUFFLED_TRANSITIONS})",
     )
     parser.add_argument("--num_stories", type=int, default=256, help="test stories per bucket (default 256)")
     parser.add_argument(
         "--fewshot",
         type=int,
         default=None,
-        help=f"solved stories of 1-10 transitions before each (default 0 with --adapter, else {BASE_FEWSHOT})",
+        help=f"solved stories of 1-10 transitions before each (default 0 with --adapter, else {BASE_FEWSHOT}); "
+        f"tracking_shuffled_objects: {SHUFFLED_FEWSHOT} of the same n",
     )
     parser.add_argument("--distractor_prob", type=float, default=0.0)
     parser.add_argument("--batch_size", type=int, default=16, help="stories per generate() call (default 16)")
@@ -129,18 +198,26 @@ def resolve_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         if not recorded:
             parser.error("--model is required" + (" (the adapter's config records no base)" if args.adapter else ""))
         args.model = recorded
+    shuffled = getattr(get_nl_task(args.task), "object_counts", None) is not None
     if args.fewshot is None:
-        args.fewshot = 0 if args.adapter else BASE_FEWSHOT
+        args.fewshot = 0 if args.adapter else SHUFFLED_FEWSHOT if shuffled else BASE_FEWSHOT
     if args.transitions is None:
-        args.transitions = ADAPTER_TRANSITIONS if args.adapter else BASE_TRANSITIONS
+        args.transitions = (
+            SHUFFLED_TRANSITIONS if shuffled else ADAPTER_TRANSITIONS if args.adapter else BASE_TRANSITIONS
+        )
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = resolve_defaults(parser, parser.parse_args(argv))
+    task = get_nl_task(args.task)
+    counts = getattr(task, "object_counts", None)  # tracking_shuffled_objects: buckets per number of objects
     try:
-        buckets = parse_transition_buckets(args.transitions, "transitions")
+        if counts is None:
+            buckets = parse_transition_buckets(args.transitions, "transitions")
+        else:
+            buckets = object_buckets(args.transitions, counts, "transitions")
     except ValueError as err:
         parser.error(str(err))
     for name in ("num_stories", "batch_size", "max_new_tokens"):
@@ -153,10 +230,14 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer.padding_side = "left"  # generation continues every row from its last real token
     if args.adapter:
         model = load_ssm_adapter(model, args.adapter)
-    task = get_nl_task(args.task)
-    prefix = fewshot_text(task, args.fewshot, args.seed + 1, 1, 10, args.distractor_prob) if args.fewshot else ""
     label = Path(args.model).name + (f" + adapter {Path(args.adapter).name}" if args.adapter else "")
-    results = [score_bucket(model, tokenizer, task, prefix, low, high, args) for low, high in buckets]
+    if counts is None:
+        prefix = fewshot_text(task, args.fewshot, args.seed + 1, 1, 10, args.distractor_prob) if args.fewshot else ""
+        results = [score_bucket(model, tokenizer, task, prefix, low, high, args) for low, high in buckets]
+    else:
+        if args.distractor_prob:
+            parser.error("--distractor_prob: the tracking_shuffled_objects format has no distractor sentences")
+        results = [score_choice_bucket(model, tokenizer, task, *bucket, args) for bucket in buckets]
     record = {
         "model": args.model,
         "adapter": args.adapter,
@@ -164,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         "task": args.task,
         "num_classes": task.num_classes,
         "fewshot": args.fewshot,
+        "scoring": "first word" if counts is None else "option letter (BBH exact match)",
         "buckets": results,
         "wall_seconds": time.perf_counter() - began,
         "cpu_seconds": time.process_time() - cpu,
@@ -175,9 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2) + "\n")
     plot(record, out.with_suffix(".png"))
-    print(f"{args.task}, {label}: answer accuracy by number of transitions (chance {100 / task.num_classes:.0f} %)")
+    print(f"{args.task}, {label}: answer accuracy by number of transitions (chance {100 / task.num_classes:.0f} %"
+          + (", 1/n per bucket of n objects)" if counts else ")"))  # fmt: skip
     for r in results:
-        print(f"  {r['min_transitions']}-{r['max_transitions']}: {100 * r['accuracy']:.1f} % of {r['stories']} stories")
+        print(f"  {bucket_name(r)}: {100 * r['accuracy']:.1f} % of {r['stories']} stories")
     print(f"written to {out} (and {out.with_suffix('.png').name}); {record['cpu_seconds']:.0f} CPU s")
     return 0
 

@@ -31,6 +31,15 @@ trained is merged into <output_dir>/summary.json and, with --summary PATH, into 
 with the settings it was trained with (a changed setting is refused, naming it, apart from those that only decide
 when it evaluates, checkpoints or stops, how many restarts it tries and the test size).
 
+Word-problem files (the "Illusion of State" paper's CSV format `length,input,target`, or JSONL with those fields;
+hf_ssm/data/word_problems.py) replace the generated task: --data_file TRAIN --test_data_file TEST (any group: Z60,
+A4xZ5, A5, S5, ...). The classes are the largest element index in both files + 1 (--num_classes N to give more);
+the training and test lengths are the files' own (length flags are refused), the test buckets the test file's
+distinct lengths (or --num_buckets ranges of them), validation the last --val_samples_per_bucket training rows,
+held out from training:
+
+    python scripts/train_state_tracking.py --data_file S5_train.csv --test_data_file S5_test.csv --mixer pd_ssm
+
 Model selection: every --eval_every steps the model is scored on held-out validation sequences at the test lengths,
 and the best weights are kept. --restarts R trains seeds s, s + 1000, ... in seed_<s>/ folders and keeps the best
 by validation; baselines train --baseline_restarts seeds (default 1). The test sequences use their own seed and are
@@ -42,11 +51,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from hf_ssm.data import TASK_NAMES, get_task
 from hf_ssm.data.automata import minimal_dfa_size
+from hf_ssm.data.word_problems import WORD_PROBLEM_TASK
 from hf_ssm.training.checkpointing import check_run_folder_arguments
 from hf_ssm.training.cli import (
     NOT_GIVEN,
@@ -70,9 +80,11 @@ from hf_ssm.training.state_tracking import (
     seeds_table,
     train_with_restarts,
 )
+from hf_ssm.training.state_tracking_settings import file_lengths
 from hf_ssm.training.summary import merge_summary, run_records
 
 DEFAULT_TASKS = ["parity", "cycle_navigation"]
+FILE_LENGTH_SETTINGS = ("train_min_length", "train_max_length", "test_min_length", "test_max_length")
 DEFAULT_MIXERS = ["pd_ssm", "diag_lru"]
 
 
@@ -94,6 +106,7 @@ def recipe_values() -> str:
 # --help's option groups, the common ones first (cli.group_options): every option of the parser is in one.
 OPTION_GROUPS = {
     "run": ("task", "tasks", "num_generators", "mixer", "mixers", "suite", "recipe", "seed", "seeds"),
+    "word-problem files (instead of a generated task)": ("data_file", "test_data_file", "num_classes"),
     "memory tasks (mqar, selective_copying, compression)": (
         "task_vocab_size",
         "sequence_length",
@@ -194,9 +207,16 @@ def build_parser() -> argparse.ArgumentParser:
 def plan_runs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Path, list[tuple]]:
     """The run folder and the (settings, run folder) of every run the arguments ask for, validated, in the order
     they train: seed by seed, then task by task, then mixer by mixer. A refusal is a `parser.error`."""
-    tasks = args.tasks or ([args.task] if args.task else DEFAULT_TASKS)
+    file_run = args.data_file is not NOT_GIVEN and bool(args.data_file)
+    if file_run:  # the files are the task
+        if args.tasks or args.task not in (None, WORD_PROBLEM_TASK):
+            parser.error(f"--data_file makes the task {WORD_PROBLEM_TASK!r}: drop --task / --tasks")
+        given = [name for name in FILE_LENGTH_SETTINGS if getattr(args, name) is not NOT_GIVEN]
+        if given:
+            parser.error(f"--{given[0]}: a word-problem file run takes its lengths from the files")
+    tasks = [WORD_PROBLEM_TASK] if file_run else args.tasks or ([args.task] if args.task else DEFAULT_TASKS)
     for task in tasks:
-        if task not in TASK_NAMES:
+        if task not in TASK_NAMES and not file_run:
             parser.error(f"unknown task {task!r}; choose from {', '.join(TASK_NAMES)}")
     mixers = chosen_mixers(parser, args, DEFAULT_MIXERS)
     if args.seeds is not None and args.seed is not NOT_GIVEN:
@@ -204,6 +224,8 @@ def plan_runs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
     seeds = args.seeds or [None]
     suite = args.suite or len(tasks) * len(mixers) > 1
     explicit = {k: v for k, v in given_settings(StateTrackingSettings, args).items() if k not in ("task", "mixer")}
+    if file_run:  # validation on held-out training rows, unless asked otherwise (then refused by validate)
+        explicit.setdefault("validation_lengths", "train")
     out = run_folder(args.output_dir, "runs/state_tracking/")
     runs = []
     for seed in seeds:
@@ -216,6 +238,8 @@ def plan_runs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
                 settings = StateTrackingSettings(task=task, mixer=mixer, **{**values, **_restarts(mixer, args)})
                 runs.append((settings, seed_dir / f"{task}_{mixer}" if suite else seed_dir))
     try:
+        if file_run:  # the lengths of the files (a malformed file is refused here, naming its row and column)
+            runs = [(replace(settings, **file_lengths(settings)), run_dir) for settings, run_dir in runs]
         for settings, _ in runs:  # validated once, here: train_with_restarts is told so
             settings.validate()
         check_run_folder_arguments(args.resume, args.output_dir)
@@ -279,6 +303,8 @@ def _chance_note(results: dict) -> str:
 
 
 def _dfa_note(settings: StateTrackingSettings) -> str:
+    if settings.data_file:
+        return f"word-problem files, {settings.build_task().num_classes} group elements"
     try:
         return f"minimal DFA of {settings.task}: {minimal_dfa_size(get_task(settings.task, **settings.task_kwargs()))} states"
     except ValueError as err:  # bracketed arithmetic: no finite automaton

@@ -2,6 +2,7 @@
 
 from .memory_tasks import CompressionTask, MultiQueryAssociativeRecallTask, SelectiveCopyingTask
 from .nl_state_tracking import (
+    ALL_NL_TASK_NAMES,
     NL_TASK_NAMES,
     NLStateTrackingDataset,
     NLStateTrackingTask,
@@ -23,8 +24,10 @@ from .state_tracking import (
     to_hf_dataset,
 )
 from .timeseries import TimeSeriesData, load_timeseries, parse_ts
+from .word_problems import WordProblemDataset, load_word_problem_file
 
 __all__ = [
+    "ALL_NL_TASK_NAMES",
     "NL_TASK_NAMES",
     "NLStateTrackingDataset",
     "NLStateTrackingTask",
@@ -41,11 +44,13 @@ __all__ = [
     "StateTrackingDataset",
     "Task",
     "TimeSeriesData",
+    "WordProblemDataset",
     "collate_nl_state_tracking",
     "collate_state_tracking",
     "get_nl_task",
     "get_task",
     "load_timeseries",
+    "load_word_problem_file",
     "parse_ts",
     "to_hf_dataset",
 ]

@@ -41,9 +41,12 @@ def prepare_base(settings: AdapterExperimentSettings, run_dir: Path, accelerator
     info_path = run_dir / "base_info.json"
     if (path / "config.json").is_file() and info_path.is_file():
         return str(path), json.loads(info_path.read_text())
+    # The automata's words, and the task's own where it is another (so the automaton runs keep their vocabulary).
     tasks = [get_nl_task(name) for name in NL_TASK_NAMES]
+    if settings.task not in NL_TASK_NAMES:
+        tasks.append(get_nl_task(settings.task))
     tokenizer = build_word_tokenizer(task_vocabulary(tasks))
-    longest = max(high for _, high in settings.bucket_list())
+    longest = max(bucket[1] for bucket in settings.bucket_list())
     model = build_tiny_qwen2(
         len(tokenizer),
         hidden_size=settings.tiny_hidden_size,

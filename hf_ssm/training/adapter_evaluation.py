@@ -214,14 +214,16 @@ def evaluate(method, model, task, tokenizer, buckets, settings, seed, device, pr
     answer_ids = torch.tensor(answer_token_ids(task, tokenizer), device=device)
     examples = fewshot_prefix(task, tokenizer, settings) if method == "fewshot" else []
 
-    def score_bucket(low: int, high: int) -> dict:
+    def score_bucket(low: int, high: int, objects: int | None = None) -> dict:
+        # A bucket of the shuffled-objects task may fix the number of objects (its own stories, the same classes).
+        bucket_task = task if objects is None else task.with_objects(objects)
         data = NLStateTrackingDataset(
-            task, tokenizer, settings.eval_samples_per_bucket, low, high, seed + low, settings.distractor_prob
+            bucket_task, tokenizer, settings.eval_samples_per_bucket, low, high, seed + low, settings.distractor_prob
         )
         correct, tokens = 0, []
         batches = evaluation_progress(
             batch_ranges(len(data), settings.eval_batch_size),
-            f"{task.name}/{method} test {low}-{high}",
+            f"{bucket_task.name}/{method} test {low}-{high}",
             total=math.ceil(len(data) / settings.eval_batch_size),
             enabled=progress,
         )
@@ -236,6 +238,7 @@ def evaluate(method, model, task, tokenizer, buckets, settings, seed, device, pr
         return {
             "min_transitions": low,
             "max_transitions": high,
+            **({} if objects is None else {"objects": objects}),
             "accuracy": correct / len(data),
             "mean_tokens": sum(tokens) / len(tokens),
             "max_tokens": max(tokens),

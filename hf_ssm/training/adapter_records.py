@@ -44,6 +44,13 @@ def model_name(result: dict) -> str:
     return name + (f" + lora r={result['lora_rank']}" if result["method"] == "ssm_lora" else "")
 
 
+def bucket_label(bucket: dict) -> str:
+    """A test bucket's name: "11-20" (transitions), "n5:5-5" for a bucket of the shuffled-objects task's stories of
+    5 objects."""
+    label = f"{bucket['min_transitions']}-{bucket['max_transitions']}"
+    return f"n{bucket['objects']}:{label}" if "objects" in bucket else label
+
+
 def summary_records(summary: dict, run_dir: str, command: str | None = None) -> list[dict]:
     """One record per method of a run, for results/adapter/summary.json; `command`: the command line that made it
     (recorded so that every figure can be re-run)."""
@@ -63,14 +70,10 @@ def summary_records(summary: dict, run_dir: str, command: str | None = None) -> 
                 "wall_seconds": round(r["train_seconds"] + r["eval_seconds"], 1),
                 "steps": r["steps"],
                 "train_transitions": [r["settings"]["train_min_transitions"], r["settings"]["train_max_transitions"]],
-                "accuracy_by_transitions": {
-                    f"{b['min_transitions']}-{b['max_transitions']}": round(b["accuracy"], 4)
-                    for b in r["test"]["buckets"]
-                },
+                "accuracy_by_transitions": {bucket_label(b): round(b["accuracy"], 4) for b in r["test"]["buckets"]},
                 "eval_samples_per_bucket": r["settings"]["eval_samples_per_bucket"],
                 "mean_tokens_by_transitions": {
-                    f"{b['min_transitions']}-{b['max_transitions']}": round(b["mean_tokens"], 1)
-                    for b in r["test"]["buckets"]
+                    bucket_label(b): round(b["mean_tokens"], 1) for b in r["test"]["buckets"]
                 },
                 "run_dir": run_dir,
                 **({"command": command} if command else {}),
@@ -91,14 +94,15 @@ def update_summary_json(path, records: list[dict]) -> None:
 
 def results_table(results: list[dict], num_classes: int | None = None) -> str:
     """Markdown: one row per method, accuracy (%) per bucket of transitions."""
-    cols = [f"{b['min_transitions']}-{b['max_transitions']}" for b in results[0]["test"]["buckets"]]
+    cols = [bucket_label(b) for b in results[0]["test"]["buckets"]]
     rows = [
         [r["method"], r["trainable_parameters"], r["steps"], f"{r['train_seconds']:.0f}"]
         + accuracy_cells(r["test"]["buckets"])
         for r in results
     ]
-    if num_classes:
-        rows.append(["chance", "", "", ""] + [f"{100 / num_classes:.1f}" for _ in cols])
+    if num_classes:  # a bucket of n objects: chance 1 / n
+        chance = [100 / b.get("objects", num_classes) for b in results[0]["test"]["buckets"]]
+        rows.append(["chance", "", "", ""] + [f"{c:.1f}" for c in chance])
     return markdown_table(["method", "trainable params", "steps", "train s", *cols], rows)
 
 
@@ -107,8 +111,12 @@ def plot_results(results: list[dict], settings: AdapterExperimentSettings, num_c
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in results:
-        xs = [(b["min_transitions"] + b["max_transitions"]) / 2 for b in r["test"]["buckets"]]
-        ax.plot(xs, [b["accuracy"] for b in r["test"]["buckets"]], marker="o", label=r["method"])
+        # one line per number of objects where the buckets have one (the shuffled-objects task)
+        for objects in sorted({b.get("objects", 0) for b in r["test"]["buckets"]}):
+            buckets = [b for b in r["test"]["buckets"] if b.get("objects", 0) == objects]
+            xs = [(b["min_transitions"] + b["max_transitions"]) / 2 for b in buckets]
+            label = r["method"] + (f", n={objects}" if objects else "")
+            ax.plot(xs, [b["accuracy"] for b in buckets], marker="o", label=label)
     ax.axvspan(settings.train_min_transitions, settings.train_max_transitions, color="grey", alpha=0.15, label="train")
     ax.axhline(1 / num_classes, color="black", linestyle=":", label="chance")
     ax.set(

@@ -9,9 +9,8 @@ from ..adapters.bases import DTYPES, NAMED_BASES
 from ..adapters.config import SSMAdapterConfig
 from ..adapters.feature_cache import STORE_DTYPES
 from ..adapters.transition_tokens import TRANSITION_POSITIONS, transition_token_ids
-from ..data.nl_state_tracking import (
-    NL_TASK_NAMES,
-)
+from ..data.nl_state_tracking import ALL_NL_TASK_NAMES, get_nl_task
+from ..data.shuffled_objects import object_buckets
 from ..modeling.config_values import (
     PD_SSM_INITIAL_STATES,
     PD_SSM_INPUTS,
@@ -198,7 +197,7 @@ class AdapterExperimentSettings:
     seed: int = 0
 
     def validate(self) -> None:
-        check_choice("task", self.task, NL_TASK_NAMES)
+        check_choice("task", self.task, ALL_NL_TASK_NAMES)
         check_preset(self.base_model, self.task, self.preset)
         check_choice("supervision", self.supervision, SUPERVISION)
         check_choice("answer_loss", self.answer_loss, ANSWER_LOSSES)
@@ -288,8 +287,13 @@ class AdapterExperimentSettings:
     def method_list(self) -> list[str]:
         return [m.strip() for m in self.methods.split(",") if m.strip()]
 
-    def bucket_list(self) -> list[tuple[int, int]]:
-        """`test_buckets` "1-10,11-20" -> [(1, 10), (11, 20)]."""
+    def bucket_list(self) -> list[tuple[int, ...]]:
+        """`test_buckets` "1-10,11-20" -> [(1, 10), (11, 20)]; for a tracking_shuffled_objects task one bucket
+        (low, high, n) per item and number of objects n of the task ("1-7,n,4n" -> (1, 7, 3), (3, 3, 3), (12, 12, 3),
+        (1, 7, 5), ...: shuffled_objects.object_buckets)."""
+        counts = getattr(get_nl_task(self.task), "object_counts", None)
+        if counts is not None:
+            return object_buckets(self.test_buckets, counts, "test_buckets")
         return parse_transition_buckets(self.test_buckets, "test_buckets")
 
     def adapter_config(self, tokenizer=None) -> SSMAdapterConfig:

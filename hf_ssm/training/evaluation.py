@@ -38,8 +38,9 @@ def batch_ranges(count: int, batch_size: int) -> Iterator[range]:
 def bucket_accuracy(model: torch.nn.Module, buckets, score_bucket: Callable[[int, int], dict]) -> dict:
     """{"buckets": one record per (low, high) bucket, "mean_accuracy": the mean of their "accuracy"}.
 
-    `score_bucket(low, high)` scores the bucket's sequences and returns its record (its bounds, "accuracy" and
-    whatever else the driver reports); it runs with `model` in eval mode and without gradients."""
+    `score_bucket(low, high, *rest)` scores the bucket's sequences and returns its record (its bounds, "accuracy"
+    and whatever else the driver reports); it runs with `model` in eval mode and without gradients. A bucket is
+    (low, high) or (low, high, *rest) (the stories of the shuffled-objects task: (low, high, number of objects))."""
     with eval_mode(model):
-        records = [score_bucket(low, high) for low, high in buckets]
+        records = [score_bucket(*bucket) for bucket in buckets]
     return {"buckets": records, "mean_accuracy": sum(r["accuracy"] for r in records) / len(records)}

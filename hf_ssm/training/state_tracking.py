@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from ..data import StateTrackingDataset, collate_state_tracking, get_task
+from ..data import StateTrackingDataset, collate_state_tracking
 from ..data.state_tracking import supervised_labels
 from ..modeling import HybridSSMForTokenClassification
 from . import loop
@@ -40,6 +40,15 @@ from .state_tracking_settings import (
     model_config,
 )
 from .tables import accuracy_cells, markdown_table
+
+
+def file_test_buckets(lengths: list[int], count: int) -> list[tuple[int, int]]:
+    """Test buckets of a word-problem test file: one per distinct length, or, with more than `count` distinct
+    lengths, the non-empty ones of `length_buckets(shortest, longest, count)`."""
+    distinct = sorted(set(lengths))
+    if len(distinct) <= count:
+        return [(n, n) for n in distinct]
+    return [(a, b) for a, b in length_buckets(distinct[0], distinct[-1], count) if any(a <= n <= b for n in distinct)]
 
 
 def length_buckets(low: int, high: int, count: int) -> list[tuple[int, int]]:
@@ -63,15 +72,20 @@ def build_model(settings: StateTrackingSettings) -> HybridSSMForTokenClassificat
 
 
 def _batch(dataset: StateTrackingDataset, step: int, batch_size: int, rank: int = 0, world: int = 1) -> dict:
-    """The deterministic batch of a training step (so a resumed run sees exactly the same data)."""
+    """The deterministic batch of a training step (so a resumed run sees exactly the same data). Indices wrap
+    around the dataset: a word-problem file's rows are cycled in file order, epoch after epoch (a generated
+    dataset holds every step's sequences, so its indices never wrap)."""
     start = (step * world + rank) * batch_size
-    return collate_state_tracking([dataset[start + i] for i in range(batch_size)])
+    return collate_state_tracking([dataset[(start + i) % len(dataset)] for i in range(batch_size)])
 
 
 def training_data(task, settings: StateTrackingSettings, num_samples: int, step: int) -> StateTrackingDataset:
     """The training sequences step `step` draws from: lengths [train_min_length, the longest length of that step
     (settings.longest_training_length: the length curriculum)], the run's seed. Item i is the same random draw at
-    every step, so with the curriculum off (or past it) this is one fixed dataset, as before the curriculum."""
+    every step, so with the curriculum off (or past it) this is one fixed dataset, as before the curriculum. A
+    word-problem file run trains on its training file's rows (less the validation rows), whatever the step."""
+    if settings.data_file:  # the training file's rows (the validation rows held out); no curriculum for files
+        return settings.file_splits()[0]
     longest = settings.longest_training_length(step)
     return StateTrackingDataset(task, num_samples, settings.train_min_length, longest, seed=settings.seed)
 
@@ -94,7 +108,9 @@ def train_state_tracking(
     if not validated:
         settings.validate()
     accelerator, run_dir, found = loop.begin_run(settings, run_dir, resume, RESUME_SAFE_SETTINGS, accelerator)
-    task = get_task(settings.task, **settings.task_kwargs())
+    task = settings.build_task()
+    files = settings.file_splits() if settings.data_file else None  # (train, validation, test) rows
+    val_rows, test_rows = (None, None) if files is None else files[1:]
     model = build_model(settings)
     optimizer = build_optimizer(model, settings)
     scheduler = build_scheduler(optimizer, settings)
@@ -112,7 +128,10 @@ def train_state_tracking(
             best = loop.BestWeights.load(meta["best"], found, BEST_WEIGHTS)
         accelerator.print(f"resumed from {found} at step {start_step}")
 
-    test_buckets = length_buckets(settings.test_min_length, settings.test_max_length, settings.num_buckets)
+    if test_rows is None:
+        test_buckets = length_buckets(settings.test_min_length, settings.test_max_length, settings.num_buckets)
+    else:
+        test_buckets = file_test_buckets(test_rows.lengths, settings.num_buckets)
     if settings.validation_lengths == "train":
         val_buckets = [(settings.train_min_length, settings.train_max_length)]
     else:
@@ -134,8 +153,9 @@ def train_state_tracking(
     def validation(step: int) -> dict:
         unwrapped = accelerator.unwrap_model(model)
         val = evaluate(
-            unwrapped, settings, val_buckets, VALIDATION_SEED, accelerator.device, settings.val_samples_per_bucket
-        )
+            unwrapped, settings, val_buckets, VALIDATION_SEED, accelerator.device, settings.val_samples_per_bucket,
+            **_file_rows(val_rows),
+        )  # fmt: skip
         history.append({"step": step, "loss": last["loss"].item(), "val_accuracy": val["mean_accuracy"]})
         if val["mean_accuracy"] >= best.record["accuracy"]:  # ties: the later, longer-trained weights
             best.keep(unwrapped, {"accuracy": val["mean_accuracy"], "step": step})
@@ -170,8 +190,9 @@ def train_state_tracking(
     if best.state is not None:
         final_model.load_state_dict(best.state)
     test = evaluate(
-        final_model, settings, test_buckets, TEST_SEED, accelerator.device, settings.eval_samples_per_bucket
-    )
+        final_model, settings, test_buckets, TEST_SEED, accelerator.device, settings.eval_samples_per_bucket,
+        **_file_rows(test_rows),
+    )  # fmt: skip
     far = evaluate_far_lengths(final_model, settings, accelerator.device)
     results = {
         "task": settings.task,
@@ -201,6 +222,7 @@ def train_state_tracking(
         "scored_positions": task.scored_positions,
         "chance_accuracy": task.chance_accuracy,
         "size_name": task.size_name,
+        **_file_record(settings, task, files),
     }
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
@@ -208,6 +230,25 @@ def train_state_tracking(
         (run_dir / "results.json").write_text(json.dumps(results, indent=2))
         plot_accuracy_vs_length([results], run_dir / "accuracy_vs_length.png")
     return results
+
+
+def _file_rows(rows) -> dict:
+    """evaluate()'s keyword for a word-problem file's rows; none for a generated task (its call stays as it was)."""
+    return {} if rows is None else {"rows": rows}
+
+
+def _file_record(settings: StateTrackingSettings, task, files) -> dict:
+    """What results.json says about a word-problem file run (nothing for a generated task)."""
+    if files is None:
+        return {}
+    train, val, test = files
+    return {
+        "data_file": settings.data_file,
+        "test_data_file": settings.test_data_file,
+        "num_classes": task.num_classes,
+        "dense_targets": task.labels_every_prefix,
+        "rows": {"train": len(train), "validation": len(val), "test": len(test)},
+    }
 
 
 def train_with_restarts(

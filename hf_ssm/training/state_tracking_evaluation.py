@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import torch
 
-from ..data import StateTrackingDataset, collate_state_tracking, get_task
+from ..data import StateTrackingDataset, collate_state_tracking
 from ..data.state_tracking import last_token_correct
 from .evaluation import batch_ranges, bucket_accuracy
 
@@ -17,7 +17,7 @@ FAR_BATCH_TOKENS = 16_384
 
 
 @torch.no_grad()
-def evaluate(model, settings, buckets, seed: int, device, samples_per_bucket: int) -> dict:
+def evaluate(model, settings, buckets, seed: int, device, samples_per_bucket: int, rows=None) -> dict:
     """Accuracy for each length bucket of a StateTrackingSettings' task, `settings.batch_size` sequences at a time:
     at the final position (the state-tracking tasks), or over every labelled position for a task whose
     `scored_positions` is "labelled" (each query / copied token of the memory tasks, which also report
@@ -25,13 +25,19 @@ def evaluate(model, settings, buckets, seed: int, device, samples_per_bucket: in
     accuracy over every labelled position.
 
     Bucket (low, high) holds `samples_per_bucket` sequences drawn with data seed `seed + low` (for mqar low and
-    high count key-value pairs: `Task.size_name`).
+    high count key-value pairs: `Task.size_name`); with `rows` (a WordProblemDataset: the rows of a word-problem
+    file) it holds every row of a length in [low, high] instead, scored at the final position.
     """
-    task = get_task(settings.task, **settings.task_kwargs())
-    every_label = task.scored_positions == "labelled"
+    task = None if rows is not None else settings.build_task()
+    every_label = task is not None and task.scored_positions == "labelled"
 
     def score_bucket(low: int, high: int) -> dict:
-        data = StateTrackingDataset(task, samples_per_bucket, low, high, seed=seed + low)
+        if rows is None:
+            data = StateTrackingDataset(task, samples_per_bucket, low, high, seed=seed + low)
+        else:
+            data = rows.with_lengths(low, high)
+            if not len(data):
+                raise ValueError(f"{rows.path} has no row of a length in [{low}, {high}] to score")
         correct = total = prefix_correct = prefix_total = whole = 0
         for indices in batch_ranges(len(data), settings.batch_size):
             batch = collate_state_tracking([data[i] for i in indices])
@@ -71,7 +77,7 @@ def far_lengths(settings) -> list[int]:
             f"`far_lengths` must be comma-separated lengths above test_max_length ({settings.test_max_length}), "
             f"e.g. '1000,4000', or '' for none; got {settings.far_lengths!r}"
         )
-    task = get_task(settings.task, **settings.task_kwargs())
+    task = settings.build_task()
     invalid = [length for length in lengths if not task.valid_length(length)]
     if invalid:  # refused before training, not when the test reaches them
         raise ValueError(
@@ -87,7 +93,7 @@ def evaluate_far_lengths(model, settings, device) -> dict | None:
     lengths = far_lengths(settings)
     if not lengths:
         return None
-    task = get_task(settings.task, **settings.task_kwargs())
+    task = settings.build_task()
     buckets = []
     for length in lengths:
         batch = max(1, min(settings.batch_size, FAR_BATCH_TOKENS // task.num_tokens(length)))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 
 from ..data import TASK_NAMES, get_task
 from ..data.state_tracking import SUPERVISIONS
+from ..data.word_problems import WORD_PROBLEM_TASK, load_word_problem_file, word_problem_task
 from ..modeling import HybridSSMConfig
 from ..modeling.config_values import BLOCK_TYPES, PD_SSM_DIAGONALS, PD_SSM_INITIAL_STATES, PD_SSM_INPUTS, check_choice
 from ..modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS, SSM_MIXERS, check_config_keys
@@ -44,7 +45,18 @@ PATTERN_HELP = "one layer per letter: S = the mixer, " + ", ".join(f"{k} {v}" fo
 class StateTrackingSettings:
     """Everything one training run depends on (saved to the run folder as settings.json)."""
 
-    task: str = field(default="parity", metadata={"help": f"one task: {', '.join(TASK_NAMES)}"})
+    task: str = field(
+        default="parity",
+        metadata={"help": f"one task: {', '.join(TASK_NAMES)} ({WORD_PROBLEM_TASK}: set by --data_file)"},
+    )
+    # Word-problem files (hf_ssm/data/word_problems.py: CSV `length,input,target` or JSONL) instead of a generated
+    # task: the training rows (the last val_samples_per_bucket held out for validation) and the test rows; the
+    # lengths come from the files (file_lengths), the classes are the largest element index + 1 or num_classes.
+    data_file: str = field(default="", metadata={"help": "training word-problem file (CSV or JSONL); '' = none"})
+    test_data_file: str = field(default="", metadata={"help": "test word-problem file, required with --data_file"})
+    num_classes: int | None = field(
+        default=None, metadata={"help": "group elements of the files (None: the largest index in them + 1)"}
+    )
     num_generators: int | None = field(
         default=None,
         metadata={"help": "generators of the group word problems a5 / s5 / s3 / s4 (None: 2; refused for other tasks)"},
@@ -159,17 +171,19 @@ class StateTrackingSettings:
     )
 
     def validate(self) -> None:
+        self._validate_files()
         try:
-            task = get_task(self.task, **self.task_kwargs())  # raises ValueError for unknown tasks / bad arguments
+            task = self.build_task()  # raises ValueError for unknown tasks / bad arguments / malformed files
         except ValueError as err:  # get_task's vocab_size is the flag --task_vocab_size here
             raise ValueError(str(err).replace("`vocab_size`", "`task_vocab_size`")) from None
-        self._validate_task_sizes(task)
+        if not self.data_file:  # a file run's lengths are its files' (file_lengths)
+            self._validate_task_sizes(task)
         if self.train_min_length < 1 or self.train_min_length > self.train_max_length:
             raise ValueError(
                 f"train lengths must satisfy 1 <= train_min_length <= train_max_length, got "
                 f"[{self.train_min_length}, {self.train_max_length}]"
             )
-        if self.train_max_length > self.test_max_length:
+        if self.train_max_length > self.test_max_length and not self.data_file:  # files: their own lengths
             raise ValueError(
                 f"train_max_length ({self.train_max_length}) is above test_max_length ({self.test_max_length}): "
                 "the test must reach at least the training lengths"
@@ -230,7 +244,7 @@ class StateTrackingSettings:
                 f"`length_curriculum_start` must lie in [train_min_length, train_max_length] = "
                 f"[{self.train_min_length}, {self.train_max_length}], got {self.length_curriculum_start}"
             )
-        task = get_task(self.task, **self.task_kwargs())
+        task = self.build_task()
         if not any(task.valid_length(n) for n in range(self.train_min_length, self.length_curriculum_start + 1)):
             raise ValueError(
                 f"`length_curriculum_start` = {self.length_curriculum_start}: task {self.task!r} has no valid length "
@@ -254,7 +268,7 @@ class StateTrackingSettings:
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         check_choice("embedding_init", self.embedding_init, EMBEDDING_INITS)
         if self.embedding_init == "one_hot":
-            vocab_size = get_task(self.task, **self.task_kwargs()).vocab_size
+            vocab_size = self.build_task().vocab_size
             if self.hidden_size < vocab_size:
                 raise ValueError(
                     f"`embedding_init='one_hot'` gives every token its own basis vector: it needs hidden_size >= the "
@@ -275,6 +289,67 @@ class StateTrackingSettings:
                 f"the {self.lr_schedule!r} schedule has no floor"
             )
 
+    def build_task(self):
+        """The run's Task: `get_task(task, num_generators)`, or for a file run the WordProblemTask of its files."""
+        if self.data_file:
+            return word_problem_task(*self.word_problem_files(), num_classes=self.num_classes)
+        return get_task(self.task, **self.task_kwargs())
+
+    def word_problem_files(self):
+        """(training file rows, test file rows) of a file run, as read (load_word_problem_file)."""
+        train, test = load_word_problem_file(self.data_file), load_word_problem_file(self.test_data_file)
+        return train, test
+
+    def file_splits(self):
+        """(training rows, validation rows, test rows) of a file run: the last `val_samples_per_bucket` rows of the
+        training file validate (they are not trained on), the test file tests."""
+        train, test = self.word_problem_files()
+        held = len(train) - self.val_samples_per_bucket
+        return train.subset(range(held)), train.subset(range(held, len(train))), test
+
+    def _validate_files(self) -> None:
+        """A file run: both files, its own task name, lengths equal to the files' (file_lengths), validation on the
+        held-out training rows, no generator-only setting. Without files: none of the file settings."""
+        if not self.data_file:
+            for name in ("test_data_file", "num_classes"):
+                if getattr(self, name) not in ("", None):
+                    raise ValueError(f"`{name}` applies to word-problem files only: give --data_file too")
+            if self.task == WORD_PROBLEM_TASK:
+                raise ValueError(f"task {WORD_PROBLEM_TASK!r} reads its sequences from --data_file; none was given")
+            return
+        if self.task != WORD_PROBLEM_TASK:
+            raise ValueError(
+                f"with --data_file the task is {WORD_PROBLEM_TASK!r} (the file's group), got {self.task!r}"
+            )
+        if not self.test_data_file:
+            raise ValueError("`test_data_file` is required with --data_file (the test rows and their lengths)")
+        refused = {
+            "num_generators": self.num_generators is not None,
+            "length_curriculum_steps": self.length_curriculum_steps != 0,
+            "far_lengths": bool(self.far_lengths),
+        }
+        for name, given in refused.items():
+            if given:
+                raise ValueError(f"`{name}` needs a generated task; a word-problem file run has only its files' rows")
+        if self.validation_lengths != "train":
+            raise ValueError(
+                "a word-problem file run validates on held-out rows of the training file at the training lengths: "
+                f"`validation_lengths` must be 'train', got {self.validation_lengths!r} (never the test file)"
+            )
+        train, _ = self.word_problem_files()
+        if len(train) <= self.val_samples_per_bucket:
+            raise ValueError(
+                f"{train.path} has {len(train)} rows: it needs more than val_samples_per_bucket "
+                f"({self.val_samples_per_bucket}), the rows held out for validation"
+            )
+        expected = file_lengths(self)
+        wrong = {k: getattr(self, k) for k, v in expected.items() if getattr(self, k) != v}
+        if wrong:
+            raise ValueError(
+                f"the lengths of a word-problem file run are the files' ({expected}), got {wrong}: drop the length "
+                "settings (scripts/train_state_tracking.py fills them) or take them from file_lengths(settings)"
+            )
+
     def task_kwargs(self) -> dict:
         """get_task's keywords: the task arguments that were given (get_task refuses one the task does not take)."""
         given = {
@@ -287,9 +362,21 @@ class StateTrackingSettings:
         return {key: value for key, value in given.items() if value is not None}
 
 
+def file_lengths(settings: StateTrackingSettings) -> dict:
+    """The length settings of a word-problem file run: train_min/max_length of the training rows (held-out rows
+    included), test_min/max_length of the test file."""
+    train, test = settings.word_problem_files()
+    return {
+        "train_min_length": min(train.lengths),
+        "train_max_length": max(train.lengths),
+        "test_min_length": min(test.lengths),
+        "test_max_length": max(test.lengths),
+    }
+
+
 def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
     """The HybridSSMConfig of a run: one layer per pattern letter (HybridSSMConfig's letters, S = the mixer)."""
-    task = get_task(settings.task, **settings.task_kwargs())
+    task = settings.build_task()
     pattern, ssm_mixer = stack_pattern(settings.mixer, settings.pattern)
     letters = {**pattern_letters(), "S": ssm_mixer}
     config_fields = dict(

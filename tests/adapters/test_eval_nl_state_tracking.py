@@ -60,6 +60,10 @@ def test_scores_a_base_and_an_adapted_base_by_transitions(tiny_base, tmp_path):
         (["--transitions", "5-2"], "must satisfy 1 <= low <= high"),
         (["--num_stories", "0"], "--num_stories must be >= 1"),
         (["--task", "dyck"], "invalid choice: 'dyck'"),
+        (
+            ["--task", "tracking_shuffled_objects", "--transitions", "n,2x"],
+            "`transitions` must look like '1-7,n,4n,8n'",
+        ),
     ],
 )
 def test_bad_arguments_exit_with_a_clear_message(args, message, capsys):
@@ -110,7 +114,7 @@ def test_an_adapter_alone_is_scored_on_its_recorded_base_with_the_adapter_defaul
     assert exit_info.value.code == 2
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "results" / "adapter" / "issue26").glob("generate_*.json")))
+@pytest.mark.parametrize("path", sorted((ROOT / "results" / "adapter" / "generate").glob("*.json")))
 def test_the_published_greedy_answers_are_product_commands(path, tmp_path):
     """Every published greedy-answer record (RESULTS.md §2, the LM-head adapters' own answer at 40) was made by a
     command whose every option is now a default: `--adapter DIR --task TASK --out FILE` resolves to the same
@@ -129,3 +133,76 @@ def test_the_published_greedy_answers_are_product_commands(path, tmp_path):
         parser, parser.parse_args(["--adapter", str(adapter), "--task", task, "--out", out])
     )
     assert vars(product) == vars(published)
+
+
+def test_option_letter_reads_the_choice_out_of_a_continuation():
+    """BBH's exact match on the option letter: " (B)", " B)" and " B" give B, "( c )" (a lower-casing tokenizer)
+    C; a name starting with B, the article "a" and a letter past G give none."""
+    script = load_script("eval_nl_state_tracking")
+    texts = (" (B) Walden", " C)", " G\n", " Bob has", "\n(A)", " (H)", "( c )", " a red ball", " (D")
+    assert [script.option_letter(t) for t in texts] == ["B", "C", "G", "", "A", "", "C", "", "D"]
+
+
+@pytest.fixture(scope="module")
+def tracking_base(tmp_path_factory):
+    """A saved tiny Qwen2 (random weights) whose tokenizer knows the shuffled-objects stories' words."""
+    folder = tmp_path_factory.mktemp("tracking_base")
+    tokenizer = build_word_tokenizer(nl.task_vocabulary([nl.get_nl_task("tracking_shuffled_objects")]))
+    build_tiny_qwen2(len(tokenizer), hidden_size=16, num_layers=1, num_heads=2).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_scores_tracking_shuffled_objects_by_objects_and_swaps(tracking_base, tmp_path, monkeypatch):
+    """The BBH-style run: buckets per n (here n and 2n swaps), three solved shots of the same n before each
+    question, the generation's option letter scored against the answer's: a model that always continues with the
+    right "(X)" scores 100 %, one that always says "(A)" scores 100 % only where (A) is right."""
+    import torch
+    from transformers import GenerationMixin, PreTrainedTokenizerFast
+
+    from hf_ssm.data import shuffled_objects as so
+
+    script = load_script("eval_nl_state_tracking")
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(tracking_base)  # as the script loads a word-level one
+    tail = tokenizer.encode("\nA:", add_special_tokens=False)
+    asked = {}  # token ids of each story's benchmark input -> its choice
+    real_story = so.shuffled_objects_story
+
+    def recording_story(*args, **kwargs):
+        story = real_story(*args, **kwargs)
+        asked[tuple(tokenizer.encode(story.benchmark_input, add_special_tokens=False))] = story.choice
+        return story
+
+    seen = {"rows": 0, "right_is_a": 0}
+
+    def fake_generate(self, input_ids, attention_mask, **kwargs):
+        """Finds the story each prompt ends with and continues with its choice (or with "(A)")."""
+        rows = []
+        for ids, mask in zip(input_ids, attention_mask):
+            real = ids[mask.bool()].tolist()
+            assert real[-len(tail) :] == tail and real.count(tokenizer.encode("Q", add_special_tokens=False)[0]) == 4
+            choice = next(c for key, c in asked.items() if real[-len(tail) - len(key) : -len(tail)] == list(key))
+            seen["rows"] += 1
+            seen["right_is_a"] += choice == "(A)"
+            rows.append(tokenizer.encode(" " + (choice if mode == "right" else "(A)"), add_special_tokens=False))
+        width = max(len(r) for r in rows)
+        extra = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows])
+        return torch.cat([input_ids, extra], dim=1)
+
+    monkeypatch.setattr(so, "shuffled_objects_story", recording_story)
+    monkeypatch.setattr(GenerationMixin, "generate", fake_generate)
+    args = ["--model", str(tracking_base), "--task", "tracking_shuffled_objects", "--transitions", "n,2n",
+            "--num_stories", "4", "--batch_size", "4"]  # fmt: skip
+    mode = "right"
+    assert script.main([*args, "--out", str(tmp_path / "right.json")]) == 0
+    record = json.loads((tmp_path / "right.json").read_text())
+    assert [(b["objects"], b["min_transitions"], b["stories"]) for b in record["buckets"]] == [
+        (3, 3, 4), (3, 6, 4), (5, 5, 4), (5, 10, 4), (7, 7, 4), (7, 14, 4),
+    ]  # fmt: skip
+    assert record["fewshot"] == 3 and record["scoring"] == "option letter (BBH exact match)"
+    assert all(b["accuracy"] == 1.0 and b["chance"] == 1 / b["objects"] for b in record["buckets"])
+    assert seen["rows"] == 24
+    mode, seen["right_is_a"] = "always_a", 0
+    assert script.main([*args, "--out", str(tmp_path / "a.json")]) == 0
+    record = json.loads((tmp_path / "a.json").read_text())
+    assert sum(b["accuracy"] * b["stories"] for b in record["buckets"]) == seen["right_is_a"] < 24

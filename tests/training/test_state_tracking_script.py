@@ -462,3 +462,77 @@ def test_mqar_run_scores_every_query_by_number_of_pairs_and_records_chance(tmp_p
     config = json.loads((tmp_path / "model" / "config.json").read_text())
     assert config["max_position_embeddings"] == 20 and config["mixers"] == ["lstm"]
     assert "chance 9.09% (scored at every labelled position; buckets by num_pairs)" in result.stdout
+
+
+def _write_z5(path, count: int, lengths, dense: bool, seed: int) -> None:
+    """Z5 word problems (sums mod 5) computed here, written in the paper's CSV format."""
+    import random
+
+    rng, lines = random.Random(seed), ["length,input,target"]
+    for _ in range(count):
+        word = [rng.randrange(5) for _ in range(rng.choice(lengths))]
+        prefix = [sum(word[: t + 1]) % 5 for t in range(len(word))]
+        lines.append(f"{len(word)},{' '.join(map(str, word))},{' '.join(map(str, prefix if dense else prefix[-1:]))}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+FILE_RUN = ["--recipe", "residual", "--hidden_size", "16", "--state_size", "4", "--dict_size", "4", "--batch_size",
+            "8", "--max_steps", "4", "--eval_every", "2", "--val_samples_per_bucket", "8", "--restarts", "1"]  # fmt: skip
+
+
+def test_word_problem_files_train_and_test_through_the_driver(tmp_path):
+    """--data_file / --test_data_file: training on the file's rows (prefix products), the lengths and classes
+    taken from the files, validation on held-out training rows, one test bucket per test-file length (final
+    products only), recorded in results.json and settings.json."""
+    _write_z5(tmp_path / "train.csv", 40, [3, 4, 5, 6], dense=True, seed=0)
+    _write_z5(tmp_path / "test.csv", 12, [9, 12], dense=False, seed=1)
+    script = load_script("train_state_tracking")
+    out = tmp_path / "run"
+    args = ["--data_file", str(tmp_path / "train.csv"), "--test_data_file", str(tmp_path / "test.csv"),
+            "--mixer", "pd_ssm", "--output_dir", str(out), *FILE_RUN]  # fmt: skip
+    assert script.main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    settings = json.loads((out / "settings.json").read_text())
+    assert results["task"] == "word_problem_file" and results["num_classes"] == 5 and not results["dense_targets"]
+    assert results["rows"] == {"train": 32, "validation": 8, "test": 12} and results["steps"] == 4
+    assert results["train_lengths"] == [3, 6] and settings["validation_lengths"] == "train"
+    assert [(b["min_length"], b["max_length"]) for b in results["test"]["buckets"]] == [(9, 9), (12, 12)]
+    assert sum(b["samples"] for b in results["test"]["buckets"]) == 12
+    assert (settings["test_min_length"], settings["test_max_length"]) == (9, 12)
+
+
+@pytest.mark.parametrize(
+    ("extra", "body", "message"),
+    [
+        ([], "length,input,target\n3,1 2 x,1\n", "train.csv: row 1, column `input`: token 'x' (position 2) is not an "
+         "integer"),
+        ([], "length,input,target\n3,1 2,1\n", "train.csv: row 1, column `length`: 3, but column `input` has 2 tokens"),
+        (["--train_max_length", "9"], None, "--train_max_length: a word-problem file run takes its lengths from the "
+         "files"),
+        (["--task", "parity"], None, "--data_file makes the task 'word_problem_file'"),
+        (["--num_classes", "3"], None, "num_classes must be an int above every element index of the files"),
+        (["--validation_lengths", "test"], None, "`validation_lengths` must be 'train'"),
+    ],
+)  # fmt: skip
+def test_bad_word_problem_runs_exit_with_the_row_and_column(tmp_path, capsys, extra, body, message):
+    """A malformed training file exits with its file, row and column; length flags, another task, too few classes
+    and validation on the test file are refused before any training."""
+    _write_z5(tmp_path / "train.csv", 20, [3, 4], dense=True, seed=0)
+    _write_z5(tmp_path / "test.csv", 4, [8], dense=False, seed=1)
+    if body is not None:
+        (tmp_path / "train.csv").write_text(body)
+    script = load_script("train_state_tracking")
+    args = ["--data_file", str(tmp_path / "train.csv"), "--test_data_file", str(tmp_path / "test.csv"),
+            "--output_dir", str(tmp_path / "run"), *FILE_RUN, *extra]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(args)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "run" / "results.json").exists()
+
+
+def test_file_settings_need_a_data_file():
+    """--test_data_file or --num_classes without --data_file, or the file task without files: refused by name."""
+    with pytest.raises(ValueError, match="`test_data_file` applies to word-problem files only"):
+        StateTrackingSettings(test_data_file="x.csv").validate()
+    with pytest.raises(ValueError, match="reads its sequences from --data_file"):
+        StateTrackingSettings(task="word_problem_file").validate()
