@@ -19,13 +19,13 @@
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import statistics
 import time
 
 import torch
+from bench_common import peak_rss_rise
 
 from hf_ssm import HybridSSMConfig
 from hf_ssm.modeling.modeling_hybrid_ssm import SSM_MIXER_CLASSES
@@ -78,25 +78,11 @@ def time_size(batch, steps, d, k, rounds):
     return {label: statistics.median(ts) for label, ts in times.items()}
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
 def peak_bytes(mixer, u) -> int:
-    """Rise of the process's peak resident memory during one fwd_bwd (Linux): reset the high-water mark
-    (echo 5 > /proc/self/clear_refs) after glibc's malloc_trim, read VmRSS, run, read VmHWM."""
+    """Rise of the process's peak resident memory during one fwd_bwd (Linux; bench_common.peak_rss_rise)."""
     fwd_bwd(mixer, u[:, :64])  # one-time allocations (thread pools, autograd) outside the measurement
     mixer.zero_grad(set_to_none=True)
-    ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand freed heap pages back, so that re-used memory counts again
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    before = _status_kib("VmRSS")
-    fwd_bwd(mixer, u)
-    return (_status_kib("VmHWM") - before) * 1024
+    return peak_rss_rise(lambda: fwd_bwd(mixer, u))
 
 
 def main():

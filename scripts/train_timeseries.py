@@ -7,12 +7,15 @@ a few minutes on a 2-core CPU. Examples:
     python scripts/train_timeseries.py --dataset BasicMotions --mixers pd_ssm,bd_lru,lrc_ssm,diag_lru --seeds 0,1,2
     python scripts/train_timeseries.py --dataset Heartbeat --data_dir ~/data/Multivariate_ts --pattern SS
     python scripts/train_timeseries.py --dataset path/to/folder_or_file.ts --missing impute
+    python scripts/train_timeseries.py --dataset synthetic --synthetic_shape 17984,6,5 --synthetic_series 32
     accelerate launch scripts/train_timeseries.py --mixer lrc_ssm
 
 Splits: TRAIN / VALID / TEST files are used as given; with only TRAIN and TEST, 15% of TRAIN (stratified, seeded)
 is the validation split and TEST is untouched; a single file is split 70/15/15. `--split resplit` pools every file
-and splits 70/15/15 per seed. Channels are normalised with training-split statistics only. Early stopping on
-validation accuracy; test accuracy is measured with the best-validation weights (details in
+and splits 70/15/15 per seed. `--dataset synthetic` generates `--synthetic_series` series of `--synthetic_shape`
+LENGTH,CHANNELS,CLASSES from the seed (a class-dependent frequency, hf_ssm/data/timeseries.py), split 70/15/15, to
+check without any file that a model trains at a given length. Channels are normalised with training-split statistics
+only. Early stopping on validation accuracy; test accuracy is measured with the best-validation weights (details in
 hf_ssm/data/timeseries.py and hf_ssm/training/timeseries.py).
 
 Each run writes <output_dir>/<dataset>_<model>/seed_<s>/ with settings.json, data.json, results.json, curves.png,
@@ -27,7 +30,6 @@ import json
 import sys
 from dataclasses import fields
 
-from hf_ssm.data.timeseries import load_timeseries
 from hf_ssm.training.checkpointing import check_resume, check_run_folder_arguments
 from hf_ssm.training.cli import add_suite_folder_arguments, chosen_mixers, comma_list, run_folder, settings_parser
 from hf_ssm.training.timeseries import (
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         parser.error(str(err))
     try:  # fail before any training when the data cannot be found or parsed
-        name = load_timeseries(args.dataset, args.data_dir, split=args.split, missing=args.missing).name
+        name = load_data(runs[0]).name
     except ValueError as err:
         parser.error(str(err))
 

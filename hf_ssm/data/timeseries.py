@@ -25,6 +25,15 @@ Splits (``split``), all seeded and stratified by class (each class contributes r
 Per-channel normalisation: mean and standard deviation of each channel over the real (not padded), observed
 steps of the training split only, applied to every split.
 
+Synthetic data (`synthetic_timeseries`, `--dataset synthetic` in scripts/train_timeseries.py): series of a chosen
+shape (length, channels, classes), e.g. UEA EigenWorms' 17,984 steps x 6 channels, 5 classes, generated from a
+seed without any file, to check that a model trains at that length. Series i has class i mod `classes`; every
+channel of a class-c series is a sine of frequency (c + 1) / (4 (classes + 1)) cycles per step (periods of 4.8 to
+24 steps for 5 classes, whatever the length), with an amplitude drawn from U[0.5, 1.5] and a phase from
+U[0, 2 pi) per series and channel, plus N(0, 0.5^2) noise at every step. The class is thus in the frequency
+(learnable, e.g. from a spectrum, but not from a channel's mean). The series are pooled and split 70 / 15 / 15
+(train / val / test, stratified) like a single file, then normalised with training statistics.
+
 Why this module parses `.ts` itself instead of calling aeon's reader (`aeon.datasets.load_from_ts_file`, aeon
 1.6.0, measured on the files aeon ships and on the malformed files of tests/data/test_data_timeseries.py):
 
@@ -57,11 +66,13 @@ import torch
 __all__ = [
     "MISSING_POLICIES",
     "SPLIT_MODES",
+    "SYNTHETIC",
     "ChannelNormalizer",
     "TSFile",
     "TimeSeriesData",
     "TimeSeriesSplit",
     "aeon_data_dir",
+    "check_synthetic",
     "find_ts_files",
     "impute_forward_fill",
     "load_timeseries",
@@ -69,11 +80,15 @@ __all__ = [
     "parse_ts",
     "shipped_datasets",
     "stratified_split",
+    "synthetic_series",
+    "synthetic_shape",
+    "synthetic_timeseries",
 ]
 
 MISSING_POLICIES = ("raise", "impute")
 SPLIT_MODES = ("auto", "resplit")
 MISSING_TOKENS = ("?", "nan")
+SYNTHETIC = "synthetic"  # the dataset name of generated series (synthetic_timeseries)
 _BOOLEAN_KEYS = ("timestamps", "missing", "univariate", "equallength")
 _VALID_SUFFIXES = ("_valid", "_val", "_validation")
 
@@ -574,6 +589,20 @@ def load_timeseries(
         if len(part) == 0:
             raise ValueError(f"the {role} split of {name} is empty ({rule}); the dataset is too small")
 
+    files = {role: str(p) for role, p in paths.items()}
+    return _prepare(name, parts, class_names, rule, files, missing, missing_indicators)
+
+
+def _prepare(
+    name: str,
+    parts: list[TimeSeriesSplit],
+    class_names: list[str],
+    rule: str,
+    files: dict[str, str],
+    missing: str,
+    missing_indicators: bool,
+) -> TimeSeriesData:
+    """Normalise train / val / test `parts` with training statistics, then impute and add indicators."""
     normalizer = ChannelNormalizer.fit(parts[0])  # training statistics only
     parts = [normalizer.transform(p) for p in parts]
     if missing == "impute":
@@ -591,5 +620,89 @@ def load_timeseries(
         class_names=class_names,
         normalizer=normalizer,
         split_rule=rule,
-        files={role: str(p) for role, p in paths.items()},
+        files=files,
     )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Synthetic series
+
+
+def synthetic_shape(text: str) -> tuple[int, int, int]:
+    """The text LENGTH,CHANNELS,CLASSES (e.g. "17984,6,5") -> (length, channels, classes); ValueError naming
+    `synthetic_shape` for anything else (length >= 2, channels >= 1, classes >= 2)."""
+    items = [item.strip() for item in str(text).split(",")]
+    try:
+        length, channels, classes = (int(item) for item in items)
+    except ValueError:
+        raise ValueError(
+            f"`synthetic_shape` must be LENGTH,CHANNELS,CLASSES as three integers (e.g. 17984,6,5), got {text!r}"
+        ) from None
+    if length < 2 or channels < 1 or classes < 2:
+        raise ValueError(
+            f"`synthetic_shape` {text!r}: needs length >= 2, channels >= 1 and classes >= 2, "
+            f"got length {length}, channels {channels}, classes {classes}"
+        )
+    return length, channels, classes
+
+
+def check_synthetic(shape: str | tuple[int, int, int], series: int) -> tuple[int, int, int]:
+    """(length, channels, classes) of `shape` (a tuple or its "LENGTH,CHANNELS,CLASSES" text), after checking that
+    `series` is an integer >= 3 x classes (a case of every class in train, val and test); ValueError otherwise."""
+    length, channels, classes = synthetic_shape(",".join(map(str, shape)) if isinstance(shape, tuple) else shape)
+    if isinstance(series, bool) or not isinstance(series, int) or series < 3 * classes:
+        raise ValueError(
+            f"`synthetic_series` must be an integer >= 3 x classes = {3 * classes} (a case of every class in "
+            f"train, val and test), got {series!r}"
+        )
+    return length, channels, classes
+
+
+def synthetic_series(length: int, channels: int, classes: int, series: int, seed: int) -> TimeSeriesSplit:
+    """`series` generated cases (values (series, length, channels), labels i mod classes); the signal is described
+    in the module docstring. The same arguments give the same values bit for bit."""
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.arange(series) % classes
+    amplitude = 0.5 + torch.rand(series, 1, channels, generator=generator)
+    phase = 2 * math.pi * torch.rand(series, 1, channels, generator=generator)
+    frequency = (labels + 1).double() / (4 * (classes + 1))  # cycles per step
+    steps = torch.arange(length, dtype=torch.float64)
+    angle = 2 * math.pi * frequency[:, None, None] * steps[None, :, None] + phase.double()  # exact for long T
+    noise = 0.5 * torch.randn(series, length, channels, generator=generator)
+    values = (amplitude * torch.sin(angle).float() + noise).contiguous()
+    return TimeSeriesSplit(values, torch.full((series,), length, dtype=torch.long), labels)
+
+
+def synthetic_timeseries(
+    shape: str | tuple[int, int, int],
+    series: int,
+    *,
+    seed: int = 0,
+    val_fraction: float = 0.15,
+    test_fraction: float = 0.15,
+    missing: str = "raise",
+    missing_indicators: bool = False,
+) -> TimeSeriesData:
+    """Generated series of `shape` (length, channels, classes), or its "LENGTH,CHANNELS,CLASSES" text, as a
+    dataset: `series` cases from `seed` (module docstring), split like a single file (stratified, the same `seed`)
+    and normalised with training statistics. `series` must be at least 3 x classes, so that every class has a case
+    in each split."""
+    length, channels, classes = check_synthetic(shape, series)
+    if missing not in MISSING_POLICIES:
+        raise ValueError(f"`missing` must be one of {list(MISSING_POLICIES)}, got {missing!r}")
+    for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not 0 < value < 0.5:
+            raise ValueError(f"`{name}` must be in (0, 0.5), got {value}")
+    if missing_indicators and missing != "impute":
+        raise ValueError("`missing_indicators` needs missing='impute' (with 'raise' nothing is ever missing)")
+    pooled = synthetic_series(length, channels, classes, series, seed)
+    main_fraction = 1 - val_fraction - test_fraction
+    index = stratified_split(pooled.labels, (main_fraction, val_fraction, test_fraction), seed)
+    rule = (
+        f"{series} synthetic series (seed {seed}) split {100 * main_fraction:.0f}/{100 * val_fraction:.0f}/"
+        f"{100 * test_fraction:.0f} (train/val/test, stratified, seed {seed})"
+    )
+    name = f"{SYNTHETIC}_{length}x{channels}x{classes}"
+    class_names = [f"class{c}" for c in range(classes)]
+    parts = [pooled.subset(i) for i in index]
+    return _prepare(name, parts, class_names, rule, {}, missing, missing_indicators)

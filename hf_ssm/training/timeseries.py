@@ -17,7 +17,16 @@ from pathlib import Path
 
 import torch
 
-from ..data.timeseries import MISSING_POLICIES, SPLIT_MODES, TimeSeriesData, TimeSeriesSplit, load_timeseries
+from ..data.timeseries import (
+    MISSING_POLICIES,
+    SPLIT_MODES,
+    SYNTHETIC,
+    TimeSeriesData,
+    TimeSeriesSplit,
+    check_synthetic,
+    load_timeseries,
+    synthetic_timeseries,
+)
 from ..modeling import HybridSSMConfig, HybridSSMForTimeSeriesClassification
 from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
 from . import loop
@@ -34,15 +43,27 @@ BEST_WEIGHTS = "best_model.safetensors"
 # new best epoch; neither changes the model, the batches or the learning rate of any epoch (max_epochs would: it
 # sets the length of the cosine schedule). Everything else must match the checkpoint's run.
 RESUME_SAFE_SETTINGS = frozenset({"save_every", "patience"})
+SYNTHETIC_SERIES = 32  # series generated for --dataset synthetic when --synthetic_series is not given
 
 
 @dataclass
 class TimeSeriesSettings:
     """Everything one training run depends on (saved to the run folder as settings.json)."""
 
-    dataset: str = "BasicMotions"
+    dataset: str = field(
+        default="BasicMotions",
+        metadata={"help": f"a name, folder or .ts file; '{SYNTHETIC}': generated series of --synthetic_shape"},
+    )
     data_dir: str | None = field(
         default=None, metadata={"help": "folder holding <dataset>/ or the .ts files (None: aeon's)"}
+    )
+    synthetic_shape: str | None = field(
+        default=None,
+        metadata={"help": f"with --dataset {SYNTHETIC}: LENGTH,CHANNELS,CLASSES, e.g. 17984,6,5 (EigenWorms' shape)"},
+    )
+    synthetic_series: int | None = field(
+        default=None,
+        metadata={"help": f"with --dataset {SYNTHETIC}: how many series, split 70/15/15 (default {SYNTHETIC_SERIES})"},
     )
     split: str = field(default="auto", metadata={"choices": SPLIT_MODES, "help": "how validation/test are made"})
     val_fraction: float = 0.15
@@ -68,6 +89,7 @@ class TimeSeriesSettings:
     extra_config: dict = config_fields_field("more HybridSSMConfig fields: a JSON object or KEY=VALUE items")
 
     def validate(self) -> None:
+        self._validate_synthetic()
         if self.mixer not in (*SSM_MIXERS, ATTENTION):
             raise ValueError(f"`mixer` must be one of {[*SSM_MIXERS, ATTENTION]}, got {self.mixer!r}")
         if self.split not in SPLIT_MODES:
@@ -87,6 +109,26 @@ class TimeSeriesSettings:
             raise ValueError(f"`learning_rate` must be > 0, got {self.learning_rate}")
         check_config_keys(self.extra_config, "--extra_config")
         model_config(self, input_channels=1, num_labels=2, max_length=1)  # config errors (pattern, sizes) now
+
+    def _validate_synthetic(self) -> None:
+        """--synthetic_shape / --synthetic_series belong to --dataset synthetic, and --data_dir does not."""
+        if self.dataset != SYNTHETIC:
+            for name in ("synthetic_shape", "synthetic_series"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"`{name}` is only read with --dataset {SYNTHETIC}, got --dataset {self.dataset!r}"
+                    )
+            return
+        if self.synthetic_shape is None:
+            raise ValueError(f"--dataset {SYNTHETIC} needs --synthetic_shape LENGTH,CHANNELS,CLASSES (e.g. 17984,6,5)")
+        if self.data_dir is not None:
+            raise ValueError(f"--dataset {SYNTHETIC} generates its series: --data_dir is not read (leave it out)")
+        check_synthetic(self.synthetic_shape, self.series_count)
+
+    @property
+    def series_count(self) -> int:
+        """How many synthetic series (--synthetic_series, default SYNTHETIC_SERIES)."""
+        return SYNTHETIC_SERIES if self.synthetic_series is None else self.synthetic_series
 
     @property
     def label(self) -> str:
@@ -122,6 +164,18 @@ def build_model(settings: TimeSeriesSettings, data: TimeSeriesData) -> HybridSSM
 
 
 def load_data(settings: TimeSeriesSettings) -> TimeSeriesData:
+    """The run's data: the .ts files of `settings.dataset`, or generated series for --dataset synthetic (seeded
+    by the run's seed, like its split)."""
+    if settings.dataset == SYNTHETIC:
+        return synthetic_timeseries(
+            settings.synthetic_shape,
+            settings.series_count,
+            seed=settings.seed,
+            val_fraction=settings.val_fraction,
+            test_fraction=settings.test_fraction,
+            missing=settings.missing,
+            missing_indicators=settings.missing_indicators,
+        )
     return load_timeseries(
         settings.dataset,
         settings.data_dir,

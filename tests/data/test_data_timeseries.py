@@ -1,6 +1,6 @@
 """UEA / UCR time series data (hf_ssm/data/timeseries.py): the `.ts` parser, splits, training-only normalisation,
-imputation, agreement with aeon's reader, and bad input. The model: tests/models/test_model_timeseries.py; training
-and the script: tests/training/test_timeseries.py."""
+imputation, agreement with aeon's reader, bad input, and the synthetic series. The model:
+tests/models/test_model_timeseries.py; training and the script: tests/training/test_timeseries.py."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from hf_ssm.data.timeseries import (
     load_timeseries,
     parse_ts,
     stratified_split,
+    synthetic_series,
+    synthetic_timeseries,
 )
 
 EQUAL = """\
@@ -254,3 +256,64 @@ def test_unknown_dataset_and_bad_options_raise(tmp_path):
         load_timeseries("NoSuchData", data_dir=tmp_path, split="random")
     with pytest.raises(ValueError, match="`missing` must be one of"):
         load_timeseries("NoSuchData", data_dir=tmp_path, missing="drop")
+
+
+# ------------------------------------------------------------------------------------------------ synthetic series
+
+
+def test_synthetic_series_are_deterministic_by_seed_with_balanced_labels():
+    """The same seed gives the same values bit for bit, another seed other values; labels are i mod classes."""
+    a = synthetic_series(64, 3, 2, 9, seed=1)
+    b = synthetic_series(64, 3, 2, 9, seed=1)
+    c = synthetic_series(64, 3, 2, 9, seed=2)
+    assert a.values.shape == (9, 64, 3) and a.values.dtype == torch.float32
+    assert torch.equal(a.values, b.values) and not torch.equal(a.values, c.values)
+    assert a.labels.tolist() == [0, 1, 0, 1, 0, 1, 0, 1, 0] and a.lengths.tolist() == [64] * 9
+    assert bool(torch.isfinite(a.values).all())
+
+
+def test_synthetic_class_is_the_dominant_frequency_not_the_mean():
+    """Every series' strongest frequency (summed over channels) is its class's (c + 1) / (4 (classes + 1)) cycles
+    per step, so the class is learnable from the signal; the class means of the values do not tell it."""
+    length, classes = 600, 5
+    split = synthetic_series(length, 2, classes, 20, seed=0)
+    power = torch.fft.rfft(split.values, dim=1).abs().pow(2).sum(-1)  # (n, length // 2 + 1)
+    peak_cycles = power[:, 1:].argmax(1) + 1  # the strongest non-zero frequency bin, in cycles per series
+    expected = (split.labels + 1) * length / (4 * (classes + 1))
+    assert torch.equal(peak_cycles, expected.long())
+    means = torch.stack([split.values[split.labels == c].mean() for c in range(classes)])
+    assert float(means.abs().max()) < 0.05
+
+
+def test_synthetic_dataset_is_split_stratified_and_normalised_on_train():
+    """synthetic_timeseries: 70/15/15 stratified (every class in every split), channel statistics of the training
+    split only, the shape in its name and no files."""
+    data = synthetic_timeseries("64,3,2", 12, seed=0)
+    assert data.name == "synthetic_64x3x2" and data.files == {} and data.class_names == ["class0", "class1"]
+    assert data.input_channels == 3 and data.num_classes == 2 and data.max_length == 64
+    for part in (data.train, data.val, data.test):
+        assert set(part.labels.tolist()) == {0, 1}
+    assert len(data.train) + len(data.val) + len(data.test) == 12
+    train = data.train.values.reshape(-1, 3)
+    torch.testing.assert_close(train.mean(0), torch.zeros(3), atol=1e-5, rtol=0)
+    torch.testing.assert_close(train.std(0, unbiased=False), torch.ones(3), atol=1e-5, rtol=0)
+    again = synthetic_timeseries((64, 3, 2), 12, seed=0)
+    assert torch.equal(again.test.values, data.test.values)
+
+
+@pytest.mark.parametrize(
+    ("shape", "series", "message"),
+    [
+        ("64,3", 12, "LENGTH,CHANNELS,CLASSES"),
+        ("64,3,x", 12, "three integers"),
+        ("1,3,2", 12, "length >= 2"),
+        ("64,0,2", 12, "channels >= 1"),
+        ("64,3,1", 12, "classes >= 2"),
+        ("64,3,2", 5, r"`synthetic_series` must be an integer >= 3 x classes = 6"),
+        ("64,3,2", 6.0, "`synthetic_series` must be an integer"),
+    ],
+)
+def test_synthetic_bad_shape_or_series_raise_naming_the_field(shape, series, message):
+    """A malformed shape or too few series is a ValueError naming the field and what it accepts."""
+    with pytest.raises(ValueError, match=message):
+        synthetic_timeseries(shape, series)

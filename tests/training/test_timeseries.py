@@ -1,5 +1,6 @@
 """Time-series training (hf_ssm/training/timeseries.py) and scripts/train_timeseries.py: exact resume after an
-interruption, refused and safe setting changes on resume, a smoke run on BasicMotions, bad arguments."""
+interruption, refused and safe setting changes on resume, a smoke run on BasicMotions, a run on synthetic series,
+bad arguments."""
 
 from __future__ import annotations
 
@@ -96,9 +97,34 @@ def test_script_smoke_run_on_basicmotions(tmp_path):
     assert accuracy == pytest.approx(json.loads((model_dir.parent / "results.json").read_text())["test_accuracy"])
 
 
+def test_script_trains_on_synthetic_series_without_files(tmp_path):
+    """--dataset synthetic --synthetic_shape 64,3,2: one epoch of a PD-SSM bank layer on 12 generated series, the
+    run folder named after the shape, its data record with the generated split and no files."""
+    result = run_script(
+        "train_timeseries", "--dataset", "synthetic", "--synthetic_shape", "64,3,2", "--synthetic_series", "12",
+        "--mixer", "pd_ssm", "--extra_config", "pd_ssm_transition=bank", "--seeds", "0", "--max_epochs", "1",
+        "--hidden_size", "8", "--state_size", "4", "--batch_size", "4", "--output_dir", str(tmp_path), timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "synthetic_64x3x2_pd_ssm" / "seed_0"
+    data = json.loads((run / "data.json").read_text())
+    assert data["files"] == {} and data["input_channels"] == 3 and data["max_length"] == 64
+    assert sum(data["sizes"].values()) == 12 and data["class_names"] == ["class0", "class1"]
+    results = json.loads((run / "results.json").read_text())
+    assert results["epochs"] == 1 and 0.0 <= results["test_accuracy"] <= 1.0
+    settings = json.loads((run / "settings.json").read_text())
+    assert settings["synthetic_shape"] == "64,3,2" and settings["extra_config"] == {"pd_ssm_transition": "bank"}
+    assert "| synthetic_64x3x2 | pd_ssm |" in result.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (["--dataset", "synthetic"], "needs --synthetic_shape"),
+        (["--dataset", "synthetic", "--synthetic_shape", "64,3"], "LENGTH,CHANNELS,CLASSES"),
+        (["--dataset", "synthetic", "--synthetic_shape", "64,3,2", "--synthetic_series", "4"], ">= 3 x classes = 6"),
+        (["--dataset", "synthetic", "--synthetic_shape", "64,3,2", "--data_dir", "."], "--data_dir is not read"),
+        (["--synthetic_shape", "64,3,2"], "only read with --dataset synthetic"),
         (["--mixer", "lstm"], "unknown mixer"),
         (["--dataset", "NoSuchData", "--data_dir", "."], "not found"),
         (["--pattern", "SX"], "unknown letters"),
