@@ -18,6 +18,7 @@ from ..modeling.config_values import (
     PD_SSM_TRANSITIONS,
     check_choice,
 )
+from .cli import check_numeric_settings
 
 METHODS = ("fewshot", "probe", "lora", "lora_classifier", "ssm", "ssm_classifier", "ssm_lora")
 # How each method answers: the frozen LM head (logits of the answer words' first tokens) or its own classifier.
@@ -39,6 +40,10 @@ CACHED_METHODS = ("probe", "ssm", "ssm_classifier")
 SUPERVISION = ("dense", "final")
 ANSWER_LOSSES = ("answers", "vocab")
 TINY_BASE = "tiny"
+# The numeric settings that may be negative (layer indices count from the end; a logit or a diagonal offset has any
+# sign) and those that must be > 0 (check_numeric_settings: every other numeric setting must be >= 0).
+SIGNED_SETTINGS = ("layer_index", "write_layer_index", "dictionary_diagonal_init", "identity_entry_logit")
+POSITIVE_SETTINGS = ("learning_rate", "lora_learning_rate", "temperature")
 
 
 def parse_transition_buckets(text: str, name: str) -> list[tuple[int, int]]:
@@ -187,6 +192,7 @@ class AdapterExperimentSettings:
     seed: int = 0
 
     def validate(self) -> None:
+        check_numeric_settings(self, SIGNED_SETTINGS, POSITIVE_SETTINGS)
         check_choice("task", self.task, NL_TASK_NAMES)
         check_choice("supervision", self.supervision, SUPERVISION)
         check_choice("answer_loss", self.answer_loss, ANSWER_LOSSES)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..data.lm_corpus import CorpusSpec
-from .cli import config_fields_field
+from .cli import check_numeric_settings, config_fields_field
 
 MIXED_PRECISION = ("auto", "no", "bf16", "fp16")
 # Settings a resumed run may change (checkpointing.check_resume): they change neither the model, the data nor the
@@ -129,6 +129,7 @@ class PretrainSettings(DataSettings, TrainSettings):
 
 def validate_train_settings(s) -> None:
     """The checks every causal-LM settings class shares (data and optimisation fields); ValueError naming the field."""
+    check_numeric_settings(s, positive=("learning_rate",))
     for name in ("batch_size", "gradient_accumulation_steps", "max_steps", "keep_checkpoints"):
         if getattr(s, name) < 1:
             raise ValueError(f"`{name}` must be >= 1, got {getattr(s, name)}")

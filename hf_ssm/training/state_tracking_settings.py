@@ -13,7 +13,7 @@ from ..modeling import HybridSSMConfig
 from ..modeling.config_values import BLOCK_TYPES, PD_SSM_DIAGONALS, PD_SSM_INITIAL_STATES, PD_SSM_INPUTS, check_choice
 from ..modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS, SSM_MIXERS, check_config_keys
 from ..modeling.mixer_registry import pattern_letters, width_matched_fields
-from .cli import config_fields_field
+from .cli import check_numeric_settings, config_fields_field
 from .optimization import LR_SCHEDULES
 from .recipes import RECIPE_NAMES, check_recipe
 from .stack import stack_config_fields, stack_pattern
@@ -149,6 +149,7 @@ class StateTrackingSettings:
     )
 
     def validate(self) -> None:
+        check_numeric_settings(self, positive=("learning_rate",))
         get_task(self.task, **self.task_kwargs())  # raises ValueError for unknown tasks / bad k
         if self.train_min_length < 1 or self.train_min_length > self.train_max_length:
             raise ValueError(

@@ -22,7 +22,7 @@ from ..modeling import HybridSSMConfig, HybridSSMForTimeSeriesClassification
 from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
 from . import loop
 from .checkpointing import atomic_save_dir
-from .cli import config_fields_field
+from .cli import check_numeric_settings, config_fields_field
 from .evaluation import batch_ranges, eval_mode
 from .optimization import warmup_cosine_schedule
 from .plotting import pyplot, save_figure
@@ -68,6 +68,7 @@ class TimeSeriesSettings:
     extra_config: dict = config_fields_field("more HybridSSMConfig fields: a JSON object or KEY=VALUE items")
 
     def validate(self) -> None:
+        check_numeric_settings(self, positive=("learning_rate",))
         if self.mixer not in (*SSM_MIXERS, ATTENTION):
             raise ValueError(f"`mixer` must be one of {[*SSM_MIXERS, ATTENTION]}, got {self.mixer!r}")
         if self.split not in SPLIT_MODES:
