@@ -20,7 +20,7 @@ import argparse
 import shlex
 import sys
 
-from hf_ssm.training.adapter_experiment import run_experiment
+from hf_ssm.training.adapter_experiment import check_resume_settings, run_experiment
 from hf_ssm.training.adapter_records import results_table, summary_records, update_summary_json
 from hf_ssm.training.adapter_settings import AdapterExperimentSettings
 from hf_ssm.training.cli import FlagAction, run_folder, settings_from_args, settings_parser
@@ -52,11 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     settings = settings_from_args(AdapterExperimentSettings, args)
+    out = run_folder(args.output_dir, f"runs/adapter/{settings.task}-")
     try:
         settings.validate()
+        if args.resume:  # a changed setting is refused, naming it, before the run folder is touched
+            check_resume_settings(settings, out)
     except ValueError as err:
         parser.error(str(err))
-    out = run_folder(args.output_dir, f"runs/adapter/{settings.task}-")
     summary = run_experiment(
         settings, out, resume=args.resume, model_card_dir=args.model_card_dir or None, validated=True
     )

@@ -40,6 +40,13 @@ CACHED_METHODS = ("probe", "ssm", "ssm_classifier")
 SUPERVISION = ("dense", "final")
 ANSWER_LOSSES = ("answers", "vocab")
 TINY_BASE = "tiny"
+# What a resumed run (--resume) may change: which methods run (each its own folder, so they can be run one at a time),
+# how often it evaluates / checkpoints, when a method stops, its time budget and the test's size and batching. Any
+# other change is refused, naming it, before the run folder is touched (checkpointing.check_resumed_settings).
+RESUME_SAFE_SETTINGS = frozenset(
+    {"methods", "eval_every", "save_every", "target_accuracy", "min_steps", "max_minutes_per_method",
+     "eval_samples_per_bucket", "eval_batch_size"}
+)  # fmt: skip
 # The numeric settings that may be negative (layer indices count from the end; a logit or a diagonal offset has any
 # sign) and those that must be > 0 (check_numeric_settings: every other numeric setting must be >= 0).
 SIGNED_SETTINGS = ("layer_index", "write_layer_index", "dictionary_diagonal_init", "identity_entry_logit")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -861,3 +863,50 @@ def test_experiment_output_skip_reaches_the_mixer_and_is_pd_ssm_only():
     assert fixed.mixer.skip is None and not fixed.mixer.out_proj.weight.requires_grad
     with pytest.raises(ValueError, match="output_skip.*pd_ssm"):
         AdapterExperimentSettings(mixer="diag_lru", output_skip=False).validate()
+
+
+# The tiny base at its smallest, one method, a few steps: a run of the driver in seconds.
+_TINY_RUN = [
+    "--methods", "ssm", "--tiny_hidden_size", "16", "--tiny_layers", "1", "--tiny_heads", "2", "--pretrain_steps", "2",
+    "--pretrain_batch_size", "2", "--max_steps", "2", "--eval_every", "1", "--warmup_steps", "1", "--batch_size", "4",
+    "--eval_batch_size", "8", "--eval_samples_per_bucket", "4", "--train_max_transitions", "3", "--test_buckets",
+    "1-3", "--state_size", "4", "--dict_size", "4", "--min_steps", "1",
+]  # fmt: skip
+
+
+def test_train_adapter_resume_refuses_changed_settings_before_touching_the_run_folder(tmp_path, capsys):
+    """scripts/train_adapter.py --resume with settings the run was not trained with (learning rate 0.01 -> 0.5,
+    2 -> 4 heads) exits 2 naming each changed setting, and leaves every file of the run folder as it was (settings.json
+    is not rewritten, so no earlier result is reported under the new settings); a change of resume-safe settings
+    only (the methods, how often it evaluates) passes the check."""
+    from hf_ssm.training.adapter_experiment import check_resume_settings
+    from hf_ssm.training.adapter_settings import RESUME_SAFE_SETTINGS, AdapterExperimentSettings
+
+    script = load_script("train_adapter")
+    out = tmp_path / "run"
+    common = [*_TINY_RUN, "--output_dir", str(out)]
+    assert script.main([*common, "--learning_rate", "0.01", "--num_heads", "2"]) == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    changed = ["--learning_rate", "0.5", "--num_heads", "4", "--methods", "ssm_classifier"]
+    with pytest.raises(SystemExit) as exit_info:
+        script.main([*common, *changed, "--resume"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    listed = re.search(r"was trained with: (.*?)\. Resume with", err).group(1).split("; ")
+    assert listed == ["num_heads 2 -> 4", "learning_rate 0.01 -> 0.5"], err  # methods is resume-safe
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    recorded = AdapterExperimentSettings(**json.loads((out / "settings.json").read_text()))
+    safe_change = {"methods": "ssm,ssm_classifier", "eval_every": 2, "eval_samples_per_bucket": 8}
+    assert set(safe_change) <= RESUME_SAFE_SETTINGS
+    check_resume_settings(dataclasses.replace(recorded, **safe_change), out)  # no error
+
+
+def test_docs_name_exactly_the_resume_safe_adapter_settings():
+    """docs/adapter.md lists the settings a resumed adapter run may change: RESUME_SAFE_SETTINGS."""
+    from hf_ssm.training.adapter_settings import RESUME_SAFE_SETTINGS
+
+    text = (ROOT / "docs" / "adapter.md").read_text(encoding="utf-8")
+    found = re.search(r"A resumed run may change only(.*?)\(`RESUME_SAFE_SETTINGS`", text, re.DOTALL)
+    assert found, "docs/adapter.md no longer lists the adapter's resume-safe settings"
+    assert set(re.findall(r"`--(\w+)`", found.group(1))) == set(RESUME_SAFE_SETTINGS)
