@@ -910,3 +910,50 @@ def test_docs_name_exactly_the_resume_safe_adapter_settings():
     found = re.search(r"A resumed run may change only(.*?)\(`RESUME_SAFE_SETTINGS`", text, re.DOTALL)
     assert found, "docs/adapter.md no longer lists the adapter's resume-safe settings"
     assert set(re.findall(r"`--(\w+)`", found.group(1))) == set(RESUME_SAFE_SETTINGS)
+
+
+def test_one_readout_classifier_loss_is_the_documented_dense_loss():
+    """score_batch("ssm_classifier", dense=True) with one readout of all heads is the documented loss: the summed
+    cross-entropy over the answer classes at the end of every transition sentence, plus the final answer's at the
+    last position only, over their count (before, the final label's cross-entropy was averaged over every kept
+    position: other sentence ends and padding included). Checked by hand on 8 stories of the tiny base."""
+    from hf_ssm.adapters.feature_cache import FrozenPrefix
+    from hf_ssm.adapters.tiny_base import build_tiny_qwen2, build_word_tokenizer
+    from hf_ssm.data.nl_state_tracking import (
+        NL_TASK_NAMES,
+        NLStateTrackingDataset,
+        answer_token_ids,
+        collate_nl_state_tracking,
+        get_nl_task,
+        task_vocabulary,
+    )
+    from hf_ssm.training.adapter_evaluation import score_batch
+
+    task = get_nl_task("parity")
+    tokenizer = build_word_tokenizer(task_vocabulary([get_nl_task(n) for n in NL_TASK_NAMES]))
+    base = build_tiny_qwen2(len(tokenizer), hidden_size=32, num_layers=2, num_heads=4, seed=0)
+    config = adapter_config(readout="classifier", num_labels=task.num_classes, layer_index=0)
+    adapted = attach_ssm_adapter(base, config)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in adapted.ssm_adapter.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    stories = NLStateTrackingDataset(task, tokenizer, 8, 1, 10, seed=0)
+    batch = collate_nl_state_tracking([stories[i] for i in range(8)], tokenizer.pad_token_id)
+    answer_ids = torch.tensor(answer_token_ids(task, tokenizer))
+    loss, _ = score_batch("ssm_classifier", adapted, batch, answer_ids, "cpu", dense=True)
+
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+    mask = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        features = FrozenPrefix(adapted).features(**inputs)
+        logits = adapted.ssm_adapter(features, mask=mask, input_ids=inputs["input_ids"])[0].float()  # (B, L, C)
+    last = logits.shape[1] - 1
+    ce = torch.nn.functional.cross_entropy
+    total, count = ce(logits[:, last], batch["label"], reduction="sum"), len(batch["label"])
+    for row in range(len(batch["label"])):
+        for position, label in zip(batch["supervised_positions"][row], batch["supervised_labels"][row]):
+            if position >= 0 and position != last and label != -100:  # the sentence ends (the end counted above)
+                total, count = total + ce(logits[row, position], label), count + 1
+    assert count > 8  # dense supervision: sentence ends as well as the 8 final answers
+    torch.testing.assert_close(loss.detach(), total / count)
