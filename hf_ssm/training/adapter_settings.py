@@ -215,21 +215,6 @@ class AdapterExperimentSettings:
             raise ValueError("`input_map='none'` needs a non-zero `initial_state` (one_hot, head_basis or learned)")
         check_choice("feature_cache", self.feature_cache, FEATURE_CACHES)
         check_choice("feature_cache_dtype", self.feature_cache_dtype, tuple(STORE_DTYPES))
-        if not self.feature_cache_max_mb >= 0:
-            raise ValueError(f"`feature_cache_max_mb` must be >= 0, got {self.feature_cache_max_mb}")
-        if not self.readout_learning_rate >= 0:
-            raise ValueError(
-                f"`readout_learning_rate` must be >= 0 (0: learning_rate), got {self.readout_learning_rate}"
-            )
-        if not self.write_learning_rate >= 0:
-            raise ValueError(
-                f"`write_learning_rate` must be >= 0 (0: readout_learning_rate or learning_rate), got "
-                f"{self.write_learning_rate}"
-            )
-        if not self.selection_learning_rate >= 0:
-            raise ValueError(
-                f"`selection_learning_rate` must be >= 0 (0: learning_rate), got {self.selection_learning_rate}"
-            )
         if self.standardize_input and "ssm_lora" in self.method_list():
             raise ValueError(
                 "`standardize_input` measures the frozen base's features, which ssm_lora trains; use it with ssm or "
@@ -256,8 +241,6 @@ class AdapterExperimentSettings:
                 f"`write_layer_index` is for the LM-head SSM adapter methods {lm_head_adapters}, got methods "
                 f"{self.methods!r}"
             )
-        if self.train_examples < 0:
-            raise ValueError(f"`train_examples` must be >= 0 (0: a fresh story every step), got {self.train_examples}")
         unknown = [m for m in self.method_list() if m not in METHODS]
         if unknown or not self.method_list():
             raise ValueError(f"`methods` must be a comma-separated subset of {list(METHODS)}, got {self.methods!r}")
@@ -267,20 +250,14 @@ class AdapterExperimentSettings:
                 f"[{self.train_min_transitions}, {self.train_max_transitions}]"
             )
         self.bucket_list()  # raises on a malformed `test_buckets`
-        if self.fewshot_examples < 0:
-            raise ValueError(f"`fewshot_examples` must be >= 0, got {self.fewshot_examples}")
         for name in ("batch_size", "eval_batch_size", "max_steps", "eval_every", "eval_samples_per_bucket"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
         for name in ("tiny_hidden_size", "tiny_layers", "tiny_heads", "state_size", "num_heads", "dict_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
-        if self.pretrain_steps < 0:
-            raise ValueError(f"`pretrain_steps` must be >= 0, got {self.pretrain_steps}")
         if not 0 <= self.distractor_prob < 1:
             raise ValueError(f"`distractor_prob` must be in [0, 1), got {self.distractor_prob}")
-        if self.train_max_preamble_sentences < 0:
-            raise ValueError(f"`train_max_preamble_sentences` must be >= 0, got {self.train_max_preamble_sentences}")
         if not 0 < self.target_accuracy <= 1:
             raise ValueError(f"`target_accuracy` must be in (0, 1], got {self.target_accuracy}")
         check_choice("transitions_at", self.transitions_at, TRANSITION_POSITIONS)

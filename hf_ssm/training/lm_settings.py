@@ -133,11 +133,6 @@ def validate_train_settings(s) -> None:
     for name in ("batch_size", "gradient_accumulation_steps", "max_steps", "keep_checkpoints"):
         if getattr(s, name) < 1:
             raise ValueError(f"`{name}` must be >= 1, got {getattr(s, name)}")
-    for name in ("warmup_steps", "eval_every", "save_every", "eval_blocks", "sample_tokens"):
-        if getattr(s, name) < 0:
-            raise ValueError(f"`{name}` must be >= 0, got {getattr(s, name)}")
-    if not s.learning_rate > 0:
-        raise ValueError(f"`learning_rate` must be > 0, got {s.learning_rate}")
     if not 0 <= s.min_lr_ratio <= 1:
         raise ValueError(f"`min_lr_ratio` must be in [0, 1], got {s.min_lr_ratio}")
     if s.mixed_precision not in MIXED_PRECISION:

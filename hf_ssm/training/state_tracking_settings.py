@@ -149,7 +149,7 @@ class StateTrackingSettings:
     )
 
     def validate(self) -> None:
-        check_numeric_settings(self, positive=("learning_rate",))
+        check_numeric_settings(self, positive=("learning_rate", "transition_lr_scale"))
         get_task(self.task, **self.task_kwargs())  # raises ValueError for unknown tasks / bad k
         if self.train_min_length < 1 or self.train_min_length > self.train_max_length:
             raise ValueError(
@@ -193,10 +193,6 @@ class StateTrackingSettings:
         model_config(self)  # the pattern letters, the sizes: HybridSSMConfig's own checks
 
     def _validate_length_curriculum(self) -> None:
-        if self.length_curriculum_steps < 0:
-            raise ValueError(
-                f"`length_curriculum_steps` must be >= 0 (0: no curriculum), got {self.length_curriculum_steps}"
-            )
         if self.length_curriculum_steps == 0:
             return
         if not self.train_min_length <= self.length_curriculum_start <= self.train_max_length:
@@ -234,8 +230,6 @@ class StateTrackingSettings:
                     f"`embedding_init='one_hot'` gives every token its own basis vector: it needs hidden_size >= the "
                     f"task's vocabulary ({vocab_size} for {self.task!r}), got hidden_size={self.hidden_size}"
                 )
-        if not self.transition_lr_scale > 0:
-            raise ValueError(f"`transition_lr_scale` must be > 0, got {self.transition_lr_scale}")
         config = model_config(self)  # a model without a pd_ssm layer has no W_P: the scale is unused there
         if self.transition_lr_scale != 1 and "pd_ssm" in config.mixers and config.pd_ssm_transition != "direct":
             raise ValueError(

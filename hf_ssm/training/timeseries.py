@@ -81,11 +81,6 @@ class TimeSeriesSettings:
         for name in ("max_epochs", "patience"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_epochs", "save_every"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}")
-        if not self.learning_rate > 0:
-            raise ValueError(f"`learning_rate` must be > 0, got {self.learning_rate}")
         check_config_keys(self.extra_config, "--extra_config")
         model_config(self, input_channels=1, num_labels=2, max_length=1)  # config errors (pattern, sizes) now
 

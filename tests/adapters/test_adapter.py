@@ -721,7 +721,7 @@ def test_write_learning_rate_puts_the_lm_head_adapters_write_map_in_its_own_adam
     ]
     assert sum(len(g["params"]) for g in groups) == len(by_id)
     for bad, message in (
-        (dict(write_learning_rate=-1.0), "write_learning_rate` must be >= 0"),
+        (dict(write_learning_rate=-1.0), "write_learning_rate` must be a finite number >= 0"),
         (dict(write_learning_rate=0.1, methods="ssm_classifier"), "write_learning_rate` is for"),
     ):
         with pytest.raises(ValueError, match=message):
