@@ -28,7 +28,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from hf_ssm.training.adapter_experiment import run_experiment
+from hf_ssm.training.adapter_experiment import check_resume_settings, run_experiment
 from hf_ssm.training.adapter_presets import DEFAULT_PRESETS, NO_PRESET, PRESETS, preset_values, resolve_preset
 from hf_ssm.training.adapter_records import results_table, summary_records, update_summary_json
 from hf_ssm.training.adapter_settings import AdapterExperimentSettings
@@ -152,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         parser.error(str(err))
     runs = seed_runs(parser, args, settings)
+    try:
+        for run_settings, out in runs if args.resume else []:
+            # a changed setting is refused, naming it, before any run folder is touched
+            check_resume_settings(run_settings, out)
+    except ValueError as err:
+        parser.error(str(err))
     if settings.preset != NO_PRESET:  # where the values not given come from
         print(
             f"preset {settings.preset} for {settings.base_model} / {settings.task} (hf_ssm/training/adapter_presets.py)"

@@ -26,6 +26,9 @@ LRU_NORMALIZATIONS = ("softmax", "sigmoid_l1", "tanh_l1", "relu_l1", "none")
 
 # How HybridSSMForSequenceClassification pools over time: the last real token, or the mean of real tokens.
 CLASSIFIER_POOLING = ("last", "mean")
+# The loss of the sequence classifier (transformers' ForSequenceClassificationLoss); None: from num_labels and the
+# label dtype, as transformers decides it.
+PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")
 # Which implementation runs the scans (see scan_dispatch.py); the environment variable HF_SSM_SCAN_BACKEND overrides.
 SCAN_BACKENDS = ("auto", "torch", "triton")
 # What one decoder layer computes around its mixer (docs/design.md §7.1): the package's pre-norm residual block with a

@@ -13,6 +13,7 @@ from transformers.modeling_rope_utils import RopeParameters
 from .config_values import (
     BLOCK_TYPES,
     CLASSIFIER_POOLING,
+    PROBLEM_TYPES,
     SCAN_BACKENDS,
     _is_number,
     check_choice,
@@ -408,6 +409,8 @@ class HybridSSMConfig(PretrainedConfig):
     def __setattr__(self, key, value):
         if key in RENAMED_CONFIG_FIELDS:
             key = warn_renamed_field(key, type(self).__name__)
+        if key == "problem_type":  # transformers' field, checked here too: an unknown value failed only at the loss
+            check_choice(key, value, PROBLEM_TYPES)
         if key in _own_fields() and self.__dict__.get("_post_init_done"):
             self._apply_changes({key: value})
             return
@@ -536,6 +539,7 @@ class HybridSSMConfig(PretrainedConfig):
         check_choice("ssm_mixer", self.ssm_mixer, mixer_names())
         check_choice("hidden_act", self.hidden_act, sorted(ACT2FN))
         check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLING)
+        check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
         check_choice("scan_backend", self.scan_backend, SCAN_BACKENDS)
         check_number("rms_norm_eps", self.rms_norm_eps, low=0, low_open=True)
         check_number("initializer_range", self.initializer_range, low=0)

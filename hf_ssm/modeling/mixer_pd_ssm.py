@@ -249,11 +249,18 @@ class PDSSMMixer(nn.Module):
             idx = torch.where(mask.bool()[..., None, None], idx, torch.arange(idx.shape[-1], device=idx.device))
         if basis_start and self.is_pure_automaton() and torch.is_grad_enabled() and logits.requires_grad:
             return automaton_direct_scan(logits, idx, x0, mask, self.temperature)
-        dv, b = self.diagonal(u), self.step_inputs(u)
+        # a compiled decode step computes in (re, im) pairs (scan_pd.pd_step), so it gets D and b as pairs too
+        pairs = self._decode_in_pairs(u)
+        dv, b = self.diagonal(u, as_pairs=pairs), self.step_inputs(u, as_pairs=pairs)
         if mask is not None:
-            keep = mask.bool()
-            dv = torch.where(keep[..., None, None], dv, torch.ones((), dtype=dv.dtype, device=dv.device))
-            b = torch.where(keep[..., None, None], b, torch.zeros((), dtype=b.dtype, device=b.device))
+            keep = mask.bool()[..., None, None, None] if pairs else mask.bool()[..., None, None]
+            one = (
+                torch.tensor([1.0, 0.0], device=dv.device)
+                if pairs
+                else torch.ones((), dtype=dv.dtype, device=dv.device)
+            )
+            dv = torch.where(keep, dv, one)
+            b = torch.where(keep, b, torch.zeros((), dtype=b.dtype, device=b.device))
         p_soft = None
         if torch.is_grad_enabled() and logits.requires_grad:
             p_soft = torch.softmax(logits / self.temperature, dim=-2)
@@ -473,10 +480,16 @@ class PDSSMMixer(nn.Module):
         logits = self.selection_logits(u)
         selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
         # a compiled decode step computes in (re, im) pairs (scan_pd.pd_step), so it gets D and b as pairs too
-        pairs = u.shape[1] == 1 and torch.compiler.is_compiling() and not torch.is_grad_enabled()
+        pairs = self._decode_in_pairs(u)
         b = self.step_inputs(u, as_pairs=pairs)
         op = self.scan_op(u.device)
         return op(selection, self.dictionary, self.diagonal(u, as_pairs=pairs), b, x0, mask, self.temperature)
+
+    @staticmethod
+    def _decode_in_pairs(u: torch.Tensor) -> bool:
+        """Whether this call is a compiled decode step (T = 1, no gradient, under torch.compile), which computes in
+        real (re, im) pairs end to end: inductor generates no code for complex operators."""
+        return u.shape[1] == 1 and torch.compiler.is_compiling() and not torch.is_grad_enabled()
 
     def _pair_order(self, weight: torch.Tensor) -> torch.Tensor:
         """C's weight (d, H * 2N), whose columns are per head [Re x (N), Im x (N)], with its columns reordered to per head

@@ -240,6 +240,14 @@ def _check_is_tensor(name: str, value) -> None:
         raise TypeError(f"`{name}` must be a torch.Tensor, got {type(value).__name__}; wrap it: torch.tensor(...)")
 
 
+def _long_labels(labels: torch.Tensor) -> torch.Tensor:
+    """Integer `labels` of any integer dtype (int32 from numpy, uint8, ...) as torch.long, the dtype transformers'
+    losses (cross-entropy) take; other dtypes unchanged (the callers check them)."""
+    if labels.dtype == torch.long or labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        return labels
+    return labels.long()
+
+
 def _check_input_ids(input_ids: torch.Tensor) -> None:
     _check_is_tensor("input_ids", input_ids)
     if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
@@ -556,6 +564,7 @@ class HybridSSMForCausalLM(HybridSSMPreTrainedModel, GenerationMixin):
                     f"got {tuple(labels.shape)}"
                 )
             _check_token_range("labels", labels, self.config.vocab_size, "config.vocab_size", ignore_index=-100)
+            labels = _long_labels(labels)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -641,6 +650,8 @@ def sequence_classification_loss(model, labels: torch.Tensor | None, logits: tor
     the pooled `logits` (B, num_labels)."""
     if labels is None:
         return None
+    _check_is_tensor("labels", labels)
+    labels = _long_labels(labels)  # an int32 class id is a class id (transformers' rule takes only long / int)
     check_sequence_labels(labels, logits.shape[0], model.config)
     return model.loss_function(labels=labels, pooled_logits=logits, config=model.config, **kwargs)
 
@@ -748,13 +759,14 @@ class HybridSSMForTokenClassification(_HybridSSMWithScoreHead):
         loss = None
         if labels is not None:
             _check_is_tensor("labels", labels)
-            if labels.is_floating_point() or tuple(labels.shape) != tuple(logits.shape[:2]):
+            integer = not (labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool)
+            if not integer or tuple(labels.shape) != tuple(logits.shape[:2]):
                 raise ValueError(
                     f"`labels` must be integer class ids of shape (batch, seq_len) = {tuple(logits.shape[:2])}, "
                     f"got {labels.dtype} {tuple(labels.shape)}"
                 )
             _check_token_range("labels", labels, self.num_labels, "config.num_labels", ignore_index=-100)
-            loss = self.loss_function(logits, labels, self.config, **kwargs)
+            loss = self.loss_function(logits, _long_labels(labels), self.config, **kwargs)
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

@@ -66,7 +66,8 @@ def score_batch(
             scores = loss_scores.log_softmax(-1).sum(-2)
         else:
             scores = adapter(hidden, mask=step_mask, input_ids=inputs["input_ids"])[0][:, keep].float()
-        final_loss = _class_loss(scores if loss_scores is None else loss_scores[:, -1], batch["label"].to(device))
+        # the last position only: (B, C), or per head (B, H, C)
+        final_loss = _class_loss((scores if loss_scores is None else loss_scores)[:, -1], batch["label"].to(device))
     elif method == "lora_classifier":
         scores = model(**inputs, logits_to_keep=keep)
         final_loss = _class_loss(scores[:, -1], batch["label"].to(device))

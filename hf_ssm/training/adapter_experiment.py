@@ -39,8 +39,18 @@ from ..data.nl_state_tracking import get_nl_task
 from . import loop
 from .adapter_baselines import prepare_base
 from .adapter_records import model_card, plot_results, results_table
-from .adapter_settings import TINY_BASE, AdapterExperimentSettings
+from .adapter_settings import RESUME_SAFE_SETTINGS, TINY_BASE, AdapterExperimentSettings
 from .adapter_training import train_method
+from .checkpointing import check_resumed_settings, recorded_settings
+
+
+def check_resume_settings(settings: AdapterExperimentSettings, run_dir) -> None:
+    """A resumed run keeps the settings it was started with (its settings.json): ValueError naming every changed
+    setting outside RESUME_SAFE_SETTINGS, so that nothing in the folder is rewritten and no earlier method's
+    result is reported under settings it was not trained with. A folder without settings.json starts afresh."""
+    recorded = recorded_settings(run_dir)
+    if recorded is not None:
+        check_resumed_settings(settings, recorded, RESUME_SAFE_SETTINGS, run_dir)
 
 
 def run_experiment(
@@ -50,6 +60,8 @@ def run_experiment(
     `validated`: the caller has run `settings.validate()` already (scripts/train_adapter.py does)."""
     if not validated:
         settings.validate()
+    if resume:  # before settings.json (or anything else in the folder) is rewritten
+        check_resume_settings(settings, run_dir)
     # The run folder and its settings.json; resuming is per method (finished methods and their checkpoints,
     # run_dir/<method>/checkpoints), so there is no run-level checkpoint to check here.
     accelerator, run_dir, _ = loop.begin_run(settings, run_dir, resume=False, safe=())

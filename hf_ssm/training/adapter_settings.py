@@ -18,6 +18,7 @@ from ..modeling.config_values import (
     check_choice,
 )
 from .adapter_presets import NO_PRESET, PRESET_NAMES, SMOLLM2, check_preset
+from .cli import check_numeric_settings
 
 METHODS = ("fewshot", "probe", "lora", "lora_classifier", "ssm", "ssm_classifier", "ssm_lora")
 # How each method answers: the frozen LM head (logits of the answer words' first tokens) or its own classifier.
@@ -39,6 +40,17 @@ CACHED_METHODS = ("probe", "ssm", "ssm_classifier")
 SUPERVISION = ("dense", "final")
 ANSWER_LOSSES = ("answers", "vocab")
 TINY_BASE = "tiny"
+# What a resumed run (--resume) may change: which methods run (each its own folder, so they can be run one at a time),
+# how often it evaluates / checkpoints, when a method stops, its time budget and the test's size and batching. Any
+# other change is refused, naming it, before the run folder is touched (checkpointing.check_resumed_settings).
+RESUME_SAFE_SETTINGS = frozenset(
+    {"methods", "eval_every", "save_every", "target_accuracy", "min_steps", "max_minutes_per_method",
+     "eval_samples_per_bucket", "eval_batch_size"}
+)  # fmt: skip
+# The numeric settings that may be negative (layer indices count from the end; a logit or a diagonal offset has any
+# sign) and those that must be > 0 (check_numeric_settings: every other numeric setting must be >= 0).
+SIGNED_SETTINGS = ("layer_index", "write_layer_index", "dictionary_diagonal_init", "identity_entry_logit")
+POSITIVE_SETTINGS = ("learning_rate", "lora_learning_rate", "temperature")
 
 
 def parse_transition_buckets(text: str, name: str) -> list[tuple[int, int]]:
@@ -197,6 +209,7 @@ class AdapterExperimentSettings:
     seed: int = 0
 
     def validate(self) -> None:
+        check_numeric_settings(self, SIGNED_SETTINGS, POSITIVE_SETTINGS)
         check_choice("task", self.task, ALL_NL_TASK_NAMES)
         check_preset(self.base_model, self.task, self.preset)
         check_choice("supervision", self.supervision, SUPERVISION)
@@ -213,21 +226,6 @@ class AdapterExperimentSettings:
             raise ValueError("`input_map='none'` needs a non-zero `initial_state` (one_hot, head_basis or learned)")
         check_choice("feature_cache", self.feature_cache, FEATURE_CACHES)
         check_choice("feature_cache_dtype", self.feature_cache_dtype, tuple(STORE_DTYPES))
-        if not self.feature_cache_max_mb >= 0:
-            raise ValueError(f"`feature_cache_max_mb` must be >= 0, got {self.feature_cache_max_mb}")
-        if not self.readout_learning_rate >= 0:
-            raise ValueError(
-                f"`readout_learning_rate` must be >= 0 (0: learning_rate), got {self.readout_learning_rate}"
-            )
-        if not self.write_learning_rate >= 0:
-            raise ValueError(
-                f"`write_learning_rate` must be >= 0 (0: readout_learning_rate or learning_rate), got "
-                f"{self.write_learning_rate}"
-            )
-        if not self.selection_learning_rate >= 0:
-            raise ValueError(
-                f"`selection_learning_rate` must be >= 0 (0: learning_rate), got {self.selection_learning_rate}"
-            )
         if self.standardize_input and "ssm_lora" in self.method_list():
             raise ValueError(
                 "`standardize_input` measures the frozen base's features, which ssm_lora trains; use it with ssm or "
@@ -254,8 +252,6 @@ class AdapterExperimentSettings:
                 f"`write_layer_index` is for the LM-head SSM adapter methods {lm_head_adapters}, got methods "
                 f"{self.methods!r}"
             )
-        if self.train_examples < 0:
-            raise ValueError(f"`train_examples` must be >= 0 (0: a fresh story every step), got {self.train_examples}")
         unknown = [m for m in self.method_list() if m not in METHODS]
         if unknown or not self.method_list():
             raise ValueError(f"`methods` must be a comma-separated subset of {list(METHODS)}, got {self.methods!r}")
@@ -265,20 +261,14 @@ class AdapterExperimentSettings:
                 f"[{self.train_min_transitions}, {self.train_max_transitions}]"
             )
         self.bucket_list()  # raises on a malformed `test_buckets`
-        if self.fewshot_examples < 0:
-            raise ValueError(f"`fewshot_examples` must be >= 0, got {self.fewshot_examples}")
         for name in ("batch_size", "eval_batch_size", "max_steps", "eval_every", "eval_samples_per_bucket"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
         for name in ("tiny_hidden_size", "tiny_layers", "tiny_heads", "state_size", "num_heads", "dict_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
-        if self.pretrain_steps < 0:
-            raise ValueError(f"`pretrain_steps` must be >= 0, got {self.pretrain_steps}")
         if not 0 <= self.distractor_prob < 1:
             raise ValueError(f"`distractor_prob` must be in [0, 1), got {self.distractor_prob}")
-        if self.train_max_preamble_sentences < 0:
-            raise ValueError(f"`train_max_preamble_sentences` must be >= 0, got {self.train_max_preamble_sentences}")
         if not 0 < self.target_accuracy <= 1:
             raise ValueError(f"`target_accuracy` must be in (0, 1], got {self.target_accuracy}")
         check_choice("transitions_at", self.transitions_at, TRANSITION_POSITIONS)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..data.lm_corpus import CorpusSpec
-from .cli import config_fields_field
+from .cli import check_numeric_settings, config_fields_field
 
 MIXED_PRECISION = ("auto", "no", "bf16", "fp16")
 # Settings a resumed run may change (checkpointing.check_resume): they change neither the model, the data nor the
@@ -129,14 +129,10 @@ class PretrainSettings(DataSettings, TrainSettings):
 
 def validate_train_settings(s) -> None:
     """The checks every causal-LM settings class shares (data and optimisation fields); ValueError naming the field."""
+    check_numeric_settings(s, positive=("learning_rate",))
     for name in ("batch_size", "gradient_accumulation_steps", "max_steps", "keep_checkpoints"):
         if getattr(s, name) < 1:
             raise ValueError(f"`{name}` must be >= 1, got {getattr(s, name)}")
-    for name in ("warmup_steps", "eval_every", "save_every", "eval_blocks", "sample_tokens"):
-        if getattr(s, name) < 0:
-            raise ValueError(f"`{name}` must be >= 0, got {getattr(s, name)}")
-    if not s.learning_rate > 0:
-        raise ValueError(f"`learning_rate` must be > 0, got {s.learning_rate}")
     if not 0 <= s.min_lr_ratio <= 1:
         raise ValueError(f"`min_lr_ratio` must be in [0, 1], got {s.min_lr_ratio}")
     if s.mixed_precision not in MIXED_PRECISION:

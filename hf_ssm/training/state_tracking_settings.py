@@ -14,7 +14,7 @@ from ..modeling import HybridSSMConfig
 from ..modeling.config_values import BLOCK_TYPES, PD_SSM_DIAGONALS, PD_SSM_INITIAL_STATES, PD_SSM_INPUTS, check_choice
 from ..modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS, SSM_MIXERS, check_config_keys
 from ..modeling.mixer_registry import pattern_letters, width_matched_fields
-from .cli import config_fields_field
+from .cli import check_numeric_settings, config_fields_field
 from .optimization import LR_SCHEDULES
 from .recipes import RECIPE_NAMES, check_recipe
 from .stack import stack_config_fields, stack_pattern
@@ -171,6 +171,7 @@ class StateTrackingSettings:
     )
 
     def validate(self) -> None:
+        check_numeric_settings(self, positive=("learning_rate", "transition_lr_scale"))
         self._validate_files()
         try:
             task = self.build_task()  # raises ValueError for unknown tasks / bad arguments / malformed files
@@ -233,10 +234,6 @@ class StateTrackingSettings:
                 )
 
     def _validate_length_curriculum(self) -> None:
-        if self.length_curriculum_steps < 0:
-            raise ValueError(
-                f"`length_curriculum_steps` must be >= 0 (0: no curriculum), got {self.length_curriculum_steps}"
-            )
         if self.length_curriculum_steps == 0:
             return
         if not self.train_min_length <= self.length_curriculum_start <= self.train_max_length:
@@ -274,8 +271,6 @@ class StateTrackingSettings:
                     f"`embedding_init='one_hot'` gives every token its own basis vector: it needs hidden_size >= the "
                     f"task's vocabulary ({vocab_size} for {self.task!r}), got hidden_size={self.hidden_size}"
                 )
-        if not self.transition_lr_scale > 0:
-            raise ValueError(f"`transition_lr_scale` must be > 0, got {self.transition_lr_scale}")
         config = model_config(self)  # a model without a pd_ssm layer has no W_P: the scale is unused there
         if self.transition_lr_scale != 1 and "pd_ssm" in config.mixers and config.pd_ssm_transition != "direct":
             raise ValueError(

@@ -31,7 +31,7 @@ from ..modeling import HybridSSMConfig, HybridSSMForTimeSeriesClassification
 from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
 from . import loop
 from .checkpointing import atomic_save_dir
-from .cli import config_fields_field
+from .cli import check_numeric_settings, config_fields_field
 from .evaluation import batch_ranges, eval_mode
 from .optimization import warmup_cosine_schedule
 from .plotting import pyplot, save_figure
@@ -89,6 +89,7 @@ class TimeSeriesSettings:
     extra_config: dict = config_fields_field("more HybridSSMConfig fields: a JSON object or KEY=VALUE items")
 
     def validate(self) -> None:
+        check_numeric_settings(self, positive=("learning_rate",))
         self._validate_synthetic()
         if self.mixer not in (*SSM_MIXERS, ATTENTION):
             raise ValueError(f"`mixer` must be one of {[*SSM_MIXERS, ATTENTION]}, got {self.mixer!r}")
@@ -102,11 +103,6 @@ class TimeSeriesSettings:
         for name in ("max_epochs", "patience"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_epochs", "save_every"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}")
-        if not self.learning_rate > 0:
-            raise ValueError(f"`learning_rate` must be > 0, got {self.learning_rate}")
         check_config_keys(self.extra_config, "--extra_config")
         model_config(self, input_channels=1, num_labels=2, max_length=1)  # config errors (pattern, sizes) now
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -719,7 +721,7 @@ def test_write_learning_rate_puts_the_lm_head_adapters_write_map_in_its_own_adam
     ]
     assert sum(len(g["params"]) for g in groups) == len(by_id)
     for bad, message in (
-        (dict(write_learning_rate=-1.0), "write_learning_rate` must be >= 0"),
+        (dict(write_learning_rate=-1.0), "write_learning_rate` must be a finite number >= 0"),
         (dict(write_learning_rate=0.1, methods="ssm_classifier"), "write_learning_rate` is for"),
     ):
         with pytest.raises(ValueError, match=message):
@@ -861,3 +863,97 @@ def test_experiment_output_skip_reaches_the_mixer_and_is_pd_ssm_only():
     assert fixed.mixer.skip is None and not fixed.mixer.out_proj.weight.requires_grad
     with pytest.raises(ValueError, match="output_skip.*pd_ssm"):
         AdapterExperimentSettings(mixer="diag_lru", output_skip=False).validate()
+
+
+# The tiny base at its smallest, one method, a few steps: a run of the driver in seconds.
+_TINY_RUN = [
+    "--methods", "ssm", "--tiny_hidden_size", "16", "--tiny_layers", "1", "--tiny_heads", "2", "--pretrain_steps", "2",
+    "--pretrain_batch_size", "2", "--max_steps", "2", "--eval_every", "1", "--warmup_steps", "1", "--batch_size", "4",
+    "--eval_batch_size", "8", "--eval_samples_per_bucket", "4", "--train_max_transitions", "3", "--test_buckets",
+    "1-3", "--state_size", "4", "--dict_size", "4", "--min_steps", "1",
+]  # fmt: skip
+
+
+def test_train_adapter_resume_refuses_changed_settings_before_touching_the_run_folder(tmp_path, capsys):
+    """scripts/train_adapter.py --resume with settings the run was not trained with (learning rate 0.01 -> 0.5,
+    2 -> 4 heads) exits 2 naming each changed setting, and leaves every file of the run folder as it was (settings.json
+    is not rewritten, so no earlier result is reported under the new settings); a change of resume-safe settings
+    only (the methods, how often it evaluates) passes the check."""
+    from hf_ssm.training.adapter_experiment import check_resume_settings
+    from hf_ssm.training.adapter_settings import RESUME_SAFE_SETTINGS, AdapterExperimentSettings
+
+    script = load_script("train_adapter")
+    out = tmp_path / "run"
+    common = [*_TINY_RUN, "--output_dir", str(out)]
+    assert script.main([*common, "--learning_rate", "0.01", "--num_heads", "2"]) == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    changed = ["--learning_rate", "0.5", "--num_heads", "4", "--methods", "ssm_classifier"]
+    with pytest.raises(SystemExit) as exit_info:
+        script.main([*common, *changed, "--resume"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    listed = re.search(r"was trained with: (.*?)\. Resume with", err).group(1).split("; ")
+    assert listed == ["num_heads 2 -> 4", "learning_rate 0.01 -> 0.5"], err  # methods is resume-safe
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    recorded = AdapterExperimentSettings(**json.loads((out / "settings.json").read_text()))
+    safe_change = {"methods": "ssm,ssm_classifier", "eval_every": 2, "eval_samples_per_bucket": 8}
+    assert set(safe_change) <= RESUME_SAFE_SETTINGS
+    check_resume_settings(dataclasses.replace(recorded, **safe_change), out)  # no error
+
+
+def test_docs_name_exactly_the_resume_safe_adapter_settings():
+    """docs/adapter.md lists the settings a resumed adapter run may change: RESUME_SAFE_SETTINGS."""
+    from hf_ssm.training.adapter_settings import RESUME_SAFE_SETTINGS
+
+    text = (ROOT / "docs" / "adapter.md").read_text(encoding="utf-8")
+    found = re.search(r"A resumed run may change only(.*?)\(`RESUME_SAFE_SETTINGS`", text, re.DOTALL)
+    assert found, "docs/adapter.md no longer lists the adapter's resume-safe settings"
+    assert set(re.findall(r"`--(\w+)`", found.group(1))) == set(RESUME_SAFE_SETTINGS)
+
+
+def test_one_readout_classifier_loss_is_the_documented_dense_loss():
+    """score_batch("ssm_classifier", dense=True) with one readout of all heads is the documented loss: the summed
+    cross-entropy over the answer classes at the end of every transition sentence, plus the final answer's at the
+    last position only, over their count (before, the final label's cross-entropy was averaged over every kept
+    position: other sentence ends and padding included). Checked by hand on 8 stories of the tiny base."""
+    from hf_ssm.adapters.feature_cache import FrozenPrefix
+    from hf_ssm.adapters.tiny_base import build_tiny_qwen2, build_word_tokenizer
+    from hf_ssm.data.nl_state_tracking import (
+        NL_TASK_NAMES,
+        NLStateTrackingDataset,
+        answer_token_ids,
+        collate_nl_state_tracking,
+        get_nl_task,
+        task_vocabulary,
+    )
+    from hf_ssm.training.adapter_evaluation import score_batch
+
+    task = get_nl_task("parity")
+    tokenizer = build_word_tokenizer(task_vocabulary([get_nl_task(n) for n in NL_TASK_NAMES]))
+    base = build_tiny_qwen2(len(tokenizer), hidden_size=32, num_layers=2, num_heads=4, seed=0)
+    config = adapter_config(readout="classifier", num_labels=task.num_classes, layer_index=0)
+    adapted = attach_ssm_adapter(base, config)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in adapted.ssm_adapter.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    stories = NLStateTrackingDataset(task, tokenizer, 8, 1, 10, seed=0)
+    batch = collate_nl_state_tracking([stories[i] for i in range(8)], tokenizer.pad_token_id)
+    answer_ids = torch.tensor(answer_token_ids(task, tokenizer))
+    loss, _ = score_batch("ssm_classifier", adapted, batch, answer_ids, "cpu", dense=True)
+
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+    mask = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        features = FrozenPrefix(adapted).features(**inputs)
+        logits = adapted.ssm_adapter(features, mask=mask, input_ids=inputs["input_ids"])[0].float()  # (B, L, C)
+    last = logits.shape[1] - 1
+    ce = torch.nn.functional.cross_entropy
+    total, count = ce(logits[:, last], batch["label"], reduction="sum"), len(batch["label"])
+    for row in range(len(batch["label"])):
+        for position, label in zip(batch["supervised_positions"][row], batch["supervised_labels"][row]):
+            if position >= 0 and position != last and label != -100:  # the sentence ends (the end counted above)
+                total, count = total + ce(logits[row, position], label), count + 1
+    assert count > 8  # dense supervision: sentence ends as well as the 8 final answers
+    torch.testing.assert_close(loss.detach(), total / count)

@@ -168,26 +168,71 @@ def test_the_triton_scans_compile_as_opaque_ops_to_the_eager_values_and_gradient
     assert_compiled_training_forward_equals_eager(model, ids)
 
 
-@pytest.mark.parametrize(("mixer", "extra"), MIXERS[:2], ids=IDS[:2])
-def test_the_compiled_pd_decode_step_has_no_complex_tensor(mixer, extra):
-    """PD-SSM's state is complex, but the model caches it as real (..., 2) pairs and a compiled decode step computes
-    in pairs end to end: no complex tensor anywhere in the traced graph (inductor generates no code for complex
-    operators and would run each one eagerly, one by one). Dictionary and bank transitions; the direct one (a
-    research option) still builds complex D and b."""
-    model = _model(mixer, extra).eval()
+# The operators that make or unmake a complex tensor: none may appear in a compiled decode step's graph.
+COMPLEX_OPS = {"polar", "view_as_complex", "view_as_real", "complex"}
+PD_DECODE_CASES = [
+    (transition, diagonal)
+    for transition in ("dictionary", "bank", "direct")
+    for diagonal in ("complex", "magnitude", "unit")
+]
+
+
+def _traced_pd_decode_step(model, grad: bool):
+    """The FX graphs dynamo records for one compiled one-token step of `model` on a static cache (a 6-token prompt
+    before it, a padded row in the step's mask), with gradients enabled or not; and the eager and compiled logits."""
     ids = torch.randint(1, 37, (2, 6))
-    inputs = _decode_inputs(model, ids)
-    state = inputs["cache"].layers[0].recurrent_states[0]
-    assert state.dtype == torch.float32 and state.shape[-1] == 2
-    graphs = []
+    graphs, logits = [], []
 
     def capture(graph_module, example_inputs):
         graphs.append(graph_module)
         return graph_module.forward
 
-    torch._dynamo.reset()
-    with torch.no_grad():
-        torch.compile(model, backend=capture, fullgraph=True)(**{**inputs, "attention_mask": torch.ones(2, 7)})
-    values = [n.meta.get("example_value") for g in graphs for n in g.graph.nodes]
-    complex_values = [v for v in values if isinstance(v, torch.Tensor) and v.is_complex()]
-    assert len(graphs) == 1 and complex_values == []
+    for forward in (model, torch.compile(model, backend=capture, fullgraph=True)):
+        torch._dynamo.reset()
+        inputs = _decode_inputs(model, ids)
+        inputs["attention_mask"] = torch.tensor([[1] * 6 + [0], [1] * 7])
+        with torch.set_grad_enabled(grad):
+            logits.append(forward(**inputs).logits)
+    return graphs, logits
+
+
+def _complex_nodes(graphs) -> list[str]:
+    """The nodes of `graphs` that produce a complex tensor or call an operator in COMPLEX_OPS."""
+    found = []
+    for graph in graphs:
+        for node in graph.graph.nodes:
+            value = node.meta.get("example_value")
+            name = getattr(node.target, "__name__", str(node.target))
+            if (isinstance(value, torch.Tensor) and value.is_complex()) or name in COMPLEX_OPS:
+                found.append(f"{node.op} {name}")
+    return found
+
+
+@pytest.mark.parametrize(("transition", "diagonal"), PD_DECODE_CASES, ids=[f"{t}-{d}" for t, d in PD_DECODE_CASES])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_the_compiled_pd_decode_step_has_no_complex_tensor_or_operator(transition, diagonal, heads):
+    """PD-SSM's state is complex, but the model caches it as real (..., 2) pairs and a compiled decode step (no
+    gradient, as generate() runs it) computes in pairs end to end: in the traced graph no node produces a complex
+    tensor and none calls polar / view_as_complex / view_as_real / complex (inductor generates no code for complex
+    operators and would run each one eagerly, with a warning), for every transition and every `pd_ssm_diagonal`
+    (README, "Static cache and torch.compile"); the step gives the eager logits, a padded row included."""
+    extra = {"pd_ssm_transition": transition, "pd_ssm_diagonal": diagonal, "pd_ssm_num_heads": heads}
+    if diagonal == "unit":
+        extra["pd_ssm_initial_state"] = "one_hot"
+    model = _model("pd_ssm", extra).eval()
+    inputs = _decode_inputs(model, torch.randint(1, 37, (2, 6)))
+    state = inputs["cache"].layers[0].recurrent_states[0]
+    assert state.dtype == torch.float32 and state.shape[-1] == 2
+    graphs, (eager, compiled) = _traced_pd_decode_step(model, grad=False)
+    assert len(graphs) == 1 and _complex_nodes(graphs) == []
+    torch.testing.assert_close(compiled, eager)
+
+
+def test_a_compiled_pd_step_that_records_gradients_still_computes_in_complex():
+    """The boundary the README states: with gradients enabled a one-token step goes through the straight-through
+    scan, which computes in complex64 (so the README's snippet decodes under torch.no_grad()). When this fails the
+    gradient path has become real too, and the README's sentence can drop its condition."""
+    model = _model("pd_ssm", {}).eval()
+    graphs, (eager, compiled) = _traced_pd_decode_step(model, grad=True)
+    assert _complex_nodes(graphs) != []
+    torch.testing.assert_close(compiled, eager)

@@ -136,6 +136,41 @@ def test_sequence_classification_loss_follows_problem_type(problem_type, explici
     assert model.config.problem_type == problem_type
 
 
+def test_an_unknown_problem_type_is_refused_at_construction_and_on_change():
+    """`problem_type` takes transformers' values only ("regression", "single_label_classification",
+    "multi_label_classification", None): an unknown one is refused when the config is built or the field is set,
+    naming the accepted values (before, "ranking" was kept and failed only at the loss)."""
+    with pytest.raises(ValueError, match=r"`problem_type` must be one of \[None, 'regression', .*got 'ranking'"):
+        tiny_config("SA", num_labels=3, problem_type="ranking")
+    config = tiny_config("SA", num_labels=3)
+    with pytest.raises(ValueError, match="`problem_type` must be one of"):
+        config.problem_type = "ranking"
+    assert config.problem_type is None
+    config.problem_type = "multi_label_classification"
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.uint8])
+def test_integer_labels_of_any_dtype_give_the_long_labels_loss(dtype):
+    """Labels of any integer dtype (int32 from numpy, ...) give the loss of the same labels as torch.long, for the
+    causal LM, the sequence classifier (single-label, its problem type inferred as for long labels) and the token
+    classifier; int32 `input_ids` give the logits of long ones, as transformers' embedding does."""
+    torch.manual_seed(0)
+    ids = torch.randint(1, 37, (2, 5))
+    causal = HybridSSMForCausalLM(tiny_config("SA")).eval()
+    reference = causal(ids, labels=ids)
+    narrow = causal(ids.to(torch.int32), labels=ids.to(dtype))
+    torch.testing.assert_close(narrow.loss, reference.loss)
+    torch.testing.assert_close(narrow.logits, reference.logits)
+    for head, labels in (
+        (HybridSSMForSequenceClassification, torch.tensor([0, 2])),
+        (HybridSSMForTokenClassification, torch.randint(0, 3, (2, 5))),
+    ):
+        model = head(tiny_config("SA", num_labels=3)).eval()
+        expected = model(ids, labels=labels).loss
+        torch.testing.assert_close(model(ids, labels=labels.to(dtype)).loss, expected)
+    assert model.config.problem_type is None or model.config.problem_type == "single_label_classification"
+
+
 def test_token_classification_loss_is_transformers_loss_with_num_items_in_batch():
     """Token classification uses transformers' ForTokenClassification: -100 ignored, and Trainer's
     num_items_in_batch turns the mean into sum / num_items_in_batch (gradient accumulation)."""

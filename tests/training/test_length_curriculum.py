@@ -48,7 +48,7 @@ def test_after_the_curriculum_the_batches_equal_those_of_a_run_without_it():
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"length_curriculum_steps": -1}, "`length_curriculum_steps` must be >= 0 (0: no curriculum), got -1"),
+        ({"length_curriculum_steps": -1}, "`length_curriculum_steps` must be a finite number >= 0, got -1"),
         (
             {"length_curriculum_steps": 10, "length_curriculum_start": 2},
             "`length_curriculum_start` must lie in [train_min_length, train_max_length] = [3, 40], got 2",

@@ -37,8 +37,8 @@ def tiny(**fields) -> StateTrackingSettings:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"transition_lr_scale": 0.0}, "`transition_lr_scale` must be > 0, got 0.0"),
-        ({"transition_lr_scale": -1.0}, "`transition_lr_scale` must be > 0, got -1.0"),
+        ({"transition_lr_scale": 0.0}, "`transition_lr_scale` must be a finite number > 0, got 0.0"),
+        ({"transition_lr_scale": -1.0}, "`transition_lr_scale` must be a finite number > 0, got -1.0"),
         ({"transition_lr_scale": 0.5, "extra_config": {}}, "`transition_lr_scale` = 0.5 scales the learning rate"),
         (
             {"transition_lr_scale": 0.5, "pd_ssm_transition": "bank", "extra_config": {}},
