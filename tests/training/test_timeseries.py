@@ -125,7 +125,7 @@ def test_script_trains_on_synthetic_series_without_files(tmp_path):
         (["--dataset", "synthetic", "--synthetic_shape", "64,3,2", "--synthetic_series", "4"], ">= 3 x classes = 6"),
         (["--dataset", "synthetic", "--synthetic_shape", "64,3,2", "--data_dir", "."], "--data_dir is not read"),
         (["--synthetic_shape", "64,3,2"], "only read with --dataset synthetic"),
-        (["--mixer", "lstm"], "unknown mixer"),
+        (["--mixer", "rnn"], "unknown mixer"),
         (["--dataset", "NoSuchData", "--data_dir", "."], "not found"),
         (["--pattern", "SX"], "unknown letters"),
         (["--split", "random"], "invalid choice"),
