@@ -421,13 +421,14 @@ def test_bf16_autocast_runs_projections_in_bf16_and_the_scan_in_complex64(transi
     projections = ["selection", "in_proj", "out_proj", "magnitude.up", "phase.up"]
     for name in projections:
         layer.get_submodule(name).register_forward_hook(lambda m, i, o, name=name: seen.__setitem__(name, o.dtype))
-    real_op = pd_ops.TORCH_OPS[transition]
+    generated = {"dictionary": pd_ops.DICTIONARY_OP, "bank": pd_ops.BANK_OP}[transition]
+    real_op = generated.torch_op
 
     def spy(selection, matrices, dv, b, x0, mask, temperature):
         seen["op"] = (selection.dtype, dv.dtype, b.dtype, x0.dtype)
         return real_op(selection, matrices, dv, b, x0, mask, temperature)
 
-    monkeypatch.setitem(pd_ops.TORCH_OPS, transition, spy)
+    monkeypatch.setattr(generated, "torch_op", spy)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         outputs["bf16"], _ = layer(u)
     assert all(seen[name] == torch.bfloat16 for name in projections), seen
