@@ -23,9 +23,9 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
+from .pd_scan import as_complex
+from .pd_scan import as_pairs as real_pairs  # `as_pairs` is also the flag of diagonal() / step_inputs()
 from .pd_transitions import transition_mode
-from .scan_pd import as_complex
-from .scan_pd import as_pairs as real_pairs  # `as_pairs` is also the flag of diagonal() / step_inputs()
 
 BASIS_STARTS = ("one_hot", "head_basis")  # pd_ssm_initial_state values whose x_0 is a basis vector in every head
 

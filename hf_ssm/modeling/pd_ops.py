@@ -31,8 +31,8 @@ import math
 import torch
 
 from .pd_bank import bank_indices, bank_straight_through_grads, gather_bank
+from .pd_scan import _scatter_scan_chunked, as_complex, needs_grad, pd_scan_backward, pd_step
 from .scan_common import check_mask, default_chunk_size, where_kept
-from .scan_pd import _scatter_scan_chunked, as_complex, needs_grad, pd_scan_backward, pd_step
 
 # Elements of one chunk of (H, rows, N, N) matrices in the dictionary op (1 MiB of float32, cache-sized).
 GEN_CHUNK_ELEMENTS = 1 << 18
@@ -303,9 +303,9 @@ class GeneratedOp:
         return f"GeneratedOp({self.name})"
 
     def step(self, selection, matrices, dv, b, x0=None, mask=None):
-        """The T = 1 decoding step (``scan_pd.is_decode_step``) of this op, on either backend: P chosen from
+        """The T = 1 decoding step (``pd_scan.is_decode_step``) of this op, on either backend: P chosen from
         selection (B, 1, H, K) and matrices (H, K, N, N) in float32 (like the chunked ops, also inside an autocast
-        region), then the one update ``scan_pd.pd_step``. Returns ((B, 1, H, N), (B, H, N)) complex64."""
+        region), then the one update ``pd_scan.pd_step``. Returns ((B, 1, H, N), (B, H, N)) complex64."""
         device = dv.device.type
         off = torch.autocast(device, enabled=False) if torch.is_autocast_enabled(device) else _NO_CONTEXT
         with off:

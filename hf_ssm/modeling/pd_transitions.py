@@ -157,7 +157,7 @@ class DictionaryTransition(PDTransition):
 
     def scan(self, mixer, u, x0, mask, own_start: bool):
         logits = self.logits(mixer, u)
-        # a compiled decode step computes in (re, im) pairs (scan_pd.pd_step), so it gets D and b as pairs too
+        # a compiled decode step computes in (re, im) pairs (pd_scan.pd_step), so it gets D and b as pairs too
         pairs = mixer.decode_in_pairs(u)
         b = mixer.step_inputs(u, as_pairs=pairs)
         return self.run(mixer, logits, mixer.diagonal(u, as_pairs=pairs), b, x0, mask)
@@ -232,7 +232,7 @@ class DirectTransition(PDTransition):
             idx = torch.where(mask.bool()[..., None, None], idx, torch.arange(idx.shape[-1], device=idx.device))
         if own_start and mixer.is_pure_automaton() and torch.is_grad_enabled() and logits.requires_grad:
             return automaton_direct_scan(logits, idx, x0, mask, mixer.temperature)
-        # a compiled decode step computes in (re, im) pairs (scan_pd.pd_step), so it gets D and b as pairs too
+        # a compiled decode step computes in (re, im) pairs (pd_scan.pd_step), so it gets D and b as pairs too
         pairs = mixer.decode_in_pairs(u)
         dv, b = mixer.diagonal(u, as_pairs=pairs), mixer.step_inputs(u, as_pairs=pairs)
         if mask is not None:

@@ -3,7 +3,7 @@
 The setting is the config's ``scan_backend`` (``"auto"``, ``"torch"`` or ``"triton"``); a non-empty environment
 variable ``HF_SSM_SCAN_BACKEND`` overrides it. With the tensors' device it gives the backend:
 
-- ``"torch"``: always the PyTorch scans (``scan_pd`` / ``pd_ops``, ``scan_block``, ``scan_diag``), the references;
+- ``"torch"``: always the PyTorch scans (``pd_scan`` / ``pd_ops``, ``block_scan``, ``diag_scan``), the references;
 - ``"auto"``: the Triton kernels on CUDA tensors when triton imports and the dtype is supported, else torch;
 - ``"triton"``: the Triton kernels, or a RuntimeError saying why they cannot run (no hf_ssm / triton, CPU tensors
   without ``TRITON_INTERPRET=1`` set before triton was imported, another device) or a ValueError for an unsupported
@@ -29,16 +29,16 @@ import os
 
 import torch
 
+from .block_scan import block_scan as torch_block_scan
+from .block_scan import block_step as torch_block_step
+from .block_scan import companion_scan as torch_companion_scan
+from .block_scan import companion_step as torch_companion_step
 from .config_values import SCAN_BACKENDS
+from .diag_scan import diag_scan as torch_diag_scan
+from .diag_scan import diag_step as torch_diag_step
 from .pd_ops import BANK_OP, DICTIONARY_OP, GeneratedOp, check_generated_inputs
-from .scan_block import block_scan as torch_block_scan
-from .scan_block import block_step as torch_block_step
-from .scan_block import companion_scan as torch_companion_scan
-from .scan_block import companion_step as torch_companion_step
-from .scan_diag import diag_scan as torch_diag_scan
-from .scan_diag import diag_step as torch_diag_step
-from .scan_pd import as_complex, is_decode_step, pd_step
-from .scan_pd import pd_scan as torch_pd_scan
+from .pd_scan import as_complex, is_decode_step, pd_step
+from .pd_scan import pd_scan as torch_pd_scan
 
 ENV_VAR = "HF_SSM_SCAN_BACKEND"
 # Largest block size / order of the Triton block scans.
@@ -151,7 +151,7 @@ class ScanOps:
 
     mask (B, T) bool: a False step (padding) is the identity transition with zero input. T = 1 (decoding) is one
     O(state) update on either backend, never the chunked machinery (for the PD ops: a step where no input needs a
-    gradient, ``scan_pd.is_decode_step``). The torch implementations (scan_block, scan_diag, scan_pd, pd_ops) are
+    gradient, ``pd_scan.is_decode_step``). The torch implementations (block_scan, diag_scan, pd_scan, pd_ops) are
     the references; on the Triton backend an input the kernels cannot take (float64, m > 8) runs on torch where the
     setting is "auto" and raises a ValueError where it is "triton".
     """
