@@ -215,7 +215,7 @@ def test_the_compiled_pd_decode_step_has_no_complex_tensor_or_operator(transitio
     gradient, as generate() runs it) computes in pairs end to end: in the traced graph no node produces a complex
     tensor and none calls polar / view_as_complex / view_as_real / complex (inductor generates no code for complex
     operators and would run each one eagerly, with a warning), for every transition and every `pd_ssm_diagonal`
-    (README, "Static cache and torch.compile"); the step gives the eager logits, a padded row included."""
+    (docs/models.md, "Static cache and torch.compile"); the step gives the eager logits, a padded row included."""
     extra = {"pd_ssm_transition": transition, "pd_ssm_diagonal": diagonal, "pd_ssm_num_heads": heads}
     if diagonal == "unit":
         extra["pd_ssm_initial_state"] = "one_hot"
@@ -229,9 +229,9 @@ def test_the_compiled_pd_decode_step_has_no_complex_tensor_or_operator(transitio
 
 
 def test_a_compiled_pd_step_that_records_gradients_still_computes_in_complex():
-    """The boundary the README states: with gradients enabled a one-token step goes through the straight-through
-    scan, which computes in complex64 (so the README's snippet decodes under torch.no_grad()). When this fails the
-    gradient path has become real too, and the README's sentence can drop its condition."""
+    """The boundary docs/models.md states: with gradients enabled a one-token step goes through the straight-through
+    scan, which computes in complex64 (so the snippet there decodes under torch.no_grad()). When this fails the
+    gradient path has become real too, and that sentence can drop its condition."""
     model = _model("pd_ssm", {}).eval()
     graphs, (eager, compiled) = _traced_pd_decode_step(model, grad=True)
     assert _complex_nodes(graphs) != []

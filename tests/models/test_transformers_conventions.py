@@ -344,7 +344,7 @@ def test_docs_name_the_current_activation_checkpointing_method():
     texts += [*sorted((ROOT / "hf_ssm").rglob("*.py")), *sorted((ROOT / "scripts").glob("*.py"))]
     stale = [p.name for p in texts if "gradient_checkpointing_enable" in p.read_text()]
     assert not stale, stale
-    assert "activation_checkpointing_enable" in (ROOT / "README.md").read_text()
+    assert "activation_checkpointing_enable" in (ROOT / "docs" / "models.md").read_text()
 
 
 @pytest.mark.filterwarnings("error::FutureWarning")
