@@ -139,10 +139,10 @@ def make_problem(family, batch, steps, heads, n, m, k, device):
         return make_mixer_problem(family, batch, steps, heads, n, k, device)
 
     from hf_ssm import kernels
-    from hf_ssm.modeling.scan_block import block_scan, companion_scan
-    from hf_ssm.modeling.scan_diag import diag_scan
+    from hf_ssm.modeling.block_scan import block_scan, companion_scan
+    from hf_ssm.modeling.diag_scan import diag_scan
+    from hf_ssm.modeling.pd_scan import pd_scan
     from hf_ssm.modeling.scan_dispatch import scan_ops
-    from hf_ssm.modeling.scan_pd import pd_scan
 
     g = torch.Generator(device="cpu").manual_seed(0)
     width = heads * n

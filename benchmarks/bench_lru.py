@@ -22,8 +22,8 @@ import torch
 from bench_common import wall_times
 
 from hf_ssm import HybridSSMConfig
+from hf_ssm.modeling.block_scan import block_scan, block_scan_sequential, companion_matrices
 from hf_ssm.modeling.modeling_hybrid_ssm import SSM_MIXER_CLASSES
-from hf_ssm.modeling.scan_block import block_scan, block_scan_sequential, companion_matrices
 
 # (mixer, m); pd_ssm has no block size (its state width is heads x N, see make_mixer)
 CASES = [("diag_lru", 1), ("bd_lru", 2), ("bd_lru", 4), ("bd_lru", 8), ("h_lru", 2), ("h_lru", 4), ("pd_ssm", None)]

@@ -23,8 +23,8 @@ import torch
 from bench_common import print_table_head, wall_times
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
+from hf_ssm.modeling.pd_scan import pd_scan
 from hf_ssm.modeling.scan_common import default_chunk_size
-from hf_ssm.modeling.scan_pd import pd_scan
 from hf_ssm.reference.pd import pd_scan_sequential, pd_to_dense
 
 

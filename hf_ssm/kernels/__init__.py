@@ -8,12 +8,13 @@
 - ``diag_scan``: real or complex diagonal scans (the DEER steps of the lrc / gru / mgu mixers).
 
 Each is a ``torch.autograd.Function`` whose torch twin in ``hf_ssm.modeling`` is the reference, and checks its
-shapes, mask and chunk size with that twin's own checks (``hf_ssm.modeling.scan_common`` and the scan modules), so
-both backends accept and refuse the same calls; each takes a (B, T, ...) batch with initial / final states and an
+shapes, mask and chunk size with the checks it shares with that twin (``hf_ssm.modeling.scan_common``), so both
+backends accept and refuse the same calls; each takes a (B, T, ...) batch with initial / final states and an
 optional (B, T) mask (no ``cu_seqlens``: packed documents run one per row, docs/design.md §7.5). The model reaches
 every one of them through ``hf_ssm.modeling.scan_dispatch.scan_ops`` (``scan_backend`` in the config, or
 ``HF_SSM_SCAN_BACKEND``), which also takes the T = 1 decoding step on torch for every family. The kernels import from
-``hf_ssm.modeling`` only torch-level modules that import nothing back (scan_common, scan_block, scan_diag, pd_bank).
+``hf_ssm.modeling`` only two torch-level leaf modules that import nothing back (scan_common, pd_bank). A kernel
+module and its torch twin share one name: ``hf_ssm.kernels.pd_scan`` and ``hf_ssm.modeling.pd_scan``, and so on.
 
 On CPU the kernels run only under the Triton interpreter: set ``TRITON_INTERPRET=1`` before this package (and
 triton) is imported. Importing this package never fails for a missing triton: ``AVAILABLE`` is False then and

@@ -2,7 +2,7 @@
 
 Two families share one set of kernels:
 
-- dense blocks (BD-LRU), the kernel twin of ``hf_ssm.modeling.scan_block.block_scan``:
+- dense blocks (BD-LRU), the kernel twin of ``hf_ssm.modeling.block_scan.block_scan``:
       A (B, T, N, m, m) (row i = output i), b (B, T, N, m), initial state (B, N, m) -> states (B, T, N, m), final (B, N, m);
 - companion blocks (H-LRU): only the first row a (B, T, N, m) of each companion matrix and the input v (B, T, N) of
   slot 0 are read (m + 1 numbers per step instead of m^2 + m); the matrix is rebuilt on chip. The reference is
@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hf_ssm.modeling.scan_block import check_block_shapes, check_block_state, check_companion_shapes
+from hf_ssm.modeling.scan_common import check_block_shapes, check_block_state, check_companion_shapes
 
 from ._common import (
     Layout,

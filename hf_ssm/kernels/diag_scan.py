@@ -1,6 +1,6 @@
 """Triton diagonal scan x_t = a_t * x_{t-1} + b_t, real or complex (docs/design.md §3, §6).
 
-The kernel twin of ``hf_ssm.modeling.scan_diag``: every channel is an independent scalar recurrence (the inner step
+The kernel twin of ``hf_ssm.modeling.diag_scan``: every channel is an independent scalar recurrence (the inner step
 of every DEER iteration of the lrc / gru / mgu mixers; ``diag_lru`` runs the block scan with m = 1). A padded step
 (mask False) is set to the identity (a = 1, b = 0) before the kernel, as the torch scan does. Layout (B, T, *S) for a,
 b and the states, (B, *S) for the initial / final states. Inputs float32, bfloat16 or float16 (accumulated in
@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hf_ssm.modeling.scan_diag import check_diag_inputs, mask_steps
+from hf_ssm.modeling.scan_common import check_diag_inputs, mask_steps
 
 from ._common import (
     Layout,

@@ -1,6 +1,6 @@
 """Triton PD scan x_t = P_t D_t x_{t-1} + b_t (docs/design.md §4), and the fused generation of P with its backward.
 
-The kernel twin of ``hf_ssm.modeling.scan_pd.pd_scan``. Sparse form: idx_t[j] is the row of the 1 in column j of P_t,
+The kernel twin of ``hf_ssm.modeling.pd_scan.pd_scan``. Sparse form: idx_t[j] is the row of the 1 in column j of P_t,
 dv_t the complex diagonal of D_t. Layout (B, T, H, N) for idx (int32 or int64), dv and b, (B, H, N) for the initial
 and final states. dv, b, x0 are complex64, or real tensors with a trailing (real, imag) axis of 2 in float32 / bfloat16 / float16 (then read in
 their dtype and accumulated in float32). States are returned as complex64.

@@ -1,21 +1,16 @@
 """PD-SSM mixer (docs/design.md §4): transition A_t = P_t D_t, P column-one-hot, D complex diagonal.
 
-Per head (H heads, state N each), with u_t the layer input (B, T, d) and K matrices per head:
-  dictionary mode (config.pd_ssm_transition = "dictionary", the paper):
-    s_t = softmax(W_s u_t),  P_t = hardmax down each column of M_t = sum_k s_{t,k} M_k
-  direct mode ("direct"): P_t = hardmax down each column of W_P u_t (one N x N logit table per head from u_t);
-    config.pd_ssm_transition_norm: W_P RMSNorm(u_t), with the norm's own gain
-  bank mode ("bank", after Flash PD-SSM): P_k = hardmax down each column of score matrix k (once per call),
-    P_t = P_{k_t} with k_t = argmax_k (W_s u_t)_k
-  backward (both): straight-through, softmax(. / tau) in place of each hardmax
+Per head (H heads, state N each), with u_t the layer input (B, T, d):
+  P_t   made by the layer's transition mode (config.pd_ssm_transition; pd_transitions.py: the dictionary of the
+          paper, a bank of K matrices, or N x N logits straight from u_t), straight-through in the backward
   |D_t| = sigmoid(MLP_mag(u_t)), arg D_t = 2 pi sigmoid(MLP_phase(u_t))
           (config.pd_ssm_diagonal: "complex" as here; "magnitude": arg D_t = 0; "unit": D_t = 1)
   x_t   = P_t D_t x_{t-1} + B u_t,   y_t = Re(C x_t) + D_skip * u_t
           (config.pd_ssm_output_skip False: y_t = Re(C x_t), no D_skip)
           (config.pd_ssm_input: "projection" as here; "none": no B, x_t = P_t D_t x_{t-1})
 
-The mixer computes the op's inputs, calls its op (scan_dispatch.ScanOps: torch or Triton, bound once per device
-and backend) and projects (`in_proj` is B, `out_proj` C); Re(C x) is a real linear map of [Re x, Im x]. Under
+The mixer computes D and b, its transition mode makes P_t's inputs and calls its op (scan_dispatch.ScanOps: torch or
+Triton, bound once per device and backend), and the mixer projects (`in_proj` is B, `out_proj` C); Re(C x) is a real linear map of [Re x, Im x]. Under
 autocast the projections run in the autocast dtype; the scan, its inputs from the selection on and the state stay
 float32 / complex64.
 """
@@ -28,13 +23,9 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
-from .attention import HybridSSMRMSNorm
-from .pd_automaton import automaton_direct_scan
-from .pd_bank import bank_indices, gather_bank
-from .pd_ops import dictionary_indices
-from .scan_dispatch import scan_ops
-from .scan_pd import as_complex
-from .scan_pd import as_pairs as real_pairs  # `as_pairs` is also the flag of diagonal() / step_inputs()
+from .pd_scan import as_complex
+from .pd_scan import as_pairs as real_pairs  # `as_pairs` is also the flag of diagonal() / step_inputs()
+from .pd_transitions import transition_mode
 
 BASIS_STARTS = ("one_hot", "head_basis")  # pd_ssm_initial_state values whose x_0 is a basis vector in every head
 
@@ -99,7 +90,8 @@ class PDSSMMixer(nn.Module):
     Masked-out positions (padding) get the identity transition and zero input, so they never change the state.
     state None starts from `initial_state` (config.pd_ssm_initial_state: zeros, e_0 per head, e_(h mod N) in head h,
     or a learned x_0).
-    `dictionary` (H, K, N, N) holds the dictionary M_k (dictionary mode) or the score matrices (bank mode).
+    `transition` is the layer's transition mode (pd_transitions.py); its parameters are registered on the mixer
+    (`selection` and `dictionary` (H, K, N, N), or `transition_proj` and `transition_norm`).
     """
 
     state_dtype = torch.complex64
@@ -110,33 +102,16 @@ class PDSSMMixer(nn.Module):
         d = config.hidden_size
         self.num_heads = h = config.pd_ssm_num_heads
         self.head_state_size = n = config.pd_ssm_head_state_size
-        self.dict_size = k = config.pd_ssm_dict_size
+        self.dict_size = config.pd_ssm_dict_size
         self.temperature = config.pd_ssm_temperature
-        self.transition = getattr(config, "pd_ssm_transition", "dictionary")
-        # pd_ssm_shared_selection: one choice of bank entry per token for every head
-        self.shared_selection = bool(getattr(config, "pd_ssm_shared_selection", False))
-        self.identity_entry_logit = getattr(config, "pd_ssm_identity_entry_logit", None)
+        self.transition = transition_mode(config)
         self._config = config  # scan_backend is read from it at every call (the property below)
         self._decode_weights_cache = None  # (key of the parameters, stacked weights) of the fused decode step
         self.initial_state_kind = getattr(config, "pd_ssm_initial_state", "zeros")
         if self.initial_state_kind == "learned":
             # x_0 as [real, imag] pairs (H, N, 2); starts at e_0 (also when HybridSSMPreTrainedModel re-initialises it)
             self.learned_initial_state = nn.Parameter(self.one_hot_initial_state())
-        if self.transition == "direct":
-            # P_t's N x N column logits of every head straight from u_t (no dictionary, no selection)
-            # pd_ssm_transition_input_size: W_P reads u_t's first k features (all d by default)
-            self.transition_input_size = k_in = getattr(config, "pd_ssm_transition_input_size", None) or d
-            self.transition_proj = nn.Linear(k_in, h * n * n, bias=False)
-            self.transition_init_std = config.pd_ssm_transition_init_scale / math.sqrt(k_in)
-            nn.init.normal_(self.transition_proj.weight, std=self.transition_init_std)
-            # pd_ssm_transition_norm: W_P reads RMSNorm(u_t) (its own gain), unit-RMS whatever the scale of u
-            self.transition_norm = None
-            if getattr(config, "pd_ssm_transition_norm", False):
-                self.transition_norm = HybridSSMRMSNorm(k_in, eps=config.rms_norm_eps)
-        else:
-            choices = k if self.shared_selection else h * k
-            self.selection = nn.Linear(d, choices, bias=self.identity_entry_logit is not None)
-            self.dictionary = nn.Parameter(torch.empty(h, k, n, n))
+        self.transition.add_parameters(self, config)
         # Bias inits set where D starts: sigmoid(magnitude bias) = |D|, 2 pi sigmoid(phase bias) = arg D.
         # A variant without a learnt phase (or magnitude) has no MLP for it at all.
         self.diagonal_kind = getattr(config, "pd_ssm_diagonal", "complex")
@@ -158,31 +133,20 @@ class PDSSMMixer(nn.Module):
         if not getattr(config, "pd_ssm_output_trainable", True):
             self.out_proj.weight.requires_grad_(False)  # C stays at its initial value
         self.skip = nn.Parameter(torch.ones(d)) if getattr(config, "pd_ssm_output_skip", True) else None
-        self.dictionary_diagonal_init = float(getattr(config, "pd_ssm_dictionary_diagonal_init", 0.0))
-        if self.transition != "direct":
-            nn.init.normal_(self.dictionary, std=1.0 / math.sqrt(n))
-            with torch.no_grad():
-                self.dictionary.diagonal(dim1=-2, dim2=-1).add_(self.dictionary_diagonal_init)
-                self.dictionary.copy_(self.identity_entry_start(self.dictionary))
-                if self.selection.bias is not None:
-                    self.selection.bias.copy_(self.identity_entry_bias())
+        self.transition.finish_init(self)
 
-    def identity_entry_start(self, dictionary: torch.Tensor) -> torch.Tensor:
-        """`dictionary` (H, K, N, N) with entry 0 of every head replaced by the identity scores when
-        pd_ssm_identity_entry_logit is set (else unchanged)."""
-        if self.identity_entry_logit is None:
-            return dictionary
-        out = dictionary.clone()
-        out[:, 0] = torch.eye(self.head_state_size, dtype=out.dtype, device=out.device)
-        return out
-
-    def identity_entry_bias(self) -> torch.Tensor:
-        """The selection bias's start (H * K,) or (K,) when shared: pd_ssm_identity_entry_logit for entry 0 of every
-        head, 0 elsewhere."""
-        heads = 1 if self.shared_selection else self.num_heads
-        bias = torch.zeros(heads, self.dict_size, device=self.selection.weight.device)
-        bias[:, 0] = self.identity_entry_logit
-        return bias.flatten().to(self.selection.weight.dtype)
+    def init_parameters(self, init) -> None:
+        """(Re)draws the start values with `init`'s functions (transformers.initialization, which skip loaded
+        weights; the model's _init_weights calls this through the registry): the transition mode's parameters, the
+        learned x_0 at e_0, D_skip = 1 and the identity C of pd_ssm_output_init="identity" (the values __init__ gives
+        them)."""
+        self.transition.init_parameters(self, init)
+        if self.initial_state_kind == "learned":
+            init.copy_(self.learned_initial_state, self.one_hot_initial_state(self.out_proj.weight.device))
+        if self.skip is not None:
+            init.ones_(self.skip)
+        if self.output_init == "identity":
+            init.copy_(self.out_proj.weight, self.identity_output_weight())
 
     def identity_output_weight(self) -> torch.Tensor:
         """C = the (d, 2HN) identity (pd_ssm_output_init="identity"), in out_proj's dtype and device."""
@@ -217,68 +181,16 @@ class PDSSMMixer(nn.Module):
             pairs = self.one_hot_initial_state()
         return torch.view_as_complex(pairs.float().to(device).contiguous()).expand(shape)
 
-    def selection_logits(self, u: torch.Tensor) -> torch.Tensor:
-        """W_s u_t: (B, T, H, K) float32 (the projection itself runs in the autocast dtype); with a shared selection
-        the same K logits for every head."""
-        batch, steps, _ = u.shape
-        if self.shared_selection:
-            shared = self.selection(u).float().view(batch, steps, 1, self.dict_size)
-            return shared.expand(-1, -1, self.num_heads, -1).contiguous()
-        return self.selection(u).float().view(batch, steps, self.num_heads, self.dict_size)
-
     def transition_logits(self, u: torch.Tensor) -> torch.Tensor:
-        """pd_ssm_transition="direct": the column logits of P_t, (B, T, H, N, N) float32, [..., i, j] = row i of
-        column j (the projection itself runs in the autocast dtype), from u (B, T, d)'s first
-        `transition_input_size` features."""
-        batch, steps, _ = u.shape
-        n = self.head_state_size
-        u = u[..., : self.transition_input_size]
-        if self.transition_norm is not None:
-            u = self.transition_norm(u)
-        return self.transition_proj(u).float().view(batch, steps, self.num_heads, n, n)
-
-    def _direct_scan(self, u, x0, mask, basis_start: bool = False):
-        """The direct transition: P_t = column argmax of transition_logits(u_t) (straight-through, the column
-        softmax at the temperature in the backward), then the PD scan. A padded step is the identity, passes no
-        gradient to its logits, and has D = 1, b = 0. `basis_start`: x0 is the layer's own initial state (not a
-        passed-in state), so that a pure automaton's states are basis vectors (see pd_automaton.py)."""
-        logits = self.transition_logits(u)
-        # max(...).indices: the same first-of-tied index as argmax, ~5x faster down a short non-last axis on CPU
-        idx = logits.max(dim=-2).indices
-        if mask is not None:  # a padded step is the identity permutation, on either path
-            idx = torch.where(mask.bool()[..., None, None], idx, torch.arange(idx.shape[-1], device=idx.device))
-        if basis_start and self.is_pure_automaton() and torch.is_grad_enabled() and logits.requires_grad:
-            return automaton_direct_scan(logits, idx, x0, mask, self.temperature)
-        # a compiled decode step computes in (re, im) pairs (scan_pd.pd_step), so it gets D and b as pairs too
-        pairs = self._decode_in_pairs(u)
-        dv, b = self.diagonal(u, as_pairs=pairs), self.step_inputs(u, as_pairs=pairs)
-        if mask is not None:
-            keep = mask.bool()[..., None, None, None] if pairs else mask.bool()[..., None, None]
-            one = (
-                torch.tensor([1.0, 0.0], device=dv.device)
-                if pairs
-                else torch.ones((), dtype=dv.dtype, device=dv.device)
-            )
-            dv = torch.where(keep, dv, one)
-            b = torch.where(keep, b, torch.zeros((), dtype=b.dtype, device=b.device))
-        p_soft = None
-        if torch.is_grad_enabled() and logits.requires_grad:
-            p_soft = torch.softmax(logits / self.temperature, dim=-2)
-            if mask is not None:
-                p_soft = p_soft * mask.to(p_soft.dtype)[..., None, None, None]
-        if x0 is None:
-            x0 = torch.zeros_like(b[:, 0])
-        return scan_ops(self.scan_backend, u.device).pd_scan(idx, dv, b, x0, p_soft)
+        """The transition mode's logits of u (B, T, d), float32: the selection logits W_s u_t (B, T, H, K) of the
+        dictionary and bank modes, the column logits of P_t (B, T, H, N, N) of the direct mode."""
+        return self.transition.logits(self, u)
 
     def is_pure_automaton(self) -> bool:
         """D = 1, no input map and a basis-vector start (e_0 or e_(h mod N); a zero start without input is refused by
         the config): every state is then a basis vector (docs/design.md §8.3), which the direct transition's training
         path uses (pd_automaton.py)."""
         return self.diagonal_kind == "unit" and self.input_kind == "none" and self.initial_state_kind in BASIS_STARTS
-
-    def selection_weights(self, u: torch.Tensor) -> torch.Tensor:
-        """s_t = softmax(W_s u_t) over the dictionary: (B, T, H, K) float32."""
-        return torch.softmax(self.selection_logits(u), dim=-1)
 
     def diagonal(self, u: torch.Tensor, as_pairs: bool = False) -> torch.Tensor:
         """D_t: (B, T, H, N) complex64, |D| = sigmoid(MLP_mag(u)), arg D = 2 pi sigmoid(MLP_phase(u)); with
@@ -318,14 +230,7 @@ class PDSSMMixer(nn.Module):
     def transitions(self, u: torch.Tensor):
         """The transitions the layer applies to input u (B, T, d), for inspection: idx (B, T, H, N) int64 (row of
         the 1 in each column of P_t) and dv (B, T, H, N) complex64 (the diagonal of D_t)."""
-        if self.transition == "direct":
-            return self.transition_logits(u).max(dim=-2).indices, self.diagonal(u)
-        matrices = self.dictionary.float()
-        if self.transition == "bank":
-            idx = gather_bank(bank_indices(matrices), self.selection_logits(u).argmax(dim=-1))
-        else:
-            idx = dictionary_indices(self.selection_weights(u), matrices)
-        return idx, self.diagonal(u)
+        return self.transition.indices(self, u), self.diagonal(u)
 
     # ---- decode ------------------------------------------------------------------------------------------------
     #
@@ -337,10 +242,9 @@ class PDSSMMixer(nn.Module):
 
     def _decode_maps(self) -> list[nn.Module] | None:
         """[in_proj, selection, magnitude.up, phase.up, out_proj] when the fused decode step applies: the default
-        layer kind, and every map a plain nn.Linear without hooks (a wrapper such as PEFT LoRA must still apply)."""
-        if self.diagonal_kind != "complex" or self.input_kind != "projection" or self.transition == "direct":
-            return None
-        if self.shared_selection:  # the fused step reads H * K selection logits
+        layer kind (a transition mode that allows it: pd_transitions.py), and every map a plain nn.Linear without hooks
+        (a wrapper such as PEFT LoRA must still apply)."""
+        if self.diagonal_kind != "complex" or self.input_kind != "projection" or not self.transition.fused_decode:
             return None
         # Read from _modules: attribute access to a submodule goes through nn.Module.__getattr__, and for these five
         # that alone costs several µs of a step of about 90.
@@ -406,9 +310,7 @@ class PDSSMMixer(nn.Module):
         else:
             mag_out, phase_out = self.magnitude.down(hidden[..., :width]), self.phase.down(hidden[..., width:])
             dv = self._complex_diagonal(mag_out, phase_out, as_pairs=compiling)
-        selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
-        op = self.scan_op(u.device)
-        states, final = op(selection, self.dictionary, dv, b, x0, mask, self.temperature)
+        states, final = self.transition.run(self, logits, dv, b, x0, mask)
         pairs = real_pairs(states).reshape(batch, 1, 2 * h * n).to(out_weight.dtype)
         y = nn.functional.linear(pairs, out_weight)
         if self.skip is None:
@@ -419,10 +321,6 @@ class PDSSMMixer(nn.Module):
     def scan_backend(self) -> str:
         """The config's `scan_backend`, read at every call: changing it on a built model re-binds the scans."""
         return getattr(self._config, "scan_backend", "auto")
-
-    def scan_op(self, device: torch.device):
-        """This mixer's op on `device`: ScanOps.pd_dictionary_scan or pd_bank_scan (scan_dispatch.py)."""
-        return scan_ops(self.scan_backend, device).pd_transition_scan(self.transition)
 
     def forward(self, hidden_states: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         u = hidden_states
@@ -460,10 +358,7 @@ class PDSSMMixer(nn.Module):
 
     def _scan_features(self, u, x0, mask, own_start: bool):
         """The scan of forward and state_features: (features (B, T, H, 2N), final state)."""
-        if self.transition == "direct":
-            states, final = self._direct_scan(u, x0, mask, basis_start=own_start)
-        else:
-            states, final = self._generated_scan(u, x0, mask)
+        states, final = self.transition.scan(self, u, x0, mask, own_start)
         # per head [Re x, Im x]: the (re, im) pairs moved to the front of each head's state, one copy
         return real_pairs(states).transpose(-1, -2).reshape(*u.shape[:2], self.num_heads, -1), final
 
@@ -475,18 +370,8 @@ class PDSSMMixer(nn.Module):
             return real_pairs(state)
         return as_complex(state)
 
-    def _generated_scan(self, u, x0, mask):
-        """The dictionary or bank transition through this mixer's op: (states, final state)."""
-        logits = self.selection_logits(u)
-        selection = logits if self.transition == "bank" else torch.softmax(logits, dim=-1)
-        # a compiled decode step computes in (re, im) pairs (scan_pd.pd_step), so it gets D and b as pairs too
-        pairs = self._decode_in_pairs(u)
-        b = self.step_inputs(u, as_pairs=pairs)
-        op = self.scan_op(u.device)
-        return op(selection, self.dictionary, self.diagonal(u, as_pairs=pairs), b, x0, mask, self.temperature)
-
     @staticmethod
-    def _decode_in_pairs(u: torch.Tensor) -> bool:
+    def decode_in_pairs(u: torch.Tensor) -> bool:
         """Whether this call is a compiled decode step (T = 1, no gradient, under torch.compile), which computes in
         real (re, im) pairs end to end: inductor generates no code for complex operators."""
         return u.shape[1] == 1 and torch.compiler.is_compiling() and not torch.is_grad_enabled()

@@ -230,9 +230,12 @@ def _load_lstm():
 def _check_pd_ssm(config) -> None:
     from .config_values import (
         PD_SSM_DIAGONALS,
+        PD_SSM_DICTIONARY_TRANSITIONS,
         PD_SSM_INITIAL_STATES,
         PD_SSM_INPUTS,
         PD_SSM_OUTPUT_INITS,
+        PD_SSM_PROJECTED_TRANSITIONS,
+        PD_SSM_SHARED_SELECTION_TRANSITIONS,
         PD_SSM_TRANSITIONS,
         check_choice,
         check_number,
@@ -272,44 +275,35 @@ def _check_pd_ssm(config) -> None:
                 f"`pd_ssm_transition_input_size` must be None (all hidden_size features) or an int in [1, hidden_size "
                 f"= {config.hidden_size}], got {k_in!r}"
             )
-        if config.pd_ssm_transition != "direct":
+        if config.pd_ssm_transition not in PD_SSM_PROJECTED_TRANSITIONS:
             raise ValueError(
-                "`pd_ssm_transition_input_size` sizes the direct transition's W_P: it needs pd_ssm_transition='direct' "
-                f"(got {config.pd_ssm_transition!r}; leave it None)"
+                "`pd_ssm_transition_input_size` sizes the direct transition's W_P: it needs "
+                f"pd_ssm_transition={_choices(PD_SSM_PROJECTED_TRANSITIONS)} (got {config.pd_ssm_transition!r}; leave it None)"
             )
-    if config.pd_ssm_shared_selection and config.pd_ssm_transition != "bank":
+    if config.pd_ssm_shared_selection and config.pd_ssm_transition not in PD_SSM_SHARED_SELECTION_TRANSITIONS:
         raise ValueError(
             "`pd_ssm_shared_selection` shares the choice of a bank entry across heads: it needs "
-            f"pd_ssm_transition='bank' (got {config.pd_ssm_transition!r}; set it to False)"
+            f"pd_ssm_transition={_choices(PD_SSM_SHARED_SELECTION_TRANSITIONS)} (got {config.pd_ssm_transition!r}; set it to False)"
         )
     if config.pd_ssm_identity_entry_logit is not None:
         check_number("pd_ssm_identity_entry_logit", config.pd_ssm_identity_entry_logit)
-        if config.pd_ssm_transition == "direct":
+        if config.pd_ssm_transition not in PD_SSM_DICTIONARY_TRANSITIONS:
             raise ValueError(
                 "`pd_ssm_identity_entry_logit` needs a dictionary or bank to hold the identity entry; "
-                "pd_ssm_transition='direct' has none (set it to None, or pd_ssm_transition to 'dictionary' / 'bank')"
+                f"pd_ssm_transition={config.pd_ssm_transition!r} has none (set it to None, or pd_ssm_transition to "
+                f"{_choices(PD_SSM_DICTIONARY_TRANSITIONS)})"
             )
 
 
-def _init_pd_ssm(module, init, config) -> None:
-    """The dictionary N(0, 1/N) plus its diagonal init, the learned x_0 at e_0 and D_skip = 1 (one guarded copy
-    each: init.copy_ skips weights loaded from a checkpoint)."""
-    import torch
+def _choices(values) -> str:
+    """'a' / 'b': the accepted values, as an error message names them."""
+    return " / ".join(map(repr, values))
 
-    if module.transition == "direct":  # W_P N(0, s^2 / d): N(0, s^2) logits for a unit-RMS input
-        init.normal_(module.transition_proj.weight, mean=0.0, std=module.transition_init_std)
-    else:
-        eye = torch.eye(module.head_state_size, device=module.dictionary.device, dtype=module.dictionary.dtype)
-        start = torch.randn_like(module.dictionary) * module.head_state_size**-0.5
-        init.copy_(module.dictionary, module.identity_entry_start(start + module.dictionary_diagonal_init * eye))
-        if module.selection.bias is not None:
-            init.copy_(module.selection.bias, module.identity_entry_bias())
-    if module.initial_state_kind == "learned":
-        init.copy_(module.learned_initial_state, module.one_hot_initial_state(module.out_proj.weight.device))
-    if module.skip is not None:
-        init.ones_(module.skip)
-    if module.output_init == "identity":
-        init.copy_(module.out_proj.weight, module.identity_output_weight())
+
+def _init_pd_ssm(module, init, config) -> None:
+    """The layer's own init (PDSSMMixer.init_parameters: its transition mode's parameters, the learned x_0, D_skip,
+    an identity C), through transformers' guarded init functions, which skip weights loaded from a checkpoint."""
+    module.init_parameters(init)
 
 
 def _init_headwise_mlp(module, init, config) -> None:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from .pd_scan import pd_scan, pd_scan_backward
 from .scan_common import resolve_chunk_size
-from .scan_pd import pd_scan, pd_scan_backward
 
 
 class _AutomatonDirectScan(torch.autograd.Function):

@@ -4,9 +4,9 @@ node for the generation of P_t, the scan and the straight-through backward.
     op(selection, matrices, dv, b, initial_state=None, mask=None, temperature=1.0)
         -> (states (B, T, H, N) complex64, final state (B, H, N) complex64)
 
-- dictionary (``TORCH_OPS["dictionary"]``): selection = the weights s_t (B, T, H, K), matrices = the dictionary
+- dictionary (``DICTIONARY_OP``): selection = the weights s_t (B, T, H, K), matrices = the dictionary
   M (H, K, N, N); P_t = column argmax of M_t = sum_k s_t,k M_k (the paper).
-- bank (``TORCH_OPS["bank"]``): selection = logits (B, T, H, K), matrices = score matrices (H, K, N, N); P_k =
+- bank (``BANK_OP``): selection = logits (B, T, H, K), matrices = score matrices (H, K, N, N); P_k =
   column argmax of score_k once per call, P_t = P_{argmax_k logits_t,k} (pd_bank.py).
 
 Both are straight-through: the hard choices in the forward, the gradients of softmax(. / tau) (down each column of
@@ -14,8 +14,8 @@ an N x N matrix, across the K logits) in the backward. dv, b, initial_state are 
 mask (B, T) bool: a False step is the identity transition with zero input and passes no gradient to its P.
 
 These are the torch implementations (the references of the Triton kernels); models and callers reach them, or the
-kernels, through ``scan_dispatch.ScanOps.pd_dictionary_scan`` / ``pd_bank_scan``, which checks the inputs
-(``check_generated_inputs``) and takes the T = 1 decoding step (``generated_step``) on either backend.
+kernels, through ``scan_dispatch.ScanOps.pd_generated`` (``pd_dictionary_scan`` / ``pd_bank_scan``), which checks the
+inputs (``check_generated_inputs``) and takes the T = 1 decoding step (``GeneratedOp.step``) on either backend.
 
 The dictionary op never holds more than one chunk of tokens' N x N matrices: the forward keeps only idx, and the
 backward recomputes M_t and its column softmax chunk by chunk, so its memory is Theta(T H (N + K)). The bank op
@@ -31,11 +31,9 @@ import math
 import torch
 
 from .pd_bank import bank_indices, bank_straight_through_grads, gather_bank
+from .pd_scan import _scatter_scan_chunked, as_complex, needs_grad, pd_scan_backward, pd_step
 from .scan_common import check_mask, default_chunk_size, where_kept
-from .scan_pd import _scatter_scan_chunked, as_complex, needs_grad, pd_scan_backward, pd_step
 
-# The transitions generated inside an op (the mixer's "direct" transition calls the PD scan on its own P_t instead).
-GENERATED_TRANSITIONS = ("dictionary", "bank")
 # Elements of one chunk of (H, rows, N, N) matrices in the dictionary op (1 MiB of float32, cache-sized).
 GEN_CHUNK_ELEMENTS = 1 << 18
 _NO_CONTEXT = contextlib.nullcontext()
@@ -230,7 +228,7 @@ def _dictionary_step_indices(sel, dictionary):
 
 
 def _torch_dictionary(sel, dictionary, dv, b, x0=None, mask=None, temperature=1.0):
-    """The dictionary op in torch, any T (the decoding step is ``generated_step``)."""
+    """The dictionary op in torch, any T (the decoding step is ``GeneratedOp.step``)."""
     with torch.autocast(device_type=dv.device.type, enabled=False):
         sel, dictionary = sel.float(), dictionary.float()
         dv, b = _mask_inputs(as_complex(dv), as_complex(b), mask)
@@ -277,7 +275,7 @@ def _bank_step_indices(logits, scores):
 
 
 def _torch_bank(logits, scores, dv, b, x0=None, mask=None, temperature=1.0):
-    """The bank op in torch, any T (the decoding step is ``generated_step``)."""
+    """The bank op in torch, any T (the decoding step is ``GeneratedOp.step``)."""
     with torch.autocast(device_type=dv.device.type, enabled=False):
         logits, scores = logits.float(), scores.float()
         dv, b = _mask_inputs(as_complex(dv), as_complex(b), mask)
@@ -291,20 +289,32 @@ def _torch_bank(logits, scores, dv, b, x0=None, mask=None, temperature=1.0):
 # ---------------------------------------------------------------------------------------------------------------
 # the ops and their decoding step
 
-# transition -> the torch op (read at every call by scan_dispatch.ScanOps)
-TORCH_OPS = {"dictionary": _torch_dictionary, "bank": _torch_bank}
-# transition -> the transition of one step: (selection (B, 1, H, K), matrices (H, K, N, N)) float32 -> idx (B, H, N)
-_STEP_INDICES = {"dictionary": _dictionary_step_indices, "bank": _bank_step_indices}
+
+class GeneratedOp:
+    """One generated PD op: `name` (its ScanOps method, in errors), `torch_op` (any T), `step_indices` (the
+    transition of one decoding step: (selection (B, 1, H, K), matrices (H, K, N, N)) float32 -> idx (B, H, N)) and
+    `kernel` (the attribute of hf_ssm.kernels that runs it on Triton). ScanOps.pd_generated takes one; a transition
+    mode (pd_transitions.py) holds the one it calls."""
+
+    def __init__(self, name: str, torch_op, step_indices, kernel: str):
+        self.name, self.torch_op, self.step_indices, self.kernel = name, torch_op, step_indices, kernel
+
+    def __repr__(self) -> str:
+        return f"GeneratedOp({self.name})"
+
+    def step(self, selection, matrices, dv, b, x0=None, mask=None):
+        """The T = 1 decoding step (``pd_scan.is_decode_step``) of this op, on either backend: P chosen from
+        selection (B, 1, H, K) and matrices (H, K, N, N) in float32 (like the chunked ops, also inside an autocast
+        region), then the one update ``pd_scan.pd_step``. Returns ((B, 1, H, N), (B, H, N)) complex64."""
+        device = dv.device.type
+        off = torch.autocast(device, enabled=False) if torch.is_autocast_enabled(device) else _NO_CONTEXT
+        with off:
+            idx = self.step_indices(_as_float(selection), _as_float(matrices))
+            return pd_step(idx, dv, b, x0, mask)
 
 
-def generated_step(transition: str, selection, matrices, dv, b, x0=None, mask=None):
-    """The T = 1 decoding step (``scan_pd.is_decode_step``) of the `transition` op, on either backend: P chosen from
-    selection (B, 1, H, K) and matrices (H, K, N, N) in float32 (like the chunked ops, also inside an autocast
-    region), then the one update ``scan_pd.pd_step``. Returns ((B, 1, H, N), (B, H, N)) complex64."""
-    off = torch.autocast(dv.device.type, enabled=False) if torch.is_autocast_enabled(dv.device.type) else _NO_CONTEXT
-    with off:
-        idx = _STEP_INDICES[transition](_as_float(selection), _as_float(matrices))
-        return pd_step(idx, dv, b, x0, mask)
+DICTIONARY_OP = GeneratedOp("pd_dictionary_scan", _torch_dictionary, _dictionary_step_indices, "pd_generated_scan")
+BANK_OP = GeneratedOp("pd_bank_scan", _torch_bank, _bank_step_indices, "pd_bank_scan")
 
 
-__all__ = ["GENERATED_TRANSITIONS", "TORCH_OPS", "check_generated_inputs", "dictionary_indices", "generated_step"]
+__all__ = ["BANK_OP", "DICTIONARY_OP", "GeneratedOp", "check_generated_inputs", "dictionary_indices"]

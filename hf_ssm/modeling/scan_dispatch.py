@@ -3,7 +3,7 @@
 The setting is the config's ``scan_backend`` (``"auto"``, ``"torch"`` or ``"triton"``); a non-empty environment
 variable ``HF_SSM_SCAN_BACKEND`` overrides it. With the tensors' device it gives the backend:
 
-- ``"torch"``: always the PyTorch scans (``scan_pd`` / ``pd_ops``, ``scan_block``, ``scan_diag``), the references;
+- ``"torch"``: always the PyTorch scans (``pd_scan`` / ``pd_ops``, ``block_scan``, ``diag_scan``), the references;
 - ``"auto"``: the Triton kernels on CUDA tensors when triton imports and the dtype is supported, else torch;
 - ``"triton"``: the Triton kernels, or a RuntimeError saying why they cannot run (no hf_ssm / triton, CPU tensors
   without ``TRITON_INTERPRET=1`` set before triton was imported, another device) or a ValueError for an unsupported
@@ -29,16 +29,16 @@ import os
 
 import torch
 
+from .block_scan import block_scan as torch_block_scan
+from .block_scan import block_step as torch_block_step
+from .block_scan import companion_scan as torch_companion_scan
+from .block_scan import companion_step as torch_companion_step
 from .config_values import SCAN_BACKENDS
-from .pd_ops import GENERATED_TRANSITIONS, TORCH_OPS, check_generated_inputs, generated_step
-from .scan_block import block_scan as torch_block_scan
-from .scan_block import block_step as torch_block_step
-from .scan_block import companion_scan as torch_companion_scan
-from .scan_block import companion_step as torch_companion_step
-from .scan_diag import diag_scan as torch_diag_scan
-from .scan_diag import diag_step as torch_diag_step
-from .scan_pd import as_complex, is_decode_step, pd_step
-from .scan_pd import pd_scan as torch_pd_scan
+from .diag_scan import diag_scan as torch_diag_scan
+from .diag_scan import diag_step as torch_diag_step
+from .pd_ops import BANK_OP, DICTIONARY_OP, GeneratedOp, check_generated_inputs
+from .pd_scan import as_complex, is_decode_step, pd_step
+from .pd_scan import pd_scan as torch_pd_scan
 
 ENV_VAR = "HF_SSM_SCAN_BACKEND"
 # Largest block size / order of the Triton block scans.
@@ -141,17 +141,17 @@ class ScanOps:
     - ``diag_scan(a (B, T, *S), b (B, T, *S), initial_state (B, *S))``: the DEER linear steps;
     - ``pd_dictionary_scan(selection (B, T, H, K), dictionary (H, K, N, N), dv, b (B, T, H, N), initial_state
       (B, H, N), mask, temperature)`` and ``pd_bank_scan(logits (B, T, H, K), scores (H, K, N, N), ...)``: PD-SSM
-      with P_t generated inside the op, straight-through (pd_ops.py); ``pd_transition_scan(transition)`` is the one
-      of a ``pd_ssm_transition``;
+      with P_t generated inside the op, straight-through (pd_ops.py); both are ``pd_generated(op, ...)`` with the op
+      (pd_ops.DICTIONARY_OP / BANK_OP) that a transition mode holds (pd_transitions.py);
     - ``pd_scan(idx (B, T, H, N), dv, b (B, T, H, N), initial_state (B, H, N), p_soft (B, T, H, N, N))``: PD
-      transitions given as indices (PD-SSM's "direct" transition); the caller applies its padding (identity idx,
+      transitions given as indices (PD-SSM's direct transition); the caller applies its padding (identity idx,
       dv = 1, b = 0); p_soft, optional, receives the straight-through gradient of P_t.
 
     The PD states are complex64 (dv, b, initial_state complex or real (..., 2) pairs).
 
     mask (B, T) bool: a False step (padding) is the identity transition with zero input. T = 1 (decoding) is one
     O(state) update on either backend, never the chunked machinery (for the PD ops: a step where no input needs a
-    gradient, ``scan_pd.is_decode_step``). The torch implementations (scan_block, scan_diag, scan_pd, pd_ops) are
+    gradient, ``pd_scan.is_decode_step``). The torch implementations (block_scan, diag_scan, pd_scan, pd_ops) are
     the references; on the Triton backend an input the kernels cannot take (float64, m > 8) runs on torch where the
     setting is "auto" and raises a ValueError where it is "triton".
     """
@@ -198,28 +198,22 @@ class ScanOps:
     # PD-SSM. The ops take care of their own autocast (the generated ops compute in float32 / complex64).
 
     def pd_dictionary_scan(self, selection, dictionary, dv, b, initial_state=None, mask=None, temperature=1.0):
-        return self._pd_generated("dictionary", selection, dictionary, dv, b, initial_state, mask, temperature)
+        return self.pd_generated(DICTIONARY_OP, selection, dictionary, dv, b, initial_state, mask, temperature)
 
     def pd_bank_scan(self, logits, scores, dv, b, initial_state=None, mask=None, temperature=1.0):
-        return self._pd_generated("bank", logits, scores, dv, b, initial_state, mask, temperature)
+        return self.pd_generated(BANK_OP, logits, scores, dv, b, initial_state, mask, temperature)
 
-    def pd_transition_scan(self, transition: str):
-        """The op of the generated `transition` ("dictionary" or "bank"; "direct" calls ``pd_scan``)."""
-        if transition not in GENERATED_TRANSITIONS:
-            raise ValueError(f"the PD ops generate the transitions {list(GENERATED_TRANSITIONS)}, not {transition!r}")
-        return self.pd_dictionary_scan if transition == "dictionary" else self.pd_bank_scan
-
-    def _pd_generated(self, transition, selection, matrices, dv, b, initial_state, mask, temperature):
-        """The rule of the generated PD ops: check the inputs; T = 1 without gradient (decoding) is the one torch
-        step on either backend; otherwise the kernel where this backend has the kernels and they take these
-        inputs, else the torch op."""
-        check_generated_inputs(f"pd_{transition}_scan", selection, matrices, dv, b, initial_state, mask, temperature)
+    def pd_generated(self, op: GeneratedOp, selection, matrices, dv, b, initial_state=None, mask=None, temperature=1.0):
+        """The rule of the generated PD ops (`op`: pd_ops.DICTIONARY_OP or BANK_OP): check the inputs; T = 1 without
+        gradient (decoding) is the op's one torch step on either backend; otherwise its kernel where this backend
+        has the kernels and they take these inputs, else its torch op."""
+        check_generated_inputs(op.name, selection, matrices, dv, b, initial_state, mask, temperature)
         if is_decode_step(selection.shape[1], selection, matrices, dv, b, initial_state):
-            return generated_step(transition, selection, matrices, dv, b, initial_state, mask)
+            return op.step(selection, matrices, dv, b, initial_state, mask)
         if self._use_kernels(None, selection, matrices, dv, b, initial_state):
-            kernel = self._kernels.pd_generated_scan if transition == "dictionary" else self._kernels.pd_bank_scan
+            kernel = getattr(self._kernels, op.kernel)
             return kernel(selection, matrices, dv, b, initial_state, temperature=temperature, mask=mask)
-        return TORCH_OPS[transition](selection, matrices, dv, b, initial_state, mask, temperature)
+        return op.torch_op(selection, matrices, dv, b, initial_state, mask, temperature)
 
     def pd_scan(self, idx, dv, b, initial_state=None, p_soft=None):
         """The scan of given PD transitions, with the same T = 1 rule as the generated ops."""

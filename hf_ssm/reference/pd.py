@@ -1,9 +1,9 @@
 """PD-SSM references (docs/design.md §4): the loops and dense forms the PD scans and ops are tested against.
 
-Layout as in hf_ssm.modeling.scan_pd: idx (B, T, H, N) int64 (row of the 1 in each column of P_t), dv, b
+Layout as in hf_ssm.modeling.pd_scan: idx (B, T, H, N) int64 (row of the 1 in each column of P_t), dv, b
 (B, T, H, N) complex, states (B, T, H, N), initial and final states (B, H, N).
 
-- ``pd_scan_sequential``: x_t = P_t D_t x_{t-1} + b_t as a plain loop with autograd (``scan_pd.pd_scan``'s oracle);
+- ``pd_scan_sequential``: x_t = P_t D_t x_{t-1} + b_t as a plain loop with autograd (``pd_scan.pd_scan``'s oracle);
 - ``pd_compose`` / ``pd_to_dense``: the product of two sparse PD matrices, and the dense (..., N, N) P D;
 - ``pd_dictionary_reference`` / ``pd_bank_reference``: the dictionary and bank ops (pd_ops.py, and the Triton
   kernels) as dense loops over (B, T, H, N, N) matrices with straight-through one-hots.
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from hf_ssm.modeling.pd_scan import check_pd_inputs
 from hf_ssm.modeling.scan_common import where_kept
-from hf_ssm.modeling.scan_pd import check_pd_inputs
 
 
 def pd_scan_sequential(

@@ -11,7 +11,14 @@ from ..data import TASK_NAMES, get_task
 from ..data.state_tracking import SUPERVISIONS
 from ..data.word_problems import WORD_PROBLEM_TASK, load_word_problem_file, word_problem_task
 from ..modeling import HybridSSMConfig
-from ..modeling.config_values import BLOCK_TYPES, PD_SSM_DIAGONALS, PD_SSM_INITIAL_STATES, PD_SSM_INPUTS, check_choice
+from ..modeling.config_values import (
+    BLOCK_TYPES,
+    PD_SSM_DIAGONALS,
+    PD_SSM_INITIAL_STATES,
+    PD_SSM_INPUTS,
+    PD_SSM_PROJECTED_TRANSITIONS,
+    check_choice,
+)
 from ..modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS, SSM_MIXERS, check_config_keys
 from ..modeling.mixer_registry import pattern_letters, width_matched_fields
 from .cli import check_numeric_settings, config_fields_field
@@ -272,10 +279,12 @@ class StateTrackingSettings:
                     f"task's vocabulary ({vocab_size} for {self.task!r}), got hidden_size={self.hidden_size}"
                 )
         config = model_config(self)  # a model without a pd_ssm layer has no W_P: the scale is unused there
-        if self.transition_lr_scale != 1 and "pd_ssm" in config.mixers and config.pd_ssm_transition != "direct":
+        projected = config.pd_ssm_transition in PD_SSM_PROJECTED_TRANSITIONS
+        if self.transition_lr_scale != 1 and "pd_ssm" in config.mixers and not projected:
+            choices = " / ".join(map(repr, PD_SSM_PROJECTED_TRANSITIONS))
             raise ValueError(
                 f"`transition_lr_scale` = {self.transition_lr_scale} scales the learning rate of the direct transition "
-                f"map W_P only: it needs pd_ssm_transition='direct' (got {config.pd_ssm_transition!r}; pass "
+                f"map W_P only: it needs pd_ssm_transition={choices} (got {config.pd_ssm_transition!r}; pass "
                 "--transition_lr_scale 1 with another transition)"
             )
         if self.lr_schedule != "cosine_with_min_lr" and self.min_learning_rate != 0:

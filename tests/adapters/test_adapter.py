@@ -543,7 +543,7 @@ def test_adapter_mixer_settings_override_the_near_identity_start():
     config = adapter_config(mixer_settings={"pd_ssm_head_state_size": 4, "pd_ssm_magnitude_bias_init": 2.0})
     mixer = SSMAdapter(config, 32).mixer
     assert torch.all(mixer.magnitude.down_bias == 2.0) and torch.all(mixer.phase.down_bias == -10.0)
-    assert mixer.dictionary_diagonal_init == 1.0
+    assert mixer.transition.dictionary_diagonal_init == 1.0
 
 
 @torch.no_grad()
@@ -823,7 +823,7 @@ def test_experiment_dictionary_diagonal_init_overrides_the_near_identity_start()
         from hf_ssm.adapters.layer import SSMAdapter
 
         adapter = SSMAdapter(settings.adapter_config(), 32)
-        assert adapter.mixer.transition == settings.transition
+        assert adapter.mixer.transition.name == settings.transition
         return adapter.mixer.dictionary.diagonal(dim1=-2, dim2=-1).mean().item()
 
     assert abs(diagonal_mean() - 1.0) < 0.2

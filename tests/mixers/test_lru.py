@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from hf_ssm import HybridSSMForCausalLM
+from hf_ssm.modeling.block_scan import block_scan, companion_matrices
 from hf_ssm.modeling.config_values import LRU_NORMALIZATIONS
 from hf_ssm.modeling.mixer_lru import (
     BlockDiagonalLRUMixer,
@@ -17,7 +18,6 @@ from hf_ssm.modeling.mixer_lru import (
     HigherOrderLRUMixer,
     normalize_gates,
 )
-from hf_ssm.modeling.scan_block import block_scan, companion_matrices
 from model_checks import assert_loads_without_hf_ssm, max_cached_decode_error, reload_is_bit_identical, tiny_config
 
 BOUNDED = [n for n in LRU_NORMALIZATIONS if n != "none"]
@@ -324,6 +324,6 @@ def test_save_reload_is_bit_identical(tmp_path):
 
 def test_trust_remote_code_loads_without_hf_ssm(tmp_path):
     """A checkpoint with every LRU mixer loads with trust_remote_code where hf_ssm cannot be imported (the copied
-    modeling folder must carry mixer_lru.py and scan_block.py) and gives identical logits."""
+    modeling folder must carry mixer_lru.py and block_scan.py) and gives identical logits."""
     model = HybridSSMForCausalLM(tiny_config("BAHD", lru_total_state_size=12, lru_group_size=3))
-    assert {"mixer_lru.py", "scan_block.py"} <= assert_loads_without_hf_ssm(model, tmp_path / "lru")
+    assert {"mixer_lru.py", "block_scan.py"} <= assert_loads_without_hf_ssm(model, tmp_path / "lru")

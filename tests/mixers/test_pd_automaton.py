@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import hf_ssm.modeling.mixer_pd_ssm as mixer_pd_ssm
+import hf_ssm.modeling.pd_transitions as pd_transitions
 from hf_ssm.modeling.mixer_pd_ssm import PDSSMMixer
 from hf_ssm.modeling.pd_automaton import automaton_direct_scan
-from hf_ssm.modeling.scan_pd import pd_scan
+from hf_ssm.modeling.pd_scan import pd_scan
 from model_checks import tiny_config
 
 B, T, H, N = 3, 11, 2, 5
@@ -83,8 +83,8 @@ def test_layer_gradients_equal_those_of_the_general_path(monkeypatch, start):
         return out.detach(), {n: p.grad.clone() for n, p in layer.named_parameters() if p.grad is not None}
 
     calls = []
-    real_fast_path = mixer_pd_ssm.automaton_direct_scan
-    monkeypatch.setattr(mixer_pd_ssm, "automaton_direct_scan", lambda *a: calls.append(1) or real_fast_path(*a))
+    real_fast_path = pd_transitions.automaton_direct_scan
+    monkeypatch.setattr(pd_transitions, "automaton_direct_scan", lambda *a: calls.append(1) or real_fast_path(*a))
     out_fast, fast = gradients()
     monkeypatch.setattr(PDSSMMixer, "is_pure_automaton", lambda self: False)
     out_general, general = gradients()
@@ -105,7 +105,9 @@ def test_a_layer_whose_states_are_not_basis_vectors_is_not_a_pure_automaton(over
 
 def test_a_passed_in_state_takes_the_general_path(monkeypatch):
     layer = _direct_layer(pd_ssm_initial_state="one_hot")
-    monkeypatch.setattr(mixer_pd_ssm, "automaton_direct_scan", lambda *a: pytest.fail("fast path with a passed state"))
+    monkeypatch.setattr(
+        pd_transitions, "automaton_direct_scan", lambda *a: pytest.fail("fast path with a passed state")
+    )
     state = torch.randn(1, layer.num_heads, layer.head_state_size, dtype=torch.complex64)  # not a basis vector
     out, _ = layer(torch.randn(1, 4, 32), state=state)
     out.sum().backward()

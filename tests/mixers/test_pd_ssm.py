@@ -11,7 +11,7 @@ import torch
 from op_checks import DEVICE, needs_kernels
 
 import hf_ssm.modeling.pd_ops as pd_ops
-import hf_ssm.modeling.scan_pd as scan_pd
+import hf_ssm.modeling.pd_scan as torch_pd_scan
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
 from hf_ssm.modeling.mixer_pd_ssm import PDSSMMixer
 from model_checks import assert_loads_without_hf_ssm, max_cached_decode_error, reload_is_bit_identical, tiny_config
@@ -240,7 +240,7 @@ def test_decode_step_is_one_state_update_without_the_chunked_scan(transition, mo
     def refuse(*args, **kwargs):
         raise AssertionError("the chunked scan ran for a single decode step")
 
-    for module in (pd_ops, scan_pd):  # the generated ops' chunked scan, and the scan of given transitions
+    for module in (pd_ops, torch_pd_scan):  # the generated ops' chunked scan, and the scan of given transitions
         monkeypatch.setattr(module, "_scatter_scan_chunked", refuse)
     layer = mixer(pd_ssm_transition=transition)
     state = torch.randn(2, 2, 5, dtype=torch.complex64)
@@ -285,7 +285,7 @@ def test_bank_mode_trust_remote_code_loads_without_hf_ssm(tmp_path):
     with it (pd_bank.py, which the Triton kernels share, too), the reference loops do not."""
     model = HybridSSMForCausalLM(tiny_config("PA", pd_ssm_transition="bank"))
     saved = assert_loads_without_hf_ssm(model, tmp_path / "bank")
-    assert {"pd_ops.py", "pd_bank.py", "scan_pd.py", "scan_dispatch.py"} <= saved, saved
+    assert {"pd_ops.py", "pd_bank.py", "pd_scan.py", "scan_dispatch.py"} <= saved, saved
     code = [(tmp_path / "bank" / name).read_text() for name in saved if name.endswith(".py")]
     assert not any("def pd_scan_sequential" in text or "def pd_bank_reference" in text for text in code)
 
@@ -421,13 +421,14 @@ def test_bf16_autocast_runs_projections_in_bf16_and_the_scan_in_complex64(transi
     projections = ["selection", "in_proj", "out_proj", "magnitude.up", "phase.up"]
     for name in projections:
         layer.get_submodule(name).register_forward_hook(lambda m, i, o, name=name: seen.__setitem__(name, o.dtype))
-    real_op = pd_ops.TORCH_OPS[transition]
+    generated = {"dictionary": pd_ops.DICTIONARY_OP, "bank": pd_ops.BANK_OP}[transition]
+    real_op = generated.torch_op
 
     def spy(selection, matrices, dv, b, x0, mask, temperature):
         seen["op"] = (selection.dtype, dv.dtype, b.dtype, x0.dtype)
         return real_op(selection, matrices, dv, b, x0, mask, temperature)
 
-    monkeypatch.setitem(pd_ops.TORCH_OPS, transition, spy)
+    monkeypatch.setattr(generated, "torch_op", spy)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         outputs["bf16"], _ = layer(u)
     assert all(seen[name] == torch.bfloat16 for name in projections), seen

@@ -119,7 +119,7 @@ def test_bfloat16_autocast_keeps_scan_in_complex64(monkeypatch):
             with torch.autocast("cpu", enabled=False):
                 return op(sel, matrices, dv, b, x0, mask, temperature)
 
-        monkeypatch.setitem(pd_ops.TORCH_OPS, "dictionary", spy)
+        monkeypatch.setattr(pd_ops.DICTIONARY_OP, "torch_op", spy)
         torch.manual_seed(0)
         model = HybridSSMForCausalLM(tiny_config("SASA")).train()
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -127,7 +127,7 @@ def test_bfloat16_autocast_keeps_scan_in_complex64(monkeypatch):
         out.loss.backward()
         return out.logits.float(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
-    logits_par, grads_par = run(pd_ops.TORCH_OPS["dictionary"])
+    logits_par, grads_par = run(pd_ops.DICTIONARY_OP.torch_op)
     logits_seq, grads_seq = run(pd_dictionary_reference)
     assert set(seen) == {(torch.float32, torch.complex64, torch.complex64)}
     assert torch.allclose(logits_par, logits_seq, atol=1e-2)

@@ -38,7 +38,7 @@ def test_every_head_takes_its_own_entry_of_one_shared_choice():
     layer = PDSSMMixer(config, 0)
     assert layer.selection.weight.shape == (6, 32)
     u = torch.randn(2, 7, 32)
-    logits = layer.selection_logits(u)
+    logits = layer.transition_logits(u)
     assert logits.shape == (2, 7, 2, 6) and torch.equal(logits[:, :, 0], logits[:, :, 1])
     choice = (u @ layer.selection.weight.T).argmax(-1)  # (B, T): the one symbol of each token
     bank = bank_indices(layer.dictionary)  # (H, K, N)

@@ -1,4 +1,4 @@
-"""Block scans (scan_block.py; BD-LRU dense m x m blocks, diag_lru with m = 1, H-LRU companion blocks, the LSTM's
+"""Block scans (block_scan.py; BD-LRU dense m x m blocks, diag_lru with m = 1, H-LRU companion blocks, the LSTM's
 DEER step): the chunked scan with its hand-written backward equals the sequential loop and finite differences,
 companion blocks are laid out as documented, and the Triton kernels (hf_ssm.kernels.block_scan) equal the torch scans,
 values and gradients, in float32 and bfloat16, with padding masks (docs/design.md §5, §9)."""
@@ -21,8 +21,8 @@ from op_checks import (
 )
 
 from hf_ssm.modeling import scan_dispatch
+from hf_ssm.modeling.block_scan import block_scan, block_scan_sequential, companion_matrices
 from hf_ssm.modeling.mixer_lru import normalize_gates
-from hf_ssm.modeling.scan_block import block_scan, block_scan_sequential, companion_matrices
 
 
 def random_scan_inputs(batch, steps, blocks, m, dtype=torch.float32):

@@ -23,8 +23,8 @@ from hf_ssm.modeling.deer import (
     jacobian_by_jvp,
     sequential_rollout,
 )
+from hf_ssm.modeling.diag_scan import diag_scan
 from hf_ssm.modeling.mixer_lrc import LRC_MIXER_CLASSES
-from hf_ssm.modeling.scan_diag import diag_scan
 from hf_ssm.modeling.scan_dispatch import scan_ops
 from model_checks import tiny_config
 

@@ -1,4 +1,4 @@
-"""Diagonal scans (scan_diag.py; the DEER steps of the lrc / gru / mgu mixers): the chunked parallel scan equals the
+"""Diagonal scans (diag_scan.py; the DEER steps of the lrc / gru / mgu mixers): the chunked parallel scan equals the
 sequential loop, values and gradients, real or complex, at any chunk length; bf16 accumulates in float32; bad input
 raises; and the Triton kernel (hf_ssm.kernels.diag_scan) equals the torch scan (docs/design.md §6, §9)."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from op_checks import SHAPES, TOL, compare, kernel_diag_inputs, kernels, leaf, needs_kernels
 
-from hf_ssm.modeling.scan_diag import diag_scan, diag_scan_sequential
+from hf_ssm.modeling.diag_scan import diag_scan, diag_scan_sequential
 
 
 def _coefficients(shape, dtype):

@@ -1,6 +1,6 @@
 """PD-SSM scans (docs/design.md §4, §9), from the plain scan to the ops the mixer calls:
 
-- scan_pd.py: the chunked parallel scan of x_t = P_t D_t x_{t-1} + b_t equals the sequential loop and the dense
+- pd_scan.py: the chunked parallel scan of x_t = P_t D_t x_{t-1} + b_t equals the sequential loop and the dense
   recurrence (hf_ssm.reference.pd), values and gradients, and PD composition is what it claims;
 - pd_ops.py, through scan_dispatch.ScanOps: the fused dictionary op and the bank op equal plain-autograd references,
   values and gradients; a T = 1 step without gradient is the one torch step on either backend;
@@ -19,10 +19,10 @@ import torch
 from op_checks import DEVICE, TOL, assert_close, compare, kernels, leaf, needs_kernels, rand, scan_loss
 
 import hf_ssm.modeling.pd_ops as pd_ops
-import hf_ssm.modeling.scan_pd as scan_pd
+import hf_ssm.modeling.pd_scan as torch_pd_scan
 from hf_ssm.modeling.pd_bank import bank_indices, gather_bank
+from hf_ssm.modeling.pd_scan import pd_scan
 from hf_ssm.modeling.scan_dispatch import scan_ops
-from hf_ssm.modeling.scan_pd import pd_scan
 from hf_ssm.reference.pd import (
     pd_bank_reference,
     pd_compose,
@@ -33,7 +33,7 @@ from hf_ssm.reference.pd import (
 
 TORCH_OPS = scan_ops("torch", "cpu")
 
-# ------------------------------------------------------------------------------------ scan_pd: scan == loop
+# ------------------------------------------------------------------------------------ pd_scan: scan == loop
 
 
 def random_pd_inputs(batch, steps, heads, n, generator=None):
@@ -154,7 +154,7 @@ def assert_all_close(got, ref, atol=2e-5, rtol=1e-4):
 
 
 def old_dictionary_path(sel, dictionary, dv, b, x0, mask=None, temperature=1.0):
-    """The mixer's torch path before the fused op: dense M_t, argmax, column softmax as p_soft, scan_pd.pd_scan."""
+    """The mixer's torch path before the fused op: dense M_t, argmax, column softmax as p_soft, pd_scan.pd_scan."""
     soft = torch.einsum("bthk,hkij->bthij", sel, dictionary)
     idx = soft.argmax(dim=-2)
     p_soft = torch.softmax(soft / temperature, dim=-2)
@@ -268,8 +268,8 @@ def _step_case(kind, batch=3, heads=2, n=5, k=3):
 
 @pytest.mark.parametrize("kind", ["dictionary", "bank", "given"])
 def test_single_step_without_gradient_is_the_one_update(kind, monkeypatch):
-    """T = 1 without gradient (decoding) is one x = P D x0 + b update for every PD op (scan_pd.is_decode_step,
-    scan_pd.pd_step): the chunked scan is never entered, and a masked row keeps its state exactly. With a gradient
+    """T = 1 without gradient (decoding) is one x = P D x0 + b update for every PD op (torch_pd_scan.is_decode_step,
+    pd_scan.pd_step): the chunked scan is never entered, and a masked row keeps its state exactly. With a gradient
     the same step runs the scan, with the same values."""
     name, inputs, idx = _step_case(kind)
     dv, b, x0 = inputs[-3:]
@@ -279,7 +279,7 @@ def test_single_step_without_gradient_is_the_one_update(kind, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the chunked scan ran for a decoding step")
 
-    for module in (pd_ops, scan_pd):
+    for module in (pd_ops, torch_pd_scan):
         monkeypatch.setattr(module, "_scatter_scan_chunked", refuse)
     with torch.no_grad():
         states, final = getattr(TORCH_OPS, name)(*inputs)
@@ -292,7 +292,7 @@ def test_single_step_without_gradient_is_the_one_update(kind, monkeypatch):
 
 
 def test_compiled_step_in_pairs_equals_the_scatter_step():
-    """The step torch.compile runs (scan_pd._pd_step_in_pairs: real pairs, P D x0 as a one-hot sum) equals the
+    """The step torch.compile runs (pd_scan._pd_step_in_pairs: real pairs, P D x0 as a one-hot sum) equals the
     eager complex scatter-add step where several columns land in one row (they add) and where a row is masked out
     (it keeps x0)."""
     batch, heads, n = 3, 2, 5
@@ -304,7 +304,7 @@ def test_compiled_step_in_pairs_equals_the_scatter_step():
     mask = torch.tensor([[True], [False], [True]])
     expected = torch.where(mask.view(-1, 1, 1), b[:, 0].clone().scatter_add_(-1, idx, dv[:, 0] * x0), x0)
     pairs = [torch.view_as_real(t) for t in (dv, b, x0)]
-    states, final = scan_pd._pd_step_in_pairs(idx, *pairs, mask)
+    states, final = torch_pd_scan._pd_step_in_pairs(idx, *pairs, mask)
     assert final.shape == (batch, heads, n, 2) and torch.equal(states[:, 0], final)
     assert torch.allclose(torch.view_as_complex(final), expected, atol=1e-6)
     assert torch.equal(final[1], pairs[2][1])

@@ -20,10 +20,12 @@ from op_checks import (
 )
 from torch import nn
 
-from hf_ssm.modeling import scan_block, scan_diag, scan_dispatch
+from hf_ssm.modeling import block_scan as torch_block_scan
+from hf_ssm.modeling import diag_scan as torch_diag_scan
+from hf_ssm.modeling import scan_dispatch
+from hf_ssm.modeling.block_scan import block_scan_sequential, companion_matrices
+from hf_ssm.modeling.diag_scan import diag_scan_sequential
 from hf_ssm.modeling.mixer_lru import normalize_gates
-from hf_ssm.modeling.scan_block import block_scan_sequential, companion_matrices
-from hf_ssm.modeling.scan_diag import diag_scan_sequential
 
 
 @pytest.fixture(autouse=True)
@@ -140,9 +142,13 @@ def test_torch_ops_keep_the_old_reference_functions_signature():
     """The torch references take the op signature directly: (inputs..., initial_state, mask)."""
     A, b = _block_inputs(1, 5)
     mask = torch.tensor([[True, False, True, True, False]])
-    torch.testing.assert_close(scan_block.block_scan(A, b, None, mask)[0], block_scan_sequential(A, b, None, mask)[0])
+    torch.testing.assert_close(
+        torch_block_scan.block_scan(A, b, None, mask)[0], block_scan_sequential(A, b, None, mask)[0]
+    )
     a, x = _diag_inputs(1, 5)
-    torch.testing.assert_close(scan_diag.diag_scan(a, x, None, mask)[0], diag_scan_sequential(a, x, None, mask)[0])
+    torch.testing.assert_close(
+        torch_diag_scan.diag_scan(a, x, None, mask)[0], diag_scan_sequential(a, x, None, mask)[0]
+    )
 
 
 # ------------------------------------------------------------------------------------ Triton == torch

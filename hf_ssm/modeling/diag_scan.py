@@ -24,13 +24,13 @@ from __future__ import annotations
 import torch
 
 from .scan_common import (
-    check_mask,
+    check_diag_inputs,
     into,
+    mask_steps,
     previous_states,
     resolve_chunk_size,
     state_gradients,
     step_where_kept,
-    where_kept,
 )
 from .scan_common import default_chunk_size as sqrt_chunk_size
 
@@ -38,31 +38,6 @@ from .scan_common import default_chunk_size as sqrt_chunk_size
 # then the chunk-start states are themselves a diagonal scan of length T / chunk (solved recursively), so the
 # sequential depth is about chunk * log_chunk(T).
 MAX_CHUNK = 64
-
-
-def check_diag_inputs(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
-    """The contract of every diagonal scan (the Triton kernel's too): a, b (B, T, *S) of one dtype, T >= 1,
-    initial_state (B, *S) of that dtype, mask (B, T) bool."""
-    if a.dim() < 2:
-        raise ValueError(f"a must have shape (B, T, ...), got {tuple(a.shape)}")
-    if a.shape != b.shape:
-        raise ValueError(f"a and b must share the shape (B, T, ...); got {tuple(a.shape)} and {tuple(b.shape)}")
-    if a.dtype != b.dtype:
-        raise TypeError(f"a and b must share one dtype, got {a.dtype} and {b.dtype}")
-    if a.shape[1] == 0:
-        raise ValueError("the scan needs at least one time step (T >= 1)")
-    expected = (a.shape[0], *a.shape[2:])
-    if x0 is not None:
-        if tuple(x0.shape) != expected:
-            raise ValueError(f"initial_state must have shape (B, ...) = {expected}, got {tuple(x0.shape)}")
-        if x0.dtype != a.dtype:
-            raise TypeError(f"initial_state must have the dtype of a and b ({a.dtype}), got {x0.dtype}")
-    check_mask(mask, a.shape[0], a.shape[1])
-
-
-def mask_steps(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Padding = the identity transition with zero input: (a, b) with 1 and 0 where mask is False."""
-    return where_kept(mask, a, 1.0), where_kept(mask, b, 0.0)
 
 
 def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -205,11 +180,9 @@ def diag_step(
 
 
 __all__ = [
-    "check_diag_inputs",
     "default_chunk_size",
     "diag_scan",
     "diag_scan_adjoint",
     "diag_scan_sequential",
     "diag_step",
-    "mask_steps",
 ]

@@ -25,6 +25,8 @@ import torch
 from torch.nn.functional import pad as nn_pad
 
 from .scan_common import (
+    check_block_shapes,
+    check_companion_shapes,
     check_mask,
     default_chunk_size,
     into,
@@ -33,35 +35,6 @@ from .scan_common import (
     step_where_kept,
     where_kept,
 )
-
-
-def check_block_shapes(A: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
-    """The shapes of every block scan (the Triton kernel's too): b (B, T, N, m) with T >= 1, A (B, T, N, m, m),
-    initial_state (B, N, m), mask (B, T) bool. The dtype rules are each implementation's own."""
-    if b.dim() != 4:
-        raise ValueError(f"b must have shape (B, T, N, m), got {tuple(b.shape)}")
-    if tuple(A.shape) != (*b.shape, b.shape[-1]):
-        raise ValueError(f"A must have shape (B, T, N, m, m) = {(*b.shape, b.shape[-1])}, got {tuple(A.shape)}")
-    check_block_state(b, x0, mask)
-
-
-def check_block_state(blocks: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
-    """T >= 1, initial_state (B, N, m) and mask (B, T) of a block scan whose per-step blocks are `blocks`
-    (B, T, N, m): b of the dense scan, the first rows a of the companion scan."""
-    if blocks.shape[1] == 0:
-        raise ValueError("a block scan needs at least one time step (T >= 1)")
-    batch, steps, n, m = blocks.shape
-    if x0 is not None and tuple(x0.shape) != (batch, n, m):
-        raise ValueError(f"initial_state must have shape (B, N, m) = {(batch, n, m)}, got {tuple(x0.shape)}")
-    check_mask(mask, batch, steps)
-
-
-def check_companion_shapes(a: torch.Tensor, v: torch.Tensor, steps: int | None = None) -> None:
-    """The shapes of every companion scan: a (B, T, N, m) first rows and v (B, T, N) slot-0 inputs (T = `steps`
-    when given)."""
-    if a.dim() != 4 or tuple(v.shape) != tuple(a.shape[:3]) or (steps is not None and a.shape[1] != steps):
-        t = "T" if steps is None else steps
-        raise ValueError(f"a must be (B, {t}, N, m) and v (B, {t}, N); got {tuple(a.shape)} and {tuple(v.shape)}")
 
 
 def _check_inputs(A: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
@@ -378,9 +351,6 @@ __all__ = [
     "block_scan",
     "block_scan_sequential",
     "block_step",
-    "check_block_shapes",
-    "check_block_state",
-    "check_companion_shapes",
     "check_mask",
     "companion_matrices",
     "companion_scan",
