@@ -74,7 +74,7 @@ def test_headline_baselines_match_the_results_table_and_the_records():
 def test_the_main_jobs_figures_agree_with_its_records():
     """RESULTS.md's "The README's main job" table gives the records of the run folder it cites."""
     section = RESULTS[RESULTS.index("### The README's main job") :]
-    folder = re.search(r"\(run `(\w+)`\)", section).group(1)
+    folder = re.search(r"\(run\s+`(\w+)`\)", section).group(1)
     table = markdown_table(section, "| mixer |")
     for mixer, label in (("pd_ssm", "PD-SSM"), ("diag_lru", "diag_lru")):
         for task, column in (("parity", "parity"), ("cycle_navigation", "cycle navigation")):
