@@ -2,13 +2,13 @@
 
 One panel per task; x = the test buckets of transition counts (as recorded, e.g. "1-10", "40-40", "80-80"), y =
 accuracy. One colour per series: a label given with --series LABEL=SUBSTRING collects the records of one base
-whose "<run_dir>:<method>" contains SUBSTRING (e.g. "runs/i15/h16none_s" or ":probe"; a label may be given
+whose "<run_dir>:<method>" contains SUBSTRING (e.g. "sent_par_ph/" or ":probe"; a label may be given
 several times). Every run is a dot, the mean over runs a line, and the legend gives the seed count (and the run
 count where a seed has several runs). Reads only the records, so the figure can be redrawn from the summary alone.
 Example:
 
     python scripts/plot_adapter.py --base smollm2-135m --tasks parity,cycle_navigation \\
-        --series "PD-SSM bank=runs/i15/par_bank_" --series "PD-SSM bank=runs/i15/cyc_bank_" \\
+        --series "PD-SSM, per-head=sent_par_ph/" --series "PD-SSM, per-head=sent_cyc_pre30/" \\
         --out results/adapter/accuracy_by_transitions.png
 """
 

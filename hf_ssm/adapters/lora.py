@@ -14,7 +14,7 @@ from .model import find_decoder_layers
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-# The attention projections only (the LoRA baseline of the issue-15 comparison).
+# The attention projections only (the LoRA baseline the adapter is compared with).
 ATTENTION_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 

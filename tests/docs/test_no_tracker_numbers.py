@@ -8,7 +8,7 @@ import subprocess
 
 from model_checks import ROOT
 
-TRACKER = re.compile(r"\bissues?\s*#?\d+|\bi\d{2}_|_round\d+\b|\bexp\d{2}\b", re.IGNORECASE)
+TRACKER = re.compile(r"\bissues?[\s_#-]*\d+|\bi\d{2}[_/]|_round\d+\b|\bexp\d{2}\b", re.IGNORECASE)
 
 
 def tracked_files() -> list[str]:
@@ -27,7 +27,16 @@ def tracked_files() -> list[str]:
 
 def test_pattern_finds_every_spelling():
     """The pattern the next test relies on catches each spelling a tracker number took, and not ordinary words."""
-    for text in ("issue 28", "Issue #7", "issues 26", "i26_sent_cyc", "bisect_round3.sh", "runs/exp14/par"):
+    for text in (
+        "issue 28",
+        "Issue #7",
+        "issues 26",
+        "issue-15",
+        "i26_sent_cyc",
+        "runs/i15/x",
+        "bisect_round3.sh",
+        "runs/exp14/par",
+    ):
         assert TRACKER.search(text), text
     for text in ("an issue with the cache", "mi26_x", "round 3 of the search", "expected 14"):
         assert not TRACKER.search(text), text

@@ -10,8 +10,8 @@
 # Output: the whole log on stdout; with $OUT set, also $OUT/gpu_check.log, $OUT/bench_kernels.json and
 # $OUT/pytest_kernels.xml. Exit status: 0 when every step passed, else the first failing step's status.
 #
-#   bash benchmarks/gpu_check.sh            # from anywhere; runs from the repository root
-#   OUT=/tmp/gpu bash benchmarks/gpu_check.sh
+#   bash scripts/gpu_check.sh            # from anywhere; runs from the repository root
+#   OUT=/tmp/gpu bash scripts/gpu_check.sh
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
