@@ -527,6 +527,17 @@ def _to_split(ts: TSFile, class_names: list[str]) -> TimeSeriesSplit:
     return TimeSeriesSplit(ts.values, ts.lengths, labels)
 
 
+def _check_preparation(missing: str, val_fraction: float, test_fraction: float, missing_indicators: bool) -> None:
+    """The checks of the settings every loader shares: the missing-value policy and the split fractions."""
+    if missing not in MISSING_POLICIES:
+        raise ValueError(f"`missing` must be one of {list(MISSING_POLICIES)}, got {missing!r}")
+    for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not 0 < value < 0.5:
+            raise ValueError(f"`{name}` must be in (0, 0.5), got {value}")
+    if missing_indicators and missing != "impute":
+        raise ValueError("`missing_indicators` needs missing='impute' (with 'raise' nothing is ever missing)")
+
+
 def load_timeseries(
     dataset: str | Path,
     data_dir: str | Path | None = None,
@@ -544,13 +555,7 @@ def load_timeseries(
     """
     if split not in SPLIT_MODES:
         raise ValueError(f"`split` must be one of {list(SPLIT_MODES)}, got {split!r}")
-    if missing not in MISSING_POLICIES:
-        raise ValueError(f"`missing` must be one of {list(MISSING_POLICIES)}, got {missing!r}")
-    for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-        if not 0 < value < 0.5:
-            raise ValueError(f"`{name}` must be in (0, 0.5), got {value}")
-    if missing_indicators and missing != "impute":
-        raise ValueError("`missing_indicators` needs missing='impute' (with 'raise' nothing is ever missing)")
+    _check_preparation(missing, val_fraction, test_fraction, missing_indicators)
     paths = find_ts_files(dataset, data_dir)
     files = {role: load_ts_file(path, missing=missing) for role, path in paths.items()}
     first = files.get("train", files.get("all"))
@@ -688,13 +693,7 @@ def synthetic_timeseries(
     and normalised with training statistics. `series` must be at least 3 x classes, so that every class has a case
     in each split."""
     length, channels, classes = check_synthetic(shape, series)
-    if missing not in MISSING_POLICIES:
-        raise ValueError(f"`missing` must be one of {list(MISSING_POLICIES)}, got {missing!r}")
-    for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-        if not 0 < value < 0.5:
-            raise ValueError(f"`{name}` must be in (0, 0.5), got {value}")
-    if missing_indicators and missing != "impute":
-        raise ValueError("`missing_indicators` needs missing='impute' (with 'raise' nothing is ever missing)")
+    _check_preparation(missing, val_fraction, test_fraction, missing_indicators)
     pooled = synthetic_series(length, channels, classes, series, seed)
     main_fraction = 1 - val_fraction - test_fraction
     index = stratified_split(pooled.labels, (main_fraction, val_fraction, test_fraction), seed)
