@@ -52,9 +52,11 @@ def mixer_details(config, mixer: str) -> str:
         heads, kv = c("num_attention_heads"), c("num_key_value_heads")
         return f"causal self-attention, {heads} heads ({kv} key/value), head dim {c('head_dim')}, RoPE"
     if mixer == "pd_ssm":
-        return f"PD-SSM, {c('pd_ssm_num_heads')} head(s) x state {c('pd_ssm_head_state_size')} (complex), dictionary {c('pd_ssm_dict_size')}"
+        heads, state, entries = c("pd_ssm_num_heads"), c("pd_ssm_head_state_size"), c("pd_ssm_dict_size")
+        return f"PD-SSM, {heads} head(s) x state {state} (complex), dictionary {entries}"
     if mixer == "bd_lru":
-        return f"BD-LRU, state {c('lru_total_state_size')} in blocks of {c('lru_group_size')}, {c('lru_normalization')} gates"
+        state, block, gates = c("lru_total_state_size"), c("lru_group_size"), c("lru_normalization")
+        return f"BD-LRU, state {state} in blocks of {block}, {gates} gates"
     if mixer == "h_lru":
         size, order = c("lru_total_state_size"), c("lru_group_size")
         return f"H-LRU, order {order} over {size // order} channels, {c('lru_normalization')} gates"
@@ -178,15 +180,11 @@ def render_model_card(
     """The README.md of a checkpoint: front matter (library, tags, datasets, metrics, model-index) and sections."""
     metrics = metrics or {}
     mixers = list(_config_value(config, "mixers") or [])
-    if parameters is None:  # of the model itself: an adapter's own parameters are counted apart
-        info = metrics.get("model") or {}
-        parameters = info.get("parameters") or count_parameters(config)
-        if adapter and info.get("parameters"):
-            parameters -= info.get("trainable_parameters", 0)
+    if parameters is None:
+        parameters = _model_parameters(config, metrics, adapter)
     settings = metrics.get("settings", {})
     dataset = metrics.get("dataset") or settings.get("dataset")
     final = metrics.get("final_eval") or {}
-    initial = metrics.get("initial_eval") or {}
     is_hub_dataset = bool(dataset) and not dataset.startswith("builtin") and not settings.get("train_files")
 
     tags = ["hf_ssm", "hybrid-ssm", "state-space-model", "custom_code", "text-generation"]
@@ -202,7 +200,6 @@ def render_model_card(
         dataset=dataset,
         model_name=model_name,
     )
-
     counts = {m: mixers.count(m) for m in dict.fromkeys(mixers)}
     num_layers = len(mixers) or _config_value(config, "num_hidden_layers")
     layer_words = ", ".join(f"{n} {m}" for m, n in counts.items()) or str(_config_value(config, "model_type"))
@@ -212,23 +209,55 @@ def render_model_card(
         "",
         f"# {model_name}",
         "",
-        f"A {_human(parameters)}-parameter {'hybrid ' if mixers else ''}language model ({num_layers} layers: {layer_words}) built with "
-        f"`hf_ssm` and {what} on {_dataset_name(dataset)}."
+        f"A {_human(parameters)}-parameter {'hybrid ' if mixers else ''}language model ({num_layers} layers: "
+        f"{layer_words}) built with `hf_ssm` and {what} on {_dataset_name(dataset)}."
         + (f" Base model: `{base_model}`." if base_model else "")
         + (" This folder holds the LoRA adapter only." if adapter else ""),
         "",
-        "## Usage",
-        "",
-        "```python",
-        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        *_usage_lines(base_model, adapter),
+        *_architecture_lines(config, mixers, parameters, f"{num_layers} ({layer_words})"),
     ]
     if adapter:
+        lines += _adapter_lines(adapter, parameters)
+    if settings:
+        lines += _training_lines(metrics, settings, dataset)
+    if final:
+        lines += _evaluation_lines(final, metrics.get("initial_eval") or {}, kind, dataset)
+    sample = metrics.get("sample")
+    if sample:
+        lines += ["Greedy sample:", "", "```", sample["text"], "```", ""]
+    lines += [
+        "## Limitations",
+        "",
+        "A research checkpoint produced by the hf_ssm training scripts. Small presets trained on the built-in "
+        "generated corpus learn its templates, not general language; they exist to test and demonstrate the "
+        "architecture and the training pipeline.",
+        "",
+    ]
+    return check_model_card(f"---\n{data.to_yaml()}\n---\n" + "\n".join(lines))
+
+
+def _model_parameters(config, metrics: dict, adapter: dict | None) -> int:
+    """The model's own parameters (an adapter's are counted apart): the training record's count, else the
+    config's."""
+    info = metrics.get("model") or {}
+    parameters = info.get("parameters") or count_parameters(config)
+    if adapter and info.get("parameters"):
+        parameters -= info.get("trainable_parameters", 0)
+    return parameters
+
+
+def _usage_lines(base_model: str | None, adapter: dict | None) -> list[str]:
+    """The card's "Usage" section: loading the model (or the base and the LoRA adapter) and a greedy generation."""
+    lines = ["## Usage", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer"]
+    if adapter:
+        base = base_model or "path/to/base"
         lines += [
             "from peft import PeftModel",
             "",
-            f'base = AutoModelForCausalLM.from_pretrained("{base_model or "path/to/base"}", trust_remote_code=True)',
+            f'base = AutoModelForCausalLM.from_pretrained("{base}", trust_remote_code=True)',
             'model = PeftModel.from_pretrained(base, "path/to/this/adapter")',
-            f'tokenizer = AutoTokenizer.from_pretrained("{base_model or "path/to/base"}", trust_remote_code=True)',
+            f'tokenizer = AutoTokenizer.from_pretrained("{base}", trust_remote_code=True)',
         ]
     else:
         lines += [
@@ -236,7 +265,7 @@ def render_model_card(
             'model = AutoModelForCausalLM.from_pretrained("path/to/this/model", trust_remote_code=True)',
             'tokenizer = AutoTokenizer.from_pretrained("path/to/this/model", trust_remote_code=True)',
         ]
-    lines += [
+    return lines + [
         'ids = tokenizer("Once upon a time,", return_tensors="pt").input_ids',
         "print(tokenizer.decode(model.generate(ids, max_new_tokens=60, do_sample=False)[0]))",
         "```",
@@ -244,12 +273,18 @@ def render_model_card(
         "The modeling code ships next to the weights (`trust_remote_code=True`), so hf_ssm need not be installed. "
         "SSM layers keep a fixed-size recurrent state in the generation cache; attention layers keep keys and values.",
         "",
+    ]
+
+
+def _architecture_lines(config, mixers: list[str], parameters: int, layers: str) -> list[str]:
+    """The card's "Architecture" section: the model's sizes, then one row per layer with its mixer's settings."""
+    return [
         "## Architecture",
         "",
         "| | |",
         "|---|---|",
         f"| parameters | {parameters:,} |",
-        f"| layers | {num_layers} ({layer_words}) |",
+        f"| layers | {layers} |",
         f"| hidden size | {_config_value(config, 'hidden_size')} |",
         f"| MLP (SwiGLU) width | {_config_value(config, 'intermediate_size')} |",
         f"| vocabulary | {_config_value(config, 'vocab_size')} |",
@@ -263,68 +298,75 @@ def render_model_card(
         "Every layer is a pre-norm residual block: x + Mixer(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)).",
         "",
     ]
-    if adapter:
-        lines += [
-            "## Adapter",
-            "",
-            "| | |",
-            "|---|---|",
-            f"| method | LoRA (PEFT), rank {adapter.get('r')}, alpha {adapter.get('alpha')}, dropout {adapter.get('dropout')} |",
-            f"| target modules | `{adapter.get('target_modules')}` |",
-            f"| adapter parameters | {adapter.get('trainable_parameters', 0):,} (the model: {parameters:,}) |",
-            "",
-        ]
-    if settings:
-        blocks = metrics.get("global_batch_blocks")
-        lr_line = (
-            f"AdamW, peak {settings.get('learning_rate')}, {settings.get('warmup_steps')} warmup steps, cosine to "
-            f"{settings.get('min_lr_ratio')} x peak; betas ({settings.get('adam_beta1')}, {settings.get('adam_beta2')}), "
-            f"weight decay {settings.get('weight_decay')}"
-        )
-        seconds = metrics.get("train_seconds")
-        lines += [
-            "## Training",
-            "",
-            "| | |",
-            "|---|---|",
-            f"| data | {_dataset_name(dataset)} |",
-            f"| tokenizer | {metrics.get('tokenizer', settings.get('tokenizer', '-'))} |",
-            f"| steps | {metrics.get('steps')} |",
-            f"| global batch | {blocks} blocks x {settings.get('block_size')} tokens = {metrics.get('global_batch_tokens')} tokens |",
-            f"| tokens seen | {metrics.get('tokens_seen'):,} |",
-            f"| packing | documents separated by EOS; state and attention reset at document boundaries: {settings.get('reset_at_boundaries')} |",
-            f"| optimizer | {lr_line} |",
-            f"| gradient clipping | {settings.get('grad_clip')} |",
-            f"| gradient accumulation | {settings.get('gradient_accumulation_steps')} |",
-            f"| precision | {_precision(metrics.get('mixed_precision'))} on {metrics.get('device')}, {metrics.get('num_processes')} process(es) |",
-            f"| training time | {seconds:.0f} s |" if seconds is not None else "| training time | - |",
-            "",
-        ]
-    if final:
-        lines += [
-            "## Evaluation",
-            "",
-            f"Held-out data of {_dataset_name(dataset)}: next-token cross-entropy (nats per token) and perplexity.",
-            "",
-            "| | loss | perplexity |",
-            "|---|---|---|",
-        ]
-        if initial and initial is not final:
-            label = "before fine-tuning" if kind == "finetune" else "at initialisation"
-            lines.append(f"| {label} (step {initial['step']}) | {initial['loss']:.4f} | {initial['perplexity']:.2f} |")
-        lines += [f"| after training (step {final['step']}) | {final['loss']:.4f} | {final['perplexity']:.2f} |", ""]
-    sample = metrics.get("sample")
-    if sample:
-        lines += ["Greedy sample:", "", "```", sample["text"], "```", ""]
-    lines += [
-        "## Limitations",
+
+
+def _adapter_lines(adapter: dict, parameters: int) -> list[str]:
+    """The card's "Adapter" section: the LoRA settings and its parameter count beside the model's."""
+    method = f"LoRA (PEFT), rank {adapter.get('r')}, alpha {adapter.get('alpha')}, dropout {adapter.get('dropout')}"
+    return [
+        "## Adapter",
         "",
-        "A research checkpoint produced by the hf_ssm training scripts. Small presets trained on the built-in "
-        "generated corpus learn its templates, not general language; they exist to test and demonstrate the "
-        "architecture and the training pipeline.",
+        "| | |",
+        "|---|---|",
+        f"| method | {method} |",
+        f"| target modules | `{adapter.get('target_modules')}` |",
+        f"| adapter parameters | {adapter.get('trainable_parameters', 0):,} (the model: {parameters:,}) |",
         "",
     ]
-    return check_model_card(f"---\n{data.to_yaml()}\n---\n" + "\n".join(lines))
+
+
+def _training_lines(metrics: dict, settings: dict, dataset) -> list[str]:
+    """The card's "Training" section, from the run's metrics and settings."""
+    blocks = metrics.get("global_batch_blocks")
+    lr_line = (
+        f"AdamW, peak {settings.get('learning_rate')}, {settings.get('warmup_steps')} warmup steps, cosine to "
+        f"{settings.get('min_lr_ratio')} x peak; betas ({settings.get('adam_beta1')}, {settings.get('adam_beta2')}), "
+        f"weight decay {settings.get('weight_decay')}"
+    )
+    batch = f"{blocks} blocks x {settings.get('block_size')} tokens = {metrics.get('global_batch_tokens')} tokens"
+    packing = (
+        "documents separated by EOS; state and attention reset at document boundaries: "
+        f"{settings.get('reset_at_boundaries')}"
+    )
+    precision = (
+        f"{_precision(metrics.get('mixed_precision'))} on {metrics.get('device')}, "
+        f"{metrics.get('num_processes')} process(es)"
+    )
+    seconds = metrics.get("train_seconds")
+    return [
+        "## Training",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| data | {_dataset_name(dataset)} |",
+        f"| tokenizer | {metrics.get('tokenizer', settings.get('tokenizer', '-'))} |",
+        f"| steps | {metrics.get('steps')} |",
+        f"| global batch | {batch} |",
+        f"| tokens seen | {metrics.get('tokens_seen'):,} |",
+        f"| packing | {packing} |",
+        f"| optimizer | {lr_line} |",
+        f"| gradient clipping | {settings.get('grad_clip')} |",
+        f"| gradient accumulation | {settings.get('gradient_accumulation_steps')} |",
+        f"| precision | {precision} |",
+        f"| training time | {seconds:.0f} s |" if seconds is not None else "| training time | - |",
+        "",
+    ]
+
+
+def _evaluation_lines(final: dict, initial: dict, kind: str, dataset) -> list[str]:
+    """The card's "Evaluation" section: held-out loss and perplexity before and after training."""
+    lines = [
+        "## Evaluation",
+        "",
+        f"Held-out data of {_dataset_name(dataset)}: next-token cross-entropy (nats per token) and perplexity.",
+        "",
+        "| | loss | perplexity |",
+        "|---|---|---|",
+    ]
+    if initial and initial is not final:
+        label = "before fine-tuning" if kind == "finetune" else "at initialisation"
+        lines.append(f"| {label} (step {initial['step']}) | {initial['loss']:.4f} | {initial['perplexity']:.2f} |")
+    return lines + [f"| after training (step {final['step']}) | {final['loss']:.4f} | {final['perplexity']:.2f} |", ""]
 
 
 def write_model_card(

@@ -70,7 +70,13 @@ from hf_ssm.training.cli import (
     seed_list,
     settings_parser,
 )
-from hf_ssm.training.recipes import RECIPES, default_recipe, resolve_settings
+from hf_ssm.training.recipes import (
+    MODEL_DEFAULTS,
+    RECIPES,
+    SETTINGS_MOVED_TO_EXTRA_CONFIG,
+    default_recipe,
+    resolve_settings,
+)
 from hf_ssm.training.state_tracking import (
     RESUME_SAFE_SETTINGS,
     StateTrackingSettings,
@@ -100,7 +106,17 @@ def recipe_values() -> str:
             continue
         differing = "".join(f"; {name} {RECIPES[name][f.name]!r}" for name in others if f.name in RECIPES[name])
         lines.append(f"  --{f.name} {getattr(defaults, f.name)!r}{differing}")
+    lines.append(f"--extra_config keys every recipe starts from (the PD-SSM layer): {MODEL_DEFAULTS}")
     return "\n".join(lines)
+
+
+class MovedToExtraConfig(argparse.Action):
+    """An old flag of a PD-SSM setting that is now an --extra_config key (recipes.SETTINGS_MOVED_TO_EXTRA_CONFIG):
+    refused, naming the spelling to use."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        name = option_string.lstrip("-")
+        parser.error(f"{option_string} is now an --extra_config key: pass --extra_config {name}={values}")
 
 
 # --help's option groups, the common ones first (cli.group_options): every option of the parser is in one.
@@ -158,18 +174,9 @@ OPTION_GROUPS = {
         "restarts",
         "baseline_restarts",
     ),
-    # The PD-SSM layer's and the embedding's knobs that the recipes set (hf_ssm/training/recipes.py); a run that
-    # changes one by hand is an experiment.
+    # The embedding's and W_P's knobs that the recipes set (hf_ssm/training/recipes.py; the PD-SSM layer's own are
+    # --extra_config keys); a run that changes one by hand is an experiment.
     "experimental (set by the recipes)": (
-        "pd_ssm_initial_state",
-        "pd_ssm_diagonal",
-        "pd_ssm_input",
-        "pd_ssm_transition",
-        "pd_ssm_transition_init_scale",
-        "pd_ssm_transition_norm",
-        "pd_ssm_output_skip",
-        "pd_ssm_output_init",
-        "pd_ssm_output_trainable",
         "embedding_init",
         "freeze_embedding",
         "transition_lr_scale",
@@ -200,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="restarts of the runs whose mixer is not pd_ssm (--restarts applies to pd_ssm; default 1)",
     )
+    for name in SETTINGS_MOVED_TO_EXTRA_CONFIG:
+        parser.add_argument(f"--{name}", action=MovedToExtraConfig, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     group_options(parser, OPTION_GROUPS)
     return parser
 

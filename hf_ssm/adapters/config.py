@@ -66,8 +66,8 @@ class SSMAdapterConfig:
         near_identity_init: start the mixer close to the identity transition so that a fresh adapter already
             carries information across long texts (PD-SSM: P = I through a diagonal of +1 on every dictionary
             matrix, |D| ~ 1 - 5e-5 and arg D ~ 3e-4 rad through the biases of the magnitude / phase MLPs). With
-            docs/design.md §4's init every token scrambles the state (random P, |D| ~ 0.5, arg D ~ pi), and on stories of
-            hundreds of tokens nothing trains. Mixers without these parameters ignore it. **[choice]**
+            docs/design.md §4's init every token scrambles the state (random P, |D| ~ 0.5, arg D ~ pi), and on
+            stories of hundreds of tokens nothing trains. Mixers without these parameters ignore it. **[choice]**
         frozen_mixer_parameters: names (or name prefixes) of mixer parameters that keep their initial values,
             e.g. `["magnitude", "phase"]` for a PD-SSM whose D stays at the near-identity start and whose state
             is carried by the exact permutations P alone. Default: none (every adapter parameter trains).
@@ -108,6 +108,31 @@ class SSMAdapterConfig:
         self.validate()
 
     def validate(self) -> None:
+        """Every field's type and accepted values (a ValueError naming the field); normalises mixer_settings (old
+        field names), frozen_mixer_parameters and transition_token_ids (sorted)."""
+        self._validate_mixer()
+        self._validate_readout()
+        if not (
+            isinstance(self.frozen_mixer_parameters, (list, tuple))
+            and all(isinstance(n, str) and n for n in self.frozen_mixer_parameters)
+        ):
+            raise ValueError(
+                f"`frozen_mixer_parameters` must be a list of parameter names, got {self.frozen_mixer_parameters!r}"
+            )
+        self.frozen_mixer_parameters = list(self.frozen_mixer_parameters)
+        if self.transition_token_ids is not None:
+            self._validate_transition_tokens()
+        if not isinstance(self.standardize_input, bool):
+            raise ValueError(f"`standardize_input` must be True or False, got {self.standardize_input!r}")
+        if not isinstance(self.near_identity_init, bool):
+            raise ValueError(f"`near_identity_init` must be True or False, got {self.near_identity_init!r}")
+        if not (isinstance(self.norm_eps, (int, float)) and self.norm_eps > 0):
+            raise ValueError(f"`norm_eps` must be a number > 0, got {self.norm_eps!r}")
+        if self.adapter_type != ADAPTER_TYPE:
+            raise ValueError(f"`adapter_type` must be {ADAPTER_TYPE!r}, got {self.adapter_type!r}")
+
+    def _validate_mixer(self) -> None:
+        """`mixer` a registered mixer; `mixer_settings` HybridSSMConfig fields (old names renamed), none reserved."""
         # Imported here: the registry grows as mixers are added, and config.py stays importable on its own.
         from ..modeling import SSM_MIXER_CLASSES
 
@@ -125,12 +150,15 @@ class SSMAdapterConfig:
                 f"`mixer_settings` may not set {reserved}: the adapter takes them from the base model "
                 f"(reserved: {list(RESERVED_MIXER_SETTINGS)})"
             )
-        from ..modeling import HybridSSMConfig
+        from ..modeling.configuration_hybrid_ssm import config_field_names
 
-        known = set(HybridSSMConfig.__dataclass_fields__)
+        known = set(config_field_names())
         unknown = sorted(set(self.mixer_settings) - known)
         if unknown:
             raise ValueError(f"`mixer_settings` has unknown HybridSSMConfig fields {unknown}")
+
+    def _validate_readout(self) -> None:
+        """The layers the adapter reads and writes, its readout, and the classifier's labels."""
         if isinstance(self.layer_index, bool) or not isinstance(self.layer_index, int):
             raise ValueError(f"`layer_index` must be an int (negative counts from the end), got {self.layer_index!r}")
         if self.readout not in READOUTS:
@@ -158,38 +186,24 @@ class SSMAdapterConfig:
             raise ValueError(
                 f"`classifier_per_head` reads every PD-SSM head's state: it needs mixer='pd_ssm', got {self.mixer!r}"
             )
+
+    def _validate_transition_tokens(self) -> None:
+        """`transition_token_ids`: a non-empty list of distinct token ids, kept sorted."""
+        ids = self.transition_token_ids
         if not (
-            isinstance(self.frozen_mixer_parameters, (list, tuple))
-            and all(isinstance(n, str) and n for n in self.frozen_mixer_parameters)
+            isinstance(ids, (list, tuple))
+            and ids
+            and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
         ):
             raise ValueError(
-                f"`frozen_mixer_parameters` must be a list of parameter names, got {self.frozen_mixer_parameters!r}"
+                "`transition_token_ids` must be None (every token is a step) or a non-empty list of token ids "
+                f"(ints >= 0), got {ids!r}"
             )
-        self.frozen_mixer_parameters = list(self.frozen_mixer_parameters)
-        if self.transition_token_ids is not None:
-            ids = self.transition_token_ids
-            if not (
-                isinstance(ids, (list, tuple))
-                and ids
-                and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
-            ):
-                raise ValueError(
-                    "`transition_token_ids` must be None (every token is a step) or a non-empty list of token ids "
-                    f"(ints >= 0), got {ids!r}"
-                )
-            if len(set(ids)) != len(ids):
-                raise ValueError(
-                    f"`transition_token_ids` has repeated ids: {sorted(i for i in set(ids) if ids.count(i) > 1)}"
-                )
-            self.transition_token_ids = sorted(ids)
-        if not isinstance(self.standardize_input, bool):
-            raise ValueError(f"`standardize_input` must be True or False, got {self.standardize_input!r}")
-        if not isinstance(self.near_identity_init, bool):
-            raise ValueError(f"`near_identity_init` must be True or False, got {self.near_identity_init!r}")
-        if not (isinstance(self.norm_eps, (int, float)) and self.norm_eps > 0):
-            raise ValueError(f"`norm_eps` must be a number > 0, got {self.norm_eps!r}")
-        if self.adapter_type != ADAPTER_TYPE:
-            raise ValueError(f"`adapter_type` must be {ADAPTER_TYPE!r}, got {self.adapter_type!r}")
+        if len(set(ids)) != len(ids):
+            raise ValueError(
+                f"`transition_token_ids` has repeated ids: {sorted(i for i in set(ids) if ids.count(i) > 1)}"
+            )
+        self.transition_token_ids = sorted(ids)
 
     def resolved_layer_index(self, num_layers: int) -> int:
         """The 0-based decoder layer the adapter follows in a base with `num_layers` layers."""

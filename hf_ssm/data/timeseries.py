@@ -167,7 +167,11 @@ def _parse_values(text: str, where: str, dim: int, missing: str) -> np.ndarray:
 
 
 def parse_ts(text: str, source: str = "<string>", missing: str = "raise") -> TSFile:
-    """Parse the text of a `.ts` file. Malformed input raises ValueError naming `source` and the line number."""
+    """Parse the text of a `.ts` file. Malformed input raises ValueError naming `source` and the line number.
+
+    Long because the header, the class labels and the data rows are read in one pass over the lines that keeps its
+    state (where it is, what the header declared) in locals; as separate steps they would hand all of it back and
+    forth."""
     if missing not in MISSING_POLICIES:
         raise ValueError(f"`missing` must be one of {list(MISSING_POLICIES)}, got {missing!r}")
     header: dict[str, str] = {}

@@ -20,7 +20,7 @@ from .config_values import (
     check_number,
     check_positive_int,
 )
-from .legacy_names import RENAMED_CONFIG_FIELDS, rename_config_fields, warn_renamed_field
+from .legacy_names import RENAMED_CONFIG_FIELDS, drop_removed_fields, rename_config_fields, warn_renamed_field
 from .mixer_registry import (
     ATTENTION,
     field_prefixes,
@@ -69,8 +69,10 @@ def _closest(name: str, candidates) -> str:
 
 
 def config_field_names(config_class=None) -> list[str]:
-    """Every field a config class declares (its own and PretrainedConfig's), sorted; default HybridSSMConfig."""
-    return sorted(f.name for f in dataclasses.fields(config_class or HybridSSMConfig))
+    """Every field a config class accepts (its own, PretrainedConfig's and those registered mixers add, the
+    experimental ones included), sorted; default HybridSSMConfig."""
+    declared = (f.name for f in dataclasses.fields(config_class or HybridSSMConfig))
+    return sorted({*declared, *registered_config_fields()})
 
 
 def check_config_keys(keys, source: str = "config", config_class=None) -> None:
@@ -164,10 +166,10 @@ class HybridSSMConfig(PretrainedConfig):
         pd_ssm_mlp_width: hidden width of the magnitude and phase MLPs (default 2N).
         pd_ssm_magnitude_bias_init / pd_ssm_phase_bias_init: initial output biases of the magnitude and phase MLPs,
             i.e. where D starts: |D| = sigmoid(magnitude bias), arg D = 2 pi sigmoid(phase bias).
-        pd_ssm_diagonal: what D may be. `"complex"` (default, docs/design.md §4): |D| and arg D both learnt. `"magnitude"`:
-            arg D = 0 exactly (no phase MLP), so every rotation of the state is a permutation P; a learnt phase
-            can only approximate a flip or a 1/5 turn, and that error grows with the sequence length. `"unit"`:
-            D = 1 (no MLPs), the permutation-only ablation.
+        pd_ssm_diagonal: what D may be. `"complex"` (default, docs/design.md §4): |D| and arg D both learnt.
+            `"magnitude"`: arg D = 0 exactly (no phase MLP), so every rotation of the state is a permutation P; a
+            learnt phase can only approximate a flip or a 1/5 turn, and that error grows with the sequence length.
+            `"unit"`: D = 1 (no MLPs), the permutation-only ablation.
         pd_ssm_initial_state: x_0 of every head when no state is passed in. `"zeros"` (default, docs/design.md §4);
             `"one_hot"`: x_0 = e_0, the start state of an automaton (the PD-SSM authors' state-tracking code);
             `"head_basis"`: head h starts at e_(h mod N), so H heads that learn the same permutations track the images
@@ -177,11 +179,11 @@ class HybridSSMConfig(PretrainedConfig):
             telescope, and any mismatch accumulates with the length. A learned x_0 with distinct entries lets the
             state name a whole permutation (P_t ... P_1 x_0), e.g. an A5 element with N = 5.
         pd_ssm_dictionary_diagonal_init: added to the diagonal of every dictionary matrix at initialisation
-            (default 0: N(0, 1/N), docs/design.md §4.2). About 1 makes P start as the identity for every input, so the layer
-            starts as a plain memory and inputs learn to move the state away from it (an exact, non-drifting
+            (default 0: N(0, 1/N), docs/design.md §4.2). About 1 makes P start as the identity for every input, so the
+            layer starts as a plain memory and inputs learn to move the state away from it (an exact, non-drifting
             permutation) instead of rotating it with the phase of D.
-        pd_ssm_transition: how P_t is made. `"dictionary"` (default, docs/design.md §4): column argmax of the token's mix
-            M_t = sum_k s_t,k M_k of K trainable matrices, Theta(K N^2) per token. `"bank"` (after Flash PD-SSM,
+        pd_ssm_transition: how P_t is made. `"dictionary"` (default, docs/design.md §4): column argmax of the token's
+            mix M_t = sum_k s_t,k M_k of K trainable matrices, Theta(K N^2) per token. `"bank"` (after Flash PD-SSM,
             arXiv 2605.19150): K trainable score matrices give K fixed column-one-hot matrices once per forward,
             and every token picks one by the argmax of its selection logits, Theta(d K + N) per token.
             `"direct"`: P_t = column argmax of the N x N logits L_t = W_P u_t of every head (W_P: d -> H N^2,
@@ -200,27 +202,10 @@ class HybridSSMConfig(PretrainedConfig):
             (requires_grad False; saved and loaded like any weight): with `pd_ssm_output_init="identity"` the rest of
             the model reads the heads' states themselves throughout training.
         pd_ssm_transition_init_scale: s above (> 0, default 1.0); read by `pd_ssm_transition="direct"` only.
-        pd_ssm_identity_entry_logit: None (default) or a number L; dictionary and bank transitions only. When set,
-            entry 0 of every head's dictionary (bank) starts as the identity scores I (P = I) while the other entries
-            keep their random start, and the selection W_s u_t + c gains a trainable bias c that starts at L for
-            entry 0 and 0 elsewhere: every token starts by preferring the identity (a filler word leaves the state
-            alone) while the other entries are distinct random transitions that event words can learn to pick
-           . Adds the parameter `selection.bias`, so it is one of WEIGHT_MEANING_FIELDS.
-        pd_ssm_shared_selection: whether one choice among the K entries is made per token for all heads (W_s: d -> K,
-            then each head applies its own entry k_t) instead of one per head (W_s: d -> H K; default False). Bank
-            transitions only. The token's input then acts like a token id picking one of K symbols, and every head
-            has a free transition table per symbol: on sentence features per-head choices drift apart for
-            sentences of one kind. Changes `selection.weight`'s shape, so it is one of WEIGHT_MEANING_FIELDS.
         pd_ssm_transition_norm: whether the direct transition reads RMSNorm(u_t) (its own trained gain, initialised
             at 1) instead of u_t (default False): P_t's logits are W_P RMSNorm(u_t), unit-RMS input whatever block
             feeds the mixer (the post-norm block feeds it the raw N(0, 0.02^2) embedding). Read by
             `pd_ssm_transition="direct"` only.
-        pd_ssm_transition_input_size: None (default: all d) or k in [1, hidden_size]: the direct transition reads
-            the first k features of u_t only, W_P: k -> H N^2, starting N(0, s^2 / k). With a token embedding frozen at
-            one-hot codes (k >= the vocabulary) W_P is still one free logit table per token while d stays free for
-            the states: the modular-arithmetic layer (8 heads of N = 64) reads its 1,024 one-hot state features
-            through C = I with k = 16, where a W_P reading all 1,024 features would hold 33.5 M weights.
-            Read by `pd_ssm_transition="direct"` only.
         pd_ssm_input: what each step adds to the state. `"projection"` (default, docs/design.md §4): b_t = B u_t.
             `"none"`: b_t = 0 and the layer has no B, so x_t = A_t ... A_1 x_0 is exactly the run of the automaton
             that the transitions spell from the start state (needs a non-zero pd_ssm_initial_state). With B the
@@ -283,11 +268,17 @@ class HybridSSMConfig(PretrainedConfig):
     or one within edit distance 1 of a field (2 for fields of 8 or more characters), e.g. `hiden_size` or
     `block_typ` (`_reject_misspelt_fields`).
 
+    Experimental fields (experimental_fields.py, docs/models.md): study knobs outside the stable fields above,
+    accepted, checked, saved and reloaded like them but free to change or go in any release:
+    `pd_ssm_identity_entry_logit`, `pd_ssm_shared_selection` and `pd_ssm_transition_input_size` (each documented
+    in `experimental_fields.EXPERIMENTAL_FIELDS`). The pd_ssm mixer declares them in mixer_registry.py.
+
     Renamed fields (docs/design.md §9.1): `pd_ssm_state_size` is now `pd_ssm_head_state_size`, `lru_state_size`
     `lru_total_state_size`, `lru_block_size` `lru_group_size` and `lrc_state_size` `lrc_num_channels`, with the
     same values. The old names (legacy_names.RENAMED_CONFIG_FIELDS) still work everywhere a field name does, so
     configs saved under them load, each with a FutureWarning naming the new field; a config saved again writes
-    the new names.
+    the new names. A removed field (legacy_names.REMOVED_CONFIG_FIELDS) loads at its former default with a
+    FutureWarning and is refused with a ValueError naming it at any other value.
     """
 
     model_type = "hybrid_ssm"
@@ -324,10 +315,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_initial_state: str = "zeros"
     pd_ssm_transition: str = "dictionary"
     pd_ssm_transition_init_scale: float = 1.0
-    pd_ssm_identity_entry_logit: float | None = None
     pd_ssm_transition_norm: bool = False
-    pd_ssm_shared_selection: bool = False
-    pd_ssm_transition_input_size: int | None = None
     pd_ssm_output_skip: bool = True
     pd_ssm_output_init: str = "normal"
     pd_ssm_output_trainable: bool = True
@@ -360,6 +348,7 @@ class HybridSSMConfig(PretrainedConfig):
     # re-deriving `mixers` / `layer_types`; a change that fails leaves the config as it was.
 
     def __post_init__(self, **kwargs):
+        drop_removed_fields(kwargs, type(self).__name__)
         self._take_renamed_fields(kwargs)
         _reject_misspelt_fields(type(self), kwargs)
         for name, default in registered_config_fields().items():  # fields of mixers registered outside this file
@@ -422,6 +411,7 @@ class HybridSSMConfig(PretrainedConfig):
         """Like PretrainedConfig.update, but this class's fields change together, then are validated once: use it
         to change fields that depend on each other, e.g. `config.update({"num_hidden_layers": 2, "mixers": "SA"})`."""
         config_dict = rename_config_fields(config_dict, type(self).__name__)
+        drop_removed_fields(config_dict, type(self).__name__)
         own = {k: v for k, v in config_dict.items() if k in _own_fields()}
         _reject_misspelt_fields(type(self), config_dict)
         super().update({k: v for k, v in config_dict.items() if k not in own})
@@ -441,6 +431,7 @@ class HybridSSMConfig(PretrainedConfig):
         if not isinstance(allow, bool):
             raise TypeError(f"`{ALLOW_WEIGHT_MEANING_CHANGE}` must be True or False, got {allow!r}")
         kwargs = rename_config_fields(kwargs, cls.__name__)
+        drop_removed_fields(kwargs, cls.__name__)
         _reject_misspelt_fields(cls, kwargs)
         own = {k: kwargs.pop(k) for k in list(kwargs) if k in _own_fields()}
         result = super().from_dict(config_dict, **kwargs)

@@ -11,6 +11,11 @@ Two tables, each old name -> new name:
   `key_mapping`; `rename_legacy_keys` does the same for a state dict loaded by plain torch (SSM adapters). The
   tensors themselves are untouched, so a legacy checkpoint loads bit-identically.
 
+A third table, `REMOVED_CONFIG_FIELDS`, holds HybridSSMConfig fields that were removed (experimental fields go
+there when they are dropped: experimental_fields.py). A saved config that still has one at its former default loads
+with a FutureWarning naming it (the field changed nothing there); any other value is refused with a ValueError naming
+the field and what to do, since the layer it asked for can no longer be built. Nothing is dropped silently.
+
 This module imports nothing (it is read by the config, which the mixer modules import).
 """
 
@@ -31,6 +36,10 @@ RENAMED_PARAMETERS = {
     "value_proj": "in_proj",  # bd_lru / h_lru / diag_lru: W_v
     "output_proj": "out_proj",  # pd_ssm: C; bd_lru / h_lru / diag_lru: W_o
 }
+
+# Removed HybridSSMConfig fields: name -> (its former default, what to do instead). Empty while no field has been
+# removed; `drop_removed_fields` applies it wherever a config is built or changed.
+REMOVED_CONFIG_FIELDS: dict[str, tuple[object, str]] = {}
 
 # The same renaming as regular expressions over full state-dict keys, in the form of from_pretrained's `key_mapping`.
 LEGACY_KEY_MAPPING = {rf"(?<!\w)mixer\.{old}\.": f"mixer.{new}." for old, new in RENAMED_PARAMETERS.items()}
@@ -67,6 +76,26 @@ def rename_config_fields(fields: dict, source: str = "HybridSSMConfig") -> dict:
     return out
 
 
+def drop_removed_fields(fields: dict, source: str = "HybridSSMConfig") -> None:
+    """Take every removed field (REMOVED_CONFIG_FIELDS) out of `fields`, in place: at its former default with a
+    FutureWarning naming it, with any other value a ValueError naming the field, the value and what to do."""
+    for name in [key for key in fields if key in REMOVED_CONFIG_FIELDS]:
+        default, advice = REMOVED_CONFIG_FIELDS[name]
+        value = fields[name]
+        if value != default or type(value) is not type(default):
+            raise ValueError(
+                f"{source}: the config field `{name}` was removed, and this config sets it to {value!r} (not its "
+                f"former default {default!r}), a layer that can no longer be built: {advice}"
+            )
+        del fields[name]
+        warnings.warn(
+            f"{source}: the config field `{name}` was removed; its value here, {default!r}, was the default and "
+            "changed nothing, so it was dropped (a config saved again leaves it out)",
+            FutureWarning,
+            stacklevel=3,
+        )
+
+
 def rename_legacy_keys(state_dict: dict) -> dict:
     """`state_dict` with the parameter paths of RENAMED_PARAMETERS renamed (a FutureWarning if any was)."""
     renamed = {
@@ -87,6 +116,8 @@ __all__ = [
     "LEGACY_KEY_MAPPING",
     "RENAMED_CONFIG_FIELDS",
     "RENAMED_PARAMETERS",
+    "REMOVED_CONFIG_FIELDS",
+    "drop_removed_fields",
     "rename_config_fields",
     "rename_legacy_keys",
     "warn_renamed_field",

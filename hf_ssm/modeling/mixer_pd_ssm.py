@@ -10,9 +10,9 @@ Per head (H heads, state N each), with u_t the layer input (B, T, d):
           (config.pd_ssm_input: "projection" as here; "none": no B, x_t = P_t D_t x_{t-1})
 
 The mixer computes D and b, its transition mode makes P_t's inputs and calls its op (scan_dispatch.ScanOps: torch or
-Triton, bound once per device and backend), and the mixer projects (`in_proj` is B, `out_proj` C); Re(C x) is a real linear map of [Re x, Im x]. Under
-autocast the projections run in the autocast dtype; the scan, its inputs from the selection on and the state stay
-float32 / complex64.
+Triton, bound once per device and backend), and the mixer projects (`in_proj` is B, `out_proj` C); Re(C x) is a real
+linear map of [Re x, Im x]. Under autocast the projections run in the autocast dtype; the scan, its inputs from the
+selection on and the state stay float32 / complex64.
 """
 
 from __future__ import annotations
@@ -107,14 +107,14 @@ class PDSSMMixer(nn.Module):
         self.transition = transition_mode(config)
         self._config = config  # scan_backend is read from it at every call (the property below)
         self._decode_weights_cache = None  # (key of the parameters, stacked weights) of the fused decode step
-        self.initial_state_kind = getattr(config, "pd_ssm_initial_state", "zeros")
+        self.initial_state_kind = config.pd_ssm_initial_state
         if self.initial_state_kind == "learned":
             # x_0 as [real, imag] pairs (H, N, 2); starts at e_0 (also when HybridSSMPreTrainedModel re-initialises it)
             self.learned_initial_state = nn.Parameter(self.one_hot_initial_state())
         self.transition.add_parameters(self, config)
         # Bias inits set where D starts: sigmoid(magnitude bias) = |D|, 2 pi sigmoid(phase bias) = arg D.
         # A variant without a learnt phase (or magnitude) has no MLP for it at all.
-        self.diagonal_kind = getattr(config, "pd_ssm_diagonal", "complex")
+        self.diagonal_kind = config.pd_ssm_diagonal
         width = config.pd_ssm_mlp_width
         self.mlp_hidden_size = h * width  # of each MLP's hidden layer, all heads
         if self.diagonal_kind in ("complex", "magnitude"):
@@ -122,17 +122,17 @@ class PDSSMMixer(nn.Module):
         if self.diagonal_kind == "complex":
             self.phase = HeadwiseMLP(d, h, width, n, config.pd_ssm_phase_bias_init)
         # pd_ssm_input="none": no B at all, the state is x_0 moved by the transitions alone
-        self.input_kind = getattr(config, "pd_ssm_input", "projection")
+        self.input_kind = config.pd_ssm_input
         if self.input_kind == "projection":
             self.in_proj = nn.Linear(d, 2 * h * n, bias=False)  # complex B: real and imaginary parts
         self.out_proj = nn.Linear(2 * h * n, d, bias=False)  # Re(C x) = [C_re, -C_im] [Re x; Im x]
-        self.output_init = getattr(config, "pd_ssm_output_init", "normal")
+        self.output_init = config.pd_ssm_output_init
         if self.output_init == "identity":
             with torch.no_grad():
                 self.out_proj.weight.copy_(self.identity_output_weight())
-        if not getattr(config, "pd_ssm_output_trainable", True):
+        if not config.pd_ssm_output_trainable:
             self.out_proj.weight.requires_grad_(False)  # C stays at its initial value
-        self.skip = nn.Parameter(torch.ones(d)) if getattr(config, "pd_ssm_output_skip", True) else None
+        self.skip = nn.Parameter(torch.ones(d)) if config.pd_ssm_output_skip else None
         self.transition.finish_init(self)
 
     def init_parameters(self, init) -> None:
@@ -320,7 +320,7 @@ class PDSSMMixer(nn.Module):
     @property
     def scan_backend(self) -> str:
         """The config's `scan_backend`, read at every call: changing it on a built model re-binds the scans."""
-        return getattr(self._config, "scan_backend", "auto")
+        return self._config.scan_backend
 
     def forward(self, hidden_states: torch.Tensor, state: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         u = hidden_states
@@ -377,6 +377,6 @@ class PDSSMMixer(nn.Module):
         return u.shape[1] == 1 and torch.compiler.is_compiling() and not torch.is_grad_enabled()
 
     def _pair_order(self, weight: torch.Tensor) -> torch.Tensor:
-        """C's weight (d, H * 2N), whose columns are per head [Re x (N), Im x (N)], with its columns reordered to per head
-        N pairs (re, im): the layout of view_as_real(state), read as stored by the decode step."""
+        """C's weight (d, H * 2N), whose columns are per head [Re x (N), Im x (N)], with its columns reordered to per
+        head N pairs (re, im): the layout of view_as_real(state), read as stored by the decode step."""
         return weight.unflatten(1, (self.num_heads, 2, self.head_state_size)).transpose(-1, -2).flatten(1)

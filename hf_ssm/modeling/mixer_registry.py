@@ -18,6 +18,8 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from .experimental_fields import EXPERIMENTAL_DEFAULTS
+
 ATTENTION = "attention"
 # Letters with a fixed meaning in a `mixers` pattern: A attention, S the config's `ssm_mixer`.
 RESERVED_LETTERS = {"A": ATTENTION, "S": "ssm_mixer"}
@@ -198,9 +200,9 @@ SSM_MIXER_CLASSES = MixerClasses()
 
 
 # ------------------------------------------------------------------------------------------ built-in mixers
-# Each built-in mixer's declaration. Their config fields are declared (and documented) in HybridSSMConfig, so
-# `config_fields` stays empty; the checks import the config's helpers when they run (the config imports this
-# module, so importing it here at the top would be a cycle).
+# Each built-in mixer's declaration. Their stable config fields are declared (and documented) in HybridSSMConfig;
+# pd_ssm's experimental ones (experimental_fields.py) are its `config_fields`. The checks import the config's
+# helpers when they run (the config imports this module, so importing it here at the top would be a cycle).
 
 
 def _load_pd_ssm():
@@ -278,12 +280,14 @@ def _check_pd_ssm(config) -> None:
         if config.pd_ssm_transition not in PD_SSM_PROJECTED_TRANSITIONS:
             raise ValueError(
                 "`pd_ssm_transition_input_size` sizes the direct transition's W_P: it needs "
-                f"pd_ssm_transition={_choices(PD_SSM_PROJECTED_TRANSITIONS)} (got {config.pd_ssm_transition!r}; leave it None)"
+                f"pd_ssm_transition={_choices(PD_SSM_PROJECTED_TRANSITIONS)} (got {config.pd_ssm_transition!r}; "
+                "leave it None)"
             )
     if config.pd_ssm_shared_selection and config.pd_ssm_transition not in PD_SSM_SHARED_SELECTION_TRANSITIONS:
         raise ValueError(
             "`pd_ssm_shared_selection` shares the choice of a bank entry across heads: it needs "
-            f"pd_ssm_transition={_choices(PD_SSM_SHARED_SELECTION_TRANSITIONS)} (got {config.pd_ssm_transition!r}; set it to False)"
+            f"pd_ssm_transition={_choices(PD_SSM_SHARED_SELECTION_TRANSITIONS)} (got {config.pd_ssm_transition!r}; "
+            "set it to False)"
         )
     if config.pd_ssm_identity_entry_logit is not None:
         check_number("pd_ssm_identity_entry_logit", config.pd_ssm_identity_entry_logit)
@@ -387,6 +391,7 @@ register_mixer(
         init_weights=_init_pd_ssm,
         part_inits=_pd_ssm_parts,
         output_has_skip=True,
+        config_fields=EXPERIMENTAL_DEFAULTS,
     )
 )
 for _name, _letter in (("lrc_ssm", "L"), ("gru_ssm", "G"), ("mgu_ssm", "M"), ("lstm_ssm", "R")):

@@ -274,6 +274,18 @@ def _check_token_range(name: str, values: torch.Tensor, size: int, size_name: st
         raise ValueError(f"`{name}` must lie in {allowed}; got values in [{int(values.min())}, {int(values.max())}]")
 
 
+def _check_position_ids(position_ids, batch: int, steps: int) -> None:
+    """position_ids: an integer tensor of shape (B or 1, T) (its values are checked where they may be read)."""
+    _check_is_tensor("position_ids", position_ids)
+    if position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch) or position_ids.shape[1] != steps:
+        raise ValueError(
+            f"`position_ids` must have shape (batch or 1, seq_len) = ({batch} or 1, {steps}), "
+            f"got {tuple(position_ids.shape)}"
+        )
+    if position_ids.is_floating_point() or position_ids.is_complex() or position_ids.dtype == torch.bool:
+        raise TypeError(f"`position_ids` must be an integer tensor (torch.long), got dtype {position_ids.dtype}")
+
+
 class HybridSSMModel(HybridSSMPreTrainedModel):
     """Embeddings, the hybrid decoder stack and the final norm. Returns last hidden states (B, T, d).
 
@@ -303,7 +315,8 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
         for i in self.config.ssm_layer_indices:
             if i >= len(cache.layers) or not isinstance(cache.layers[i], LinearAttentionCacheLayerMixin):
                 raise ValueError(
-                    f"`cache` has no recurrent-state slot for SSM layer {i}; build it with DynamicCache(config=model.config)"
+                    f"`cache` has no recurrent-state slot for SSM layer {i}; build it with "
+                    "DynamicCache(config=model.config)"
                 )
 
     def _past_length(self, cache: Cache | None) -> int | torch.Tensor | None:
@@ -320,7 +333,8 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
         self, attention_mask, batch: int, steps: int, past: int | torch.Tensor | None, read_values: bool
     ) -> None:
         """Shape (and, with `read_values`, one host read: every entry 0 or 1) of the padding mask."""
-        # per-layer-type masks: transformers builds them for static caches, this model does not (create_masks_for_generate)
+        # per-layer-type masks: transformers builds them for static caches, this model does not
+        # (create_masks_for_generate)
         if isinstance(attention_mask, dict):
             raise ValueError(
                 "`attention_mask` must be the 2-D padding mask (batch, past + seq_len), not a per-layer-type dict"
@@ -357,25 +371,9 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
                     f"{attention_mask[bad][0].item()!r}"
                 )
 
-    @capture_outputs
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        **kwargs,
-    ) -> BaseModelOutputWithPast:
-        """
-        input_ids (B, T) or inputs_embeds (B, T, d); attention_mask (B, past + T) with 1 for real tokens
-        (left padding allowed; padding never changes an SSM state). Packed documents: leave attention_mask
-        None and restart position_ids (B, T) at 0 at each document; no token then sees another document.
-        output_hidden_states / output_attentions / return_dict as in transformers (attention maps come from
-        the attention layers under attn_implementation="eager"; SSM layers have none).
-        """
+    def _input_size(self, input_ids, inputs_embeds) -> tuple[int, int]:
+        """(batch, steps) of the input, after the checks that need no host read: exactly one of input_ids (B, T)
+        and inputs_embeds (B, T, d) (floating point), neither empty."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of `input_ids` and `inputs_embeds`")
         if input_ids is not None:
@@ -395,34 +393,25 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
             raise ValueError("the batch is empty (batch size 0 in `input_ids` / `inputs_embeds`)")
         if steps == 0:
             raise ValueError("the input sequence is empty (seq_len = 0)")
-        if position_ids is not None:
-            _check_is_tensor("position_ids", position_ids)
-            if position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch) or position_ids.shape[1] != steps:
-                raise ValueError(
-                    f"`position_ids` must have shape (batch or 1, seq_len) = ({batch} or 1, {steps}), "
-                    f"got {tuple(position_ids.shape)}"
-                )
-            if position_ids.is_floating_point() or position_ids.is_complex() or position_ids.dtype == torch.bool:
-                raise TypeError(
-                    f"`position_ids` must be an integer tensor (torch.long), got dtype {position_ids.dtype}"
-                )
-        # A decode step, and a forward traced by torch.compile, read no tensor value on the host (class docstring).
-        decode_step = steps == 1 and cache is not None
-        read_values = not decode_step and _reads_values()
+        return batch, steps
+
+    def _embed(self, input_ids, inputs_embeds, position_ids, read_values: bool) -> torch.Tensor:
+        """The layers' input (B, T, d): the token embeddings of input_ids, or inputs_embeds; with `read_values` the
+        checks that read values on the host first (position_ids >= 0, ids in the vocabulary, finite embeddings)."""
         if position_ids is not None and read_values and bool((position_ids < 0).any()):
             raise ValueError(f"`position_ids` must be >= 0, got a minimum of {int(position_ids.min())}")
         if input_ids is not None:
             if read_values:
                 _check_token_range("input_ids", input_ids, self.config.vocab_size, "config.vocab_size")
-            inputs_embeds = self.embed_tokens(input_ids)
-        elif read_values and not bool(torch.isfinite(inputs_embeds).all()):
+            return self.embed_tokens(input_ids)
+        if read_values and not bool(torch.isfinite(inputs_embeds).all()):
             raise ValueError("`inputs_embeds` contains NaN or inf")
+        return inputs_embeds
 
-        # Packed documents (no attention mask, position_ids restarting inside a row): see packing.py.
-        packed = None
-        if attention_mask is None and position_ids is not None and steps > 1:
-            packed = PackedDocuments.from_position_ids(position_ids, batch)
-        if packed is not None:
+    def _prepare_cache(self, cache: Cache | None, use_cache: bool | None, packed: bool):
+        """(cache, use_cache) of this call: packed documents take no cache; use_cache None means the config's; a
+        new DynamicCache where one is wanted and none was passed; a passed cache must have every SSM layer's slot."""
+        if packed:
             if cache is not None or use_cache:
                 raise ValueError(
                     "packed documents (position_ids restarting inside a row) cannot be combined with a cache; "
@@ -434,39 +423,82 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
             cache = DynamicCache(config=self.config)
         if cache is not None:
             self._check_cache(cache)
+        return cache, use_cache
+
+    def _ssm_mask(self, attention_mask, inputs_embeds: torch.Tensor, steps: int) -> torch.Tensor | None:
+        """The SSM layers' (B, T) bool mask of real tokens, or None where nothing is padded (they then skip the
+        per-step selects) or the mask is not a 2-D padding mask."""
+        if not (isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2):
+            return None
+        if steps > 1:  # None where the mask holds no padding
+            ssm_mask = create_recurrent_attention_mask(self.config, inputs_embeds, attention_mask)
+        else:  # one token: select without reading the mask on the host
+            ssm_mask = attention_mask[:, -1:]
+        return ssm_mask.bool() if ssm_mask is not None else None
+
+    def _attention_inputs(self, inputs_embeds, attention_mask, position_ids, cache, past, read_values: bool):
+        """(causal mask, RoPE (cos, sin)) of the attention layers, after refusing a sequence past
+        max_position_embeddings (except under dynamic NTK RoPE, which exists to run past the trained length)."""
+        steps = inputs_embeds.shape[1]
+        # A static cache counts its past in a tensor: read it only where values may be read.
+        known_past = past if isinstance(past, int) else int(past) if read_values else None
+        too_long = known_past is not None and known_past + steps > self.config.max_position_embeddings
+        if too_long and self.rotary_emb.rope_type != "dynamic":
+            raise ValueError(
+                f"sequence length {known_past + steps} (cached {known_past} + new {steps}) exceeds "
+                f"config.max_position_embeddings = {self.config.max_position_embeddings}"
+            )
+        if position_ids is None:  # arange + past: no host read when past is a static cache's tensor
+            position_ids = (torch.arange(steps, device=inputs_embeds.device) + past).unsqueeze(0)
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            cache=cache,
+            position_ids=position_ids,
+        )
+        return causal_mask, self.rotary_emb(inputs_embeds, position_ids)
+
+    @capture_outputs
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        """
+        input_ids (B, T) or inputs_embeds (B, T, d); attention_mask (B, past + T) with 1 for real tokens
+        (left padding allowed; padding never changes an SSM state). Packed documents: leave attention_mask
+        None and restart position_ids (B, T) at 0 at each document; no token then sees another document.
+        output_hidden_states / output_attentions / return_dict as in transformers (attention maps come from
+        the attention layers under attn_implementation="eager"; SSM layers have none).
+        """
+        batch, steps = self._input_size(input_ids, inputs_embeds)
+        if position_ids is not None:
+            _check_position_ids(position_ids, batch, steps)
+        # A decode step, and a forward traced by torch.compile, read no tensor value on the host (class docstring).
+        decode_step = steps == 1 and cache is not None
+        read_values = not decode_step and _reads_values()
+        inputs_embeds = self._embed(input_ids, inputs_embeds, position_ids, read_values)
+        # Packed documents (no attention mask, position_ids restarting inside a row): see packing.py.
+        packed = None
+        if attention_mask is None and position_ids is not None and steps > 1:
+            packed = PackedDocuments.from_position_ids(position_ids, batch)
+        cache, use_cache = self._prepare_cache(cache, use_cache, packed is not None)
         past = self._past_length(cache)
         if attention_mask is not None:
             self._check_attention_mask(attention_mask, batch, steps, past, read_values=read_values)
-
-        ssm_mask = None
-        if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
-            if steps > 1:  # None where the mask holds no padding: the SSM layers then skip the per-step selects
-                ssm_mask = create_recurrent_attention_mask(self.config, inputs_embeds, attention_mask)
-            else:  # one token: select without reading the mask on the host
-                ssm_mask = attention_mask[:, -1:]
-            ssm_mask = ssm_mask.bool() if ssm_mask is not None else None
-
+        ssm_mask = self._ssm_mask(attention_mask, inputs_embeds, steps)
         causal_mask = position_embeddings = None
         if self.config.has_attention:
-            # Dynamic NTK RoPE exists to run past the trained length; every other rope type stops there.
-            # A static cache counts its past in a tensor: read it only where values may be read.
-            known_past = past if isinstance(past, int) else int(past) if read_values else None
-            too_long = known_past is not None and known_past + steps > self.config.max_position_embeddings
-            if too_long and self.rotary_emb.rope_type != "dynamic":
-                raise ValueError(
-                    f"sequence length {known_past + steps} (cached {known_past} + new {steps}) exceeds "
-                    f"config.max_position_embeddings = {self.config.max_position_embeddings}"
-                )
-            if position_ids is None:  # arange + past: no host read when past is a static cache's tensor
-                position_ids = (torch.arange(steps, device=inputs_embeds.device) + past).unsqueeze(0)
-            causal_mask = create_causal_mask(
-                config=self.config,
-                inputs_embeds=inputs_embeds,
-                attention_mask=attention_mask,
-                cache=cache,
-                position_ids=position_ids,
+            causal_mask, position_embeddings = self._attention_inputs(
+                inputs_embeds, attention_mask, position_ids, cache, past, read_values
             )
-            position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
 
         hidden_states = inputs_embeds
         for layer in self.layers:
@@ -625,7 +657,8 @@ def check_sequence_labels(labels: torch.Tensor, batch: int, config) -> None:
     if problem_type == "single_label_classification":
         if labels.is_floating_point() or tuple(labels.shape) != (batch,):
             raise ValueError(
-                f"`labels` must be integer class ids of shape ({batch},) {where}, got {labels.dtype} {tuple(labels.shape)}"
+                f"`labels` must be integer class ids of shape ({batch},) {where}, got {labels.dtype} "
+                f"{tuple(labels.shape)}"
             )
         _check_token_range("labels", labels, num_labels, "config.num_labels", ignore_index=-100)
     elif problem_type == "multi_label_classification":

@@ -96,9 +96,9 @@ class DictionaryTransition(PDTransition):
 
     def __init__(self, name: str, config):
         super().__init__(name, config)
-        self.shared_selection = bool(getattr(config, "pd_ssm_shared_selection", False))
-        self.identity_entry_logit = getattr(config, "pd_ssm_identity_entry_logit", None)
-        self.dictionary_diagonal_init = float(getattr(config, "pd_ssm_dictionary_diagonal_init", 0.0))
+        self.shared_selection = config.pd_ssm_shared_selection
+        self.identity_entry_logit = config.pd_ssm_identity_entry_logit
+        self.dictionary_diagonal_init = float(config.pd_ssm_dictionary_diagonal_init)
 
     def add_parameters(self, mixer, config) -> None:
         h, k, n = mixer.num_heads, mixer.dict_size, mixer.head_state_size
@@ -192,10 +192,10 @@ class DirectTransition(PDTransition):
 
     def __init__(self, name: str, config):
         super().__init__(name, config)
-        self.input_size = getattr(config, "pd_ssm_transition_input_size", None) or config.hidden_size
+        self.input_size = config.pd_ssm_transition_input_size or config.hidden_size
         # W_P N(0, s^2 / k_in): N(0, s^2) logits for a unit-RMS input
         self.init_std = config.pd_ssm_transition_init_scale / math.sqrt(self.input_size)
-        self.norm = bool(getattr(config, "pd_ssm_transition_norm", False))
+        self.norm = config.pd_ssm_transition_norm
 
     def add_parameters(self, mixer, config) -> None:
         n = mixer.head_state_size
@@ -259,8 +259,9 @@ TRANSITIONS = {"dictionary": DictionaryTransition, "bank": BankTransition, "dire
 
 
 def transition_mode(config) -> PDTransition:
-    """The mode object of config.pd_ssm_transition (default dictionary, for a config that predates the field)."""
-    name = getattr(config, "pd_ssm_transition", next(iter(TRANSITIONS)))
+    """The mode object of config.pd_ssm_transition (a config saved before the field existed loads with its default,
+    "dictionary", HybridSSMConfig's dataclass default)."""
+    name = config.pd_ssm_transition
     if name not in TRANSITIONS:
         raise ValueError(f"`pd_ssm_transition` must be one of {list(TRANSITIONS)}, got {name!r}")
     return TRANSITIONS[name](name, config)

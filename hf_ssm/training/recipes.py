@@ -46,10 +46,12 @@ other mixer `residual` (the baselines). An explicit `--recipe` applies to every 
   99.95 %; up to 100,000 steps; one seed per run (no restarts: seeds are reported one by one).
 
 Precedence (`resolve_settings`): the settings' defaults, then the recipe's values, then every value given
-explicitly (a command-line flag), which always wins. Under the square-output recipes (`SQUARE_OUTPUT_RECIPES`)
-hidden_size follows the heads, d = 2 H N (256 for 16 heads of N = 8, 512 for 32), unless it is given; W_P's init
-scale stays the recipe's (for `table`, entries N(0, 256 / d)). A recipe's warm-up is a fraction of `max_steps`,
-computed after the explicit values are in, unless `warmup_steps` itself is given.
+explicitly (a command-line flag), which always wins. The PD-SSM layer's fields are HybridSSMConfig fields, so a
+recipe sets them in `extra_config` (over `MODEL_DEFAULTS`), and `--extra_config KEY=VALUE` overrides one of them.
+Under the square-output recipes (`SQUARE_OUTPUT_RECIPES`) hidden_size follows the heads, d = 2 H N (256 for 16 heads
+of N = 8, 512 for 32), unless it is given; W_P's init scale stays the recipe's (for `table`, entries N(0, 256 / d)).
+A recipe's warm-up is a fraction of `max_steps`, computed after the explicit values are in, unless `warmup_steps`
+itself is given.
 
 A summary record names its recipe and the settings that differ from it (`summary.recipe_overrides`), so a recipe's
 values are never changed once a published record cites it: a new protocol is a new recipe.
@@ -57,20 +59,40 @@ values are never changed once a published record cites it: a new protocol is a n
 
 from __future__ import annotations
 
+# The HybridSSMConfig fields every state-tracking model starts from, under its `extra_config` (model_config):
+# PD-SSM as the pure automaton, D = 1, no input map B, x_0 = e_0 (a model without a PD-SSM layer ignores them).
+MODEL_DEFAULTS = {"pd_ssm_initial_state": "one_hot", "pd_ssm_diagonal": "unit", "pd_ssm_input": "none"}
+# Settings that were StateTrackingSettings fields copying the HybridSSMConfig field of the same name, and are now
+# `extra_config` keys: a record or settings.json that names one is read as that key (resolve_settings), and the
+# driver's old flag (--pd_ssm_transition direct) is refused naming --extra_config pd_ssm_transition=direct.
+SETTINGS_MOVED_TO_EXTRA_CONFIG = (
+    "pd_ssm_initial_state",
+    "pd_ssm_diagonal",
+    "pd_ssm_input",
+    "pd_ssm_transition",
+    "pd_ssm_transition_init_scale",
+    "pd_ssm_transition_norm",
+    "pd_ssm_output_skip",
+    "pd_ssm_output_init",
+    "pd_ssm_output_trainable",
+)
 DEFAULT_RECIPE = "table"  # PD-SSM runs of a task without its own recipe
 BASELINE_RECIPE = "residual"  # every other mixer
 # Recipe names that were renamed: refused with the new name in the message.
 RENAMED_RECIPES = {"default": "residual"}
 
+_DIRECT_LAYER = {  # HybridSSMConfig fields of `direct`'s PD-SSM layer
+    "pd_ssm_transition": "direct",
+    "pd_ssm_transition_init_scale": 0.32,  # W_P ~ N(0, 0.02^2) at d = 256
+    "pd_ssm_transition_norm": True,
+    "pd_ssm_output_skip": False,
+    "pd_ssm_output_trainable": False,  # C stays at its random N(0, 0.02^2) init
+}
 _DIRECT = dict(
     num_heads=16,
     state_size=8,  # d = 2 H N = 256 unless hidden_size is given (C is square): resolve_settings
     block_type="post_norm_mixer",
-    pd_ssm_transition="direct",
-    pd_ssm_transition_init_scale=0.32,  # W_P ~ N(0, 0.02^2) at d = 256
-    pd_ssm_transition_norm=True,
-    pd_ssm_output_skip=False,
-    pd_ssm_output_trainable=False,  # C stays at its random N(0, 0.02^2) init
+    extra_config=_DIRECT_LAYER,
     freeze_embedding=True,
     transition_lr_scale=1 / 256,  # 1 / d
     lr_schedule="constant",
@@ -83,9 +105,12 @@ _DIRECT = dict(
 _TABLE = {  # `direct` with the reference automaton's free per-token table and an RMSNorm readout
     **_DIRECT,
     "block_type": "mixer_only",
-    "pd_ssm_transition_init_scale": 16.0,  # sqrt(d): W_P's entries, hence the table's logits, N(0, 1)
-    "pd_ssm_transition_norm": False,  # W_P reads e_v itself: column v of W_P is token v's table
-    "pd_ssm_output_init": "identity",
+    "extra_config": {
+        **_DIRECT_LAYER,
+        "pd_ssm_transition_init_scale": 16.0,  # sqrt(d): W_P's entries, hence the table's logits, N(0, 1)
+        "pd_ssm_transition_norm": False,  # W_P reads e_v itself: column v of W_P is token v's table
+        "pd_ssm_output_init": "identity",
+    },
     "embedding_init": "one_hot",
     "transition_lr_scale": 1.0,  # a table entry's own Adam step, as the reference's
     "min_steps": 300,  # parity reaches 100 % validation at step 50 with a model not yet exact at 1,000 (99.2 %)
@@ -100,9 +125,12 @@ RECIPES: dict[str, dict] = {
         "num_heads": 8,
         "state_size": 64,  # one head can hold modular arithmetic's 50-state DFA
         "hidden_size": 16,  # C: 2 H N = 1,024 -> 16, trained (a square, 1,024-wide model costs 64 times more)
-        "pd_ssm_transition_init_scale": 4.0,  # sqrt(d): the one-hot tokens' table entries N(0, 1), as in `table`
-        "pd_ssm_output_init": "normal",
-        "pd_ssm_output_trainable": True,
+        "extra_config": {
+            **_TABLE["extra_config"],
+            "pd_ssm_transition_init_scale": 4.0,  # sqrt(d): the one-hot tokens' table entries N(0, 1), as in `table`
+            "pd_ssm_output_init": "normal",
+            "pd_ssm_output_trainable": True,
+        },
         "length_curriculum_steps": 1500,
         "max_steps": 3000,
         "eval_every": 250,
@@ -119,9 +147,7 @@ RECIPES: dict[str, dict] = {
         state_size=128,
         num_heads=1,
         dict_size=8,
-        pd_ssm_initial_state="one_hot",
-        pd_ssm_diagonal="complex",
-        pd_ssm_input="projection",
+        extra_config={"pd_ssm_initial_state": "one_hot", "pd_ssm_diagonal": "complex", "pd_ssm_input": "projection"},
         block_type="post_norm_mixer",
         block_dropout=0.01,
         supervision="last",
@@ -172,9 +198,16 @@ def check_recipe(recipe: str) -> None:
 
 
 def resolve_settings(recipe: str, explicit: dict) -> dict:
-    """The StateTrackingSettings field values of `recipe` with the `explicit` ones on top (they always win)."""
+    """The StateTrackingSettings field values of `recipe` with the `explicit` ones on top (they always win).
+
+    `extra_config` (HybridSSMConfig fields) merges key by key, the explicit ones over the recipe's (the model
+    puts both over MODEL_DEFAULTS: state_tracking_settings.model_config). A setting of SETTINGS_MOVED_TO_EXTRA_CONFIG
+    among `explicit` (a record or settings.json written before they moved) is read as that extra_config key."""
     check_recipe(recipe)
-    values = {**RECIPES[recipe], **explicit, "recipe": recipe}
+    explicit = dict(explicit)
+    moved = {name: explicit.pop(name) for name in SETTINGS_MOVED_TO_EXTRA_CONFIG if name in explicit}
+    config = {**RECIPES[recipe].get("extra_config", {}), **moved, **explicit.get("extra_config", {})}
+    values = {**RECIPES[recipe], **explicit, "recipe": recipe, "extra_config": config}
     if recipe in SQUARE_OUTPUT_RECIPES and "hidden_size" not in explicit:
         values["hidden_size"] = 2 * values["num_heads"] * values["state_size"]
     fraction = WARMUP_FRACTIONS.get(recipe)

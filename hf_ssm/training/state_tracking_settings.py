@@ -5,25 +5,18 @@ validation; the settings a resumed run may change; and `model_config`, the Hybri
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from ..data import TASK_NAMES, get_task
 from ..data.state_tracking import SUPERVISIONS
 from ..data.word_problems import WORD_PROBLEM_TASK, load_word_problem_file, word_problem_task
 from ..modeling import HybridSSMConfig
-from ..modeling.config_values import (
-    BLOCK_TYPES,
-    PD_SSM_DIAGONALS,
-    PD_SSM_INITIAL_STATES,
-    PD_SSM_INPUTS,
-    PD_SSM_PROJECTED_TRANSITIONS,
-    check_choice,
-)
+from ..modeling.config_values import BLOCK_TYPES, PD_SSM_PROJECTED_TRANSITIONS, check_choice
 from ..modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS, SSM_MIXERS, check_config_keys
 from ..modeling.mixer_registry import pattern_letters, width_matched_fields
 from .cli import check_numeric_settings, config_fields_field
 from .optimization import LR_SCHEDULES
-from .recipes import RECIPE_NAMES, check_recipe
+from .recipes import MODEL_DEFAULTS, RECIPE_NAMES, check_recipe
 from .stack import stack_config_fields, stack_pattern
 from .state_tracking_evaluation import far_lengths
 
@@ -102,25 +95,6 @@ class StateTrackingSettings:
     eval_samples_per_bucket: int = 1024  # test sequences per length bucket (128 gave +- 4 points of noise)
     batch_size: int = 64
     max_steps: int = 1000
-    # PD-SSM's x_0: "one_hot" = e_0, the automaton's start state (the authors' state-tracking code; see
-    # HybridSSMConfig.pd_ssm_initial_state), or "zeros" as in docs/design.md §4. Other mixers ignore it.
-    pd_ssm_initial_state: str = "one_hot"
-    # PD-SSM's D and input map (HybridSSMConfig.pd_ssm_diagonal / pd_ssm_input). The default is the pure automaton,
-    # D = 1 and no input map, so x_t = P_t ... P_1 e_0 is a basis vector naming the state: it learned parity, even
-    # pairs, cycle navigation and A5 past the training lengths where the paper's layer ("complex" D with
-    # b_t = B u_t, the paper recipe) degrades with the length (RESULTS.md).
-    pd_ssm_diagonal: str = "unit"
-    pd_ssm_input: str = "none"
-    # How P_t is made and how the states are read (HybridSSMConfig.pd_ssm_transition, pd_ssm_transition_init_scale,
-    # pd_ssm_transition_norm, pd_ssm_output_skip, pd_ssm_output_init, pd_ssm_output_trainable); --extra_config wins.
-    # These defaults are the dictionary layer of the `residual` recipe; the `table` and `direct` recipes read P_t's
-    # logits straight off the token instead (hf_ssm/training/recipes.py).
-    pd_ssm_transition: str = "dictionary"
-    pd_ssm_transition_init_scale: float = 1.0
-    pd_ssm_transition_norm: bool = False
-    pd_ssm_output_skip: bool = True
-    pd_ssm_output_init: str = "normal"
-    pd_ssm_output_trainable: bool = True
     learning_rate: float = 1e-2
     weight_decay: float = 0.0
     warmup_steps: int = 50
@@ -170,9 +144,13 @@ class StateTrackingSettings:
     # steps each table entry on its own (no coupling of the tokens through shared input features), exactly
     # scripts/reference_automaton.py's table (docs/design.md §8.3).
     embedding_init: str = field(default="normal", metadata={"choices": EMBEDDING_INITS, "help": "normal or one_hot"})
+    # HybridSSMConfig fields, over MODEL_DEFAULTS (recipes.py): the PD-SSM layer's options (pd_ssm_transition,
+    # pd_ssm_diagonal, pd_ssm_input, pd_ssm_initial_state, pd_ssm_output_*, ...) are set here, by the recipe or by hand.
     extra_config: dict = config_fields_field(
-        "extra HybridSSMConfig fields: a JSON object, e.g. '{\"pd_ssm_magnitude_bias_init\": 3.0}', or KEY=VALUE "
-        "items (--config: the deprecated spelling)",
+        "HybridSSMConfig fields over the recipe's (which sets the PD-SSM layer's: pd_ssm_transition, pd_ssm_diagonal, "
+        "pd_ssm_input, pd_ssm_initial_state, pd_ssm_output_skip, ...): a JSON object, e.g. "
+        "'{\"pd_ssm_magnitude_bias_init\": 3.0}', or KEY=VALUE items, e.g. pd_ssm_transition=bank (--config: the "
+        "deprecated spelling)",
         aliases=("--config",),
         deprecated=("--config",),
     )
@@ -201,9 +179,6 @@ class StateTrackingSettings:
                 f"test_min_length ({self.test_min_length}) is above test_max_length ({self.test_max_length})"
             )
         self._validate_length_curriculum()
-        check_choice("pd_ssm_initial_state", self.pd_ssm_initial_state, PD_SSM_INITIAL_STATES)
-        check_choice("pd_ssm_diagonal", self.pd_ssm_diagonal, PD_SSM_DIAGONALS)
-        check_choice("pd_ssm_input", self.pd_ssm_input, PD_SSM_INPUTS)
         check_choice("validation_lengths", self.validation_lengths, VALIDATION_LENGTHS)
         self._validate_recipe_fields()
         for name in (
@@ -388,15 +363,13 @@ def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
         vocab_size=task.vocab_size,
         # the longest sequence in tokens (for mqar the lengths count pairs, at a fixed sequence length)
         max_position_embeddings=task.num_tokens(max(settings.test_max_length, settings.train_max_length)),
-        # every pd_ssm_* setting is the HybridSSMConfig field of the same name
-        **{f.name: getattr(settings, f.name) for f in fields(settings) if f.name.startswith("pd_ssm_")},
         block_type=settings.block_type,
         block_dropout=settings.block_dropout,
         num_labels=task.num_classes,
         id2label={i: str(i) for i in range(task.num_classes)},
     )
     config_fields.update(_mixer_settings(settings, {letters.get(ch) for ch in pattern}))
-    return HybridSSMConfig(**{**config_fields, **settings.extra_config})  # extra_config wins
+    return HybridSSMConfig(**{**config_fields, **MODEL_DEFAULTS, **settings.extra_config})  # extra_config wins
 
 
 def _mixer_settings(settings: StateTrackingSettings, mixers: set) -> dict:

@@ -1,8 +1,9 @@
 """The PD-SSM mixer (mixer_pd_ssm.py, docs/design.md §4): the transition modes (dictionary, bank, direct) at the layer
 and model level (decode steps, padding, reload, remote code, bf16 autocast, the Triton path), its options (one-hot /
-head-basis / learned initial state, magnitude-only / unit diagonal, identity-leaning dictionary init, no input map),
-and the expressivity claim: one layer with hand-set weights runs an automaton exactly. Its scans and ops are tested
-in tests/ops/test_pd_scans.py."""
+head-basis / learned initial state, magnitude-only / unit diagonal, identity-leaning dictionary init, no input map,
+the direct transition's norm, and the experimental fields: identity entry, shared selection, transition input size;
+one section each at the end), and the expressivity claim: one layer with hand-set weights runs an automaton exactly.
+Its scans and ops are tested in tests/ops/test_pd_scans.py."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from op_checks import DEVICE, needs_kernels
 
 import hf_ssm.modeling.pd_ops as pd_ops
 import hf_ssm.modeling.pd_scan as torch_pd_scan
-from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
+from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM, HybridSSMForTokenClassification
 from hf_ssm.modeling.mixer_pd_ssm import PDSSMMixer
+from hf_ssm.modeling.pd_bank import bank_indices
 from model_checks import assert_loads_without_hf_ssm, max_cached_decode_error, reload_is_bit_identical, tiny_config
 
 TRANSITIONS = ["dictionary", "bank"]  # the two generated inside a dictionary-shaped op (pd_ops.py)
@@ -535,3 +537,211 @@ def test_hand_set_pd_ssm_tracks_automaton_for_1000_steps(permutations, transitio
     readout = y[0, 1:, :n]
     assert torch.equal(readout.argmax(-1), expected)
     assert torch.allclose(readout, torch.nn.functional.one_hot(expected, n).float(), atol=1e-4)
+
+
+# ---- pd_ssm_shared_selection (experimental) --------------------------------------------------------------------------
+# config.pd_ssm_shared_selection: in bank mode one choice of entry per token for every head. What it
+# computes (every head applies its own entry k_t for the same k_t), W_s's size, the gradient reaching it, its config
+# check, save / reload, cached decode (the fused decode step is skipped) and remote-code loading.
+
+SHARED = dict(pd_ssm_transition="bank", pd_ssm_shared_selection=True)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"pd_ssm_shared_selection": True}, "needs pd_ssm_transition='bank' (got 'dictionary'"),
+        ({"pd_ssm_shared_selection": True, "pd_ssm_transition": "direct"}, "got 'direct'"),
+        ({**SHARED, "pd_ssm_shared_selection": 1}, "must be True or False, got 1"),
+    ],
+)
+def test_shared_selection_the_config_check_names_the_field_and_the_accepted_values(fields, message):
+    with pytest.raises(ValueError, match="pd_ssm_shared_selection") as err:
+        tiny_config("P", **fields)
+    assert message in str(err.value)
+
+
+@torch.no_grad()
+def test_every_head_takes_its_own_entry_of_one_shared_choice():
+    torch.manual_seed(0)
+    config = tiny_config(
+        "P", pd_ssm_dict_size=6, pd_ssm_diagonal="unit", pd_ssm_input="none", pd_ssm_initial_state="one_hot", **SHARED
+    )
+    layer = PDSSMMixer(config, 0)
+    assert layer.selection.weight.shape == (6, 32)
+    u = torch.randn(2, 7, 32)
+    logits = layer.transition_logits(u)
+    assert logits.shape == (2, 7, 2, 6) and torch.equal(logits[:, :, 0], logits[:, :, 1])
+    choice = (u @ layer.selection.weight.T).argmax(-1)  # (B, T): the one symbol of each token
+    bank = bank_indices(layer.dictionary)  # (H, K, N)
+    state = torch.zeros(2, 2, dtype=torch.long)  # every head starts in state 0
+    for t in range(7):
+        state = torch.stack([bank[h, choice[:, t], state[:, h]] for h in range(2)], dim=1)
+    _, final = layer(u)
+    assert torch.equal(final.abs().argmax(-1), state)
+
+
+def test_the_shared_selection_gets_a_gradient_and_keeps_its_identity_entry_bias():
+    config = tiny_config("P", pd_ssm_identity_entry_logit=2.0, pd_ssm_dictionary_diagonal_init=0.0, **SHARED)
+    torch.manual_seed(0)
+    layer = PDSSMMixer(config, 0)
+    assert torch.equal(layer.selection.bias, torch.tensor([2.0, 0.0, 0.0, 0.0]))
+    out, _ = layer(torch.randn(2, 9, 32))
+    out.square().sum().backward()
+    assert layer.selection.weight.grad.abs().sum() > 0
+
+
+def test_shared_selection_cached_decode_reload_and_remote_code(tmp_path):
+    config = tiny_config("PAP", **SHARED)
+    assert max_cached_decode_error(config) < 1e-4
+    assert reload_is_bit_identical(config, str(tmp_path / "reload"))
+    assert HybridSSMConfig.from_pretrained(tmp_path / "reload").pd_ssm_shared_selection is True
+    assert_loads_without_hf_ssm(HybridSSMForCausalLM(tiny_config("PA", **SHARED)), tmp_path / "remote")
+
+
+# ---- pd_ssm_transition_input_size (experimental) ---------------------------------------------------------------------
+# config.pd_ssm_transition_input_size: the direct transition reads the first k features of u_t only. What it
+# computes (the other features cannot move P_t), W_P's size and init, the pure automaton's training path with it, its
+# config check, save / reload, cached decode and remote-code loading.
+
+READS_FIVE = dict(pd_ssm_transition="direct", pd_ssm_transition_input_size=5)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({**READS_FIVE, "pd_ssm_transition_input_size": 0}, "an int in [1, hidden_size = 32], got 0"),
+        ({**READS_FIVE, "pd_ssm_transition_input_size": 33}, "an int in [1, hidden_size = 32], got 33"),
+        ({**READS_FIVE, "pd_ssm_transition_input_size": 2.0}, "got 2.0"),
+        ({**READS_FIVE, "pd_ssm_transition_input_size": True}, "got True"),
+        ({"pd_ssm_transition_input_size": 5}, "needs pd_ssm_transition='direct' (got 'dictionary'"),
+    ],
+)
+def test_input_size_the_config_check_names_the_field_and_the_accepted_values(fields, message):
+    with pytest.raises(ValueError, match="pd_ssm_transition_input_size") as err:
+        tiny_config("P", **fields)
+    assert message in str(err.value)
+
+
+@torch.no_grad()
+def test_input_size_logits_are_w_p_of_the_first_k_features_and_the_rest_cannot_move_them():
+    torch.manual_seed(0)
+    layer = PDSSMMixer(tiny_config("P", pd_ssm_transition_init_scale=2.0, **READS_FIVE), 0)
+    assert layer.transition_proj.weight.shape == (layer.num_heads * layer.head_state_size**2, 5)
+    u = torch.randn(2, 7, 32)
+    logits = layer.transition_logits(u)
+    assert torch.equal(logits.flatten(2), u[..., :5] @ layer.transition_proj.weight.T)
+    changed = u.clone()
+    changed[..., 5:] = torch.randn(2, 7, 27)
+    assert torch.equal(layer.transition_logits(changed), logits)
+    wide = PDSSMMixer(tiny_config("P", pd_ssm_transition="direct"), 0)
+    assert wide.transition_proj.weight.shape[1] == 32  # None: all d features, as before
+
+
+def test_w_p_starts_at_the_init_scale_over_root_k_in_the_model_init():
+    config = tiny_config("P", pd_ssm_transition_init_scale=3.0, pd_ssm_num_heads=4, **READS_FIVE)
+    torch.manual_seed(0)
+    weight = HybridSSMForCausalLM(config).model.layers[0].mixer.transition_proj.weight
+    assert weight.std().item() == pytest.approx(3.0 / 5**0.5, rel=0.1)
+
+
+def test_a_pure_automaton_reading_k_features_trains_on_the_fast_path_with_the_general_gradients():
+    config = tiny_config("P", pd_ssm_diagonal="unit", pd_ssm_input="none", pd_ssm_initial_state="one_hot", **READS_FIVE)
+    torch.manual_seed(0)
+    layer = PDSSMMixer(config, 0)
+    u = torch.randn(2, 9, 32)
+
+    def gradient():
+        layer.zero_grad()
+        out, _ = layer(u)
+        out.square().sum().backward()
+        return layer.transition_proj.weight.grad.clone()
+
+    fast = gradient()
+    layer.is_pure_automaton = lambda: False
+    torch.testing.assert_close(fast, gradient(), rtol=1e-4, atol=1e-6)
+
+
+def test_input_size_cached_decode_reload_and_remote_code(tmp_path):
+    config = tiny_config("PAP", **READS_FIVE)
+    assert max_cached_decode_error(config) < 1e-4
+    assert reload_is_bit_identical(config, str(tmp_path / "reload"))
+    assert HybridSSMConfig.from_pretrained(tmp_path / "reload").pd_ssm_transition_input_size == 5
+    assert_loads_without_hf_ssm(HybridSSMForCausalLM(tiny_config("PA", **READS_FIVE)), tmp_path / "remote")
+
+
+# ---- pd_ssm_transition_norm ------------------------------------------------------------------------------------------
+# config.pd_ssm_transition_norm: the direct transition reads RMSNorm(u_t) with its own gain. What it
+# computes, its config check, save / reload, cached decode and remote-code loading; and the init of a direct mixer
+# without D_skip (W_P and C were left at the generic init).
+
+NORMED = dict(pd_ssm_transition="direct", pd_ssm_transition_norm=True)
+
+
+def test_transition_norm_the_config_check_names_the_field():
+    for bad in (1, "true", None):
+        with pytest.raises(ValueError, match="pd_ssm_transition_norm"):
+            tiny_config("P", pd_ssm_transition_norm=bad)
+
+
+@torch.no_grad()
+def test_logits_are_w_p_of_the_normed_input_whatever_its_scale():
+    """P_t's logits = W_P (g * u_t / RMS(u_t)): a rescaled input gives the same logits (up to the norm's eps); the gain
+    starts at 1 and trains; without the option the layer has no norm and its logits are W_P u_t."""
+    torch.manual_seed(0)
+    layer = PDSSMMixer(tiny_config("P", **NORMED), 0)
+    norm = layer.transition_norm
+    assert torch.equal(norm.weight, torch.ones(32)) and norm.weight.requires_grad
+    u = torch.randn(2, 5, 32)
+    expected = (u / u.pow(2).mean(-1, keepdim=True).add(norm.eps).sqrt()) @ layer.transition_proj.weight.T
+    logits = layer.transition_logits(u)
+    torch.testing.assert_close(logits, expected.view(2, 5, *logits.shape[2:]))
+    torch.testing.assert_close(layer.transition_logits(0.02 * u), logits, rtol=1e-2, atol=1e-2)
+    plain = PDSSMMixer(tiny_config("P", pd_ssm_transition="direct"), 0)
+    assert plain.transition_norm is None
+    assert torch.equal(plain.transition_logits(u).flatten(2), u @ plain.transition_proj.weight.T)
+
+
+def test_the_gain_is_in_the_model_init_and_trains(tmp_path):
+    model = HybridSSMForCausalLM(tiny_config("P", **NORMED))
+    gain = model.model.layers[0].mixer.transition_norm.weight
+    assert torch.equal(gain, torch.ones_like(gain))
+    ids = torch.randint(1, 37, (2, 7))
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert gain.grad is not None and gain.grad.abs().sum() > 0
+
+
+def test_transition_norm_cached_decode_and_reload(tmp_path):
+    config = tiny_config("PAP", **NORMED)
+    assert max_cached_decode_error(config) < 1e-4
+    assert reload_is_bit_identical(config, str(tmp_path))
+    assert HybridSSMConfig.from_pretrained(tmp_path).pd_ssm_transition_norm is True
+
+
+def test_transition_norm_trust_remote_code_loads_without_hf_ssm(tmp_path):
+    model = HybridSSMForCausalLM(tiny_config("PA", **NORMED))
+    with torch.no_grad():
+        model.model.layers[0].mixer.transition_norm.weight.uniform_(0.5, 1.5)  # a trained gain travels too
+    assert_loads_without_hf_ssm(model, tmp_path / "normed")
+
+
+@pytest.mark.parametrize("cls", [HybridSSMForCausalLM, HybridSSMForTokenClassification])
+def test_a_direct_mixer_without_skip_gets_its_own_init(cls, tmp_path):
+    """Regression: a direct-transition mixer without D_skip owns no parameter itself (only W_P and C), and
+    transformers took it for initialised, so W_P and C kept the generic N(0, 0.02^2) init. Now W_P ~ N(0, s^2 / d)
+    and C is the identity, also after a reload that must keep the saved (trained) values instead."""
+    config = tiny_config(
+        "P", hidden_size=32, pd_ssm_num_heads=2, pd_ssm_head_state_size=8, pd_ssm_output_skip=False,
+        pd_ssm_output_init="identity", pd_ssm_output_trainable=False, pd_ssm_transition_init_scale=3.0,
+        block_type="post_norm_mixer", **NORMED,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = cls(config)
+    mixer = model.model.layers[0].mixer
+    assert torch.equal(mixer.out_proj.weight, torch.eye(32))
+    assert mixer.transition_proj.weight.std().item() == pytest.approx(3.0 / 32**0.5, rel=0.1)
+    with torch.no_grad():
+        mixer.transition_proj.weight.mul_(2.0)
+    model.save_pretrained(tmp_path)
+    loaded = cls.from_pretrained(tmp_path).model.layers[0].mixer
+    assert torch.equal(loaded.transition_proj.weight, mixer.transition_proj.weight)

@@ -70,3 +70,32 @@ def test_an_unknown_mode_name_is_refused_with_the_accepted_ones():
         pd_transitions.transition_mode(config)
     with pytest.raises(ValueError, match=r"`pd_ssm_transition` must be one of \['dictionary', 'bank', 'direct'\]"):
         tiny_config("S", pd_ssm_transition="permutation")
+
+
+def test_mode_names_appear_only_in_the_mode_table_and_the_config_checks():
+    """The transition modes' names ("dictionary", "bank", "direct") are string values in hf_ssm/modeling only in
+    pd_transitions.py (TRANSITIONS), config_values.py (the accepted values) and configuration_hybrid_ssm.py (the field's
+    default): every other module asks the mode object, so a new mode is one class and one table entry. Docstrings
+    do not count."""
+    import ast
+
+    from model_checks import ROOT
+
+    names = {"dictionary", "bank", "direct"}
+    allowed = {"pd_transitions.py", "config_values.py", "configuration_hybrid_ssm.py"}
+    found = []
+    for path in sorted((ROOT / "hf_ssm" / "modeling").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in names and id(node) not in docstrings:
+                found.append(f"{path.name}:{node.lineno} {node.value!r}")
+    assert [f for f in found if f.split(":")[0] not in allowed] == []
+    assert any(f.startswith("pd_transitions.py") for f in found)  # the table itself is seen

@@ -300,3 +300,24 @@ def test_a_dictionary_checkpoint_does_not_load_silently_as_a_bank_model(tmp_path
     assert same.config.scan_backend == "torch"
     with pytest.raises(TypeError, match="`allow_weight_meaning_change` must be True or False"):
         AutoConfig.from_pretrained(tmp_path, allow_weight_meaning_change="yes")
+
+
+def test_experimental_fields_sit_in_one_table_outside_the_stable_fields_and_work_like_fields(tmp_path):
+    """The experimental fields (experimental_fields.py) are not HybridSSMConfig dataclass fields, yet every path that
+    takes a field takes them: the constructor, check_config_keys (--extra_config), an adapter's mixer_settings,
+    save / reload; the config docstring names each of them, and each has a default and a description."""
+    from hf_ssm.adapters import SSMAdapterConfig
+    from hf_ssm.modeling.experimental_fields import EXPERIMENTAL_FIELDS
+
+    stable = set(HybridSSMConfig.__dataclass_fields__)
+    assert EXPERIMENTAL_FIELDS and not stable & set(EXPERIMENTAL_FIELDS)
+    check_config_keys(EXPERIMENTAL_FIELDS, "--extra_config")
+    assert set(EXPERIMENTAL_FIELDS) <= set(config_field_names())
+    for name, (default, description) in EXPERIMENTAL_FIELDS.items():
+        assert f"`{name}`" in HybridSSMConfig.__doc__ and description
+        assert getattr(HybridSSMConfig(**TINY), name) == default
+    config = HybridSSMConfig(**TINY, pd_ssm_transition="bank", pd_ssm_shared_selection=True)
+    config.save_pretrained(tmp_path)
+    assert HybridSSMConfig.from_pretrained(tmp_path).pd_ssm_shared_selection is True
+    adapter = SSMAdapterConfig(mixer_settings={"pd_ssm_transition": "bank", "pd_ssm_shared_selection": True})
+    assert adapter.mixer_settings["pd_ssm_shared_selection"] is True

@@ -1,4 +1,5 @@
-"""Checkpoints saved before the renamings of hf_ssm/modeling/legacy_names.py (docs/design.md §9.1) still load.
+"""Checkpoints saved before the renamings of hf_ssm/modeling/legacy_names.py (docs/design.md §9.1) still load, and a
+removed config field in an old config.json loads at its former default or is refused by name.
 
 tests/fixtures/legacy_checkpoints holds one tiny checkpoint of every mixer (and two SSM adapters) saved by commit
 e22e70f, before the renaming, with the logits they gave then (tests/fixtures/make_legacy_checkpoints.py). Each
@@ -21,7 +22,12 @@ from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
 from hf_ssm.adapters import SSMAdapterConfig, load_ssm_adapter
 from hf_ssm.model_card import mixer_details
 from hf_ssm.modeling.configuration_hybrid_ssm import SSM_MIXERS, check_config_keys
-from hf_ssm.modeling.legacy_names import RENAMED_CONFIG_FIELDS, RENAMED_PARAMETERS, rename_legacy_keys
+from hf_ssm.modeling.legacy_names import (
+    REMOVED_CONFIG_FIELDS,
+    RENAMED_CONFIG_FIELDS,
+    RENAMED_PARAMETERS,
+    rename_legacy_keys,
+)
 from model_checks import assert_loads_without_hf_ssm, tiny_config
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "legacy_checkpoints"
@@ -267,3 +273,47 @@ def test_fresh_save_with_renamed_mixers_loads_through_remote_code(tmp_path):
     model = HybridSSMForCausalLM(tiny_config("PBA", lru_total_state_size=8, lru_group_size=2))
     files = assert_loads_without_hf_ssm(model, tmp_path / "model")
     assert "legacy_names.py" in files
+
+
+REMOVED = {"pd_ssm_retired_option": (False, "drop it from config.json; the layer now always does X")}
+
+
+def _config_json_with(tmp_path: Path, **fields) -> Path:
+    """A copy of the pd_ssm_dictionary fixture's config.json (a real old config) with `fields` added."""
+    saved = json.loads((FIXTURES / "pd_ssm_dictionary" / "config.json").read_text())
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**saved, **fields}))
+    return folder
+
+
+def test_a_removed_field_at_its_former_default_loads_with_a_warning_naming_it(tmp_path, monkeypatch):
+    """An old config.json holding a removed field at its former default loads (the field changed nothing there),
+    with a FutureWarning naming the field; the config no longer carries it, so a config saved again leaves it out."""
+    for name, entry in REMOVED.items():
+        monkeypatch.setitem(REMOVED_CONFIG_FIELDS, name, entry)
+    folder = _config_json_with(tmp_path, pd_ssm_retired_option=False)
+    with pytest.warns(FutureWarning, match="`pd_ssm_retired_option` was removed"):
+        config = HybridSSMConfig.from_pretrained(folder)
+    assert not hasattr(config, "pd_ssm_retired_option")
+    config.save_pretrained(tmp_path / "again")
+    assert "pd_ssm_retired_option" not in json.loads((tmp_path / "again" / "config.json").read_text())
+
+
+@pytest.mark.parametrize("value", [True, 0, None])
+def test_a_removed_field_at_another_value_is_refused_naming_it_and_what_to_do(value, tmp_path, monkeypatch):
+    """A removed field set to anything but its former default (also an equal value of another type, 0 for False)
+    would build a layer that no longer exists: loading, building and updating all raise a ValueError naming the
+    field, the value and the advice, and nothing is dropped silently."""
+    for name, entry in REMOVED.items():
+        monkeypatch.setitem(REMOVED_CONFIG_FIELDS, name, entry)
+    folder = _config_json_with(tmp_path, pd_ssm_retired_option=value)
+    for build in (
+        lambda: HybridSSMConfig.from_pretrained(folder),
+        lambda: HybridSSMConfig(pd_ssm_retired_option=value),
+        lambda: HybridSSMConfig.from_pretrained(folder.parent / "old", pd_ssm_retired_option=value),
+        lambda: HybridSSMConfig().update({"pd_ssm_retired_option": value}),
+    ):
+        with pytest.raises(ValueError, match="`pd_ssm_retired_option` was removed") as err:
+            build()
+        assert repr(value) in str(err.value) and "the layer now always does X" in str(err.value)

@@ -90,13 +90,14 @@ def _planned(argv: str) -> dict[tuple[str, str, int], StateTrackingSettings]:
 
 
 def _comparable(settings: dict, mixer: str) -> dict:
-    # PD-SSM's own fields do not enter a model without a PD-SSM layer (a baseline's records carry whatever the
-    # recipe of the day set there)
-    return {
-        k: v
-        for k, v in settings.items()
-        if k not in NOT_COMPARED and not (mixer != "pd_ssm" and k.startswith("pd_ssm_"))
-    }
+    # PD-SSM's own fields (extra_config keys; older records held them as settings) do not enter a model without a
+    # PD-SSM layer (a baseline's records carry whatever the recipe of the day set there)
+    def pd_field(key: str) -> bool:
+        return mixer != "pd_ssm" and key.startswith("pd_ssm_")
+
+    out = {k: v for k, v in settings.items() if k not in NOT_COMPARED and not pd_field(k)}
+    out["extra_config"] = {k: v for k, v in out["extra_config"].items() if not pd_field(k)}
+    return out
 
 
 @pytest.mark.parametrize(("figure", "argv", "prefix", "num_generators"), PUBLISHED, ids=[p[0] for p in PUBLISHED])

@@ -103,7 +103,9 @@ def test_suite_writes_comparison(tmp_path):
         (["--task", "parity", "--mixer", "rnn"], "unknown mixer"),  # (lstm is a mixer now: the nn.LSTM baseline)
         (["--task", "parity", "--validation_lengths", "all"], "validation_lengths"),
         (["--task", "parity", "--mixer", "diag_lru", "--baseline_restarts", "0"], "restarts"),
-        (["--task", "parity", "--pd_ssm_initial_state", "ones"], "pd_ssm_initial_state"),
+        (["--task", "parity", "--extra_config", "pd_ssm_initial_state=ones"], "pd_ssm_initial_state"),
+        # an old flag of a PD-SSM setting, now an --extra_config key: refused naming the new spelling
+        (["--task", "parity", "--pd_ssm_transition", "direct"], "pass --extra_config pd_ssm_transition=direct"),
         # HybridSSMConfig's pattern letters (any other letter used to mean the mixer): S, A, P, B, H, D, L, G, M, R
         (["--task", "parity", "--pattern", "SXA"], "unknown letters ['X']"),
         (["--task", "parity", "--pattern", "sa"], "unknown letters ['a', 's']"),

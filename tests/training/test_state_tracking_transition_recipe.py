@@ -41,7 +41,7 @@ def tiny(**fields) -> StateTrackingSettings:
         ({"transition_lr_scale": -1.0}, "`transition_lr_scale` must be a finite number > 0, got -1.0"),
         ({"transition_lr_scale": 0.5, "extra_config": {}}, "`transition_lr_scale` = 0.5 scales the learning rate"),
         (
-            {"transition_lr_scale": 0.5, "pd_ssm_transition": "bank", "extra_config": {}},
+            {"transition_lr_scale": 0.5, "extra_config": {"pd_ssm_transition": "bank"}},
             "needs pd_ssm_transition='direct' (got 'bank'",
         ),
         ({"embedding_init": "eye"}, "`embedding_init` must be one of ['normal', 'one_hot'], got 'eye'"),
