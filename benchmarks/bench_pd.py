@@ -4,7 +4,10 @@
    diag_lru and bd_lru (m = 4) at equal real state width W = 2 N (PD: H = 1 head of N complex states = 2N reals;
    the LRUs' lru_total_state_size counts reals). The repetitions are interleaved (every round runs every mixer once, in
    a rotating order) so that load from other processes hits all of them alike; the table gives the median per
-   mixer and its ratio to diag_lru's median.
+   mixer and its ratio to diag_lru's median, in wall-clock time and in the process's CPU time (on a machine shared
+   with other work the CPU time is the steadier of the two; with one thread it counts the work of this process only).
+   Targets, printed with a verdict (met / MISSED) beside each row and in a summary at the end: PD dictionary at most
+   3x diag_lru, PD bank at most 1.2x diag_lru, at every size (the verdict reads the wall-clock ratio).
 2. Peak memory of the same fwd+bwd at T = 1k, 4k, 16k: the rise of the process's peak resident set during the
    step, from Linux's high-water mark (freed heap returned with malloc_trim and the mark reset through
    /proc/self/clear_refs before the step, VmHWM - VmRSS after).
@@ -14,6 +17,7 @@
 
     python benchmarks/bench_pd.py                      # both sizes, memory at 1k / 4k / 16k
     python benchmarks/bench_pd.py --rounds 3 --mem-steps 1024   # quicker
+    python benchmarks/bench_pd.py --threads 1 --out results/bench_pd_1thread.json   # also writes the JSON
 """
 
 from __future__ import annotations
@@ -37,6 +41,15 @@ MIXERS = [
     ("bd_lru m=4", "bd_lru", {"lru_group_size": 4}),
 ]
 SIZES = [(8, 256, 128, 8), (2, 1024, 64, 8)]  # (B, T, d = N, K)
+# fwd+bwd time / diag_lru's at every size: at most this (the mixers without an entry have no target)
+TARGETS = {"pd dictionary": 3.0, "pd bank": 1.2}
+
+
+def verdict(label: str, ratio: float) -> str:
+    """ "met" / "MISSED" against TARGETS[label] for a wall-clock ratio to diag_lru, "no target" without one."""
+    if label not in TARGETS:
+        return "no target"
+    return "met" if ratio <= TARGETS[label] else "MISSED"
 
 
 def make_mixer(kind: str, overrides: dict, d: int, k: int) -> torch.nn.Module:
@@ -66,16 +79,18 @@ def time_size(batch, steps, d, k, rounds):
     mixers = [(label, make_mixer(kind, extra, d, k)) for label, kind, extra in MIXERS]
     u = torch.randn(batch, steps, d)
     times = {label: [] for label, _ in mixers}
+    cpu_times = {label: [] for label, _ in mixers}
     for _, mixer in mixers:  # warm-up
         fwd_bwd(mixer, u)
     for r in range(rounds):
         for i in range(len(mixers)):
             label, mixer = mixers[(i + r) % len(mixers)]
             mixer.zero_grad(set_to_none=True)
-            start = time.perf_counter()
+            cpu_start, start = time.process_time(), time.perf_counter()
             fwd_bwd(mixer, u)
             times[label].append(time.perf_counter() - start)
-    return {label: statistics.median(ts) for label, ts in times.items()}
+            cpu_times[label].append(time.process_time() - cpu_start)
+    return {label: (statistics.median(times[label]), statistics.median(cpu_times[label])) for label in times}
 
 
 def peak_bytes(mixer, u) -> int:
@@ -96,19 +111,30 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
-    print("\n| B | T | d = N | K | state width (reals) | mixer | fwd+bwd median (ms) | / diag_lru |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "\n| B | T | d = N | K | state width (reals) | mixer | fwd+bwd median (ms) | / diag_lru "
+        "| CPU median (ms) | CPU / diag_lru | target | verdict |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     record = {"torch": torch.__version__, "threads": torch.get_num_threads(), "rounds": args.rounds}
     record["load_average_start"] = os.getloadavg()[0]
+    record["targets"] = {label: f"fwd+bwd <= {t:g}x diag_lru" for label, t in TARGETS.items()}
     record["time"], record["peak_memory_mib"] = [], []
     for batch, steps, d, k in SIZES:
         med = time_size(batch, steps, d, k, args.rounds)
-        for label, t in med.items():
+        (base, base_cpu) = med["diag_lru"]
+        for label, (t, cpu) in med.items():
+            ratio, verdict_ = t / base, verdict(label, t / base)
+            target = f"<= {TARGETS[label]:g}x" if label in TARGETS else "-"
             record["time"].append(
-                dict(B=batch, T=steps, d=d, N=d, K=k, mixer=label, median_s=t, ratio_to_diag_lru=t / med["diag_lru"])
-            )
+                dict(
+                    B=batch, T=steps, d=d, N=d, K=k, mixer=label, median_s=t, ratio_to_diag_lru=ratio,
+                    cpu_median_s=cpu, cpu_ratio_to_diag_lru=cpu / base_cpu, target=target, verdict=verdict_,
+                )
+            )  # fmt: skip
             print(
-                f"| {batch} | {steps} | {d} | {k} | {2 * d} | {label} | {1000 * t:.1f} | {t / med['diag_lru']:.2f}× |"
+                f"| {batch} | {steps} | {d} | {k} | {2 * d} | {label} | {1000 * t:.1f} | {ratio:.2f}× "
+                f"| {1000 * cpu:.1f} | {cpu / base_cpu:.2f}× | {target} | {verdict_} |"
             )
     if args.mem_steps:
         d, batch = args.mem_d, args.mem_batch
@@ -124,6 +150,12 @@ def main():
             )
     record["load_average_end"] = os.getloadavg()[0]
     print(f"\nload average at the end {record['load_average_end']:.1f}")
+    print("\nTargets (fwd+bwd time / diag_lru's, wall clock):")
+    for label, target in TARGETS.items():
+        rows = [r for r in record["time"] if r["mixer"] == label]
+        ratios = ", ".join(f"{r['ratio_to_diag_lru']:.2f}x at (B, T) = ({r['B']}, {r['T']})" for r in rows)
+        met = all(r["verdict"] == "met" for r in rows)
+        print(f"  {label} <= {target:g}x diag_lru: {ratios}: {'met' if met else 'MISSED'}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(record, f, indent=2)
