@@ -46,7 +46,7 @@ TARGETS = {"pd dictionary": 3.0, "pd bank": 1.2}
 
 
 def verdict(label: str, ratio: float) -> str:
-    """ "met" / "MISSED" against TARGETS[label] for a wall-clock ratio to diag_lru, "no target" without one."""
+    """The verdict on a wall-clock ratio to diag_lru: "met" / "MISSED" against TARGETS[label], or "no target"."""
     if label not in TARGETS:
         return "no target"
     return "met" if ratio <= TARGETS[label] else "MISSED"
@@ -107,6 +107,12 @@ def main():
     parser.add_argument("--mem-batch", type=int, default=2)
     parser.add_argument("--mem-d", type=int, default=64, help="d = N of the memory table")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument(
+        "--sizes",
+        nargs="*",
+        default=[",".join(map(str, size)) for size in SIZES],
+        help="B,T,d,K of each timed size (default: the two sizes of the targets)",
+    )
     parser.add_argument("--out", default=None, help="also write the figures as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -120,7 +126,7 @@ def main():
     record["load_average_start"] = os.getloadavg()[0]
     record["targets"] = {label: f"fwd+bwd <= {t:g}x diag_lru" for label, t in TARGETS.items()}
     record["time"], record["peak_memory_mib"] = [], []
-    for batch, steps, d, k in SIZES:
+    for batch, steps, d, k in (tuple(int(v) for v in size.split(",")) for size in args.sizes):
         med = time_size(batch, steps, d, k, args.rounds)
         (base, base_cpu) = med["diag_lru"]
         for label, (t, cpu) in med.items():
