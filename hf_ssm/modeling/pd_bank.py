@@ -54,8 +54,9 @@ def _bank_outer_sums(lam, z, choice, k):
         ch = choice[:, :, h].reshape(-1)
         order = torch.argsort(ch, stable=True)
         counts = torch.bincount(ch, minlength=k).tolist()
-        lh = lam_r[:, :, h].reshape(-1, 2, n)[order].split(counts)
-        zh = z_r[:, :, h].reshape(-1, 2, n)[order].split(counts)
+        # one copy straight from the transposed views into choice order (a reshape, then [order], copied twice)
+        lh = lam_r[:, :, h].flatten(0, 1).index_select(0, order).split(counts)
+        zh = z_r[:, :, h].flatten(0, 1).index_select(0, order).split(counts)
         for kk in range(k):
             if counts[kk]:
                 out[h, kk] = lh[kk].reshape(-1, n).T @ zh[kk].reshape(-1, n)
