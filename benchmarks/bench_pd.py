@@ -7,7 +7,9 @@
    mixer and its ratio to diag_lru's median, in wall-clock time and in the process's CPU time (on a machine shared
    with other work the CPU time is the steadier of the two; with one thread it counts the work of this process only).
    Targets, printed with a verdict (met / MISSED) beside each row and in a summary at the end: PD dictionary at most
-   3x diag_lru, PD bank at most 1.2x diag_lru, at every size (the verdict reads the wall-clock ratio).
+   3x diag_lru, PD bank at most 1.2x diag_lru, at every size (the verdict reads the wall-clock ratio). One more row,
+   "pd, op replaced (floor)", is the bank layer with its op replaced by states = b + D: the cost of the layer around
+   its op, and so the least ratio the bank target can reach.
 2. Peak memory of the same fwd+bwd at T = 1k, 4k, 16k: the rise of the process's peak resident set during the
    step, from Linux's high-water mark (freed heap returned with malloc_trim and the mark reset through
    /proc/self/clear_refs before the step, VmHWM - VmRSS after).
@@ -33,6 +35,7 @@ from bench_common import peak_rss_rise
 
 from hf_ssm import HybridSSMConfig
 from hf_ssm.modeling.modeling_hybrid_ssm import SSM_MIXER_CLASSES
+from hf_ssm.modeling.pd_ops import GeneratedOp
 
 MIXERS = [
     ("pd dictionary", "pd_ssm", {"pd_ssm_transition": "dictionary"}),
@@ -43,6 +46,25 @@ MIXERS = [
 SIZES = [(8, 256, 128, 8), (2, 1024, 64, 8)]  # (B, T, d = N, K)
 # fwd+bwd time / diag_lru's at every size: at most this (the mixers without an entry have no target)
 TARGETS = {"pd dictionary": 3.0, "pd bank": 1.2}
+
+
+# The PD bank layer with its op (P_t's generation, the scan, the straight-through backward) replaced by states =
+# b + D: what the layer costs around its op (the projections, the two MLPs, D and the read-out). No target; the
+# bank row minus this row is the op, and this row / diag_lru is the least ratio the bank target can reach.
+FLOOR_LABEL = "pd, op replaced (floor)"
+
+
+def _op_replaced(selection, matrices, dv, b, initial_state=None, mask=None, temperature=1.0):
+    """states = b + D (B, T, H, N), every input of the op still in the graph (its gradients are zeros)."""
+    states = b + dv + 0 * (selection.sum() + matrices.sum())
+    return states, states[:, -1]
+
+
+def make_floor_mixer(d: int, k: int) -> torch.nn.Module:
+    """The bank layer of MIXERS whose op is `_op_replaced`."""
+    mixer = make_mixer("pd_ssm", {"pd_ssm_transition": "bank"}, d, k)
+    mixer.transition.op = GeneratedOp("pd_op_replaced", _op_replaced, None, "none")
+    return mixer
 
 
 def verdict(label: str, ratio: float) -> str:
@@ -77,6 +99,7 @@ def fwd_bwd(mixer, u):
 
 def time_size(batch, steps, d, k, rounds):
     mixers = [(label, make_mixer(kind, extra, d, k)) for label, kind, extra in MIXERS]
+    mixers.append((FLOOR_LABEL, make_floor_mixer(d, k)))
     u = torch.randn(batch, steps, d)
     times = {label: [] for label, _ in mixers}
     cpu_times = {label: [] for label, _ in mixers}

@@ -30,7 +30,7 @@ def test_verdict_reads_the_ratio_against_each_target():
 
 def test_tiny_run_prints_targets_and_verdicts_and_writes_json_only_when_asked(tmp_path):
     """One tiny size (B, T, d, K) = (2, 32, 16, 4), one round, no memory table: every PD row of the table carries its
-    target and a verdict, the summary prints one line per target with its verdict, and --out writes a JSON whose
+    target and a verdict (the floor row, the bank layer with its op replaced, none), the summary prints one line per target with its verdict, and --out writes a JSON whose
     rows hold the same targets and verdicts (without --out the run writes no file in its working directory)."""
     out = tmp_path / "pd.json"
     args = ["--sizes", "2,32,16,4", "--rounds", "1", "--mem-steps", "--threads", "1"]
@@ -45,7 +45,7 @@ def test_tiny_run_prints_targets_and_verdicts_and_writes_json_only_when_asked(tm
     rows = {label.strip(): [c.strip() for c in cells] for label, cells in rows.items()}
     assert rows["pd dictionary"][-2] == "<= 3x" and rows["pd bank"][-2] == "<= 1.2x"
     assert {rows[label][-1] for label in ("pd dictionary", "pd bank")} <= {"met", "MISSED"}
-    assert rows["diag_lru"][-1] == "no target"
+    assert rows["diag_lru"][-1] == "no target" and rows[bench_pd.FLOOR_LABEL][-1] == "no target"
     summary = run.stdout.split("Targets (fwd+bwd time / diag_lru's, wall clock):", 1)[1]
     lines = [line.strip() for line in summary.strip().splitlines()]
     assert [line.split(" <= ")[0] for line in lines] == ["pd dictionary", "pd bank"]
