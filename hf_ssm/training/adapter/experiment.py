@@ -89,10 +89,10 @@ def run_experiment(
     # The run folder and its settings.json; resuming is per method (finished methods and their checkpoints,
     # run_dir/<method>/checkpoints), so there is no run-level checkpoint to check here.
     accelerator, run_dir, _ = loop.begin_run(settings, run_dir, resume=False, safe=())
+    task = get_nl_task(settings.task)  # the run's one resolution of its task, handed to every step
     began = time.perf_counter()
-    base_source, base_info = prepare_base(settings, run_dir, accelerator)
+    base_source, base_info = prepare_base(settings, task, run_dir, accelerator)
     base_seconds = time.perf_counter() - began
-    task = get_nl_task(settings.task)
     results = [
         train_method(m, settings, task, base_source, run_dir, accelerator, resume) for m in settings.method_list()
     ]

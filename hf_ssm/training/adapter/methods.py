@@ -31,9 +31,10 @@ from .experiment_settings import METHODS, SSM_ADAPTER_METHODS, TINY_BASE, Adapte
 # --- the base model ----------------------------------------------------------------------------------------
 
 
-def prepare_base(settings: AdapterExperimentSettings, run_dir: Path, accelerator) -> tuple[str, dict]:
+def prepare_base(settings: AdapterExperimentSettings, task, run_dir: Path, accelerator) -> tuple[str, dict]:
     """Where the base loads from, and how it was made. The tiny base is built and pretrained once into
-    run_dir/base (reused by a resumed run); any other `base_model` is a hub id or local path."""
+    run_dir/base (reused by a resumed run); any other `base_model` is a hub id or local path. `task`: the run's
+    natural-language task (its words join the tiny base's vocabulary)."""
     if settings.base_model in NAMED_BASES:
         named = NAMED_BASES[settings.base_model]
         info = {"base_model": settings.base_model, "description": named.description, "gguf_file": named.gguf_file}
@@ -47,7 +48,7 @@ def prepare_base(settings: AdapterExperimentSettings, run_dir: Path, accelerator
     # The automata's words, and the task's own where it is another (so the automaton runs keep their vocabulary).
     tasks = [get_nl_task(name) for name in NL_TASK_NAMES]
     if settings.task not in NL_TASK_NAMES:
-        tasks.append(get_nl_task(settings.task))
+        tasks.append(task)
     tokenizer = build_word_tokenizer(task_vocabulary(tasks))
     longest = max(bucket[1] for bucket in settings.bucket_list())
     model = build_tiny_qwen2(
