@@ -171,24 +171,25 @@ def test_deprecated_config_flag_warns_and_gives_the_same_settings(tmp_path, monk
 
 def test_restarts_validate_the_settings_once(tmp_path, monkeypatch):
     """train_with_restarts validates once (it used to validate again in every restart, each time building a
-    HybridSSMConfig: 4 times for 3 restarts) and tells each restart its settings are validated."""
+    HybridSSMConfig: 4 times for 3 restarts): each restart trains through the driver's inner run, which never
+    validates."""
     import hf_ssm.training.state_tracking.driver as st
 
     validations, restarts = [], []
     original = StateTrackingSettings.validate
     monkeypatch.setattr(StateTrackingSettings, "validate", lambda self: validations.append(original(self)))
 
-    def fake_restart(settings, run_dir, resume=False, validated=False):
-        restarts.append(validated)
+    def fake_restart(settings, run_dir, accelerator, resume):
+        restarts.append(settings.seed)
         (run_dir / "model").mkdir(parents=True)
         test = {"mean_accuracy": 0.5, "buckets": []}
         return {"seed": settings.seed, "validation": {"accuracy": 0.5}, "test": test, "steps": 1, "train_seconds": 0.0,
                 "cpu_seconds": 0.0, "task": settings.task, "mixer": settings.mixer, "train_lengths": [3, 40]}  # fmt: skip
 
-    monkeypatch.setattr(st, "train_state_tracking", fake_restart)
+    monkeypatch.setattr(st, "_train_run", fake_restart)
     monkeypatch.setattr(st, "plot_accuracy_vs_length", lambda results, path: None)
     results = st.train_with_restarts(StateTrackingSettings(restarts=3), tmp_path)
-    assert len(results["restarts"]) == 3 and restarts == [True] * 3 and len(validations) == 1
+    assert len(results["restarts"]) == 3 and restarts == [0, 1000, 2000] and len(validations) == 1
 
 
 def test_pattern_letters_mean_what_they_mean_in_the_config():
@@ -291,9 +292,9 @@ def _scripted_validation(monkeypatch, accuracy_by_seed: dict[int, float]):
     real_evaluate, current = st.evaluate, {}
     real_train = st._train_run
 
-    def train(settings, task, run_dir, accelerator, resume):
+    def train(settings, run_dir, accelerator, resume):
         current["seed"] = settings.seed
-        return real_train(settings, task, run_dir, accelerator, resume)
+        return real_train(settings, run_dir, accelerator, resume)
 
     def evaluate(model, settings_, task, buckets, seed, device, samples_per_bucket):
         if seed == st.TEST_SEED:
