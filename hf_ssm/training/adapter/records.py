@@ -84,7 +84,7 @@ SUMMARY_KEY = ("run_dir", "method", "seed")
 
 
 def update_summary_json(path, records: list[dict]) -> None:
-    """Merge `records` into the JSON list at `path` under the summary file's lock (summary.merge_summary): a record
+    """Merge `records` into the JSON list at `path` under the summary file's lock (reports.merge_summary): a record
     of the same run, method and seed is replaced."""
     merge_summary(path, records, key=SUMMARY_KEY, indent=1)
 
