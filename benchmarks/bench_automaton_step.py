@@ -21,8 +21,9 @@ import torch
 from hf_ssm.data import StateTrackingDataset, collate_state_tracking, get_task
 from hf_ssm.modeling.mixer_pd_ssm import PDSSMMixer
 from hf_ssm.training.optimization import build_optimizer
-from hf_ssm.training.recipes import resolve_settings
-from hf_ssm.training.state_tracking import StateTrackingSettings, build_model
+from hf_ssm.training.state_tracking.driver import build_model
+from hf_ssm.training.state_tracking.recipes import resolve_settings
+from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 
 SHAPES = {
     "a5, 16 heads of N = 8, d = 256": dict(task="a5"),

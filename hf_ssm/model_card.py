@@ -1,7 +1,7 @@
 """Hugging Face model cards for hf_ssm checkpoints: YAML front matter, architecture, training and evaluation.
 
 `render_model_card(config, metrics)` builds the card from a model config and a run's metrics (the `metrics.json`
-written by `hf_ssm.training.lm`); `write_model_card(model_dir, run_dir)` reads both from disk. Used by
+written by `hf_ssm.training.lm.pretraining`); `write_model_card(model_dir, run_dir)` reads both from disk. Used by
 scripts/pretrain.py, scripts/finetune.py and scripts/make_model_card.py.
 
 The front matter is a `huggingface_hub.ModelCardData` (the `model-index` built from `EvalResult`s), and every card

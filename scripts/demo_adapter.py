@@ -27,7 +27,7 @@ from eval_nl_state_tracking import first_word
 from hf_ssm.adapters import SSMAdapterConfig, load_ssm_adapter
 from hf_ssm.adapters.bases import DTYPES, load_base
 from hf_ssm.data.nl_state_tracking import NL_TASK_NAMES, get_nl_task
-from hf_ssm.training.adapter_evaluation import fewshot_text
+from hf_ssm.training.adapter.scoring import fewshot_text
 
 
 @torch.no_grad()

@@ -43,10 +43,10 @@ from hf_ssm.adapters import SSMAdapterConfig, load_ssm_adapter
 from hf_ssm.adapters.bases import DTYPES, load_base
 from hf_ssm.data.nl_state_tracking import ALL_NL_TASK_NAMES, get_nl_task
 from hf_ssm.data.shuffled_objects import bbh_fewshot_prompt, object_buckets
-from hf_ssm.training.adapter_evaluation import fewshot_text
-from hf_ssm.training.adapter_settings import parse_transition_buckets
-from hf_ssm.training.plotting import pyplot, save_figure
-from hf_ssm.training.progress import evaluation_progress
+from hf_ssm.training.adapter.experiment_settings import parse_transition_buckets
+from hf_ssm.training.adapter.scoring import fewshot_text
+from hf_ssm.training.loop import evaluation_progress
+from hf_ssm.training.reports import pyplot, save_figure
 
 FIRST_WORD = re.compile(r"[A-Za-z]+")
 BASE_TRANSITIONS, BASE_FEWSHOT = "1-10,40,80", 4  # a model without adapter: short, 4x and 8x, after 4 solved stories

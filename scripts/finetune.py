@@ -24,8 +24,8 @@ import sys
 import time
 
 from hf_ssm.training import cli
-from hf_ssm.training.finetune import FinetuneSettings, finetune, prepare_finetuning
-from hf_ssm.training.lm_settings import RESUME_SAFE_SETTINGS
+from hf_ssm.training.lm.finetuning import FinetuneSettings, finetune, prepare_finetuning
+from hf_ssm.training.lm.lm_settings import RESUME_SAFE_SETTINGS
 
 
 def build_parser() -> argparse.ArgumentParser:

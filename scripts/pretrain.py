@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from hf_ssm.training import cli
-from hf_ssm.training.lm import prepare_pretraining, pretrain
-from hf_ssm.training.lm_settings import RESUME_SAFE_SETTINGS, PretrainSettings
+from hf_ssm.training.lm.lm_settings import RESUME_SAFE_SETTINGS, PretrainSettings
+from hf_ssm.training.lm.pretraining import prepare_pretraining, pretrain
 
 
 def build_parser() -> argparse.ArgumentParser:

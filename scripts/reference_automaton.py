@@ -8,7 +8,7 @@ concatenated one-hot states gives the class at every position; per-position labe
 no schedule, fresh training sequences every step (the package's task generators,
 `hf_ssm.data.state_tracking.get_task`).
 
-Evaluation as the package's (hf_ssm/training/state_tracking.py `evaluate`): last-position accuracy in length buckets
+Evaluation as the package's (hf_ssm/training/state_tracking/evaluation.py `evaluate`): last-position accuracy in length buckets
 of the test range, `--eval_samples` sequences per bucket drawn with data seed 20,000 + the bucket's low end.
 
     OMP_NUM_THREADS=1 python scripts/reference_automaton.py --task a5 --seed 2
@@ -32,7 +32,8 @@ import torch
 from torch import nn
 
 from hf_ssm.data.state_tracking import StateTrackingDataset, collate_state_tracking, get_task
-from hf_ssm.training.state_tracking import TEST_SEED, length_buckets
+from hf_ssm.training.state_tracking.driver import length_buckets
+from hf_ssm.training.state_tracking.evaluation import TEST_SEED
 
 
 def straight_through(logits: torch.Tensor) -> torch.Tensor:
@@ -95,8 +96,9 @@ def train_layer(args, task_kwargs: dict) -> dict:
     """The package's PD-SSM layer on the reference's task and seed: the driver's default recipe (`table`), one run,
     the reference's heads, states, batch, training and test lengths, test size and step budget (at most --steps,
     the recipe's early stop at 100 % validation); trained in args.beside_layer (results.json there)."""
-    from hf_ssm.training.recipes import resolve_settings
-    from hf_ssm.training.state_tracking import StateTrackingSettings, train_state_tracking
+    from hf_ssm.training.state_tracking.driver import train_state_tracking
+    from hf_ssm.training.state_tracking.recipes import resolve_settings
+    from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 
     explicit = dict(
         task=args.task,

@@ -10,7 +10,7 @@ PD-SSM adapter; trained on 1-10 transitions, tested up to 80. Examples:
     python scripts/train_adapter.py --base smollm2-135m --task parity --preset lm_head --seed 0
     accelerate launch scripts/train_adapter.py --base_model Qwen/Qwen2.5-1.5B --dtype bfloat16 --task s5
 
-Presets (hf_ssm/training/adapter_presets.py): on `smollm2-135m` a run takes the task's best validated recipe of
+Presets (hf_ssm/training/adapter/experiment_settings.py): on `smollm2-135m` a run takes the task's best validated recipe of
 RESULTS.md §2 unless --preset names another row's (listed below) or `none` (the plain defaults shown by each
 option). Precedence: the settings' defaults, then the preset's values, then every flag given, which always wins.
 --seeds 0-4 trains the seeds one after another into <output_dir>/s<seed>/ (--seed S: one run into <output_dir>).
@@ -28,10 +28,16 @@ import shlex
 import sys
 from pathlib import Path
 
-from hf_ssm.training.adapter_experiment import check_resume_settings, run_experiment
-from hf_ssm.training.adapter_presets import DEFAULT_PRESETS, NO_PRESET, PRESETS, preset_values, resolve_preset
-from hf_ssm.training.adapter_records import results_table, summary_records, update_summary_json
-from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+from hf_ssm.training.adapter.experiment import check_resume_settings, run_experiment
+from hf_ssm.training.adapter.experiment_settings import (
+    DEFAULT_PRESETS,
+    NO_PRESET,
+    PRESETS,
+    AdapterExperimentSettings,
+    preset_values,
+    resolve_preset,
+)
+from hf_ssm.training.adapter.records import results_table, summary_records, update_summary_json
 from hf_ssm.training.cli import (
     FlagAction,
     defer_settings_defaults,
@@ -82,7 +88,7 @@ def _shown_default(field: dataclasses.Field) -> str:
 
 def presets_epilog() -> str:
     """The --help epilog: the presets of every base and task, the default one first."""
-    lines = ["presets (hf_ssm/training/adapter_presets.py; the first of each task is its default):"]
+    lines = ["presets (hf_ssm/training/adapter/experiment_settings.py; the first of each task is its default):"]
     for base, tasks in PRESETS.items():
         for task, names in tasks.items():
             default = DEFAULT_PRESETS[base][task]
@@ -160,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     if settings.preset != NO_PRESET:  # where the values not given come from
         print(
-            f"preset {settings.preset} for {settings.base_model} / {settings.task} (hf_ssm/training/adapter_presets.py)"
+            f"preset {settings.preset} for {settings.base_model} / {settings.task} (hf_ssm/training/adapter/experiment_settings.py)"
         )
     command = shlex.join(["python", "scripts/train_adapter.py", *(sys.argv[1:] if argv is None else argv)])
     for run_settings, out in runs:

@@ -12,7 +12,7 @@ comparison.md). Every published figure is one command (RESULTS.md):
         --train_min_length 2 --train_max_length 8 --test_min_length 8 --test_max_length 20
     accelerate launch scripts/train_state_tracking.py --task parity
 
-Recipes (hf_ssm/training/recipes.py, one table). A PD-SSM run takes its task's recipe: `table` (the minimal
+Recipes (hf_ssm/training/state_tracking/recipes.py, one table). A PD-SSM run takes its task's recipe: `table` (the minimal
 automaton's free per-token transition table as the layer, 16 heads of N = 8), `table_wide` for s5 (32 heads) and
 `table_curriculum` for modular_arithmetic (8 heads of N = 64, a length curriculum); every other mixer takes
 `residual` (one pre-norm residual block with SwiGLU, d = 64, AdamW + cosine, 1,000 steps). --recipe NAME applies
@@ -70,24 +70,22 @@ from hf_ssm.training.cli import (
     seed_list,
     settings_parser,
 )
-from hf_ssm.training.recipes import (
+from hf_ssm.training.state_tracking.driver import check_resume_runs, train_with_restarts
+from hf_ssm.training.state_tracking.recipes import (
     MODEL_DEFAULTS,
     RECIPES,
     SETTINGS_MOVED_TO_EXTRA_CONFIG,
     default_recipe,
     resolve_settings,
 )
-from hf_ssm.training.state_tracking import (
-    RESUME_SAFE_SETTINGS,
-    StateTrackingSettings,
-    check_resume_runs,
+from hf_ssm.training.state_tracking.results import (
     plot_accuracy_vs_length,
     results_table,
+    run_records,
     seeds_table,
-    train_with_restarts,
+    update_summary_json,
 )
-from hf_ssm.training.state_tracking_settings import file_lengths
-from hf_ssm.training.summary import merge_summary, run_records
+from hf_ssm.training.state_tracking.settings import RESUME_SAFE_SETTINGS, StateTrackingSettings, file_lengths
 
 DEFAULT_TASKS = ["parity", "cycle_navigation"]
 FILE_LENGTH_SETTINGS = ("train_min_length", "train_max_length", "test_min_length", "test_max_length")
@@ -174,8 +172,8 @@ OPTION_GROUPS = {
         "restarts",
         "baseline_restarts",
     ),
-    # The embedding's and W_P's knobs that the recipes set (hf_ssm/training/recipes.py; the PD-SSM layer's own are
-    # --extra_config keys); a run that changes one by hand is an experiment.
+    # The embedding's and W_P's knobs that the recipes set (hf_ssm/training/state_tracking/recipes.py; the PD-SSM
+    # layer's own are --extra_config keys); a run that changes one by hand is an experiment.
     "experimental (set by the recipes)": (
         "embedding_init",
         "freeze_embedding",
@@ -272,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         records = run_records(results, run_dir, settings.recipe)
         for path in (out / "summary.json", args.summary):
             if path is not None:
-                merge_summary(path, records)
+                update_summary_json(path, records)
         print(f"\n{settings.task} / {settings.mixer} (recipe {settings.recipe}): written to {run_dir}")
         print(
             f"best validation accuracy {100 * results['validation']['accuracy']:.2f}%, "

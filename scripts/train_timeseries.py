@@ -16,7 +16,7 @@ and splits 70/15/15 per seed. `--dataset synthetic` generates `--synthetic_serie
 LENGTH,CHANNELS,CLASSES from the seed (a class-dependent frequency, hf_ssm/data/timeseries.py), split 70/15/15, to
 check without any file that a model trains at a given length. Channels are normalised with training-split statistics
 only. Early stopping on validation accuracy; test accuracy is measured with the best-validation weights (details in
-hf_ssm/data/timeseries.py and hf_ssm/training/timeseries.py).
+hf_ssm/data/timeseries.py and hf_ssm/training/timeseries/classification.py).
 
 Each run writes <output_dir>/<dataset>_<model>/seed_<s>/ with settings.json, data.json, results.json, curves.png,
 the best model (save_pretrained + normalizer.json) and resumable checkpoints; the whole call writes
@@ -32,7 +32,7 @@ from dataclasses import fields
 
 from hf_ssm.training.checkpointing import check_resume, check_run_folder_arguments
 from hf_ssm.training.cli import add_suite_folder_arguments, chosen_mixers, comma_list, run_folder, settings_parser
-from hf_ssm.training.timeseries import (
+from hf_ssm.training.timeseries.classification import (
     RESUME_SAFE_SETTINGS,
     TimeSeriesSettings,
     load_data,

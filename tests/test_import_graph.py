@@ -132,3 +132,37 @@ def test_no_upward_imports_but_modeling_to_kernels():
         if LAYER[layer_of(a)] < LAYER[layer_of(b)] and (layer_of(a), layer_of(b)) not in ALLOWED_UPWARD
     )
     assert upward == [], upward
+
+
+WINGS = ("state_tracking", "adapter", "lm", "timeseries")
+
+
+def wing_of(module: str) -> str | None:
+    """The wing of hf_ssm/training a module belongs to; None for the shared core and the rest of the package."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "training" and parts[2] in WINGS else None
+
+
+def test_training_wings_import_the_core_and_never_each_other():
+    """hf_ssm/training is wings over a shared core (docs/design.md §2): a wing's module imports the core and its
+    own wing, never another wing's, and the core imports no wing."""
+    crossing = sorted(
+        (a, b)
+        for a, targets in import_graph().items()
+        if layer_of(a) == "training"
+        for b in targets
+        if wing_of(b) is not None and wing_of(a) != wing_of(b)
+    )
+    assert crossing == [], crossing
+    assert all((PACKAGE / "training" / wing / "__init__.py").is_file() for wing in WINGS)
+
+
+def test_no_training_module_shares_its_file_name():
+    """A module of hf_ssm/training bears a file name that no other module of the package and no script bears, so
+    its name alone says which one is meant (as training/state_tracking.py beside data/state_tracking.py did not)."""
+    names: dict[str, list[str]] = {}
+    for path in [*PACKAGE.rglob("*.py"), *(ROOT / "scripts").glob("*.py")]:
+        if path.name != "__init__.py":
+            names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    shared = {name: paths for name, paths in names.items() if len(paths) > 1 and any("training/" in p for p in paths)}
+    assert shared == {}, shared

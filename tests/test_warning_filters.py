@@ -23,7 +23,7 @@ PATHS = {
     "peft_lora_wrap": (
         """
         import hf_ssm
-        from hf_ssm.training.finetune import FinetuneSettings, add_lora
+        from hf_ssm.training.lm.finetuning import FinetuneSettings, add_lora
         from model_checks import tiny_config
         from hf_ssm import HybridSSMForCausalLM
         add_lora(HybridSSMForCausalLM(tiny_config("SA")), FinetuneSettings(model="unused", lora=True))

@@ -1,7 +1,7 @@
 """A built-in tiny Qwen2 base for offline adapter experiments: word-level tokenizer + small Qwen2ForCausalLM.
 
 Nothing is downloaded: the tokenizer's vocabulary is the set of words the story tasks can produce, and the
-model is built from a `Qwen2Config`. `hf_ssm.training.tiny_base_pretraining` gives it a few minutes of
+model is built from a `Qwen2Config`. `hf_ssm.training.adapter.methods` gives it a few minutes of
 next-token training on story narratives (without questions or answers) so that its features are not random when
 the adapter is attached; the base is frozen afterwards.
 """

@@ -16,23 +16,34 @@ checkpoint holds; the pieces around it live here:
 - `BestWeights`: the weights with the best validation score so far (the ones a driver tests and saves), and
   their file in a checkpoint;
 - `save_checkpoint` / `load_checkpoint`: crash-safe `accelerator.save_state` folders with their metadata;
-- `optimizer_step`: backward, clipping, optimizer and schedule step of a plain (unaccumulated) step.
+- `optimizer_step`: backward, clipping, optimizer and schedule step of a plain (unaccumulated) step;
+- `training_progress` / `evaluation_progress`: the tqdm bars of a training loop (on the local main process only)
+  and of a long evaluation;
+- the evaluation skeleton: `eval_mode` (the model in eval mode for the evaluation, its training flag restored
+  after), `batch_ranges` (the batches of an evaluation set) and `bucket_accuracy` (the accuracy by bucket of the
+  state-tracking drivers: formal tasks, training/state_tracking/evaluation.py; natural-language stories,
+  training/adapter/scoring.py). The time-series driver scores one split (accuracy and loss, no buckets): it uses
+  `eval_mode` and `batch_ranges` only; the causal-LM evaluation (training/lm/pretraining.py) sums token losses
+  across processes, where every process must run the same number of forward passes (dummy batches included), so
+  it shares only `eval_mode`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
 
 from .checkpointing import atomic_save_dir, check_resume, prune_checkpoints, read_metadata
-from .progress import training_progress
 
 
 def make_accelerator(mixed_precision: str | None = "auto"):
@@ -233,3 +244,58 @@ def run_training(
     finally:
         progress.close()
     return LoopResult(done, stopped_early)
+
+
+# Refresh often on a terminal; in a log file (not a tty) a line every 10 s keeps the log short.
+TERMINAL_INTERVAL_S, LOG_INTERVAL_S = 0.5, 10.0
+
+
+def training_progress(accelerator, desc: str, total: int, initial: int = 0, iterable=None) -> tqdm:
+    """A tqdm bar over `iterable` (or updated by hand), starting at `initial` of `total` (a resumed run)."""
+    return tqdm(
+        iterable,
+        initial=initial,
+        total=total,
+        desc=desc,
+        disable=not accelerator.is_local_main_process,
+        mininterval=_refresh_interval(),
+    )
+
+
+def evaluation_progress(iterable, desc: str, total: int, enabled: bool = True) -> tqdm:
+    """A tqdm bar over the batches of one evaluation: a test set of long stories can take tens of minutes."""
+    return tqdm(iterable, total=total, desc=desc, disable=not enabled, mininterval=_refresh_interval())
+
+
+def _refresh_interval() -> float:
+    return TERMINAL_INTERVAL_S if sys.stderr.isatty() else LOG_INTERVAL_S
+
+
+@contextmanager
+def eval_mode(model: torch.nn.Module):
+    """`model.eval()` inside the block; the model's training flag as it was afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+def batch_ranges(count: int, batch_size: int) -> Iterator[range]:
+    """The item indices of each batch of an evaluation set of `count` items: [0, B), [B, 2B), ... (the last one
+    shorter)."""
+    for start in range(0, count, batch_size):
+        yield range(start, min(count, start + batch_size))
+
+
+@torch.no_grad()
+def bucket_accuracy(model: torch.nn.Module, buckets, score_bucket: Callable[[int, int], dict]) -> dict:
+    """{"buckets": one record per (low, high) bucket, "mean_accuracy": the mean of their "accuracy"}.
+
+    `score_bucket(low, high, *rest)` scores the bucket's sequences and returns its record (its bounds, "accuracy"
+    and whatever else the driver reports); it runs with `model` in eval mode and without gradients. A bucket is
+    (low, high) or (low, high, *rest) (the stories of the shuffled-objects task: (low, high, number of objects))."""
+    with eval_mode(model):
+        records = [score_bucket(*bucket) for bucket in buckets]
+    return {"buckets": records, "mean_accuracy": sum(r["accuracy"] for r in records) / len(records)}

@@ -354,7 +354,7 @@ def test_prefix_lora_classifier_starts_at_the_base_and_trains_only_lora_and_its_
     """The LoRA baseline with a classifier after layer k: at init (LoRA B = 0) its logits are the head applied to
     the base's own normalised layer-k hidden state; the layers above k never run; only LoRA (in layers <= k)
     and the head receive gradients."""
-    from hf_ssm.training.adapter_baselines import PrefixLoRAClassifier
+    from hf_ssm.training.adapter.methods import PrefixLoRAClassifier
 
     base = tiny_base(layers=3)
     reference = copy.deepcopy(base)
@@ -383,9 +383,9 @@ def test_answer_word_logits_equal_the_full_lm_head_at_those_words(method):
     """The LM-head methods' answer scores come from the answer words' rows of the head only, and the vocabulary
     loss's logits from the whole head at the last position only; they equal the full vocabulary logits there (with
     the adapter's hook and LoRA in the decoder), values and gradients."""
-    from hf_ssm.training.adapter_baselines import build_method
-    from hf_ssm.training.adapter_evaluation import _answer_logits, _full_logits, _head_is_linear
-    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+    from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
+    from hf_ssm.training.adapter.methods import build_method
+    from hf_ssm.training.adapter.scoring import _answer_logits, _full_logits, _head_is_linear
 
     settings = AdapterExperimentSettings(state_size=4, dict_size=4, layer_index=0)
     model, params, _ = build_method(method, settings, tiny_base(kind="llama"), num_classes=3)
@@ -490,18 +490,18 @@ def test_train_adapter_flags_keep_their_spellings_and_the_old_summary_flag_warns
 
 
 def _merge_adapter_records(path: str, run_dir: str, count: int) -> None:
-    from hf_ssm.training.adapter_records import update_summary_json
+    from hf_ssm.training.adapter.records import update_summary_json
 
     for seed in range(count):
         update_summary_json(path, [{"run_dir": run_dir, "method": "ssm", "seed": seed}])
 
 
 def test_adapter_summary_merges_under_the_lock_and_keeps_every_runs_records(tmp_path):
-    """results/adapter/summary.json is written through summary.merge_summary: a record of the same run, method and
+    """results/adapter/summary.json is written through reports.merge_summary: a record of the same run, method and
     seed is replaced, every other kept, under <path>.lock, so processes merging at once lose no record."""
     import multiprocessing
 
-    from hf_ssm.training.adapter_records import update_summary_json
+    from hf_ssm.training.adapter.records import update_summary_json
 
     path = tmp_path / "summary.json"
     update_summary_json(path, [{"run_dir": "a", "method": "ssm", "seed": 0, "acc": 0.5}])
@@ -524,7 +524,7 @@ def test_adapter_summary_merges_under_the_lock_and_keeps_every_runs_records(tmp_
 def test_experiment_input_map_none_builds_an_adapter_without_b_and_needs_a_start_state():
     """--input_map none reaches the adapter's PD-SSM (no input map B); from x_0 = 0 it is refused, naming both."""
     from hf_ssm.adapters.layer import SSMAdapter
-    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+    from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
 
     settings = AdapterExperimentSettings(input_map="none", initial_state="one_hot")
     settings.validate()
@@ -682,8 +682,8 @@ def test_feature_store_limit_and_bad_arguments():
 def test_readout_learning_rate_puts_only_the_readout_in_its_own_adam_group():
     """--readout_learning_rate gives the SSM adapter's readout (classifier weight and bias, or out_proj) its own
     learning rate and leaves every other trainable parameter at learning_rate; 0 keeps one group; < 0 raises."""
-    from hf_ssm.training.adapter_baselines import parameter_groups
-    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+    from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
+    from hf_ssm.training.adapter.methods import parameter_groups
 
     for readout, names in (("classifier", {"classifier.weight", "classifier.bias"}), ("lm_head", {"out_proj.weight"})):
         extra = {"num_labels": 2} if readout == "classifier" else {}
@@ -706,8 +706,8 @@ def test_write_learning_rate_puts_the_lm_head_adapters_write_map_in_its_own_adam
     """--write_learning_rate gives out_proj (W_out) of an LM-head adapter its own learning rate, before the readout
     group claims it; a per-head vote's readouts stay with readout_learning_rate. < 0, or a method without an
     LM-head SSM adapter, raises naming the field."""
-    from hf_ssm.training.adapter_baselines import parameter_groups
-    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+    from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
+    from hf_ssm.training.adapter.methods import parameter_groups
 
     config = adapter_config(readout="lm_head", num_labels=2, classifier_per_head=True)
     model = attach_ssm_adapter(tiny_base(), config)
@@ -733,8 +733,8 @@ def test_training_preamble_is_validated_and_named_in_the_record_and_the_card():
     count raises naming the field, and a record and a model card trained with it say so."""
     from dataclasses import asdict
 
-    from hf_ssm.training.adapter_records import model_card, model_name
-    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+    from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
+    from hf_ssm.training.adapter.records import model_card, model_name
 
     ssm = {"method": "ssm_classifier", "trainable_parameters": 10, "steps": 1, "train_seconds": 1.0}
     plain_card = model_card(AdapterExperimentSettings(), {}, ssm, "")
@@ -758,8 +758,8 @@ def test_a_resumed_adapter_method_ends_as_the_uninterrupted_run(tmp_path, monkey
     import shutil
 
     from hf_ssm.training import loop
-    from hf_ssm.training.adapter_experiment import run_experiment
-    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+    from hf_ssm.training.adapter.experiment import run_experiment
+    from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
 
     settings = AdapterExperimentSettings(
         methods="ssm", tiny_hidden_size=16, tiny_layers=1, tiny_heads=2, pretrain_steps=2, pretrain_batch_size=2,
@@ -815,7 +815,7 @@ def test_plot_adapter_legend_counts_seeds_not_records():
 def test_experiment_dictionary_diagonal_init_overrides_the_near_identity_start():
     """--dictionary_diagonal_init replaces the adapter's near-identity diagonal (+1 on every score matrix) and
     --transition reaches the mixer; by default the near-identity start stays."""
-    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+    from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
 
     def diagonal_mean(**overrides):
         settings = AdapterExperimentSettings(state_size=8, dict_size=4, **overrides)
@@ -834,7 +834,7 @@ def test_experiment_identity_entry_logit_reaches_the_mixer_and_is_pd_ssm_only():
     """--identity_entry_logit starts entry 0 at the identity with the selection biased towards it (the rest of the
     dictionary as --dictionary_diagonal_init says); with another mixer a PD-only flag is refused, not ignored."""
     from hf_ssm.adapters.layer import SSMAdapter
-    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+    from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
 
     settings = AdapterExperimentSettings(
         state_size=8, dict_size=4, transition="bank", dictionary_diagonal_init=0.0, identity_entry_logit=3.0
@@ -851,7 +851,7 @@ def test_experiment_output_skip_reaches_the_mixer_and_is_pd_ssm_only():
     """--output_skip false removes the mixer's D_skip u (with out_proj frozen the readout sees the states through a
     fixed map only); the default keeps the mixer's own default; with another mixer the flag is refused."""
     from hf_ssm.adapters.layer import SSMAdapter
-    from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+    from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
 
     def adapter(**values):
         settings = AdapterExperimentSettings(state_size=8, dict_size=4, **values)
@@ -879,8 +879,8 @@ def test_train_adapter_resume_refuses_changed_settings_before_touching_the_run_f
     2 -> 4 heads) exits 2 naming each changed setting, and leaves every file of the run folder as it was (settings.json
     is not rewritten, so no earlier result is reported under the new settings); a change of resume-safe settings
     only (the methods, how often it evaluates) passes the check."""
-    from hf_ssm.training.adapter_experiment import check_resume_settings
-    from hf_ssm.training.adapter_settings import RESUME_SAFE_SETTINGS, AdapterExperimentSettings
+    from hf_ssm.training.adapter.experiment import check_resume_settings
+    from hf_ssm.training.adapter.experiment_settings import RESUME_SAFE_SETTINGS, AdapterExperimentSettings
 
     script = load_script("train_adapter")
     out = tmp_path / "run"
@@ -904,7 +904,7 @@ def test_train_adapter_resume_refuses_changed_settings_before_touching_the_run_f
 
 def test_docs_name_exactly_the_resume_safe_adapter_settings():
     """docs/adapter.md lists the settings a resumed adapter run may change: RESUME_SAFE_SETTINGS."""
-    from hf_ssm.training.adapter_settings import RESUME_SAFE_SETTINGS
+    from hf_ssm.training.adapter.experiment_settings import RESUME_SAFE_SETTINGS
 
     text = (ROOT / "docs" / "adapter.md").read_text(encoding="utf-8")
     found = re.search(r"A resumed run may change only(.*?)\(`RESUME_SAFE_SETTINGS`", text, re.DOTALL)
@@ -927,7 +927,7 @@ def test_one_readout_classifier_loss_is_the_documented_dense_loss():
         get_nl_task,
         task_vocabulary,
     )
-    from hf_ssm.training.adapter_evaluation import score_batch
+    from hf_ssm.training.adapter.scoring import score_batch
 
     task = get_nl_task("parity")
     tokenizer = build_word_tokenizer(task_vocabulary([get_nl_task(n) for n in NL_TASK_NAMES]))

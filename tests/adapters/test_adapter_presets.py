@@ -1,4 +1,4 @@
-"""The adapter presets (hf_ssm/training/adapter_presets.py): every row of RESULTS.md §2's SmolLM2-135M-Instruct table is
+"""The adapter presets (hf_ssm/training/adapter/experiment_settings.py): every row of RESULTS.md §2's SmolLM2-135M-Instruct table is
 one product command of scripts/train_adapter.py whose settings are those of the runs that produced the row; presets
 resolve under the flags given; bad presets are refused; --help lists every option under a title; --seeds trains one
 run per seed."""
@@ -13,16 +13,16 @@ import pytest
 from test_adapter import TINY_QUICK_RUN
 
 from hf_ssm.adapters.bases import NAMED_BASES
-from hf_ssm.training.adapter_presets import (
+from hf_ssm.training.adapter.experiment_settings import (
     DEFAULT_PRESETS,
     NO_PRESET,
     PRESETS,
     SMOLLM2,
+    AdapterExperimentSettings,
     accepted_presets,
     preset_values,
 )
-from hf_ssm.training.adapter_records import reproduce_flags
-from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+from hf_ssm.training.adapter.records import reproduce_flags
 from model_checks import ROOT, load_script, run_script
 
 SUMMARY = ROOT / "results" / "adapter" / "summary.json"
@@ -162,7 +162,7 @@ def test_every_published_row_is_one_product_command(row, selector, command):
     new, new_others = _resolved(shlex.split(command))
     if "," in old.methods:
         # sent_base_par ran fewshot, probe and lora_classifier in one folder; each method trains on a fresh copy of
-        # the base with torch seeded by the run's seed (adapter_training.train_method), so each record is the
+        # the base with torch seeded by the run's seed (adapter.experiment.train_method), so each record is the
         # method's run alone: its settings are the run's with `methods` that one method.
         assert record["method"] in old.method_list()
         old = dataclasses.replace(old, methods=record["method"])

@@ -14,8 +14,8 @@ from test_adapter import TINY_QUICK_RUN, _padded_batch, adapter_config, ids, tin
 
 from hf_ssm.adapters import ADAPTER_CONFIG_NAME, SSMAdapterConfig, attach_ssm_adapter, load_ssm_adapter
 from hf_ssm.adapters.feature_cache import FrozenPrefix
-from hf_ssm.training.adapter_evaluation import score_batch
-from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
+from hf_ssm.training.adapter.scoring import score_batch
 from model_checks import run_script
 
 HEADS, STATES, CLASSES = 2, 5, 3

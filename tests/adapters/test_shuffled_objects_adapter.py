@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from hf_ssm.training.adapter_experiment import run_experiment
-from hf_ssm.training.adapter_records import summary_records
-from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+from hf_ssm.training.adapter.experiment import run_experiment
+from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
+from hf_ssm.training.adapter.records import summary_records
 
 
 def test_mixed_sizes_train_and_test_by_objects_and_swaps(tmp_path):

@@ -21,7 +21,7 @@ from hf_ssm.adapters import (
     transition_token_ids,
 )
 from hf_ssm.adapters.tiny_base import build_word_tokenizer
-from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
 from model_checks import run_script
 
 BOUNDARIES = [3, 7, 19]  # the "sentence-end" tokens of these tests
@@ -176,7 +176,7 @@ def test_standardize_input_validates_and_reads_the_z_scored_features(tmp_path):
 
 
 def test_selection_learning_rate_puts_the_transition_choice_in_its_own_group():
-    from hf_ssm.training.adapter_baselines import build_method, parameter_groups
+    from hf_ssm.training.adapter.methods import build_method, parameter_groups
 
     with pytest.raises(ValueError, match="selection_learning_rate"):
         AdapterExperimentSettings(selection_learning_rate=-1.0).validate()

@@ -20,7 +20,7 @@ from test_adapter import (
 
 from hf_ssm.adapters import ADAPTER_CONFIG_NAME, SSMAdapterConfig, attach_ssm_adapter, load_ssm_adapter
 from hf_ssm.adapters.feature_cache import FeatureStore, FrozenPrefix
-from hf_ssm.training.adapter_settings import AdapterExperimentSettings
+from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
 from model_checks import run_script
 
 

@@ -30,8 +30,9 @@ def test_verdict_reads_the_ratio_against_each_target():
 
 def test_tiny_run_prints_targets_and_verdicts_and_writes_json_only_when_asked(tmp_path):
     """One tiny size (B, T, d, K) = (2, 32, 16, 4), one round, no memory table: every PD row of the table carries its
-    target and a verdict (the floor row, the bank layer with its op replaced, none), the summary prints one line per target with its verdict, and --out writes a JSON whose
-    rows hold the same targets and verdicts (without --out the run writes no file in its working directory)."""
+    target and a verdict (the floor row, the bank layer with its op replaced, none), the summary prints one line per
+    target with its verdict, and --out writes a JSON whose rows hold the same targets and verdicts (without --out
+    the run writes no file in its working directory)."""
     out = tmp_path / "pd.json"
     args = ["--sizes", "2,32,16,4", "--rounds", "1", "--mem-steps", "--threads", "1"]
     run = subprocess.run(

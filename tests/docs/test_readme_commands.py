@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from hf_ssm.training.state_tracking import RESUME_SAFE_SETTINGS
+from hf_ssm.training.state_tracking.settings import RESUME_SAFE_SETTINGS
 from model_checks import ROOT
 
 README = ROOT / "README.md"

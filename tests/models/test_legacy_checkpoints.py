@@ -237,7 +237,7 @@ def test_resume_reads_a_setting_recorded_under_its_old_name(tmp_path):
     """A state-tracking run recorded with `lru_block_size` (the option's old name) resumes with the same value of
     `lru_group_size` and is refused with another, instead of comparing against the default."""
     from hf_ssm.training.checkpointing import check_resumed_settings
-    from hf_ssm.training.state_tracking import StateTrackingSettings
+    from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 
     recorded = {"mixer": "bd_lru", "lru_block_size": 8}
     check_resumed_settings(StateTrackingSettings(mixer="bd_lru", lru_group_size=8), recorded, (), tmp_path)

@@ -24,7 +24,7 @@ from hf_ssm.modeling.mixer_registry import (
     unregister_mixer,
     width_matched_fields,
 )
-from hf_ssm.training.finetune import lora_target_modules
+from hf_ssm.training.lm.finetuning import lora_target_modules
 from model_checks import hybrid_config, max_cached_decode_error, reload_is_bit_identical
 
 TOY = "toy_sum"

@@ -13,8 +13,8 @@ from safetensors.torch import load_file
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
 from hf_ssm.data.lm_corpus import build_block_sources, make_batch
 from hf_ssm.tokenization import ByteTokenizer
-from hf_ssm.training.finetune import FinetuneSettings, add_lora, finetune, lora_target_modules
-from hf_ssm.training.lm import token_loss_sum
+from hf_ssm.training.lm.finetuning import FinetuneSettings, add_lora, finetune, lora_target_modules
+from hf_ssm.training.lm.pretraining import token_loss_sum
 from model_checks import kill_at_evaluation, load_script
 
 MIXERS = ["pd_ssm", "attention", "bd_lru", "lrc_ssm"]
@@ -129,7 +129,7 @@ def test_full_finetune_trains_every_weight_and_reloads(base_dir, tmp_path):
 
 
 def test_lora_resume_reproduces_the_uninterrupted_run(base_dir, tmp_path, monkeypatch):
-    from hf_ssm.training import lm
+    from hf_ssm.training.lm import pretraining as lm
 
     settings = dict(model=str(base_dir), lora=True, learning_rate=2e-2, **{**SMALL, "max_steps": 6})
     full = finetune(FinetuneSettings(**settings), tmp_path / "full")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from hf_ssm.data import get_task
-from hf_ssm.training.state_tracking import StateTrackingSettings, _batch, train_state_tracking, training_data
+from hf_ssm.training.state_tracking.driver import _batch, train_state_tracking, training_data
+from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 
 
 def _settings(**fields) -> StateTrackingSettings:

@@ -11,11 +11,11 @@ import typing
 
 import pytest
 
-from hf_ssm.training.adapter_settings import SIGNED_SETTINGS, AdapterExperimentSettings
-from hf_ssm.training.finetune import FinetuneSettings
-from hf_ssm.training.lm_settings import PretrainSettings
-from hf_ssm.training.state_tracking_settings import StateTrackingSettings
-from hf_ssm.training.timeseries import TimeSeriesSettings
+from hf_ssm.training.adapter.experiment_settings import SIGNED_SETTINGS, AdapterExperimentSettings
+from hf_ssm.training.lm.finetuning import FinetuneSettings
+from hf_ssm.training.lm.lm_settings import PretrainSettings
+from hf_ssm.training.state_tracking.settings import StateTrackingSettings
+from hf_ssm.training.timeseries.classification import TimeSeriesSettings
 from model_checks import load_script
 
 DRIVERS = {

@@ -27,9 +27,10 @@ from hf_ssm.data.lm_corpus import (
 )
 from hf_ssm.presets import PRESETS, preset_config
 from hf_ssm.tokenization import BYTE_OFFSET, ByteTokenizer
-from hf_ssm.training import lm
 from hf_ssm.training.checkpointing import is_complete, latest_checkpoint
-from hf_ssm.training.lm import PretrainSettings, learning_rate_at, pretrain, token_loss_sum
+from hf_ssm.training.lm import pretraining as lm
+from hf_ssm.training.lm.lm_settings import PretrainSettings
+from hf_ssm.training.lm.pretraining import learning_rate_at, pretrain, token_loss_sum
 from model_checks import ROOT, SCRIPTS, checkpoint_names, kill_at_evaluation, load_script
 
 # One thread per process: tiny models gain nothing from more, and on a loaded machine OpenMP threads waiting for
@@ -305,7 +306,8 @@ def test_killed_save_never_replaces_the_good_checkpoint(tmp_path):
     settings = dict(max_steps=6, eval_every=2, save_every=2)
     code = f"""
 import os, signal, accelerate
-from hf_ssm.training.lm import PretrainSettings, pretrain
+from hf_ssm.training.lm.lm_settings import PretrainSettings
+from hf_ssm.training.lm.pretraining import pretrain
 real, calls = accelerate.Accelerator.save_state, []
 def save_then_die(self, output_dir, **kw):
     calls.append(output_dir)
@@ -435,7 +437,7 @@ def test_resume_with_changed_settings_is_refused_before_the_run_folder_changes(t
     learning rate or model override is refused naming the fields (it was silently ignored / failed later), while
     fields declared safe (eval_every) may change."""
     from hf_ssm.training.checkpointing import check_resume
-    from hf_ssm.training.lm import RESUME_SAFE_SETTINGS
+    from hf_ssm.training.lm.lm_settings import RESUME_SAFE_SETTINGS
 
     run = tmp_path / "run"
     pretrain(tiny(max_steps=4, eval_every=2, save_every=2), run)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hf_ssm.training.recipes import resolve_settings
-from hf_ssm.training.state_tracking_settings import StateTrackingSettings
+from hf_ssm.training.state_tracking.recipes import resolve_settings
+from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 from model_checks import load_script
 
 ROOT = Path(__file__).resolve().parents[2]

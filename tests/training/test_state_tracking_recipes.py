@@ -13,9 +13,10 @@ from hf_ssm.data import StateTrackingDataset, collate_state_tracking, get_task
 from hf_ssm.data.automata import minimal_dfa_size, task_automaton
 from hf_ssm.data.state_tracking import last_token_correct, supervised_labels
 from hf_ssm.training.optimization import build_optimizer, build_scheduler
-from hf_ssm.training.recipes import resolve_settings
-from hf_ssm.training.state_tracking import StateTrackingSettings, build_model
-from hf_ssm.training.summary import merge_summary, run_record
+from hf_ssm.training.state_tracking.driver import build_model
+from hf_ssm.training.state_tracking.recipes import resolve_settings
+from hf_ssm.training.state_tracking.results import run_record, update_summary_json
+from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 from model_checks import load_script, run_script
 
 
@@ -233,9 +234,9 @@ def test_summary_merges_runs_and_replaces_a_rewritten_run(tmp_path):
     """Records of new runs are appended; the same (task, mixer, recipe, seed, run) replaces its old record; the
     file is rewritten atomically (no temporary file left) and holds exactly the documented fields."""
     path = tmp_path / "results" / "summary.json"
-    merge_summary(path, [run_record(_results(seed=0), "paper", "runs/a")])
-    merge_summary(path, [run_record(_results(seed=1), "paper", "runs/b")])
-    merged = merge_summary(path, [run_record(_results(seed=0, accuracy=0.9), "paper", "runs/a")])
+    update_summary_json(path, [run_record(_results(seed=0), "paper", "runs/a")])
+    update_summary_json(path, [run_record(_results(seed=1), "paper", "runs/b")])
+    merged = update_summary_json(path, [run_record(_results(seed=0, accuracy=0.9), "paper", "runs/a")])
     assert json.loads(path.read_text()) == merged
     assert [(r["seed"], r["test_mean_accuracy"]) for r in merged] == [(1, 0.5), (0, 0.9)]
     assert set(merged[0]) >= {"task", "mixer", "recipe", "seed", "steps", "cpu_seconds", "test_accuracy_by_bucket"}
@@ -278,7 +279,9 @@ def test_script_run_writes_one_summary_record_per_restart_seed(tmp_path):
 def test_plot_script_refuses_a_series_that_matches_no_record(tmp_path):
     """--series that selects nothing is an error naming the flag, not an empty figure."""
     summary = tmp_path / "summary.json"
-    merge_summary(summary, [run_record({**_results(), "history": [{"step": 5, "val_accuracy": 0.5}]}, "residual", "a")])
+    update_summary_json(
+        summary, [run_record({**_results(), "history": [{"step": 5, "val_accuracy": 0.5}]}, "residual", "a")]
+    )
     result = run_script(
         "plot_state_tracking", "--summary", str(summary), "--series", "x=nowhere", "--out", str(tmp_path / "f.png")
     )
@@ -313,7 +316,7 @@ def test_bracketed_arithmetic_has_no_finite_automaton():
 def test_a_recipe_with_a_warmup_fraction_sets_its_own_max_steps():
     """resolve_settings derives the warm-up from the recipe's max_steps (it reads no settings class), so every
     recipe with a warm-up fraction must name one; an explicit max_steps still moves the warm-up with it."""
-    from hf_ssm.training.recipes import RECIPES, WARMUP_FRACTIONS
+    from hf_ssm.training.state_tracking.recipes import RECIPES, WARMUP_FRACTIONS
 
     for name, fraction in WARMUP_FRACTIONS.items():
         assert fraction is None or "max_steps" in RECIPES[name], name

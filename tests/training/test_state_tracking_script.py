@@ -10,13 +10,8 @@ import pytest
 import torch
 
 from hf_ssm import HybridSSMForTokenClassification
-from hf_ssm.training.state_tracking import (
-    StateTrackingSettings,
-    build_model,
-    length_buckets,
-    train_state_tracking,
-    train_with_restarts,
-)
+from hf_ssm.training.state_tracking.driver import build_model, length_buckets, train_state_tracking, train_with_restarts
+from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 from model_checks import checkpoint_names, kill_at_evaluation, load_script, run_script
 
 TINY = [  # the residual recipe: the driver's mechanics at the smallest sizes (table needs d = 2 H N)
@@ -178,30 +173,31 @@ def test_deprecated_config_flag_warns_and_gives_the_same_settings(tmp_path, monk
 
 def test_restarts_validate_the_settings_once(tmp_path, monkeypatch):
     """train_with_restarts validates once (it used to validate again in every restart, each time building a
-    HybridSSMConfig: 4 times for 3 restarts) and tells each restart its settings are validated."""
-    import hf_ssm.training.state_tracking as st
+    HybridSSMConfig: 4 times for 3 restarts): each restart trains through the driver's inner run, which never
+    validates."""
+    import hf_ssm.training.state_tracking.driver as st
 
     validations, restarts = [], []
     original = StateTrackingSettings.validate
     monkeypatch.setattr(StateTrackingSettings, "validate", lambda self: validations.append(original(self)))
 
-    def fake_restart(settings, run_dir, resume=False, validated=False):
-        restarts.append(validated)
+    def fake_restart(settings, run_dir, accelerator, resume):
+        restarts.append(settings.seed)
         (run_dir / "model").mkdir(parents=True)
         test = {"mean_accuracy": 0.5, "buckets": []}
         return {"seed": settings.seed, "validation": {"accuracy": 0.5}, "test": test, "steps": 1, "train_seconds": 0.0,
                 "cpu_seconds": 0.0, "task": settings.task, "mixer": settings.mixer, "train_lengths": [3, 40]}  # fmt: skip
 
-    monkeypatch.setattr(st, "train_state_tracking", fake_restart)
+    monkeypatch.setattr(st, "_train_run", fake_restart)
     monkeypatch.setattr(st, "plot_accuracy_vs_length", lambda results, path: None)
     results = st.train_with_restarts(StateTrackingSettings(restarts=3), tmp_path)
-    assert len(results["restarts"]) == 3 and restarts == [True] * 3 and len(validations) == 1
+    assert len(results["restarts"]) == 3 and restarts == [0, 1000, 2000] and len(validations) == 1
 
 
 def test_pattern_letters_mean_what_they_mean_in_the_config():
     """--pattern uses HybridSSMConfig's letters with S = --mixer: B is bd_lru (it used to mean the mixer), and
     every SSM family in the pattern gets its state width matched to PD-SSM's 2 N H."""
-    from hf_ssm.training.state_tracking import model_config
+    from hf_ssm.training.state_tracking.settings import model_config
 
     base = dict(task="parity", hidden_size=16, state_size=4, num_heads=1)
     config = model_config(StateTrackingSettings(**base, mixer="pd_ssm", pattern="BA"))
@@ -215,7 +211,7 @@ def test_pattern_letters_mean_what_they_mean_in_the_config():
 
 def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkeypatch):
     """A run killed at step 6 resumes from its step-4 checkpoint and reproduces the uninterrupted loss curve."""
-    import hf_ssm.training.state_tracking as st
+    import hf_ssm.training.state_tracking.driver as st
 
     settings = dict(
         task="parity", hidden_size=16, state_size=4, dict_size=4, batch_size=8, eval_every=2, save_every=2,
@@ -245,7 +241,7 @@ def test_length_buckets_cover_range_without_gaps():
 
 def test_best_validation_weights_are_the_ones_tested_and_saved(tmp_path, monkeypatch):
     """Validation runs on held-out test-length sequences; the best-scoring weights (not the last) are kept."""
-    import hf_ssm.training.state_tracking as st
+    import hf_ssm.training.state_tracking.driver as st
 
     settings = StateTrackingSettings(
         task="parity", hidden_size=16, state_size=4, dict_size=4, batch_size=8, eval_every=2, num_buckets=2,
@@ -255,10 +251,10 @@ def test_best_validation_weights_are_the_ones_tested_and_saved(tmp_path, monkeyp
     real_evaluate, seen, snapshots = st.evaluate, [], []
     scripted = iter([0.3, 0.8, 0.5])  # validation accuracy at steps 2, 4, 6: step 4 is the best
 
-    def scripted_evaluate(model, settings_, buckets, seed, device, samples_per_bucket):
+    def scripted_evaluate(model, settings_, task, buckets, seed, device, samples_per_bucket):
         seen.append((list(buckets), seed, samples_per_bucket))
         if seed == st.TEST_SEED:
-            return real_evaluate(model, settings_, buckets, seed, device, samples_per_bucket)
+            return real_evaluate(model, settings_, task, buckets, seed, device, samples_per_bucket)
         snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
         return {"buckets": [], "mean_accuracy": next(scripted)}
 
@@ -273,7 +269,7 @@ def test_best_validation_weights_are_the_ones_tested_and_saved(tmp_path, monkeyp
 
 
 def test_validation_on_training_lengths_uses_one_training_length_bucket(tmp_path, monkeypatch):
-    import hf_ssm.training.state_tracking as st
+    import hf_ssm.training.state_tracking.driver as st
 
     settings = StateTrackingSettings(
         task="parity", hidden_size=16, state_size=4, dict_size=4, batch_size=8, eval_every=2, num_buckets=1,
@@ -282,9 +278,9 @@ def test_validation_on_training_lengths_uses_one_training_length_bucket(tmp_path
     )  # fmt: skip
     real_evaluate, seen = st.evaluate, []
 
-    def recording_evaluate(model, settings_, buckets, seed, device, samples_per_bucket):
+    def recording_evaluate(model, settings_, task, buckets, seed, device, samples_per_bucket):
         seen.append(list(buckets))
-        return real_evaluate(model, settings_, buckets, seed, device, samples_per_bucket)
+        return real_evaluate(model, settings_, task, buckets, seed, device, samples_per_bucket)
 
     monkeypatch.setattr(st, "evaluate", recording_evaluate)
     train_state_tracking(settings, tmp_path)
@@ -293,22 +289,22 @@ def test_validation_on_training_lengths_uses_one_training_length_bucket(tmp_path
 
 def _scripted_validation(monkeypatch, accuracy_by_seed: dict[int, float]):
     """Make every validation of seed s score accuracy_by_seed[s]; tests run for real."""
-    import hf_ssm.training.state_tracking as st
+    import hf_ssm.training.state_tracking.driver as st
 
     real_evaluate, current = st.evaluate, {}
-    real_train = st.train_state_tracking
+    real_train = st._train_run
 
-    def train(settings, run_dir, accelerator=None, resume=False, validated=False):
+    def train(settings, run_dir, accelerator, resume):
         current["seed"] = settings.seed
-        return real_train(settings, run_dir, accelerator, resume, validated)
+        return real_train(settings, run_dir, accelerator, resume)
 
-    def evaluate(model, settings_, buckets, seed, device, samples_per_bucket):
+    def evaluate(model, settings_, task, buckets, seed, device, samples_per_bucket):
         if seed == st.TEST_SEED:
-            return real_evaluate(model, settings_, buckets, seed, device, samples_per_bucket)
+            return real_evaluate(model, settings_, task, buckets, seed, device, samples_per_bucket)
         return {"buckets": [], "mean_accuracy": accuracy_by_seed[current["seed"]]}
 
     monkeypatch.setattr(st, "evaluate", evaluate)
-    monkeypatch.setattr(st, "train_state_tracking", train)
+    monkeypatch.setattr(st, "_train_run", train)
 
 
 RESTART_SETTINGS = dict(
@@ -334,7 +330,7 @@ def test_restarts_keep_the_seed_with_the_best_validation_accuracy(tmp_path, monk
 def test_restarts_of_consecutive_seeds_never_train_the_same_seed():
     """Restart r of seed s trains s + 1000 r: seeds 0..4 with 3 restarts each are 15 different trainings (with
     s + r, seed 0's second restart was seed 1's first, and a "5 of 5 seeds" result counted it twice)."""
-    from hf_ssm.training.state_tracking import restart_seeds
+    from hf_ssm.training.state_tracking.driver import restart_seeds
 
     assert restart_seeds(5, 3) == [5, 1005, 2005] and restart_seeds(5, 1) == [5]
     trained = [s for seed in range(5) for s in restart_seeds(seed, 3)]
@@ -350,7 +346,7 @@ def test_restarts_stop_once_validation_reaches_the_target(tmp_path, monkeypatch)
 
 def _interrupted_run(run_dir: Path, monkeypatch, **overrides) -> dict:
     """Train 8 steps with checkpoints every 2, killed at the step-6 evaluation (latest checkpoint: step 4)."""
-    import hf_ssm.training.state_tracking as st
+    import hf_ssm.training.state_tracking.driver as st
 
     settings = dict(
         task="parity", hidden_size=16, state_size=4, dict_size=4, batch_size=8, eval_every=2, save_every=2,
@@ -381,7 +377,7 @@ def test_resume_accepts_safe_changes_and_counts_the_time_before_the_interruption
     """A setting declared safe (here save_every) may change; train_seconds of the resumed run includes the
     training time recorded in the checkpoint, not only the time after the restart."""
     from hf_ssm.training.checkpointing import read_metadata
-    from hf_ssm.training.state_tracking import RESUME_SAFE_SETTINGS
+    from hf_ssm.training.state_tracking.settings import RESUME_SAFE_SETTINGS
 
     settings = _interrupted_run(tmp_path, monkeypatch)
     before = read_metadata(tmp_path / "checkpoints" / "step_4")["train_seconds"]
@@ -413,8 +409,9 @@ def test_script_resume_checks_every_restart_before_training(tmp_path, monkeypatc
 def test_far_lengths_extend_the_test_report_and_the_summary(tmp_path):
     """far_lengths "60,80": the kept model is also scored on far_samples_per_bucket sequences of exactly those
     lengths (results.json "far", summary far_accuracy_by_length); a malformed or too short list is refused."""
-    from hf_ssm.training.state_tracking import StateTrackingSettings, train_state_tracking
-    from hf_ssm.training.summary import run_record
+    from hf_ssm.training.state_tracking.driver import train_state_tracking
+    from hf_ssm.training.state_tracking.results import run_record
+    from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 
     settings = StateTrackingSettings(
         task="parity", max_steps=2, eval_every=2, batch_size=4, val_samples_per_bucket=2, eval_samples_per_bucket=2,

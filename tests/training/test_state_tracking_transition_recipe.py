@@ -12,14 +12,10 @@ import torch
 
 from hf_ssm import HybridSSMForTokenClassification
 from hf_ssm.training.optimization import build_optimizer, build_scheduler
-from hf_ssm.training.recipes import resolve_settings
-from hf_ssm.training.state_tracking import (
-    RESUME_SAFE_SETTINGS,
-    StateTrackingSettings,
-    build_model,
-    train_state_tracking,
-)
-from hf_ssm.training.summary import recipe_overrides
+from hf_ssm.training.state_tracking.driver import build_model, train_state_tracking
+from hf_ssm.training.state_tracking.recipes import resolve_settings
+from hf_ssm.training.state_tracking.results import recipe_overrides
+from hf_ssm.training.state_tracking.settings import RESUME_SAFE_SETTINGS, StateTrackingSettings
 from model_checks import kill_at_evaluation
 
 DIRECT = {"pd_ssm_transition": "direct", "pd_ssm_output_skip": False}
@@ -156,7 +152,7 @@ def test_one_hot_frozen_embedding_survives_training_and_reload(tmp_path):
 )
 def test_resume_refuses_a_changed_freeze_or_transition_lr(tmp_path, monkeypatch, field, value):
     """Both change the training of every later step: not resume-safe, so a changed value is refused by name."""
-    import hf_ssm.training.state_tracking as st
+    import hf_ssm.training.state_tracking.driver as st
 
     assert field not in RESUME_SAFE_SETTINGS
     settings = tiny(max_steps=8, min_steps=8)  # no early stop before the kill

@@ -1,4 +1,4 @@
-"""Time-series training (hf_ssm/training/timeseries.py) and scripts/train_timeseries.py: exact resume after an
+"""Time-series training (hf_ssm/training/timeseries/classification.py) and scripts/train_timeseries.py: exact resume after an
 interruption, refused and safe setting changes on resume, a smoke run on BasicMotions, a run on synthetic series,
 bad arguments."""
 
@@ -13,7 +13,7 @@ from timeseries_files import needs_aeon, random_rows, write_ts
 
 from hf_ssm import HybridSSMForTimeSeriesClassification
 from hf_ssm.data.timeseries import ChannelNormalizer, load_timeseries
-from hf_ssm.training.timeseries import TimeSeriesSettings, train_timeseries
+from hf_ssm.training.timeseries.classification import TimeSeriesSettings, train_timeseries
 from model_checks import checkpoint_names, kill_at_evaluation, load_script, run_script
 
 
@@ -31,7 +31,7 @@ def resumable_run_settings(data_dir: Path, max_epochs: int) -> dict:
 
 def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkeypatch):
     """A run killed in epoch 5 resumes from its epoch-4 checkpoint and reproduces the uninterrupted history."""
-    import hf_ssm.training.timeseries as ts_training
+    import hf_ssm.training.timeseries.classification as ts_training
 
     settings = resumable_run_settings(tmp_path / "data", max_epochs=6)
     full = train_timeseries(TimeSeriesSettings(**settings), tmp_path / "full")
@@ -50,7 +50,7 @@ def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkey
 def test_resume_with_changed_settings_is_refused_and_safe_ones_may_change(tmp_path):
     """train_timeseries(resume=True) compares the settings with the checkpoint's: a new hidden size is refused
     naming the field before settings.json is rewritten; patience (declared safe) may change."""
-    from hf_ssm.training.timeseries import RESUME_SAFE_SETTINGS
+    from hf_ssm.training.timeseries.classification import RESUME_SAFE_SETTINGS
 
     settings = resumable_run_settings(tmp_path / "data", max_epochs=3)
     run = tmp_path / "run"

@@ -7,10 +7,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from hf_ssm.training.lm import PretrainSettings, learning_rate_at
+from hf_ssm.training.lm.lm_settings import PretrainSettings
+from hf_ssm.training.lm.pretraining import learning_rate_at
 from hf_ssm.training.loop import run_training
 from hf_ssm.training.optimization import build_scheduler, warmup_cosine_factor, warmup_cosine_schedule
-from hf_ssm.training.state_tracking import StateTrackingSettings
+from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 
 QUIET = SimpleNamespace(is_local_main_process=False)  # all run_training asks of an accelerator: no progress bar
 

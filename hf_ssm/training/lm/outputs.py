@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from .checkpointing import atomic_save_dir
-from .plotting import pyplot, save_figure
+from ..checkpointing import atomic_save_dir
+from ..reports import pyplot, save_figure
 
 
 def default_prompt(settings, eval_data, tokenizer) -> str:
@@ -131,7 +131,7 @@ def write_run_files(run_dir: Path, metrics: dict, accelerator) -> None:
 
 def save_model_dir(accelerator, model, tokenizer, target: Path, metrics: dict, card_kwargs: dict) -> None:
     """save_pretrained (safetensors + modeling code) + tokenizer + model card, atomically."""
-    from ..model_card import render_model_card
+    from ...model_card import render_model_card
 
     state_dict = accelerator.get_state_dict(model)  # collective under FSDP
     if accelerator.is_main_process:

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import torch
 
-from ..data import StateTrackingDataset, collate_state_tracking
-from ..data.state_tracking import last_token_correct
-from .evaluation import batch_ranges, bucket_accuracy
+from ...data import StateTrackingDataset, collate_state_tracking
+from ...data.state_tracking import last_token_correct
+from ..loop import batch_ranges, bucket_accuracy
 
 TEST_SEED, FAR_SEED = 20_000, 30_000  # data seeds of the test and the far-length sequences (validation: 10,000)
 # Tokens per far-length batch (length x sequences): at 4,000 steps a batch of 4, so that an attention baseline's
@@ -17,7 +17,7 @@ FAR_BATCH_TOKENS = 16_384
 
 
 @torch.no_grad()
-def evaluate(model, settings, buckets, seed: int, device, samples_per_bucket: int, rows=None) -> dict:
+def evaluate(model, settings, task, buckets, seed: int, device, samples_per_bucket: int, rows=None) -> dict:
     """Accuracy for each length bucket of a StateTrackingSettings' task, `settings.batch_size` sequences at a time:
     at the final position (the state-tracking tasks), or over every labelled position for a task whose
     `scored_positions` is "labelled" (each query / copied token of the memory tasks, which also report
@@ -26,10 +26,10 @@ def evaluate(model, settings, buckets, seed: int, device, samples_per_bucket: in
 
     Bucket (low, high) holds `samples_per_bucket` sequences drawn with data seed `seed + low` (for mqar low and
     high count key-value pairs: `Task.size_name`); with `rows` (a WordProblemDataset: the rows of a word-problem
-    file) it holds every row of a length in [low, high] instead, scored at the final position.
+    file) it holds every row of a length in [low, high] instead, scored at the final position. `task`: the run's
+    Task, resolved once by the driver (`settings.build_task()`).
     """
-    task = None if rows is not None else settings.build_task()
-    every_label = task is not None and task.scored_positions == "labelled"
+    every_label = rows is None and task.scored_positions == "labelled"
 
     def score_bucket(low: int, high: int) -> dict:
         if rows is None:
@@ -66,8 +66,9 @@ def evaluate(model, settings, buckets, seed: int, device, samples_per_bucket: in
     return bucket_accuracy(model, buckets, score_bucket)
 
 
-def far_lengths(settings) -> list[int]:
-    """`settings.far_lengths` "1000,4000" -> [1000, 4000] ("" -> []); ValueError naming the field otherwise."""
+def far_lengths(settings, task) -> list[int]:
+    """`settings.far_lengths` "1000,4000" -> [1000, 4000] ("" -> []); ValueError naming the field otherwise, or
+    naming the lengths that are not lengths of `task` (the run's Task)."""
     try:
         lengths = [int(x) for x in settings.far_lengths.split(",") if x.strip()]
     except ValueError:
@@ -77,7 +78,6 @@ def far_lengths(settings) -> list[int]:
             f"`far_lengths` must be comma-separated lengths above test_max_length ({settings.test_max_length}), "
             f"e.g. '1000,4000', or '' for none; got {settings.far_lengths!r}"
         )
-    task = settings.build_task()
     invalid = [length for length in lengths if not task.valid_length(length)]
     if invalid:  # refused before training, not when the test reaches them
         raise ValueError(
@@ -87,17 +87,16 @@ def far_lengths(settings) -> list[int]:
     return lengths
 
 
-def evaluate_far_lengths(model, settings, device) -> dict | None:
+def evaluate_far_lengths(model, settings, task, device) -> dict | None:
     """The test report's far part: `settings.far_samples_per_bucket` fresh sequences of each far length exactly
     (None when there are none), in batches of about FAR_BATCH_TOKENS tokens."""
-    lengths = far_lengths(settings)
+    lengths = far_lengths(settings, task)
     if not lengths:
         return None
-    task = settings.build_task()
     buckets = []
     for length in lengths:
         batch = max(1, min(settings.batch_size, FAR_BATCH_TOKENS // task.num_tokens(length)))
-        scored = evaluate(model, replace(settings, batch_size=batch), [(length, length)], FAR_SEED, device,
+        scored = evaluate(model, replace(settings, batch_size=batch), task, [(length, length)], FAR_SEED, device,
                           settings.far_samples_per_bucket)  # fmt: skip
         buckets += scored["buckets"]
     return {"buckets": buckets, "mean_accuracy": sum(b["accuracy"] for b in buckets) / len(buckets)}

@@ -5,9 +5,9 @@ decay, gradient clipping and accumulation, mixed precision where the device supp
 (loss, perplexity), crash-safe checkpoints and exact resume.
 
 This module holds the loop's causal-LM parts (the token loss, the evaluation, one optimizer step) on the
-skeleton every driver shares (hf_ssm.training.loop), and `pretrain`. The settings are in lm_settings, the
-tokenizer / config / data in lm_setup, what a run writes (metrics, loss curve, sample, model card) in lm_outputs,
-the command-line pieces in cli.
+skeleton every driver shares (hf_ssm.training.loop), and `pretrain`. The settings and the tokenizer / config /
+data they build are in lm_settings, what a run writes (metrics, loss curve, sample, model card) in outputs, the
+command-line pieces in training/cli.py.
 
 Determinism / exact resume. Every optimizer step consumes `G = batch_size * gradient_accumulation_steps *
 num_processes` blocks of the global block sequence: micro-batch a of process r reads blocks
@@ -32,22 +32,19 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..data.lm_corpus import IGNORE_INDEX, make_batch
-from .checkpointing import check_run_folder_arguments, latest_checkpoint
-from .cli import add_run_folder_arguments, configure_cpu_threads, settings_from_args, settings_parser
-from .evaluation import eval_mode
-from .lm_outputs import (
-    closing_sample,
-    model_summary,
-    plot_loss_curve,
-    run_metrics,
-    save_model_dir,
-    write_run_files,
+from ...data.lm_corpus import IGNORE_INDEX, make_batch
+from ..checkpointing import latest_checkpoint
+from ..loop import Stopwatch, eval_mode, load_checkpoint, make_accelerator, open_run, run_training, save_checkpoint
+from ..optimization import warmup_cosine_factor
+from .lm_settings import (
+    RESUME_SAFE_SETTINGS,
+    PretrainSettings,
+    TrainSettings,
+    build_config,
+    load_tokenizer,
+    open_block_sources,
 )
-from .lm_settings import RESUME_SAFE_SETTINGS, DataSettings, PretrainSettings, TrainSettings
-from .lm_setup import build_config, check_block_size, load_tokenizer, open_block_sources
-from .loop import Stopwatch, load_checkpoint, make_accelerator, open_run, run_training, save_checkpoint
-from .optimization import warmup_cosine_factor
+from .outputs import closing_sample, model_summary, run_metrics, save_model_dir, write_run_files
 
 
 def learning_rate_at(step: int, s: TrainSettings) -> float:
@@ -94,7 +91,7 @@ def evaluate(model, eval_data, settings, accelerator) -> dict:
     per_process = math.ceil(len(ids) / world) if len(ids) else 0
     batches = math.ceil(per_process / settings.batch_size) if per_process else 0
     total = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
-    with eval_mode(model):  # the shared skeleton's eval mode only (training/evaluation.py says why)
+    with eval_mode(model):  # the shared skeleton's eval mode only (training/loop.py says why)
         for b in range(batches):
             rows = mine[b * settings.batch_size : (b + 1) * settings.batch_size]
             batch = make_batch(ids[rows or [0]], starts[rows or [0]], settings.reset_at_boundaries)
@@ -137,22 +134,7 @@ def train_loop(
     per_step = B * A * world
 
     checkpoints = run_dir / "checkpoints"
-    state = TrainState()
-    if resume:
-        found = latest_checkpoint(checkpoints)
-        if found is None:
-            accelerator.print(f"--resume: no complete checkpoint in {checkpoints}; starting from step 0")
-        else:
-            meta = load_checkpoint(accelerator, found)
-            state = TrainState(**{k: meta[k] for k in asdict(TrainState()) if k in meta})
-            if meta.get("blocks_per_step") not in (None, per_step):
-                accelerator.print(
-                    f"warning: the checkpoint took {meta['blocks_per_step']} blocks per step, this run takes "
-                    f"{per_step} (batch size / processes changed); data continues from block {state.blocks}"
-                )
-            train_source.load_state(state.data, state.blocks)
-            state.resumed_from.append(state.step)
-            accelerator.print(f"resumed from {found} (step {state.step}, data position {state.blocks} blocks)")
+    state = _resumed_state(checkpoints, train_source, accelerator, per_step) if resume else TrainState()
 
     model.train()
     if state.step == 0 and not state.eval_history:
@@ -217,6 +199,26 @@ def train_loop(
     return model, state
 
 
+def _resumed_state(checkpoints: Path, train_source, accelerator, per_step: int) -> TrainState:
+    """The TrainState of the latest complete checkpoint (its data position restored in `train_source`), or a
+    fresh one where there is none."""
+    found = latest_checkpoint(checkpoints)
+    if found is None:
+        accelerator.print(f"--resume: no complete checkpoint in {checkpoints}; starting from step 0")
+        return TrainState()
+    meta = load_checkpoint(accelerator, found)
+    state = TrainState(**{k: meta[k] for k in asdict(TrainState()) if k in meta})
+    if meta.get("blocks_per_step") not in (None, per_step):
+        accelerator.print(
+            f"warning: the checkpoint took {meta['blocks_per_step']} blocks per step, this run takes "
+            f"{per_step} (batch size / processes changed); data continues from block {state.blocks}"
+        )
+    train_source.load_state(state.data, state.blocks)
+    state.resumed_from.append(state.step)
+    accelerator.print(f"resumed from {found} (step {state.step}, data position {state.blocks} blocks)")
+    return state
+
+
 @dataclass
 class Prepared:
     """What a run needs before training starts (built first so that bad arguments fail fast and clearly)."""
@@ -246,7 +248,7 @@ def pretrain(settings: PretrainSettings, run_dir, resume: bool = False, accelera
     """
     from accelerate.utils import set_seed
 
-    from ..modeling import HybridSSMForCausalLM
+    from ...modeling import HybridSSMForCausalLM
 
     accelerator = accelerator or make_accelerator(settings.mixed_precision)
     prepared = prepared or prepare_pretraining(settings, accelerator)
@@ -272,28 +274,3 @@ def pretrain(settings: PretrainSettings, run_dir, resume: bool = False, accelera
     name = settings.preset or Path(settings.config).stem
     save_model_dir(accelerator, model, tokenizer, run_dir / "model", metrics, {"model_name": f"hf-ssm-{name}"})
     return metrics
-
-
-# The names this module has always offered (scripts and notebooks import them from here).
-__all__ = [
-    "RESUME_SAFE_SETTINGS",
-    "DataSettings",
-    "PretrainSettings",
-    "TrainSettings",
-    "add_run_folder_arguments",
-    "build_config",
-    "check_block_size",
-    "check_run_folder_arguments",
-    "configure_cpu_threads",
-    "evaluate",
-    "learning_rate_at",
-    "load_tokenizer",
-    "make_accelerator",
-    "plot_loss_curve",
-    "prepare_pretraining",
-    "pretrain",
-    "settings_from_args",
-    "settings_parser",
-    "token_loss_sum",
-    "train_loop",
-]

@@ -19,27 +19,20 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
-from ..data import StateTrackingDataset, collate_state_tracking
-from ..data.state_tracking import supervised_labels
-from ..modeling import HybridSSMForTokenClassification
-from . import loop
-from .checkpointing import atomic_save_dir, check_resume, check_resumed_settings, recorded_settings
-from .optimization import build_optimizer, build_scheduler
-from .plotting import pyplot, save_figure
-from .state_tracking_evaluation import TEST_SEED, evaluate, evaluate_far_lengths
-from .state_tracking_settings import (
-    RESUME_SAFE_SETTINGS,
-    VALIDATION_SEED,
-    StateTrackingSettings,
-    model_config,
-)
-from .tables import accuracy_cells, markdown_table
+from ...data import StateTrackingDataset, collate_state_tracking
+from ...data.state_tracking import supervised_labels
+from ...modeling import HybridSSMForTokenClassification
+from .. import loop
+from ..checkpointing import atomic_save_dir, check_resume, check_resumed_settings, recorded_settings
+from ..optimization import build_optimizer, build_scheduler
+from .evaluation import TEST_SEED, evaluate, evaluate_far_lengths
+from .results import plot_accuracy_vs_length
+from .settings import RESUME_SAFE_SETTINGS, VALIDATION_SEED, StateTrackingSettings, model_config
 
 
 def file_test_buckets(lengths: list[int], count: int) -> list[tuple[int, int]]:
@@ -58,8 +51,10 @@ def length_buckets(low: int, high: int, count: int) -> list[tuple[int, int]]:
     return buckets or [(low, high)]
 
 
-def build_model(settings: StateTrackingSettings) -> HybridSSMForTokenClassification:
-    config = model_config(settings)
+def build_model(settings: StateTrackingSettings, task=None) -> HybridSSMForTokenClassification:
+    """The run's model, seeded by settings.seed (`task`: the run's Task where the caller resolved it, as
+    model_config takes it)."""
+    config = model_config(settings, task)
     torch.manual_seed(settings.seed)
     model = HybridSSMForTokenClassification(config)
     if settings.embedding_init == "one_hot":  # token v -> e_v (validate() checked hidden_size >= the vocabulary)
@@ -103,20 +98,62 @@ def train_state_tracking(
     """Train one model; writes run_dir/{settings.json, results.json, accuracy_vs_length.png, model/, checkpoints/}.
 
     Returns the results dict (also written to results.json). `validated`: the caller has run `settings.validate()`
-    (which builds a HybridSSMConfig) already; otherwise it runs here.
+    (which builds a HybridSSMConfig) already; otherwise it runs here. The run resolves its task once, here, and
+    hands the Task to every step that needs it (`_train_run`).
     """
     if not validated:
         settings.validate()
+    return _train_run(settings, run_dir, accelerator, resume)
+
+
+def _train_run(settings: StateTrackingSettings, run_dir: str | Path, accelerator, resume: bool) -> dict:
+    """train_state_tracking with validated `settings`."""
     accelerator, run_dir, found = loop.begin_run(settings, run_dir, resume, RESUME_SAFE_SETTINGS, accelerator)
     task = settings.build_task()
     files = settings.file_splits() if settings.data_file else None  # (train, validation, test) rows
     val_rows, test_rows = (None, None) if files is None else files[1:]
-    model = build_model(settings)
+    run = _start_run(settings, task, accelerator, found)
+    val_buckets, test_buckets = _buckets(settings, test_rows)
+    outcome = _train(run, settings, task, accelerator, run_dir / "checkpoints", val_buckets, val_rows)
+
+    final_model = accelerator.unwrap_model(run.model)
+    if run.best.state is not None:
+        final_model.load_state_dict(run.best.state)
+    test = evaluate(
+        final_model, settings, task, test_buckets, TEST_SEED, accelerator.device, settings.eval_samples_per_bucket,
+        **_file_rows(test_rows),
+    )  # fmt: skip
+    far = evaluate_far_lengths(final_model, settings, task, accelerator.device)
+    results = _results(settings, task, files, run, outcome, test, far, final_model)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        atomic_save_dir(run_dir / "model", lambda tmp: final_model.save_pretrained(tmp))  # no checkpoint marker
+        (run_dir / "results.json").write_text(json.dumps(results, indent=2))
+        plot_accuracy_vs_length([results], run_dir / "accuracy_vs_length.png")
+    return results
+
+
+@dataclass
+class _Run:
+    """What one training run carries from step to step: the prepared model, optimizer and schedule, and the state
+    a checkpoint saves (history, best weights, the clock of training time)."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    start_step: int
+    history: list
+    best: loop.BestWeights
+    clock: loop.Stopwatch
+
+
+def _start_run(settings: StateTrackingSettings, task, accelerator, found: Path | None) -> _Run:
+    """The model (seeded by settings.seed), its optimizer and schedule prepared by `accelerator`, and the state
+    of the checkpoint `found` where the run resumes (else a fresh start)."""
+    model = build_model(settings, task)
     optimizer = build_optimizer(model, settings)
     scheduler = build_scheduler(optimizer, settings)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    num_train_samples = settings.max_steps * settings.batch_size * accelerator.num_processes
-    checkpoints = run_dir / "checkpoints"
     start_step, history, seconds_before, cpu_seconds_before = 0, [], 0.0, 0.0
     best = loop.BestWeights({"accuracy": -1.0, "step": 0})  # the weights that will be tested and saved
     if found is not None:
@@ -127,16 +164,27 @@ def train_state_tracking(
         if (found / BEST_WEIGHTS).is_file():
             best = loop.BestWeights.load(meta["best"], found, BEST_WEIGHTS)
         accelerator.print(f"resumed from {found} at step {start_step}")
+    clock = loop.Stopwatch(seconds_before, cpu_seconds_before)
+    return _Run(model, optimizer, scheduler, start_step, history, best, clock)
 
+
+def _buckets(settings: StateTrackingSettings, test_rows) -> tuple[list, list]:
+    """(validation buckets, test buckets): the test lengths in `num_buckets` buckets (a word-problem file's: its
+    rows' lengths); validation at the training lengths, or on the test buckets."""
     if test_rows is None:
         test_buckets = length_buckets(settings.test_min_length, settings.test_max_length, settings.num_buckets)
     else:
         test_buckets = file_test_buckets(test_rows.lengths, settings.num_buckets)
     if settings.validation_lengths == "train":
-        val_buckets = [(settings.train_min_length, settings.train_max_length)]
-    else:
-        val_buckets = test_buckets
-    clock = loop.Stopwatch(seconds_before, cpu_seconds_before)
+        return [(settings.train_min_length, settings.train_max_length)], test_buckets
+    return test_buckets, test_buckets
+
+
+def _train(run: _Run, settings: StateTrackingSettings, task, accelerator, checkpoints: Path, val_buckets, val_rows):
+    """The training loop: one optimizer step per unit, validation every eval_every steps (keeping the best
+    weights), early stop at the target accuracy, checkpoints every save_every steps."""
+    model, history, best, clock = run.model, run.history, run.best, run.clock
+    num_train_samples = settings.max_steps * settings.batch_size * accelerator.num_processes
     last = {}  # the loss of the latest step
 
     def train_step(step: int) -> None:
@@ -147,14 +195,14 @@ def train_state_tracking(
             attention_mask=batch["attention_mask"].to(accelerator.device),
             labels=supervised_labels(batch, settings.supervision).to(accelerator.device),
         )
-        loop.optimizer_step(accelerator, out.loss, optimizer, scheduler, model.parameters(), settings.grad_clip)
+        loop.optimizer_step(accelerator, out.loss, run.optimizer, run.scheduler, model.parameters(), settings.grad_clip)
         last["loss"] = out.loss
 
     def validation(step: int) -> dict:
         unwrapped = accelerator.unwrap_model(model)
         val = evaluate(
-            unwrapped, settings, val_buckets, VALIDATION_SEED, accelerator.device, settings.val_samples_per_bucket,
-            **_file_rows(val_rows),
+            unwrapped, settings, task, val_buckets, VALIDATION_SEED, accelerator.device,
+            settings.val_samples_per_bucket, **_file_rows(val_rows),
         )  # fmt: skip
         history.append({"step": step, "loss": last["loss"].item(), "val_accuracy": val["mean_accuracy"]})
         if val["mean_accuracy"] >= best.record["accuracy"]:  # ties: the later, longer-trained weights
@@ -178,34 +226,27 @@ def train_state_tracking(
         )
 
     model.train()
-    outcome = loop.run_training(
-        accelerator, desc=f"{settings.task}/{settings.mixer}", start=start_step, total=settings.max_steps,
+    return loop.run_training(
+        accelerator, desc=f"{settings.task}/{settings.mixer}", start=run.start_step, total=settings.max_steps,
         train_unit=train_step, evaluate=validation, eval_every=settings.eval_every, should_stop=reached_target,
         save=save, save_every=settings.save_every,
     )  # fmt: skip
-    train_seconds = clock.seconds
-    cpu_seconds = clock.cpu_seconds  # this process's CPU time (all its threads), plus the time before a resume
 
-    final_model = accelerator.unwrap_model(model)
-    if best.state is not None:
-        final_model.load_state_dict(best.state)
-    test = evaluate(
-        final_model, settings, test_buckets, TEST_SEED, accelerator.device, settings.eval_samples_per_bucket,
-        **_file_rows(test_rows),
-    )  # fmt: skip
-    far = evaluate_far_lengths(final_model, settings, accelerator.device)
-    results = {
+
+def _results(settings: StateTrackingSettings, task, files, run: _Run, outcome, test: dict, far, final_model) -> dict:
+    """The run's results.json content (`final_model`: the tested model, unwrapped)."""
+    return {
         "task": settings.task,
         "mixer": settings.mixer,
         "pattern": settings.pattern,
-        "parameters": sum(p.numel() for p in accelerator.unwrap_model(model).parameters()),
+        "parameters": sum(p.numel() for p in final_model.parameters()),
         "seed": settings.seed,
         "steps": outcome.units,
-        "best_step": best.record["step"],
-        "validation": {"lengths": settings.validation_lengths, "accuracy": best.record["accuracy"]},
+        "best_step": run.best.record["step"],
+        "validation": {"lengths": settings.validation_lengths, "accuracy": run.best.record["accuracy"]},
         "stopped_early": outcome.stopped_early,
-        "train_seconds": train_seconds,
-        "cpu_seconds": cpu_seconds,
+        "train_seconds": run.clock.seconds,
+        "cpu_seconds": run.clock.cpu_seconds,  # this process's CPU time (all its threads), plus any before a resume
         "recipe": settings.recipe,
         "supervision": settings.supervision,
         "freeze_embedding": settings.freeze_embedding,
@@ -215,7 +256,7 @@ def train_state_tracking(
         "length_curriculum": [settings.length_curriculum_start, settings.length_curriculum_steps]
         if settings.length_curriculum_steps
         else None,
-        "history": history,
+        "history": run.history,
         "test": test,
         **({"far": far} if far is not None else {}),
         # what the test scores and its chance level (a uniform guess over the classes, Task.chance_accuracy)
@@ -224,12 +265,6 @@ def train_state_tracking(
         "size_name": task.size_name,
         **_file_record(settings, task, files),
     }
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        atomic_save_dir(run_dir / "model", lambda tmp: final_model.save_pretrained(tmp))  # no checkpoint marker
-        (run_dir / "results.json").write_text(json.dumps(results, indent=2))
-        plot_accuracy_vs_length([results], run_dir / "accuracy_vs_length.png")
-    return results
 
 
 def _file_rows(rows) -> dict:
@@ -261,7 +296,7 @@ def train_with_restarts(
     run_dir gets the kept run's model/, results.json (with every restart listed under "restarts", and
     "train_seconds" summed over all of them) and accuracy_vs_length.png. With restarts == 1 this is exactly
     `train_state_tracking(settings, run_dir)`. The settings are validated once, here (not again per restart: a
-    restart changes only the seed), or not at all with `validated` (the caller did).
+    restart changes only the seed), or not at all with `validated` (the caller did), and the task is resolved once.
     """
     from accelerate import PartialState
 
@@ -271,14 +306,14 @@ def train_with_restarts(
     if resume:
         check_resume_runs(settings, run_dir)  # every restart, before any trains
     if settings.restarts == 1:
-        return train_state_tracking(settings, run_dir, resume=resume, validated=True)
+        return _train_run(settings, run_dir, None, resume)
     runs = []
     for seeded, seed_dir in _restart_runs(settings, run_dir):
         finished = seed_dir / "results.json"
         if resume and finished.is_file() and (seed_dir / "model").is_dir():
             runs.append(json.loads(finished.read_text()))  # done before the interruption
         else:
-            runs.append(train_state_tracking(seeded, seed_dir, resume=resume, validated=True))
+            runs.append(_train_run(seeded, seed_dir, None, resume))
         if runs[-1]["validation"]["accuracy"] >= settings.target_accuracy:
             break
     kept = max(runs, key=lambda r: (r["validation"]["accuracy"], -r["seed"]))
@@ -329,85 +364,11 @@ def check_resume_runs(settings: StateTrackingSettings, run_dir: str | Path) -> N
     settings it was trained with (apart from RESUME_SAFE_SETTINGS): finished ones (kept as they are) and
     interrupted ones (continued from their checkpoint)."""
     run_dir = Path(run_dir)
-    if settings.restarts == 1:
+    restarts = _restart_runs(settings, run_dir) if settings.restarts > 1 else []
+    if not restarts:
         check_resume(settings, run_dir, RESUME_SAFE_SETTINGS)
-        return
-    for seeded, seed_dir in _restart_runs(settings, run_dir):
+    for seeded, seed_dir in restarts:
         if (seed_dir / "results.json").is_file() and (recorded := recorded_settings(seed_dir)) is not None:
             check_resumed_settings(seeded, recorded, RESUME_SAFE_SETTINGS, seed_dir)
         else:
             check_resume(seeded, seed_dir, RESUME_SAFE_SETTINGS)
-
-
-def plot_accuracy_vs_length(all_results: list[dict], path: str | Path) -> None:
-    """One line per (task, mixer): last-position accuracy against the bucket's mean length."""
-    plt = pyplot()
-
-    tasks = sorted({r["task"] for r in all_results})
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
-        for r in (r for r in all_results if r["task"] == task):
-            xs = [(b["min_length"] + b["max_length"]) / 2 for b in r["test"]["buckets"]]
-            ax.plot(xs, [b["accuracy"] for b in r["test"]["buckets"]], marker="o", label=r["mixer"])
-        ax.axvspan(*all_results[0]["train_lengths"], color="grey", alpha=0.15, label="train lengths")
-        first = next(r for r in all_results if r["task"] == task)
-        scored = "accuracy over labelled positions" if first.get("scored_positions") == "labelled" else None
-        ax.set(title=task, xlabel=first.get("size_name", "length").replace("length", "sequence length"),
-               ylabel=scored or "last-position accuracy", ylim=(0, 1.02))  # fmt: skip
-        if "chance_accuracy" in first:
-            ax.axhline(first["chance_accuracy"], color="black", linestyle=":", label="chance")
-        ax.legend()
-    save_figure(fig, path)
-
-
-def results_table(all_results: list[dict]) -> str:
-    """Markdown table: one row per run, one column per test length bucket."""
-    buckets = [f"{b['min_length']}-{b['max_length']}" for b in all_results[0]["test"]["buckets"]]
-    header = ["task", "mixer", "params", "seed", "steps", "train s", *buckets, "mean"]
-    rows = [
-        [r["task"], r["mixer"], r["parameters"], _seed_cell(r), r["steps"], f"{r['train_seconds']:.0f}"]
-        + [*accuracy_cells(r["test"]["buckets"]), f"{100 * r['test']['mean_accuracy']:.1f}"]
-        for r in all_results
-    ]
-    return markdown_table(header, rows)
-
-
-def seeds_table(all_results: list[dict]) -> str:
-    """Markdown table of a run over several seeds: one row per task and mixer, the test mean accuracy of every
-    seed (the kept restart's seed in brackets where a restart was kept), their mean ± sample std, the far lengths'
-    accuracy where tested, and the CPU seconds of each seed (restarts included)."""
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for result in all_results:
-        groups.setdefault((result["task"], result["mixer"]), []).append(result)
-    header = ["task", "mixer", "recipe", "test mean % per seed", "mean ± std", "far % (min over seeds)", "CPU s"]
-    rows = []
-    for (task, mixer), results in groups.items():
-        means = [100 * r["test"]["mean_accuracy"] for r in results]
-        far = [b for r in results if "far" in r for b in r["far"]["buckets"]]
-        far_cells = {}
-        for b in far:
-            far_cells[b["min_length"]] = min(far_cells.get(b["min_length"], 100.0), 100 * b["accuracy"])
-        rows.append(
-            [
-                task,
-                mixer,
-                results[0]["recipe"],
-                " / ".join(f"{m:.2f}" + _kept_restart(r) for m, r in zip(means, results)),
-                f"{statistics.mean(means):.2f} ± {statistics.stdev(means) if len(means) > 1 else 0.0:.2f}",
-                " / ".join(f"{length}: {acc:.1f}" for length, acc in sorted(far_cells.items())) or "not tested",
-                " / ".join(f"{r['cpu_seconds']:.0f}" for r in results),
-            ]
-        )
-    return markdown_table(header, rows)
-
-
-def _kept_restart(result: dict) -> str:
-    """ " (seed 1004)" when the kept run is a restart, not the first seed of the run."""
-    first = result.get("restarts", [{}])[0].get("seed", result["seed"])
-    return f" (seed {result['seed']})" if result["seed"] != first else ""
-
-
-def _seed_cell(result: dict) -> str:
-    """The kept seed, and how many restarts it was chosen from."""
-    tried = len(result.get("restarts", [])) or 1
-    return f"{result['seed']} ({tried} tried)" if tried > 1 else str(result["seed"])

@@ -201,7 +201,7 @@ def resolve_settings(recipe: str, explicit: dict) -> dict:
     """The StateTrackingSettings field values of `recipe` with the `explicit` ones on top (they always win).
 
     `extra_config` (HybridSSMConfig fields) merges key by key, the explicit ones over the recipe's (the model
-    puts both over MODEL_DEFAULTS: state_tracking_settings.model_config). A setting of SETTINGS_MOVED_TO_EXTRA_CONFIG
+    puts both over MODEL_DEFAULTS: settings.model_config). A setting of SETTINGS_MOVED_TO_EXTRA_CONFIG
     among `explicit` (a record or settings.json written before they moved) is read as that extra_config key."""
     check_recipe(recipe)
     explicit = dict(explicit)

@@ -1,7 +1,7 @@
 """Causal-LM fine-tuning of a saved checkpoint: full, or LoRA through PEFT (the library behind scripts/finetune.py).
 
 Any `AutoModelForCausalLM` checkpoint works; hybrid checkpoints load through hf_ssm (or their shipped modeling
-code). The loop, data, checkpoints and exact resume are those of `hf_ssm.training.lm`.
+code). The loop, data, checkpoints and exact resume are those of `hf_ssm.training.lm.pretraining`.
 
 LoRA targets (`--lora_target_modules`): either comma-separated group names, resolved layer by layer (from
 `config.mixers`) to the hybrid model's full module names, or plain module names passed to PEFT as they are (for
@@ -32,13 +32,21 @@ from pathlib import Path
 
 import torch
 
-from ..modeling.mixer_registry import ATTENTION, mixer_names, mixer_spec
-from .checkpointing import atomic_save_dir
-from .lm import train_loop
-from .lm_outputs import closing_sample, model_summary, run_metrics, write_run_files
-from .lm_settings import RESUME_SAFE_SETTINGS, DataSettings, TrainSettings, help_field, validate_train_settings
-from .lm_setup import check_block_size, load_tokenizer, open_block_sources
-from .loop import make_accelerator, open_run
+from ...modeling.mixer_registry import ATTENTION, mixer_names, mixer_spec
+from ..checkpointing import atomic_save_dir
+from ..loop import make_accelerator, open_run
+from .lm_settings import (
+    RESUME_SAFE_SETTINGS,
+    DataSettings,
+    TrainSettings,
+    check_block_size,
+    help_field,
+    load_tokenizer,
+    open_block_sources,
+    validate_train_settings,
+)
+from .outputs import closing_sample, model_summary, run_metrics, write_run_files
+from .pretraining import train_loop
 
 # Groups that are not an SSM mixer's: group -> (the mixers whose layers it applies to (None: every block's MLP),
 # the projection names). The SSM groups come from the mixers' registry declarations (lora_group, lora_targets).
@@ -213,7 +221,7 @@ def prepare_finetuning(settings: FinetuneSettings, accelerator=None, validated: 
 def finetune(settings: FinetuneSettings, run_dir, resume: bool = False, accelerator=None, prepared=None) -> dict:
     """Fine-tune; writes run_dir/{settings.json, metrics.json, loss_curve.png, checkpoints/} and
     `model/` (full fine-tune or merged LoRA: save_pretrained + tokenizer + card) and/or `adapter/` (LoRA only)."""
-    from ..model_card import render_model_card
+    from ...model_card import render_model_card
 
     accelerator = accelerator or make_accelerator(settings.mixed_precision)
     prepared = prepared or prepare_finetuning(settings, accelerator)

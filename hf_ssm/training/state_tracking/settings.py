@@ -7,22 +7,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..data import TASK_NAMES, get_task
-from ..data.state_tracking import SUPERVISIONS
-from ..data.word_problems import WORD_PROBLEM_TASK, load_word_problem_file, word_problem_task
-from ..modeling import HybridSSMConfig
-from ..modeling.config_values import BLOCK_TYPES, PD_SSM_PROJECTED_TRANSITIONS, check_choice
-from ..modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS, SSM_MIXERS, check_config_keys
-from ..modeling.mixer_registry import pattern_letters, width_matched_fields
-from .cli import check_numeric_settings, config_fields_field
-from .optimization import LR_SCHEDULES
+from ...data import TASK_NAMES, get_task
+from ...data.state_tracking import SUPERVISIONS
+from ...data.word_problems import WORD_PROBLEM_TASK, load_word_problem_file, word_problem_task
+from ...modeling import HybridSSMConfig
+from ...modeling.config_values import BLOCK_TYPES, PD_SSM_PROJECTED_TRANSITIONS, check_choice
+from ...modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS, SSM_MIXERS, check_config_keys
+from ...modeling.mixer_registry import pattern_letters, width_matched_fields
+from ..cli import check_numeric_settings, config_fields_field
+from ..optimization import LR_SCHEDULES
+from ..stack import stack_config_fields, stack_pattern
+from .evaluation import far_lengths
 from .recipes import MODEL_DEFAULTS, RECIPE_NAMES, check_recipe
-from .stack import stack_config_fields, stack_pattern
-from .state_tracking_evaluation import far_lengths
 
 VALIDATION_LENGTHS = ("train", "test")
 EMBEDDING_INITS = ("normal", "one_hot")
-VALIDATION_SEED = 10_000  # disjoint from the test seeds (state_tracking_evaluation): never the same sequences
+VALIDATION_SEED = 10_000  # disjoint from the test seeds (evaluation.py): never the same sequences
 # Settings a resumed run may change (checkpointing.check_resume): none changes the model, the training batches or
 # the learning rate of any step. They decide when the run evaluates, checkpoints and stops early, how many restarts
 # it tries, and how many sequences the final test scores; everything else must match the checkpoint's run.
@@ -114,7 +114,7 @@ class StateTrackingSettings:
     # runs of consecutive seeds share no restart); the restart with the best validation accuracy is kept, and no
     # further restart starts once one reaches target_accuracy. The test set never takes part.
     restarts: int = 3
-    # The recipe (hf_ssm/training/recipes.py) these values came from (a label, recorded in the
+    # The recipe (hf_ssm/training/state_tracking/recipes.py) these values came from (a label, recorded in the
     # summary; these field defaults are the `residual` recipe's values, the driver's PD-SSM default is `table`); which positions are supervised ("every" prefix label or only the "last" token); the block around
     # each mixer (HybridSSMConfig.block_type / block_dropout); no weight decay on the embedding when
     # decay_embedding is False; "cosine" (to 0) or transformers' "cosine_with_min_lr" (to min_learning_rate).
@@ -178,9 +178,9 @@ class StateTrackingSettings:
             raise ValueError(
                 f"test_min_length ({self.test_min_length}) is above test_max_length ({self.test_max_length})"
             )
-        self._validate_length_curriculum()
+        self._validate_length_curriculum(task)
         check_choice("validation_lengths", self.validation_lengths, VALIDATION_LENGTHS)
-        self._validate_recipe_fields()
+        self._validate_recipe_fields(task)
         for name in (
             "batch_size",
             "max_steps",
@@ -199,8 +199,8 @@ class StateTrackingSettings:
         if not isinstance(self.extra_config, dict):
             raise ValueError(f"--extra_config must be a JSON object of config fields, got {self.extra_config!r}")
         check_config_keys(self.extra_config, "--extra_config")
-        far_lengths(self)  # raises on a malformed list
-        model_config(self)  # the pattern letters, the sizes: HybridSSMConfig's own checks
+        far_lengths(self, task)  # raises on a malformed list
+        model_config(self, task)  # the pattern letters, the sizes: HybridSSMConfig's own checks
 
     def _validate_task_sizes(self, task) -> None:
         """Every train / test length (for mqar: number of pairs) inside the range the task accepts, refused here
@@ -215,7 +215,7 @@ class StateTrackingSettings:
                     f"{task._length_rule()}"
                 )
 
-    def _validate_length_curriculum(self) -> None:
+    def _validate_length_curriculum(self, task) -> None:
         if self.length_curriculum_steps == 0:
             return
         if not self.train_min_length <= self.length_curriculum_start <= self.train_max_length:
@@ -223,7 +223,6 @@ class StateTrackingSettings:
                 f"`length_curriculum_start` must lie in [train_min_length, train_max_length] = "
                 f"[{self.train_min_length}, {self.train_max_length}], got {self.length_curriculum_start}"
             )
-        task = self.build_task()
         if not any(task.valid_length(n) for n in range(self.train_min_length, self.length_curriculum_start + 1)):
             raise ValueError(
                 f"`length_curriculum_start` = {self.length_curriculum_start}: task {self.task!r} has no valid length "
@@ -240,20 +239,20 @@ class StateTrackingSettings:
         grown = self.length_curriculum_start + span * step / self.length_curriculum_steps
         return min(self.train_max_length, int(grown))
 
-    def _validate_recipe_fields(self) -> None:
+    def _validate_recipe_fields(self, task) -> None:
         check_recipe(self.recipe)
         check_choice("supervision", self.supervision, SUPERVISIONS)
         check_choice("block_type", self.block_type, BLOCK_TYPES)
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         check_choice("embedding_init", self.embedding_init, EMBEDDING_INITS)
         if self.embedding_init == "one_hot":
-            vocab_size = self.build_task().vocab_size
+            vocab_size = task.vocab_size
             if self.hidden_size < vocab_size:
                 raise ValueError(
                     f"`embedding_init='one_hot'` gives every token its own basis vector: it needs hidden_size >= the "
                     f"task's vocabulary ({vocab_size} for {self.task!r}), got hidden_size={self.hidden_size}"
                 )
-        config = model_config(self)  # a model without a pd_ssm layer has no W_P: the scale is unused there
+        config = model_config(self, task)  # a model without a pd_ssm layer has no W_P: the scale is unused there
         projected = config.pd_ssm_transition in PD_SSM_PROJECTED_TRANSITIONS
         if self.transition_lr_scale != 1 and "pd_ssm" in config.mixers and not projected:
             choices = " / ".join(map(repr, PD_SSM_PROJECTED_TRANSITIONS))
@@ -353,9 +352,10 @@ def file_lengths(settings: StateTrackingSettings) -> dict:
     }
 
 
-def model_config(settings: StateTrackingSettings) -> HybridSSMConfig:
-    """The HybridSSMConfig of a run: one layer per pattern letter (HybridSSMConfig's letters, S = the mixer)."""
-    task = settings.build_task()
+def model_config(settings: StateTrackingSettings, task=None) -> HybridSSMConfig:
+    """The HybridSSMConfig of a run: one layer per pattern letter (HybridSSMConfig's letters, S = the mixer).
+    `task`: the run's Task where the caller has resolved it (a driver does, once), else `settings.build_task()`."""
+    task = task if task is not None else settings.build_task()
     pattern, ssm_mixer = stack_pattern(settings.mixer, settings.pattern)
     letters = {**pattern_letters(), "S": ssm_mixer}
     config_fields = dict(

@@ -1,5 +1,7 @@
 """The frozen base of the adapter experiment and the methods trained on it: the SSM adapter, LoRA, the prefix-LoRA
-classifier and the last-hidden-state probe (`build_method`), and their optimizer groups."""
+classifier and the last-hidden-state probe (`build_method`), and their optimizer groups; and the next-token
+pretraining of the built-in tiny base (hf_ssm.adapters.tiny_base) before an experiment on it
+(`pretrain_language_model`)."""
 
 from __future__ import annotations
 
@@ -10,27 +12,29 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..adapters.bases import NAMED_BASES
-from ..adapters.bases import load_base as _load_base
-from ..adapters.layer import SSMAdapter
-from ..adapters.lora import ATTENTION_TARGETS, add_lora, lora_parameters_per_rank, lora_rank_for_budget
-from ..adapters.model import attach_ssm_adapter, find_decoder_layers, run_to_layer
-from ..adapters.tiny_base import build_tiny_qwen2, build_word_tokenizer
-from ..data.nl_state_tracking import (
+from ...adapters.bases import NAMED_BASES
+from ...adapters.bases import load_base as _load_base
+from ...adapters.layer import SSMAdapter
+from ...adapters.lora import ATTENTION_TARGETS, add_lora, lora_parameters_per_rank, lora_rank_for_budget
+from ...adapters.model import attach_ssm_adapter, find_decoder_layers, run_to_layer
+from ...adapters.tiny_base import build_tiny_qwen2, build_word_tokenizer
+from ...data.nl_state_tracking import (
     NL_TASK_NAMES,
     get_nl_task,
     narrative_corpus,
     task_vocabulary,
 )
-from .adapter_settings import METHODS, SSM_ADAPTER_METHODS, TINY_BASE, AdapterExperimentSettings
-from .tiny_base_pretraining import pretrain_language_model
+from .. import loop
+from ..optimization import warmup_cosine_schedule
+from .experiment_settings import METHODS, SSM_ADAPTER_METHODS, TINY_BASE, AdapterExperimentSettings
 
 # --- the base model ----------------------------------------------------------------------------------------
 
 
-def prepare_base(settings: AdapterExperimentSettings, run_dir: Path, accelerator) -> tuple[str, dict]:
+def prepare_base(settings: AdapterExperimentSettings, task, run_dir: Path, accelerator) -> tuple[str, dict]:
     """Where the base loads from, and how it was made. The tiny base is built and pretrained once into
-    run_dir/base (reused by a resumed run); any other `base_model` is a hub id or local path."""
+    run_dir/base (reused by a resumed run); any other `base_model` is a hub id or local path. `task`: the run's
+    natural-language task (its words join the tiny base's vocabulary)."""
     if settings.base_model in NAMED_BASES:
         named = NAMED_BASES[settings.base_model]
         info = {"base_model": settings.base_model, "description": named.description, "gguf_file": named.gguf_file}
@@ -44,7 +48,7 @@ def prepare_base(settings: AdapterExperimentSettings, run_dir: Path, accelerator
     # The automata's words, and the task's own where it is another (so the automaton runs keep their vocabulary).
     tasks = [get_nl_task(name) for name in NL_TASK_NAMES]
     if settings.task not in NL_TASK_NAMES:
-        tasks.append(get_nl_task(settings.task))
+        tasks.append(task)
     tokenizer = build_word_tokenizer(task_vocabulary(tasks))
     longest = max(bucket[1] for bucket in settings.bucket_list())
     model = build_tiny_qwen2(
@@ -235,3 +239,51 @@ def parameter_groups(method: str, model, settings: AdapterExperimentSettings) ->
         groups.append({"params": params, "lr": rate})
         taken |= {id(p) for p in params}
     return [{"params": [p for _, p in named if id(p) not in taken], "lr": lr}, *groups]
+
+
+def pretrain_language_model(
+    model,
+    tokenizer,
+    texts: list[str],
+    steps: int,
+    accelerator,
+    batch_size: int = 16,
+    learning_rate: float = 3e-3,
+    max_seconds: float | None = None,
+    desc: str = "pretrain base",
+) -> dict:
+    """Next-token training on `texts` (cycled in order); stops after `steps` or `max_seconds`.
+
+    The shared loop skeleton (training/loop.py) with the package's warm-up + cosine schedule (warm-up over
+    steps / 20). The model trains where it is (the tiny base is built on the CPU in every process, identically);
+    `accelerator` (the run's) only shows the progress bar. Returns {"steps", "seconds", "loss"} (loss: mean of
+    the last 20 steps).
+    """
+    device = next(model.parameters()).device
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
+    scheduler = warmup_cosine_schedule(optimizer, max(1, steps // 20), steps)
+    clock, losses = loop.Stopwatch(), []
+
+    def train_step(step: int) -> None:
+        chunk = [texts[(step * batch_size + i) % len(texts)] for i in range(batch_size)]
+        batch = tokenizer(chunk, return_tensors="pt", padding=True)
+        ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+        labels = ids.masked_fill(mask == 0, -100)
+        position_ids = (mask.cumsum(-1) - 1).clamp_min(0)
+        loss = model(input_ids=ids, attention_mask=mask, position_ids=position_ids, labels=labels, use_cache=False).loss
+        # A plain torch step: the base is not prepared by the accelerator (its device and precision stay).
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        losses.append(loss.item())
+
+    model.train()
+    outcome = loop.run_training(
+        accelerator, desc=desc, start=0, total=steps, train_unit=train_step, evaluate=lambda step: None,
+        eval_every=0, out_of_time=lambda: max_seconds is not None and clock.seconds > max_seconds,
+    )  # fmt: skip
+    model.eval()
+    tail = losses[-20:]
+    return {"steps": outcome.units, "seconds": clock.seconds, "loss": sum(tail) / max(1, len(tail))}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.timeseries import (
+from ...data.timeseries import (
     MISSING_POLICIES,
     SPLIT_MODES,
     SYNTHETIC,
@@ -27,16 +27,15 @@ from ..data.timeseries import (
     load_timeseries,
     synthetic_timeseries,
 )
-from ..modeling import HybridSSMConfig, HybridSSMForTimeSeriesClassification
-from ..modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
-from . import loop
-from .checkpointing import atomic_save_dir
-from .cli import check_numeric_settings, config_fields_field
-from .evaluation import batch_ranges, eval_mode
-from .optimization import warmup_cosine_schedule
-from .plotting import pyplot, save_figure
-from .stack import stack_config_fields, stack_pattern
-from .tables import markdown_table
+from ...modeling import HybridSSMConfig, HybridSSMForTimeSeriesClassification
+from ...modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
+from .. import loop
+from ..checkpointing import atomic_save_dir
+from ..cli import check_numeric_settings, config_fields_field
+from ..loop import batch_ranges, eval_mode
+from ..optimization import warmup_cosine_schedule
+from ..reports import markdown_table, pyplot, save_figure
+from ..stack import stack_config_fields, stack_pattern
 
 BEST_WEIGHTS = "best_model.safetensors"
 # Settings a resumed run may change (checkpointing.check_resume): when it checkpoints and how long it waits for a
@@ -234,100 +233,30 @@ def train_timeseries(
     data = data or load_data(settings)
     if accelerator.is_main_process:
         (run_dir / "data.json").write_text(json.dumps(data.describe(), indent=2))
+    run = _start_run(settings, data, accelerator, found)
+    outcome = _train(run, settings, data, accelerator, run_dir / "checkpoints")
+    train_seconds = run.clock.seconds
 
-    model = build_model(settings, data)
-    parameters = sum(p.numel() for p in model.parameters())
-    steps_per_epoch = math.ceil(len(data.train) / (settings.batch_size * accelerator.num_processes))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
-    scheduler = warmup_cosine_schedule(
-        optimizer, settings.warmup_epochs * steps_per_epoch, settings.max_epochs * steps_per_epoch
-    )
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    unwrapped = accelerator.unwrap_model(model)
-    device, rank, world = accelerator.device, accelerator.process_index, accelerator.num_processes
-
-    checkpoints = run_dir / "checkpoints"
-    start_epoch, history, best, bad_epochs, seconds_before = 0, [], loop.BestWeights(), 0, 0.0
-    if found is not None:
-        meta = loop.load_checkpoint(accelerator, found)
-        start_epoch, history, bad_epochs = meta["epoch"], meta["history"], meta["bad_epochs"]
-        seconds_before = meta["train_seconds"]
-        if meta["best"] is not None:
-            best = loop.BestWeights.load(meta["best"], found, BEST_WEIGHTS)
-        accelerator.print(f"resumed from {found} at epoch {start_epoch}")
-
-    clock = loop.Stopwatch(seconds_before)
-    train = {}  # the latest epoch's training loss and accuracy
-
-    def train_epoch(epoch: int) -> None:
-        loss_sum = correct = seen = 0
-        for index in _epoch_batches(len(data.train), settings.batch_size, settings.seed, epoch, rank, world):
-            batch = {k: v.to(device) for k, v in data.train.batch(index).items()}
-            out = model(**batch)
-            loop.optimizer_step(accelerator, out.loss, optimizer, scheduler, model.parameters(), settings.grad_clip)
-            loss_sum += out.loss.item() * len(index)
-            correct += int((out.logits.argmax(-1) == batch["labels"]).sum())
-            seen += len(index)
-        train.update(loss=loss_sum / seen, accuracy=correct / seen)
-
-    def validation(epoch: int) -> dict:
-        nonlocal bad_epochs
-        val = evaluate(unwrapped, data.val, settings.batch_size, device)
-        history.append(
-            {
-                "epoch": epoch,
-                "train_loss": train["loss"],
-                "train_accuracy": train["accuracy"],
-                "val_loss": val["loss"],
-                "val_accuracy": val["accuracy"],
-            }
-        )
-        if _is_better(val, best.record):
-            best.keep(unwrapped, {"epoch": epoch, "val_accuracy": val["accuracy"], "val_loss": val["loss"]})
-            bad_epochs = 0
-        else:
-            bad_epochs += 1
-        return {"loss": f"{train['loss']:.3f}", "val": f"{val['accuracy']:.3f}", "best": best.record["epoch"]}
-
-    def save(epoch: int) -> None:
-        meta = {
-            "epoch": epoch,
-            "history": history,
-            "best": best.record,
-            "bad_epochs": bad_epochs,
-            "train_seconds": clock.seconds,
-            "settings": asdict(settings),
-        }
-        folder = checkpoints / f"step_{epoch}"  # step = epoch here
-        loop.save_checkpoint(accelerator, folder, meta, lambda tmp: best.save(tmp, BEST_WEIGHTS), keep=2)
-
-    model.train()
-    outcome = loop.run_training(
-        accelerator, desc=f"{data.name}/{settings.label}/seed{settings.seed}", start=start_epoch,
-        total=settings.max_epochs, train_unit=train_epoch, evaluate=validation, eval_every=1,
-        should_stop=lambda epoch: bad_epochs >= settings.patience, save=save, save_every=settings.save_every,
-    )  # fmt: skip
-    train_seconds = clock.seconds
-
-    unwrapped.load_state_dict(best.state)  # the test split is scored once, with the best-validation weights
-    test = evaluate(unwrapped, data.test, settings.batch_size, device)
+    unwrapped = accelerator.unwrap_model(run.model)
+    unwrapped.load_state_dict(run.best.state)  # the test split is scored once, with the best-validation weights
+    test = evaluate(unwrapped, data.test, settings.batch_size, accelerator.device)
     results = {
         "dataset": data.name,
         "mixer": settings.mixer,
         "pattern": settings.pattern,
         "label": settings.label,
         "seed": settings.seed,
-        "parameters": parameters,
+        "parameters": run.parameters,
         "epochs": outcome.units,
-        "best_epoch": best.record["epoch"],
+        "best_epoch": run.best.record["epoch"],
         "stopped_early": outcome.stopped_early,
         "train_seconds": train_seconds,
-        "val_accuracy": best.record["val_accuracy"],
+        "val_accuracy": run.best.record["val_accuracy"],
         "test_accuracy": test["accuracy"],
         "test_loss": test["loss"],
         "split_rule": data.split_rule,
         "sizes": {"train": len(data.train), "val": len(data.val), "test": len(data.test)},
-        "history": history,
+        "history": run.history,
     }
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
@@ -340,6 +269,104 @@ def train_timeseries(
         (run_dir / "results.json").write_text(json.dumps(results, indent=2))
         plot_curves([results], run_dir / "curves.png")
     return results
+
+
+@dataclass
+class _Run:
+    """What one training run carries from epoch to epoch: the prepared model, optimizer and schedule, and the
+    state a checkpoint saves (history, best weights, epochs without improvement, the clock)."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    parameters: int
+    start_epoch: int
+    history: list
+    best: loop.BestWeights
+    bad_epochs: int
+    clock: loop.Stopwatch
+
+
+def _start_run(settings: TimeSeriesSettings, data: TimeSeriesData, accelerator, found: Path | None) -> _Run:
+    """The model (seeded by settings.seed), AdamW and its warm-up cosine schedule over the epochs' steps, prepared
+    by `accelerator`, and the state of the checkpoint `found` where the run resumes (else a fresh start)."""
+    model = build_model(settings, data)
+    parameters = sum(p.numel() for p in model.parameters())
+    steps_per_epoch = math.ceil(len(data.train) / (settings.batch_size * accelerator.num_processes))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    scheduler = warmup_cosine_schedule(
+        optimizer, settings.warmup_epochs * steps_per_epoch, settings.max_epochs * steps_per_epoch
+    )
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    start_epoch, history, best, bad_epochs, seconds_before = 0, [], loop.BestWeights(), 0, 0.0
+    if found is not None:
+        meta = loop.load_checkpoint(accelerator, found)
+        start_epoch, history, bad_epochs = meta["epoch"], meta["history"], meta["bad_epochs"]
+        seconds_before = meta["train_seconds"]
+        if meta["best"] is not None:
+            best = loop.BestWeights.load(meta["best"], found, BEST_WEIGHTS)
+        accelerator.print(f"resumed from {found} at epoch {start_epoch}")
+    clock = loop.Stopwatch(seconds_before)
+    return _Run(model, optimizer, scheduler, parameters, start_epoch, history, best, bad_epochs, clock)
+
+
+def _train(run: _Run, settings: TimeSeriesSettings, data: TimeSeriesData, accelerator, checkpoints: Path):
+    """The training loop: one epoch per unit, validation after each (keeping the best weights), an early stop
+    after `patience` epochs without improvement, checkpoints every save_every epochs."""
+    model, history, best, clock = run.model, run.history, run.best, run.clock
+    unwrapped = accelerator.unwrap_model(model)
+    device, rank, world = accelerator.device, accelerator.process_index, accelerator.num_processes
+    train = {}  # the latest epoch's training loss and accuracy
+
+    def train_epoch(epoch: int) -> None:
+        loss_sum = correct = seen = 0
+        for index in _epoch_batches(len(data.train), settings.batch_size, settings.seed, epoch, rank, world):
+            batch = {k: v.to(device) for k, v in data.train.batch(index).items()}
+            out = model(**batch)
+            loop.optimizer_step(
+                accelerator, out.loss, run.optimizer, run.scheduler, model.parameters(), settings.grad_clip
+            )
+            loss_sum += out.loss.item() * len(index)
+            correct += int((out.logits.argmax(-1) == batch["labels"]).sum())
+            seen += len(index)
+        train.update(loss=loss_sum / seen, accuracy=correct / seen)
+
+    def validation(epoch: int) -> dict:
+        val = evaluate(unwrapped, data.val, settings.batch_size, device)
+        history.append(
+            {
+                "epoch": epoch,
+                "train_loss": train["loss"],
+                "train_accuracy": train["accuracy"],
+                "val_loss": val["loss"],
+                "val_accuracy": val["accuracy"],
+            }
+        )
+        if _is_better(val, best.record):
+            best.keep(unwrapped, {"epoch": epoch, "val_accuracy": val["accuracy"], "val_loss": val["loss"]})
+            run.bad_epochs = 0
+        else:
+            run.bad_epochs += 1
+        return {"loss": f"{train['loss']:.3f}", "val": f"{val['accuracy']:.3f}", "best": best.record["epoch"]}
+
+    def save(epoch: int) -> None:
+        meta = {
+            "epoch": epoch,
+            "history": history,
+            "best": best.record,
+            "bad_epochs": run.bad_epochs,
+            "train_seconds": clock.seconds,
+            "settings": asdict(settings),
+        }
+        folder = checkpoints / f"step_{epoch}"  # step = epoch here
+        loop.save_checkpoint(accelerator, folder, meta, lambda tmp: best.save(tmp, BEST_WEIGHTS), keep=2)
+
+    model.train()
+    return loop.run_training(
+        accelerator, desc=f"{data.name}/{settings.label}/seed{settings.seed}", start=run.start_epoch,
+        total=settings.max_epochs, train_unit=train_epoch, evaluate=validation, eval_every=1,
+        should_stop=lambda epoch: run.bad_epochs >= settings.patience, save=save, save_every=settings.save_every,
+    )  # fmt: skip
 
 
 def summarize(all_results: list[dict]) -> list[dict]:

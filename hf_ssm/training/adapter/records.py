@@ -9,14 +9,11 @@ from pathlib import Path
 
 from huggingface_hub import ModelCardData
 
-from ..adapters.bases import NAMED_BASES
-from ..adapters.config import SSMAdapterConfig
-from ..model_card import check_model_card
-from .adapter_presets import default_preset, preset_values
-from .adapter_settings import TINY_BASE, AdapterExperimentSettings
-from .plotting import pyplot, save_figure
-from .summary import merge_summary
-from .tables import accuracy_cells, markdown_table
+from ...adapters.bases import NAMED_BASES
+from ...adapters.config import SSMAdapterConfig
+from ...model_card import check_model_card
+from ..reports import accuracy_cells, markdown_table, merge_summary, pyplot, save_figure
+from .experiment_settings import TINY_BASE, AdapterExperimentSettings, default_preset, preset_values
 
 # --- reporting ---------------------------------------------------------------------------------------------
 
@@ -64,7 +61,7 @@ def summary_records(summary: dict, run_dir: str, command: str | None = None) -> 
                 "method": r["method"],
                 "readout": r["readout"],
                 "seed": r["settings"]["seed"],
-                "preset": summary["settings"]["preset"],  # the named recipe (adapter_presets) under the flags given
+                "preset": summary["settings"]["preset"],  # the named recipe (experiment_settings) under the flags given
                 "trainable_params": r["trainable_parameters"],
                 "cpu_seconds": round(r["cpu_seconds"], 1),
                 "wall_seconds": round(r["train_seconds"] + r["eval_seconds"], 1),
@@ -87,7 +84,7 @@ SUMMARY_KEY = ("run_dir", "method", "seed")
 
 
 def update_summary_json(path, records: list[dict]) -> None:
-    """Merge `records` into the JSON list at `path` under the summary file's lock (summary.merge_summary): a record
+    """Merge `records` into the JSON list at `path` under the summary file's lock (reports.merge_summary): a record
     of the same run, method and seed is replaced."""
     merge_summary(path, records, key=SUMMARY_KEY, indent=1)
 
@@ -137,7 +134,7 @@ def _training_stories_description(settings: AdapterExperimentSettings) -> str:
         preamble = settings.train_max_preamble_sentences
         text += f", each story opened by 0-{preamble} sentences that change nothing (the test stories have none)"
     if settings.distractor_prob:
-        # the test stories draw distractors with the same probability (adapter_evaluation.evaluate)
+        # the test stories draw distractors with the same probability (scoring.evaluate)
         text += f", with a distractor sentence before each transition with probability {settings.distractor_prob}"
     return text
 

@@ -10,17 +10,16 @@ from contextlib import nullcontext
 import torch
 from torch import nn
 
-from ..adapters.feature_cache import FrozenPrefix
-from ..adapters.model import SSMAdapterModel, find_decoder_layers
-from ..data.nl_state_tracking import (
+from ...adapters.feature_cache import FrozenPrefix
+from ...adapters.model import SSMAdapterModel, find_decoder_layers
+from ...data.nl_state_tracking import (
     NLStateTrackingDataset,
     answer_token_ids,
     collate_nl_state_tracking,
 )
-from .adapter_baselines import LastHiddenStateProbe, PrefixLoRAClassifier
-from .adapter_settings import AdapterExperimentSettings
-from .evaluation import batch_ranges, bucket_accuracy
-from .progress import evaluation_progress
+from ..loop import batch_ranges, bucket_accuracy, evaluation_progress
+from .experiment_settings import AdapterExperimentSettings
+from .methods import LastHiddenStateProbe, PrefixLoRAClassifier
 
 
 def score_batch(
@@ -78,35 +77,45 @@ def score_batch(
             scores = _unwrapped(model).head(features[:, keep])
         final_loss = _class_loss(scores[:, -1], batch["label"].to(device))
     else:
-        # Only the answer words' rows of the LM head are computed at the supervised positions, and the whole head
-        # only at the last position for the vocabulary loss: a 49k-word head over every supervised position
-        # would cost more than the rest of the step on a CPU.
-        forward = _answer_logits if _head_is_linear(model) else _full_logits
-        context = nullcontext() if features is None else FrozenPrefix(_unwrapped(model)).replaced_by(features)
-        head_logits = []  # a per-head adapter's heads' own logits (B, T, H, C), caught inside the forward
-        catch = _catch_head_logits(model, head_logits)
-        try:
-            with context:
-                answer_logits, vocab_logits = forward(model, inputs, keep, answer_ids, vocab_loss)
-        finally:
-            if catch is not None:
-                catch.remove()
-        scores = answer_logits.float()
-        if vocab_loss:
-            final_loss = nn.functional.cross_entropy(
-                vocab_logits.float(), batch["answer_token"].to(device), reduction="sum"
-            )
-        else:
-            final_loss = _class_loss(scores[:, -1], batch["label"].to(device))
-        if head_logits:
-            loss_scores = head_logits[-1][:, keep].float()
-            final_loss = final_loss + _class_loss(loss_scores[:, -1], batch["label"].to(device))
+        scores, loss_scores, final_loss = _lm_head_scores(
+            model, inputs, keep, answer_ids, batch, device, vocab_loss, features
+        )
     index = torch.searchsorted(keep, positions.clamp_min(0))
     scored = scores if loss_scores is None else loss_scores
     picked = scored[torch.arange(scored.shape[0], device=scored.device)[:, None], index]  # (B, P, [H,] C)
     dense_loss = _class_loss(picked.flatten(0, 1), labels.flatten())
     count = (labels != -100).sum() + scores.shape[0]
     return (dense_loss + final_loss) / count, scores[:, -1].argmax(-1)
+
+
+def _lm_head_scores(model, inputs: dict, keep, answer_ids, batch: dict, device, vocab_loss: bool, features):
+    """score_batch's LM-head readout: (answer-class scores at the kept positions (B, K, C), a per-head adapter's
+    own scores (B, K, H, C) or None, the loss at the last position)."""
+    loss_scores = None
+    # Only the answer words' rows of the LM head are computed at the supervised positions, and the whole head
+    # only at the last position for the vocabulary loss: a 49k-word head over every supervised position
+    # would cost more than the rest of the step on a CPU.
+    forward = _answer_logits if _head_is_linear(model) else _full_logits
+    context = nullcontext() if features is None else FrozenPrefix(_unwrapped(model)).replaced_by(features)
+    head_logits = []  # a per-head adapter's heads' own logits (B, T, H, C), caught inside the forward
+    catch = _catch_head_logits(model, head_logits)
+    try:
+        with context:
+            answer_logits, vocab_logits = forward(model, inputs, keep, answer_ids, vocab_loss)
+    finally:
+        if catch is not None:
+            catch.remove()
+    scores = answer_logits.float()
+    if vocab_loss:
+        final_loss = nn.functional.cross_entropy(
+            vocab_logits.float(), batch["answer_token"].to(device), reduction="sum"
+        )
+    else:
+        final_loss = _class_loss(scores[:, -1], batch["label"].to(device))
+    if head_logits:
+        loss_scores = head_logits[-1][:, keep].float()
+        final_loss = final_loss + _class_loss(loss_scores[:, -1], batch["label"].to(device))
+    return scores, loss_scores, final_loss
 
 
 def _catch_head_logits(model, caught: list):

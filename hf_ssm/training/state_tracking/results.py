@@ -1,0 +1,155 @@
+"""results/state_tracking/summary.json: one record per trained seed, merged across runs.
+
+A record is {task, mixer, recipe, seed, steps, cpu_seconds, test_accuracy_by_bucket, test_mean_accuracy} plus
+`run` (the run folder), `train_seconds` (wall clock), `best_validation_accuracy`, `validation_curve` ([step,
+validation accuracy] pairs, the learning curve) and `overrides` (every setting of the run that differs from its
+recipe, e.g. {"extra_config": {"pd_ssm_diagonal": "magnitude"}}, so that a record names its exact variant). A run with restarts gives
+one record per restart seed (best-of-N is reported beside, never instead). Records are keyed by (task, mixer,
+recipe, seed, run): writing a run again replaces its records, any other run is appended. The file is rewritten
+atomically (temporary file + os.replace) under an exclusive lock, so concurrent runs never lose records.
+
+The summary file is merged through training/reports.py's `merge_summary` (`update_summary_json`), as the adapter
+experiment's results/adapter/summary.json is with its own key. Beside the records: the results tables of a run
+(`results_table`, `seeds_table`) and its plot of accuracy against length (`plot_accuracy_vs_length`).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from ..reports import accuracy_cells, markdown_table, merge_summary, pyplot, save_figure
+from .recipes import resolve_settings
+from .settings import StateTrackingSettings
+
+KEY = ("task", "mixer", "recipe", "seed", "run")
+
+
+# Settings that identify a record by themselves (its key) or that change per seed; never listed as overrides.
+NOT_OVERRIDES = frozenset({"task", "mixer", "seed", "recipe", "num_generators"})
+
+
+def run_record(results: dict, recipe: str, run: str, overrides: dict | None = None) -> dict:
+    """The summary record of one trained seed's results.json content (`overrides`: see recipe_overrides)."""
+    return {
+        "task": results["task"],
+        "mixer": results["mixer"],
+        "recipe": recipe,
+        "seed": results["seed"],
+        "steps": results["steps"],
+        "cpu_seconds": results["cpu_seconds"],
+        "test_accuracy_by_bucket": {
+            f"{b['min_length']}-{b['max_length']}": b["accuracy"] for b in results["test"]["buckets"]
+        },
+        "test_mean_accuracy": results["test"]["mean_accuracy"],
+        **(
+            {"far_accuracy_by_length": {str(b["min_length"]): b["accuracy"] for b in results["far"]["buckets"]}}
+            if "far" in results
+            else {}
+        ),
+        "best_validation_accuracy": results["validation"]["accuracy"],
+        "train_seconds": results["train_seconds"],
+        "validation_curve": [[h["step"], h["val_accuracy"]] for h in results.get("history", [])],
+        "overrides": overrides or {},
+        "run": run,
+    }
+
+
+def recipe_overrides(settings: dict, recipe: str) -> dict:
+    """The entries of a run's settings.json content that differ from what `recipe` alone gives."""
+    base = {**vars(StateTrackingSettings()), **resolve_settings(recipe, {})}
+    return {k: v for k, v in settings.items() if k not in NOT_OVERRIDES and base.get(k) != v}
+
+
+def run_records(results: dict, run_dir: str | Path, recipe: str) -> list[dict]:
+    """Every seed of a run: the one run itself, or each restart's seed_<s>/results.json."""
+    run_dir = Path(run_dir)
+    folders = [run_dir] if "restarts" not in results else [run_dir / f"seed_{r['seed']}" for r in results["restarts"]]
+    records = []
+    for folder in folders:
+        settings_file = folder / "settings.json"
+        settings = json.loads(settings_file.read_text()) if settings_file.is_file() else {}
+        seed_results = results if folder == run_dir else json.loads((folder / "results.json").read_text())
+        records.append(run_record(seed_results, recipe, str(folder), recipe_overrides(settings, recipe)))
+    return records
+
+
+def update_summary_json(path: str | Path, records: list[dict]) -> list[dict]:
+    """Merge a run's records into the summary file at `path` (reports.merge_summary, keyed by KEY); returns the
+    merged list."""
+    return merge_summary(path, records, key=KEY)
+
+
+def plot_accuracy_vs_length(all_results: list[dict], path: str | Path) -> None:
+    """One line per (task, mixer): last-position accuracy against the bucket's mean length."""
+    plt = pyplot()
+
+    tasks = sorted({r["task"] for r in all_results})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for r in (r for r in all_results if r["task"] == task):
+            xs = [(b["min_length"] + b["max_length"]) / 2 for b in r["test"]["buckets"]]
+            ax.plot(xs, [b["accuracy"] for b in r["test"]["buckets"]], marker="o", label=r["mixer"])
+        ax.axvspan(*all_results[0]["train_lengths"], color="grey", alpha=0.15, label="train lengths")
+        first = next(r for r in all_results if r["task"] == task)
+        scored = "accuracy over labelled positions" if first.get("scored_positions") == "labelled" else None
+        ax.set(title=task, xlabel=first.get("size_name", "length").replace("length", "sequence length"),
+               ylabel=scored or "last-position accuracy", ylim=(0, 1.02))  # fmt: skip
+        if "chance_accuracy" in first:
+            ax.axhline(first["chance_accuracy"], color="black", linestyle=":", label="chance")
+        ax.legend()
+    save_figure(fig, path)
+
+
+def results_table(all_results: list[dict]) -> str:
+    """Markdown table: one row per run, one column per test length bucket."""
+    buckets = [f"{b['min_length']}-{b['max_length']}" for b in all_results[0]["test"]["buckets"]]
+    header = ["task", "mixer", "params", "seed", "steps", "train s", *buckets, "mean"]
+    rows = [
+        [r["task"], r["mixer"], r["parameters"], _seed_cell(r), r["steps"], f"{r['train_seconds']:.0f}"]
+        + [*accuracy_cells(r["test"]["buckets"]), f"{100 * r['test']['mean_accuracy']:.1f}"]
+        for r in all_results
+    ]
+    return markdown_table(header, rows)
+
+
+def seeds_table(all_results: list[dict]) -> str:
+    """Markdown table of a run over several seeds: one row per task and mixer, the test mean accuracy of every
+    seed (the kept restart's seed in brackets where a restart was kept), their mean ± sample std, the far lengths'
+    accuracy where tested, and the CPU seconds of each seed (restarts included)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for result in all_results:
+        groups.setdefault((result["task"], result["mixer"]), []).append(result)
+    header = ["task", "mixer", "recipe", "test mean % per seed", "mean ± std", "far % (min over seeds)", "CPU s"]
+    rows = []
+    for (task, mixer), results in groups.items():
+        means = [100 * r["test"]["mean_accuracy"] for r in results]
+        far = [b for r in results if "far" in r for b in r["far"]["buckets"]]
+        far_cells = {}
+        for b in far:
+            far_cells[b["min_length"]] = min(far_cells.get(b["min_length"], 100.0), 100 * b["accuracy"])
+        rows.append(
+            [
+                task,
+                mixer,
+                results[0]["recipe"],
+                " / ".join(f"{m:.2f}" + _kept_restart(r) for m, r in zip(means, results)),
+                f"{statistics.mean(means):.2f} ± {statistics.stdev(means) if len(means) > 1 else 0.0:.2f}",
+                " / ".join(f"{length}: {acc:.1f}" for length, acc in sorted(far_cells.items())) or "not tested",
+                " / ".join(f"{r['cpu_seconds']:.0f}" for r in results),
+            ]
+        )
+    return markdown_table(header, rows)
+
+
+def _kept_restart(result: dict) -> str:
+    """ " (seed 1004)" when the kept run is a restart, not the first seed of the run."""
+    first = result.get("restarts", [{}])[0].get("seed", result["seed"])
+    return f" (seed {result['seed']})" if result["seed"] != first else ""
+
+
+def _seed_cell(result: dict) -> str:
+    """The kept seed, and how many restarts it was chosen from."""
+    tried = len(result.get("restarts", [])) or 1
+    return f"{result['seed']} ({tried} tried)" if tried > 1 else str(result["seed"])
