@@ -157,7 +157,7 @@ def test_deprecated_config_flag_warns_and_gives_the_same_settings(tmp_path, monk
 
     monkeypatch.setattr(script, "train_with_restarts", fake_train)
     original = StateTrackingSettings.validate
-    monkeypatch.setattr(StateTrackingSettings, "validate", lambda self: validations.append(original(self)))
+    monkeypatch.setattr(StateTrackingSettings, "validate", lambda self: validations.append(self) or original(self))
     monkeypatch.setattr(script, "run_records", lambda *args: [])
     monkeypatch.setattr(script, "results_table", lambda results: "")
     parser = script.build_parser()
@@ -179,9 +179,9 @@ def test_restarts_validate_the_settings_once(tmp_path, monkeypatch):
 
     validations, restarts = [], []
     original = StateTrackingSettings.validate
-    monkeypatch.setattr(StateTrackingSettings, "validate", lambda self: validations.append(original(self)))
+    monkeypatch.setattr(StateTrackingSettings, "validate", lambda self: validations.append(self) or original(self))
 
-    def fake_restart(settings, run_dir, accelerator, resume):
+    def fake_restart(settings, plan, run_dir, accelerator, resume):
         restarts.append(settings.seed)
         (run_dir / "model").mkdir(parents=True)
         test = {"mean_accuracy": 0.5, "buckets": []}
@@ -294,9 +294,9 @@ def _scripted_validation(monkeypatch, accuracy_by_seed: dict[int, float]):
     real_evaluate, current = st.evaluate, {}
     real_train = st._train_run
 
-    def train(settings, run_dir, accelerator, resume):
+    def train(settings, plan, run_dir, accelerator, resume):
         current["seed"] = settings.seed
-        return real_train(settings, run_dir, accelerator, resume)
+        return real_train(settings, plan, run_dir, accelerator, resume)
 
     def evaluate(model, settings_, task, buckets, seed, device, samples_per_bucket):
         if seed == st.TEST_SEED:
