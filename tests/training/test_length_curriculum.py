@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hf_ssm.data import get_task
-from hf_ssm.training.state_tracking.driver import _batch, train_state_tracking, training_data
+from hf_ssm.training.state_tracking.driver import _batch, longest_training_length, train_state_tracking, training_data
 from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 
 
@@ -18,31 +17,31 @@ def _settings(**fields) -> StateTrackingSettings:
 
 def test_longest_length_grows_linearly_from_the_start_to_the_maximum_then_stays():
     settings = _settings(length_curriculum_steps=100, length_curriculum_start=5)
-    longest = [settings.longest_training_length(step) for step in (0, 1, 50, 99, 100, 101, 5000)]
+    longest = [longest_training_length(settings, step) for step in (0, 1, 50, 99, 100, 101, 5000)]
     assert longest == [5, 5, 22, 39, 40, 40, 40]  # 5 + 35 * step / 100, rounded down
-    assert all(_settings().longest_training_length(step) == 40 for step in (0, 7, 5000))  # no curriculum
+    assert all(longest_training_length(_settings(), step) == 40 for step in (0, 7, 5000))  # no curriculum
 
 
 def test_curriculum_batches_hold_only_lengths_up_to_the_longest_of_their_step():
     settings = _settings(length_curriculum_steps=100, length_curriculum_start=5)
-    task = get_task("parity")
+    plan = settings.validate()
     for step in (0, 30, 70):
-        batch = _batch(training_data(task, settings, 10_000, step), step, settings.batch_size)
+        batch = _batch(training_data(settings, plan, 10_000, step), step, settings.batch_size)
         lengths = batch["length"].tolist()
-        assert min(lengths) >= 3 and max(lengths) <= settings.longest_training_length(step)
-    early = _batch(training_data(task, settings, 10_000, 0), 0, 64)["length"]
+        assert min(lengths) >= 3 and max(lengths) <= longest_training_length(settings, step)
+    early = _batch(training_data(settings, plan, 10_000, 0), 0, 64)["length"]
     assert set(early.tolist()) == {3, 4, 5}  # every length of the first range is drawn
 
 
 def test_after_the_curriculum_the_batches_equal_those_of_a_run_without_it():
-    task = get_task("modular_arithmetic")
     curriculum = _settings(task="modular_arithmetic", length_curriculum_steps=10)
     flat = _settings(task="modular_arithmetic")
+    plan = flat.validate()  # the curriculum changes no part of the plan
     for step in (10, 11, 25):
-        a = _batch(training_data(task, curriculum, 1_000, step), step, 16)
-        b = _batch(training_data(task, flat, 1_000, step), step, 16)
+        a = _batch(training_data(curriculum, plan, 1_000, step), step, 16)
+        b = _batch(training_data(flat, plan, 1_000, step), step, 16)
         assert a["input_ids"].equal(b["input_ids"]) and a["labels"].equal(b["labels"])
-    early = _batch(training_data(task, curriculum, 1_000, 0), 0, 16)["length"]
+    early = _batch(training_data(curriculum, plan, 1_000, 0), 0, 16)["length"]
     assert set(early.tolist()) <= {3, 5}  # modular arithmetic's lengths are odd
 
 

@@ -157,7 +157,7 @@ def test_deprecated_config_flag_warns_and_gives_the_same_settings(tmp_path, monk
 
     monkeypatch.setattr(script, "train_with_restarts", fake_train)
     original = StateTrackingSettings.validate
-    monkeypatch.setattr(StateTrackingSettings, "validate", lambda self: validations.append(original(self)))
+    monkeypatch.setattr(StateTrackingSettings, "validate", lambda self: validations.append(self) or original(self))
     monkeypatch.setattr(script, "run_records", lambda *args: [])
     monkeypatch.setattr(script, "results_table", lambda results: "")
     parser = script.build_parser()
@@ -179,9 +179,9 @@ def test_restarts_validate_the_settings_once(tmp_path, monkeypatch):
 
     validations, restarts = [], []
     original = StateTrackingSettings.validate
-    monkeypatch.setattr(StateTrackingSettings, "validate", lambda self: validations.append(original(self)))
+    monkeypatch.setattr(StateTrackingSettings, "validate", lambda self: validations.append(self) or original(self))
 
-    def fake_restart(settings, run_dir, accelerator, resume):
+    def fake_restart(settings, plan, run_dir, accelerator, resume):
         restarts.append(settings.seed)
         (run_dir / "model").mkdir(parents=True)
         test = {"mean_accuracy": 0.5, "buckets": []}
@@ -294,9 +294,9 @@ def _scripted_validation(monkeypatch, accuracy_by_seed: dict[int, float]):
     real_evaluate, current = st.evaluate, {}
     real_train = st._train_run
 
-    def train(settings, run_dir, accelerator, resume):
+    def train(settings, plan, run_dir, accelerator, resume):
         current["seed"] = settings.seed
-        return real_train(settings, run_dir, accelerator, resume)
+        return real_train(settings, plan, run_dir, accelerator, resume)
 
     def evaluate(model, settings_, task, buckets, seed, device, samples_per_bucket):
         if seed == st.TEST_SEED:
@@ -535,3 +535,25 @@ def test_file_settings_need_a_data_file():
         StateTrackingSettings(test_data_file="x.csv").validate()
     with pytest.raises(ValueError, match="reads its sequences from --data_file"):
         StateTrackingSettings(task="word_problem_file").validate()
+
+
+def test_validate_returns_the_plan_every_step_reads(tmp_path, monkeypatch):
+    """validate() returns the run's RunPlan: the task, the model config model_config(settings) builds, the far
+    lengths parsed; train_with_restarts resolves it once for all restarts, and each restart's model gets its own
+    copy of the config (the plan's is left as it was)."""
+    import hf_ssm.training.state_tracking.driver as st
+    from hf_ssm.training.state_tracking.settings import model_config
+
+    settings = StateTrackingSettings(**{**RESTART_SETTINGS, "far_lengths": "30"})
+    plan = settings.validate()
+    assert plan.task.name == "parity" and plan.files is None and plan.far_lengths == (30,)
+    assert plan.config.to_dict() == model_config(settings).to_dict()
+    plans, configs = [], []
+    monkeypatch.setattr(StateTrackingSettings, "plan", lambda self: plans.append(self) or plan)
+    real_new_model = st._new_model
+    monkeypatch.setattr(st, "_new_model", lambda s, config: configs.append(config) or real_new_model(s, config))
+    before = plan.config.to_json_string()
+    results = st.train_with_restarts(settings, tmp_path, validated=True)
+    assert len(plans) == 1 and len(configs) == len(results["restarts"]) > 1
+    assert all(c is not plan.config for c in configs)
+    assert plan.config.to_json_string() == before

@@ -17,6 +17,7 @@ before the interruption.
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from dataclasses import asdict, dataclass, replace
@@ -32,7 +33,7 @@ from ..checkpointing import atomic_save_dir, check_resume, check_resumed_setting
 from ..optimization import build_optimizer, build_scheduler
 from .evaluation import TEST_SEED, evaluate, evaluate_far_lengths
 from .results import plot_accuracy_vs_length
-from .settings import RESUME_SAFE_SETTINGS, VALIDATION_SEED, StateTrackingSettings, model_config
+from .settings import RESUME_SAFE_SETTINGS, VALIDATION_SEED, RunPlan, StateTrackingSettings, model_config
 
 
 def file_test_buckets(lengths: list[int], count: int) -> list[tuple[int, int]]:
@@ -51,10 +52,14 @@ def length_buckets(low: int, high: int, count: int) -> list[tuple[int, int]]:
     return buckets or [(low, high)]
 
 
-def build_model(settings: StateTrackingSettings, task=None) -> HybridSSMForTokenClassification:
-    """The run's model, seeded by settings.seed (`task`: the run's Task where the caller resolved it, as
-    model_config takes it)."""
-    config = model_config(settings, task)
+def build_model(settings: StateTrackingSettings) -> HybridSSMForTokenClassification:
+    """The model a run of `settings` trains, seeded by settings.seed."""
+    return _new_model(settings, model_config(settings))
+
+
+def _new_model(settings: StateTrackingSettings, config) -> HybridSSMForTokenClassification:
+    """The model of `config` (the run's HybridSSMConfig), seeded by settings.seed, with the embedding init and
+    freezing that the settings ask for."""
     torch.manual_seed(settings.seed)
     model = HybridSSMForTokenClassification(config)
     if settings.embedding_init == "one_hot":  # token v -> e_v (validate() checked hidden_size >= the vocabulary)
@@ -74,15 +79,26 @@ def _batch(dataset: StateTrackingDataset, step: int, batch_size: int, rank: int 
     return collate_state_tracking([dataset[(start + i) % len(dataset)] for i in range(batch_size)])
 
 
-def training_data(task, settings: StateTrackingSettings, num_samples: int, step: int) -> StateTrackingDataset:
+def longest_training_length(settings: StateTrackingSettings, step: int) -> int:
+    """The longest training length at `step`: train_max_length, or under the length curriculum
+    length_curriculum_start + (train_max_length - length_curriculum_start) * step / length_curriculum_steps,
+    rounded down, until it reaches train_max_length."""
+    if settings.length_curriculum_steps == 0:
+        return settings.train_max_length
+    span = settings.train_max_length - settings.length_curriculum_start
+    grown = settings.length_curriculum_start + span * step / settings.length_curriculum_steps
+    return min(settings.train_max_length, int(grown))
+
+
+def training_data(settings: StateTrackingSettings, plan: RunPlan, num_samples: int, step: int) -> StateTrackingDataset:
     """The training sequences step `step` draws from: lengths [train_min_length, the longest length of that step
-    (settings.longest_training_length: the length curriculum)], the run's seed. Item i is the same random draw at
-    every step, so with the curriculum off (or past it) this is one fixed dataset, as before the curriculum. A
+    (longest_training_length: the length curriculum)], the run's seed. Item i is the same random draw at every
+    step, so with the curriculum off (or past it) this is one fixed dataset, as before the curriculum. A
     word-problem file run trains on its training file's rows (less the validation rows), whatever the step."""
-    if settings.data_file:  # the training file's rows (the validation rows held out); no curriculum for files
-        return settings.file_splits()[0]
-    longest = settings.longest_training_length(step)
-    return StateTrackingDataset(task, num_samples, settings.train_min_length, longest, seed=settings.seed)
+    if plan.files is not None:  # the training file's rows (the validation rows held out); no curriculum for files
+        return plan.files[0]
+    longest = longest_training_length(settings, step)
+    return StateTrackingDataset(plan.task, num_samples, settings.train_min_length, longest, seed=settings.seed)
 
 
 BEST_WEIGHTS = "best_weights.pt"
@@ -98,23 +114,21 @@ def train_state_tracking(
     """Train one model; writes run_dir/{settings.json, results.json, accuracy_vs_length.png, model/, checkpoints/}.
 
     Returns the results dict (also written to results.json). `validated`: the caller has run `settings.validate()`
-    (which builds a HybridSSMConfig) already; otherwise it runs here. The run resolves its task once, here, and
-    hands the Task to every step that needs it (`_train_run`).
+    already; otherwise it runs here. Either way the settings are resolved once (`RunPlan`: the task, the model
+    config, a file run's rows), here, and every step reads the plan.
     """
-    if not validated:
-        settings.validate()
-    return _train_run(settings, run_dir, accelerator, resume)
+    plan = settings.validate() if not validated else settings.plan()
+    return _train_run(settings, plan, run_dir, accelerator, resume)
 
 
-def _train_run(settings: StateTrackingSettings, run_dir: str | Path, accelerator, resume: bool) -> dict:
-    """train_state_tracking with validated `settings`."""
+def _train_run(settings: StateTrackingSettings, plan: RunPlan, run_dir: str | Path, accelerator, resume: bool) -> dict:
+    """train_state_tracking with validated `settings` and their `plan`."""
     accelerator, run_dir, found = loop.begin_run(settings, run_dir, resume, RESUME_SAFE_SETTINGS, accelerator)
-    task = settings.build_task()
-    files = settings.file_splits() if settings.data_file else None  # (train, validation, test) rows
+    task, files = plan.task, plan.files  # files: (train, validation, test) rows
     val_rows, test_rows = (None, None) if files is None else files[1:]
-    run = _start_run(settings, task, accelerator, found)
+    run = _start_run(settings, plan, accelerator, found)
     val_buckets, test_buckets = _buckets(settings, test_rows)
-    outcome = _train(run, settings, task, accelerator, run_dir / "checkpoints", val_buckets, val_rows)
+    outcome = _train(run, settings, plan, accelerator, run_dir / "checkpoints", val_buckets, val_rows)
 
     final_model = accelerator.unwrap_model(run.model)
     if run.best.state is not None:
@@ -123,7 +137,7 @@ def _train_run(settings: StateTrackingSettings, run_dir: str | Path, accelerator
         final_model, settings, task, test_buckets, TEST_SEED, accelerator.device, settings.eval_samples_per_bucket,
         **_file_rows(test_rows),
     )  # fmt: skip
-    far = evaluate_far_lengths(final_model, settings, task, accelerator.device)
+    far = evaluate_far_lengths(final_model, settings, task, plan.far_lengths, accelerator.device)
     results = _results(settings, task, files, run, outcome, test, far, final_model)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
@@ -147,10 +161,10 @@ class _Run:
     clock: loop.Stopwatch
 
 
-def _start_run(settings: StateTrackingSettings, task, accelerator, found: Path | None) -> _Run:
+def _start_run(settings: StateTrackingSettings, plan: RunPlan, accelerator, found: Path | None) -> _Run:
     """The model (seeded by settings.seed), its optimizer and schedule prepared by `accelerator`, and the state
     of the checkpoint `found` where the run resumes (else a fresh start)."""
-    model = build_model(settings, task)
+    model = _new_model(settings, copy.deepcopy(plan.config))  # its own copy: a model writes into its config
     optimizer = build_optimizer(model, settings)
     scheduler = build_scheduler(optimizer, settings)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
@@ -180,7 +194,9 @@ def _buckets(settings: StateTrackingSettings, test_rows) -> tuple[list, list]:
     return test_buckets, test_buckets
 
 
-def _train(run: _Run, settings: StateTrackingSettings, task, accelerator, checkpoints: Path, val_buckets, val_rows):
+def _train(
+    run: _Run, settings: StateTrackingSettings, plan: RunPlan, accelerator, checkpoints: Path, val_buckets, val_rows
+):
     """The training loop: one optimizer step per unit, validation every eval_every steps (keeping the best
     weights), early stop at the target accuracy, checkpoints every save_every steps."""
     model, history, best, clock = run.model, run.history, run.best, run.clock
@@ -188,7 +204,7 @@ def _train(run: _Run, settings: StateTrackingSettings, task, accelerator, checkp
     last = {}  # the loss of the latest step
 
     def train_step(step: int) -> None:
-        train_data = training_data(task, settings, num_train_samples, step)
+        train_data = training_data(settings, plan, num_train_samples, step)
         batch = _batch(train_data, step, settings.batch_size, accelerator.process_index, accelerator.num_processes)
         out = model(
             input_ids=batch["input_ids"].to(accelerator.device),
@@ -201,7 +217,7 @@ def _train(run: _Run, settings: StateTrackingSettings, task, accelerator, checkp
     def validation(step: int) -> dict:
         unwrapped = accelerator.unwrap_model(model)
         val = evaluate(
-            unwrapped, settings, task, val_buckets, VALIDATION_SEED, accelerator.device,
+            unwrapped, settings, plan.task, val_buckets, VALIDATION_SEED, accelerator.device,
             settings.val_samples_per_bucket, **_file_rows(val_rows),
         )  # fmt: skip
         history.append({"step": step, "loss": last["loss"].item(), "val_accuracy": val["mean_accuracy"]})
@@ -296,26 +312,32 @@ def train_with_restarts(
     run_dir gets the kept run's model/, results.json (with every restart listed under "restarts", and
     "train_seconds" summed over all of them) and accuracy_vs_length.png. With restarts == 1 this is exactly
     `train_state_tracking(settings, run_dir)`. The settings are validated once, here (not again per restart: a
-    restart changes only the seed), or not at all with `validated` (the caller did), and the task is resolved once.
+    restart changes only the seed), or not at all with `validated` (the caller did), and resolved once (`RunPlan`,
+    shared by the restarts).
     """
-    from accelerate import PartialState
-
-    if not validated:
-        settings.validate()
+    plan = settings.validate() if not validated else settings.plan()
     run_dir = Path(run_dir)
     if resume:
         check_resume_runs(settings, run_dir)  # every restart, before any trains
-    if settings.restarts == 1:
-        return _train_run(settings, run_dir, None, resume)
     runs = []
     for seeded, seed_dir in _restart_runs(settings, run_dir):
         finished = seed_dir / "results.json"
-        if resume and finished.is_file() and (seed_dir / "model").is_dir():
-            runs.append(json.loads(finished.read_text()))  # done before the interruption
+        if resume and settings.restarts > 1 and finished.is_file() and (seed_dir / "model").is_dir():
+            runs.append(json.loads(finished.read_text()))  # a restart done before the interruption (a single run
+            # resumes from its checkpoint, as train_state_tracking does)
         else:
-            runs.append(_train_run(seeded, seed_dir, None, resume))
+            runs.append(_train_run(seeded, plan, seed_dir, None, resume))
         if runs[-1]["validation"]["accuracy"] >= settings.target_accuracy:
             break
+    return runs[0] if settings.restarts == 1 else _keep_best(settings, run_dir, runs)
+
+
+def _keep_best(settings: StateTrackingSettings, run_dir: Path, runs: list[dict]) -> dict:
+    """The results of restarts `runs` (their results dicts, in order): the best one's, by validation accuracy
+    (ties: the earlier seed), with every restart listed and the training times summed; written to run_dir with
+    that run's model and settings.json."""
+    from accelerate import PartialState
+
     kept = max(runs, key=lambda r: (r["validation"]["accuracy"], -r["seed"]))
     results = {
         **kept,
@@ -354,7 +376,10 @@ def restart_seeds(seed: int, restarts: int) -> list[int]:
 
 
 def _restart_runs(settings: StateTrackingSettings, run_dir: Path) -> list[tuple[StateTrackingSettings, Path]]:
-    """(settings, folder) of every restart: the seeds of `restart_seeds`, each in run_dir/seed_<s>/."""
+    """(settings, folder) of every restart: the seeds of `restart_seeds`, each in run_dir/seed_<s>/; a single run
+    (restarts == 1) trains in run_dir itself."""
+    if settings.restarts == 1:
+        return [(settings, run_dir)]
     seeded = [replace(settings, seed=s, restarts=1) for s in restart_seeds(settings.seed, settings.restarts)]
     return [(s, run_dir / f"seed_{s.seed}") for s in seeded]
 

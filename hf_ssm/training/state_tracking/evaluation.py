@@ -27,7 +27,7 @@ def evaluate(model, settings, task, buckets, seed: int, device, samples_per_buck
     Bucket (low, high) holds `samples_per_bucket` sequences drawn with data seed `seed + low` (for mqar low and
     high count key-value pairs: `Task.size_name`); with `rows` (a WordProblemDataset: the rows of a word-problem
     file) it holds every row of a length in [low, high] instead, scored at the final position. `task`: the run's
-    Task, resolved once by the driver (`settings.build_task()`).
+    Task, resolved once by the driver (`RunPlan.task`).
     """
     every_label = rows is None and task.scored_positions == "labelled"
 
@@ -87,10 +87,9 @@ def far_lengths(settings, task) -> list[int]:
     return lengths
 
 
-def evaluate_far_lengths(model, settings, task, device) -> dict | None:
-    """The test report's far part: `settings.far_samples_per_bucket` fresh sequences of each far length exactly
-    (None when there are none), in batches of about FAR_BATCH_TOKENS tokens."""
-    lengths = far_lengths(settings, task)
+def evaluate_far_lengths(model, settings, task, lengths, device) -> dict | None:
+    """The test report's far part: `settings.far_samples_per_bucket` fresh sequences of each far length in
+    `lengths` (`far_lengths`) exactly (None when there are none), in batches of about FAR_BATCH_TOKENS tokens."""
     if not lengths:
         return None
     buckets = []

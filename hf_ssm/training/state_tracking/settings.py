@@ -1,6 +1,7 @@
 """The settings of one state-tracking run (docs/design.md §8.3): `StateTrackingSettings`, the dataclass every
 driver flag fills (through HfArgumentParser, training/cli.py) and that is saved as the run's settings.json, with its
-validation; the settings a resumed run may change; and `model_config`, the HybridSSMConfig the settings define.
+validation; `RunPlan`, what the settings resolve to (the task, the model config, a file run's rows), resolved once; the
+settings a resumed run may change; and `model_config`, the HybridSSMConfig the settings define.
 """
 
 from __future__ import annotations
@@ -38,7 +39,32 @@ RESUME_SAFE_SETTINGS = frozenset(
         "far_samples_per_bucket",
     }  # fmt: skip
 )
+# The settings that take one of a few values, with those values (validate() refuses any other, naming them).
+CHOICES = {
+    "validation_lengths": VALIDATION_LENGTHS,
+    "supervision": SUPERVISIONS,
+    "block_type": BLOCK_TYPES,
+    "lr_schedule": LR_SCHEDULES,
+    "embedding_init": EMBEDDING_INITS,
+}
 PATTERN_HELP = "one layer per letter: S = the mixer, " + ", ".join(f"{k} {v}" for k, v in PATTERN_LETTERS.items())
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run's settings resolve to, resolved once before it trains (`StateTrackingSettings.plan`), so that
+    the driver's steps read it instead of asking the settings again. A restart changes only the seed, so its
+    restarts share one plan.
+
+    task: the run's Task. config: the model's HybridSSMConfig (each model is built from its own copy).
+    files: a word-problem file run's (training, validation, test) rows (`file_splits`), None for a generated task.
+    far_lengths: the far test lengths (`far_lengths`), () for none.
+    """
+
+    task: object
+    config: HybridSSMConfig
+    files: tuple | None
+    far_lengths: tuple[int, ...]
 
 
 @dataclass
@@ -155,13 +181,70 @@ class StateTrackingSettings:
         deprecated=("--config",),
     )
 
-    def validate(self) -> None:
+    def validate(self) -> RunPlan:
+        """ValueError naming the first wrong setting: the values on their own first (numbers, choices, the config
+        keys, the counts, the files), then against what they resolve to (`plan`). Returns that RunPlan."""
         check_numeric_settings(self, positive=("learning_rate", "transition_lr_scale"))
+        for name, accepted in CHOICES.items():
+            check_choice(name, getattr(self, name), accepted)
+        check_recipe(self.recipe)
+        if not isinstance(self.extra_config, dict):
+            raise ValueError(f"--extra_config must be a JSON object of config fields, got {self.extra_config!r}")
+        check_config_keys(self.extra_config, "--extra_config")
+        self._validate_counts()
         self._validate_files()
+        return self.plan()
+
+    def plan(self) -> RunPlan:
+        """What the run resolves to, once (RunPlan), with the checks that need it: the lengths against the task
+        and each other, the one-hot embedding against the vocabulary, the model config (HybridSSMConfig's own
+        checks, the transition learning-rate scale) and the far lengths. For settings whose values `validate`
+        checked (it ends here)."""
         try:
             task = self.build_task()  # raises ValueError for unknown tasks / bad arguments / malformed files
         except ValueError as err:  # get_task's vocab_size is the flag --task_vocab_size here
             raise ValueError(str(err).replace("`vocab_size`", "`task_vocab_size`")) from None
+        self._validate_lengths(task)
+        files = self.file_splits() if self.data_file else None
+        config = model_config(self, task)  # the pattern letters, the sizes: HybridSSMConfig's own checks
+        # a model without a pd_ssm layer has no W_P: the scale is unused there
+        projected = config.pd_ssm_transition in PD_SSM_PROJECTED_TRANSITIONS
+        if self.transition_lr_scale != 1 and "pd_ssm" in config.mixers and not projected:
+            choices = " / ".join(map(repr, PD_SSM_PROJECTED_TRANSITIONS))
+            raise ValueError(
+                f"`transition_lr_scale` = {self.transition_lr_scale} scales the learning rate of the direct transition "
+                f"map W_P only: it needs pd_ssm_transition={choices} (got {config.pd_ssm_transition!r}; pass "
+                "--transition_lr_scale 1 with another transition)"
+            )
+        return RunPlan(task, config, files, tuple(far_lengths(self, task)))
+
+    def _validate_counts(self) -> None:
+        """The counts of at least 1, the target accuracy in (0, 1], and a learning-rate floor only with a schedule
+        that has one."""
+        for name in (
+            "batch_size",
+            "max_steps",
+            "eval_every",
+            "num_buckets",
+            "eval_samples_per_bucket",
+            "val_samples_per_bucket",
+            "far_samples_per_bucket",
+            "hidden_size",
+            "restarts",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.target_accuracy <= 1:
+            raise ValueError(f"`target_accuracy` must be in (0, 1], got {self.target_accuracy}")
+        if self.lr_schedule != "cosine_with_min_lr" and self.min_learning_rate != 0:
+            raise ValueError(
+                f"`min_learning_rate` = {self.min_learning_rate} needs lr_schedule='cosine_with_min_lr'; "
+                f"the {self.lr_schedule!r} schedule has no floor"
+            )
+
+    def _validate_lengths(self, task) -> None:
+        """The train / test lengths against `task` (the run's Task) and each other, the length curriculum, and the
+        one-hot embedding against the task's vocabulary."""
         if not self.data_file:  # a file run's lengths are its files' (file_lengths)
             self._validate_task_sizes(task)
         if self.train_min_length < 1 or self.train_min_length > self.train_max_length:
@@ -179,28 +262,11 @@ class StateTrackingSettings:
                 f"test_min_length ({self.test_min_length}) is above test_max_length ({self.test_max_length})"
             )
         self._validate_length_curriculum(task)
-        check_choice("validation_lengths", self.validation_lengths, VALIDATION_LENGTHS)
-        self._validate_recipe_fields(task)
-        for name in (
-            "batch_size",
-            "max_steps",
-            "eval_every",
-            "num_buckets",
-            "eval_samples_per_bucket",
-            "val_samples_per_bucket",
-            "far_samples_per_bucket",
-            "hidden_size",
-            "restarts",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
-        if not 0 < self.target_accuracy <= 1:
-            raise ValueError(f"`target_accuracy` must be in (0, 1], got {self.target_accuracy}")
-        if not isinstance(self.extra_config, dict):
-            raise ValueError(f"--extra_config must be a JSON object of config fields, got {self.extra_config!r}")
-        check_config_keys(self.extra_config, "--extra_config")
-        far_lengths(self, task)  # raises on a malformed list
-        model_config(self, task)  # the pattern letters, the sizes: HybridSSMConfig's own checks
+        if self.embedding_init == "one_hot" and self.hidden_size < task.vocab_size:
+            raise ValueError(
+                f"`embedding_init='one_hot'` gives every token its own basis vector: it needs hidden_size >= the "
+                f"task's vocabulary ({task.vocab_size} for {self.task!r}), got hidden_size={self.hidden_size}"
+            )
 
     def _validate_task_sizes(self, task) -> None:
         """Every train / test length (for mqar: number of pairs) inside the range the task accepts, refused here
@@ -227,44 +293,6 @@ class StateTrackingSettings:
             raise ValueError(
                 f"`length_curriculum_start` = {self.length_curriculum_start}: task {self.task!r} has no valid length "
                 f"in [{self.train_min_length}, {self.length_curriculum_start}] ({task._length_rule()})"
-            )
-
-    def longest_training_length(self, step: int) -> int:
-        """The longest training length at `step`: train_max_length, or under the length curriculum
-        length_curriculum_start + (train_max_length - length_curriculum_start) * step / length_curriculum_steps,
-        rounded down, until it reaches train_max_length."""
-        if self.length_curriculum_steps == 0:
-            return self.train_max_length
-        span = self.train_max_length - self.length_curriculum_start
-        grown = self.length_curriculum_start + span * step / self.length_curriculum_steps
-        return min(self.train_max_length, int(grown))
-
-    def _validate_recipe_fields(self, task) -> None:
-        check_recipe(self.recipe)
-        check_choice("supervision", self.supervision, SUPERVISIONS)
-        check_choice("block_type", self.block_type, BLOCK_TYPES)
-        check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
-        check_choice("embedding_init", self.embedding_init, EMBEDDING_INITS)
-        if self.embedding_init == "one_hot":
-            vocab_size = task.vocab_size
-            if self.hidden_size < vocab_size:
-                raise ValueError(
-                    f"`embedding_init='one_hot'` gives every token its own basis vector: it needs hidden_size >= the "
-                    f"task's vocabulary ({vocab_size} for {self.task!r}), got hidden_size={self.hidden_size}"
-                )
-        config = model_config(self, task)  # a model without a pd_ssm layer has no W_P: the scale is unused there
-        projected = config.pd_ssm_transition in PD_SSM_PROJECTED_TRANSITIONS
-        if self.transition_lr_scale != 1 and "pd_ssm" in config.mixers and not projected:
-            choices = " / ".join(map(repr, PD_SSM_PROJECTED_TRANSITIONS))
-            raise ValueError(
-                f"`transition_lr_scale` = {self.transition_lr_scale} scales the learning rate of the direct transition "
-                f"map W_P only: it needs pd_ssm_transition={choices} (got {config.pd_ssm_transition!r}; pass "
-                "--transition_lr_scale 1 with another transition)"
-            )
-        if self.lr_schedule != "cosine_with_min_lr" and self.min_learning_rate != 0:
-            raise ValueError(
-                f"`min_learning_rate` = {self.min_learning_rate} needs lr_schedule='cosine_with_min_lr'; "
-                f"the {self.lr_schedule!r} schedule has no floor"
             )
 
     def build_task(self):
@@ -358,23 +386,20 @@ def model_config(settings: StateTrackingSettings, task=None) -> HybridSSMConfig:
     task = task if task is not None else settings.build_task()
     pattern, ssm_mixer = stack_pattern(settings.mixer, settings.pattern)
     letters = {**pattern_letters(), "S": ssm_mixer}
-    config_fields = dict(
-        stack_config_fields(settings, pattern, ssm_mixer),
-        vocab_size=task.vocab_size,
-        # the longest sequence in tokens (for mqar the lengths count pairs, at a fixed sequence length)
-        max_position_embeddings=task.num_tokens(max(settings.test_max_length, settings.train_max_length)),
-        block_type=settings.block_type,
-        block_dropout=settings.block_dropout,
-        num_labels=task.num_classes,
-        id2label={i: str(i) for i in range(task.num_classes)},
-    )
-    config_fields.update(_mixer_settings(settings, {letters.get(ch) for ch in pattern}))
-    return HybridSSMConfig(**{**config_fields, **MODEL_DEFAULTS, **settings.extra_config})  # extra_config wins
-
-
-def _mixer_settings(settings: StateTrackingSettings, mixers: set) -> dict:
-    """State widths of the other mixers matched to PD-SSM's: N complex numbers per head = 2 N H real numbers, each
-    mixer's fields from its registry declaration (`width_fields`, mixer_registry.py)."""
+    mixers = sorted({letters[ch] for ch in pattern if ch in letters})
+    # The other mixers' state widths matched to PD-SSM's: N complex numbers per head = 2 N H real numbers, each
+    # mixer's fields from its registry declaration (`width_fields`, mixer_registry.py).
     width = 2 * settings.state_size * settings.num_heads
     chosen = {"pd_ssm_num_heads": settings.num_heads, "lru_group_size": settings.lru_group_size}
-    return width_matched_fields(sorted(m for m in mixers if m is not None), width, chosen)
+    config_fields = {
+        **stack_config_fields(settings, pattern, ssm_mixer),
+        "vocab_size": task.vocab_size,
+        # the longest sequence in tokens (for mqar the lengths count pairs, at a fixed sequence length)
+        "max_position_embeddings": task.num_tokens(max(settings.test_max_length, settings.train_max_length)),
+        "block_type": settings.block_type,
+        "block_dropout": settings.block_dropout,
+        "num_labels": task.num_classes,
+        "id2label": {i: str(i) for i in range(task.num_classes)},
+        **width_matched_fields(mixers, width, chosen),
+    }
+    return HybridSSMConfig(**{**config_fields, **MODEL_DEFAULTS, **settings.extra_config})  # extra_config wins
