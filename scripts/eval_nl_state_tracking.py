@@ -30,6 +30,7 @@ classifier readout leaves the head as it was, so its own answer is the base's (s
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import random
 import re
@@ -78,25 +79,79 @@ def bbh_shots(task, objects: int, count: int, seed: int) -> list:
 
 
 @torch.no_grad()
+def shared_prefix_cache(model, tokenizer, prefix: str):
+    """(the prefix's token ids (P,), their KV cache for one row): the few-shot examples that every prompt of a
+    bucket starts with, run once. The prefix's last token is left to the prompts: a BPE tokenizer may merge it with
+    what follows (SmolLM2 reads a final "\n\n" as one token but "\n\nQ" as "\n", "\n", "Q")."""
+    ids = tokenizer(prefix, return_tensors="pt")["input_ids"][:, :-1]
+    return ids[0], model(input_ids=ids, use_cache=True).past_key_values
+
+
+@torch.no_grad()
+def generate_after_prefix(model, tokenizer, prompts: list[str], prefix_ids, prefix_cache, max_new_tokens: int):
+    """Greedy continuations (token ids, one list per prompt) of `prompts`, which all tokenise to `prefix_ids`
+    followed by their own tokens: only their own tokens run, after a copy of `prefix_cache` per row, left-padded
+    between the prefix and the prompt (masked, and the positions count only real tokens). Equal to generating from
+    the whole prompts (tests/adapters/test_eval_nl_state_tracking.py). ValueError for a prompt whose tokens do not
+    start with the prefix's (a token straddling the boundary)."""
+    width = len(prefix_ids)
+    suffixes = []
+    for prompt in prompts:
+        ids = tokenizer(prompt, return_tensors="pt")["input_ids"][0]
+        if len(ids) <= width or not torch.equal(ids[:width], prefix_ids):
+            raise ValueError("a prompt does not tokenise as the shared few-shot prefix followed by its own tokens")
+        suffixes.append(ids[width:])
+    longest = max(len(ids) for ids in suffixes)
+    pad = tokenizer.pad_token_id
+    rows = len(prompts)
+    input_ids = torch.full((rows, width + longest), pad, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    input_ids[:, :width], attention_mask[:, :width] = prefix_ids, 1
+    for row, ids in enumerate(suffixes):
+        input_ids[row, width + longest - len(ids) :] = ids
+        attention_mask[row, width + longest - len(ids) :] = 1
+    cache = copy.deepcopy(prefix_cache)
+    cache.batch_repeat_interleave(rows)
+    out = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        cache=cache,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        pad_token_id=pad,
+    )
+    return [(row, int(mask.sum())) for row, mask in zip(out[:, input_ids.shape[1] :], attention_mask)]
+
+
+@torch.no_grad()
 def score_choice_bucket(model, tokenizer, task, low: int, high: int, objects: int, args) -> dict:
     """Exact match of the option letter on `args.num_stories` stories of `objects` people and low..high swaps,
-    each after the `args.fewshot` solved examples of the same n (bbh_fewshot_prompt)."""
+    each after the `args.fewshot` solved examples of the same n (bbh_fewshot_prompt). The examples are the same
+    for every story of the bucket, so their KV cache is computed once (generate_after_prefix)."""
     rng = random.Random(f"hf_ssm.eval_nl:{task.name}:{args.seed}:{objects}:{low}-{high}")
     shots = bbh_shots(task, objects, args.fewshot, args.seed + 1)
     stories = [task.with_objects(objects).sample(rng.randint(low, high), rng) for _ in range(args.num_stories)]
+    prefix = bbh_fewshot_prompt(stories[0], shots).removesuffix(f"Q: {stories[0].benchmark_input}\nA:")
+    prefix_ids, prefix_cache = shared_prefix_cache(model, tokenizer, prefix) if prefix else (None, None)
     correct, lengths, answers = 0, [], {}
     starts = range(0, len(stories), args.batch_size)
     for start in evaluation_progress(starts, f"{task.name} n={objects} {low}-{high}", total=len(starts)):
         chunk = stories[start : start + args.batch_size]
-        batch = tokenizer([bbh_fewshot_prompt(s, shots) for s in chunk], return_tensors="pt", padding=True)
-        out = model.generate(
-            **batch, max_new_tokens=args.max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
-        )
-        for story, row, mask in zip(chunk, out[:, batch["input_ids"].shape[1] :], batch["attention_mask"]):
+        prompts = [bbh_fewshot_prompt(s, shots) for s in chunk]
+        if prefix:
+            outputs = generate_after_prefix(model, tokenizer, prompts, prefix_ids, prefix_cache, args.max_new_tokens)
+        else:
+            batch = tokenizer(prompts, return_tensors="pt", padding=True)
+            out = model.generate(
+                **batch, max_new_tokens=args.max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            )
+            width = batch["input_ids"].shape[1]
+            outputs = [(row, int(mask.sum())) for row, mask in zip(out[:, width:], batch["attention_mask"])]
+        for story, (row, length) in zip(chunk, outputs):
             letter = option_letter(tokenizer.decode(row, skip_special_tokens=True))
             correct += f"({letter})" == story.choice
             answers[letter] = answers.get(letter, 0) + 1
-            lengths.append(int(mask.sum()))
+            lengths.append(length)
     return {
         "min_transitions": low,
         "max_transitions": high,

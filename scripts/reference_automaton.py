@@ -44,14 +44,36 @@ def straight_through(logits: torch.Tensor) -> torch.Tensor:
     return hard + soft - soft.detach()
 
 
-class ReferenceAutomaton(nn.Module):
-    """H heads of an N-state automaton with a free transition table per token, and a linear readout."""
+FIXED_READOUT_SCALE = 10.0  # the logit of the state's own class: softmax 1 - 1e-4 at 120 classes
 
-    def __init__(self, vocab_size: int, num_classes: int, heads: int = 16, states: int = 8):
+
+class ReferenceAutomaton(nn.Module):
+    """H heads of an N-state automaton with a free transition table per token, and a linear readout: trained, or
+    with `fixed_readout` the frozen map "state k of the H N concatenated states is class k" (needs H N >= classes),
+    which names every state by its class, so each transition has one right target (the DFA whose states are the
+    classes; with one head of N = |G| the group's regular representation)."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int,
+        heads: int = 16,
+        states: int = 8,
+        fixed_readout: bool = False,
+        detach_state: bool = False,
+    ):
         super().__init__()
         self.heads, self.states = heads, states
+        self.detach_state = detach_state  # backpropagate one step only: P_t learns from position t's label alone
         self.logits = nn.Parameter(torch.randn(vocab_size, heads, states, states))  # [v, h, i, j]: row i, column j
         self.readout = nn.Linear(heads * states, num_classes)
+        if fixed_readout:
+            if heads * states < num_classes:
+                raise ValueError(f"fixed_readout needs heads * states >= {num_classes} classes, got {heads * states}")
+            with torch.no_grad():
+                self.readout.weight.copy_(FIXED_READOUT_SCALE * torch.eye(num_classes, heads * states))
+                self.readout.bias.zero_()
+            self.readout.requires_grad_(False)
 
     def transitions(self) -> torch.Tensor:
         """P of every token id (V, H, N, N): column one-hot in value, column softmax in gradient. Id 0 (padding)
@@ -67,7 +89,7 @@ class ReferenceAutomaton(nn.Module):
         x[:, :, 0] = 1.0  # e_0
         outs = []
         for t in range(input_ids.shape[1]):
-            x = p[input_ids[:, t]] @ x  # x_t = P_t x_{t-1}, every head at once
+            x = p[input_ids[:, t]] @ (x.detach() if self.detach_state else x)  # x_t = P_t x_{t-1}, every head
             outs.append(x[..., 0])
         return torch.stack(outs, dim=1)
 
@@ -172,6 +194,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--states", type=int, default=8, help="N, states per head")
     parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument(
+        "--detach_state", action="store_true", help="no gradient into x_{t-1}: each P_t learns from its position alone"
+    )
+    parser.add_argument(
+        "--fixed_readout", action="store_true", help="state k is class k, frozen (needs heads * states >= classes)"
+    )
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--train_min_length", type=int, default=3)
     parser.add_argument("--train_max_length", type=int, default=40)
@@ -190,8 +218,10 @@ def main(argv=None) -> dict:
     torch.manual_seed(args.seed)
     kwargs = {} if args.num_generators is None else {"num_generators": args.num_generators}
     task = get_task(args.task, **kwargs)
-    model = ReferenceAutomaton(task.vocab_size, task.num_classes, args.heads, args.states)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    model = ReferenceAutomaton(
+        task.vocab_size, task.num_classes, args.heads, args.states, args.fixed_readout, args.detach_state
+    )
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=args.lr)
     train = StateTrackingDataset(
         task, args.steps * args.batch_size, args.train_min_length, args.train_max_length, seed=args.seed
     )

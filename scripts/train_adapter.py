@@ -88,11 +88,13 @@ def _shown_default(field: dataclasses.Field) -> str:
 
 def presets_epilog() -> str:
     """The --help epilog: the presets of every base and task, the default one first."""
-    lines = ["presets (hf_ssm/training/adapter/experiment_settings.py; the first of each task is its default):"]
+    lines = [
+        "presets (hf_ssm/training/adapter/experiment_settings.py; the first of each task is its default, else `none`):"
+    ]
     for base, tasks in PRESETS.items():
         for task, names in tasks.items():
-            default = DEFAULT_PRESETS[base][task]
-            ordered = [default, *(name for name in names if name != default)]
+            default = DEFAULT_PRESETS[base].get(task)
+            ordered = [default, *(name for name in names if name != default)] if default else ["none", *names]
             lines.append(f"  --base {base} --task {task}: {', '.join(ordered)}")
     return "\n".join(lines)
 

@@ -33,6 +33,7 @@ BASE = f"--base {SMOLLM2}"
 # Every record of every row is listed (all seeds). Extra flags after the preset are where the published run itself
 # differed from the recipe, each said in a comment.
 _PARITY, _CYC, _A5 = f"{BASE} --task parity", f"{BASE} --task cycle_navigation", f"{BASE} --task a5"
+_BBH = f"{BASE} --task tracking_shuffled_objects"
 _EXP = "runs/experiments"
 PUBLISHED = [
     *[
@@ -109,8 +110,17 @@ PUBLISHED = [
      f"{_A5} --preset fewshot --seed 0 --test_buckets 1-10,40-40"),
     ("a5: untrained base, 4-shot", (f"{_EXP}/sent_fewshot_a5_at80/s0", "fewshot", 0),
      f"{_A5} --preset fewshot --seed 0 --test_buckets 80-80"),
+    # RESULTS.md §2, BIG-Bench Hard's format (seed 0 ran with the preset's values as flags, under --preset none)
+    *[
+        ("tracking_shuffled_objects: PD-SSM, one readout of all heads",
+         (f"runs/adapter/bbh_one_readout/s{s}", "ssm_classifier", s), f"{_BBH} --preset one_readout --seed {s}")
+        for s in range(3)
+    ],
+    ("tracking_shuffled_objects: LoRA", ("runs/adapter/bbh_lora/s0", "lora_classifier", 0),
+     f"{_BBH} --preset lora --seed 0"),
 ]  # fmt: skip
-TABLE_ROWS = 21  # RESULTS.md §2's SmolLM2 table: 7 parity rows, 9 cycle navigation rows, 5 A5 rows
+# RESULTS.md §2's SmolLM2 tables: 7 parity rows, 9 cycle navigation rows, 5 A5 rows; 2 rows of BIG-Bench Hard's format
+TABLE_ROWS = 23
 # Commands docs/adapter.md gives for other recorded runs, checked the same way.
 DOCUMENTED = [
     *[
@@ -156,9 +166,11 @@ def test_every_published_row_is_one_product_command(row, selector, command):
     record = matches[0]
     recorded = shlex.split(record["command"])
     assert " ".join(recorded[:2]) == SCRIPT
-    # The published runs predate presets: they ran on the plain defaults under their flags, which `--preset none`
-    # gives (repeated flags such as `--task parity ... --task a5`: argparse's last value wins, as in the run).
-    old, old_others = _resolved([*recorded[2:], "--preset", NO_PRESET])
+    # Most published runs predate presets: they ran on the plain defaults under their flags, which `--preset none`
+    # gives (repeated flags such as `--task parity ... --task a5`: argparse's last value wins, as in the run). A run
+    # that named its preset resolves as it ran.
+    named = "--preset" in recorded
+    old, old_others = _resolved(recorded[2:] if named else [*recorded[2:], "--preset", NO_PRESET])
     new, new_others = _resolved(shlex.split(command))
     if "," in old.methods:
         # sent_base_par ran fewshot, probe and lora_classifier in one folder; each method trains on a fresh copy of
@@ -255,13 +267,15 @@ def test_a_bad_preset_is_refused_naming_the_accepted_ones(argv, message, capsys)
 
 def test_presets_are_valid_settings_of_their_task():
     """Every preset names only settings fields, and its settings validate for its base and task (so a preset cannot
-    break at the start of an hour-long run); the named base is a real one."""
+    break at the start of an hour-long run); the named base is a real one; a task's default preset is one of its
+    presets (a task may have presets but no default: tracking_shuffled_objects, where none beats chance)."""
     fields = {f.name for f in dataclasses.fields(AdapterExperimentSettings)}
     assert set(PRESETS) <= set(NAMED_BASES)
     for base, tasks in PRESETS.items():
-        assert set(DEFAULT_PRESETS[base]) == set(tasks)
+        assert set(DEFAULT_PRESETS[base]) <= set(tasks)
+        assert set(tasks) - set(DEFAULT_PRESETS[base]) == {"tracking_shuffled_objects"}
         for task, names in tasks.items():
-            assert DEFAULT_PRESETS[base][task] in names
+            assert DEFAULT_PRESETS[base].get(task, NO_PRESET) in [NO_PRESET, *names]
             for name, values in names.items():
                 assert set(values) <= fields - {"task", "base_model", "preset", "seed"}, (task, name)
                 AdapterExperimentSettings(base_model=base, task=task, preset=name, **values).validate()

@@ -206,3 +206,32 @@ def test_scores_tracking_shuffled_objects_by_objects_and_swaps(tracking_base, tm
     assert script.main([*args, "--out", str(tmp_path / "a.json")]) == 0
     record = json.loads((tmp_path / "a.json").read_text())
     assert sum(b["accuracy"] * b["stories"] for b in record["buckets"]) == seen["right_is_a"] < 24
+
+
+def test_few_shot_prefix_cache_gives_the_answers_of_the_whole_prompts():
+    """Scoring BIG-Bench Hard's format runs the shared 3-shot prefix once and continues every story from a copy of
+    its KV cache (left-padded between prefix and story): the greedy continuations equal those of generating from
+    each whole prompt on its own."""
+    import torch
+
+    from hf_ssm.data.shuffled_objects import bbh_fewshot_prompt
+
+    script = load_script("eval_nl_state_tracking")
+    task = nl.get_nl_task("tracking_shuffled_objects")
+    tokenizer = build_word_tokenizer(nl.task_vocabulary([task]))
+    tokenizer.padding_side = "left"
+    torch.manual_seed(0)
+    model = build_tiny_qwen2(len(tokenizer), hidden_size=16, num_layers=2, num_heads=2).eval()
+    rng = __import__("random").Random(0)
+    shots = script.bbh_shots(task, 5, 3, 1)
+    stories = [task.with_objects(5).sample(rng.randint(1, 12), rng) for _ in range(5)]  # different lengths
+    prompts = [bbh_fewshot_prompt(s, shots) for s in stories]
+    prefix = prompts[0].removesuffix(f"Q: {stories[0].benchmark_input}\nA:")
+    prefix_ids, cache = script.shared_prefix_cache(model, tokenizer, prefix)
+    cached = script.generate_after_prefix(model, tokenizer, prompts, prefix_ids, cache, max_new_tokens=3)
+    for prompt, (row, length) in zip(prompts, cached):
+        ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+        whole = model.generate(input_ids=ids, max_new_tokens=3, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+        assert row.tolist() == whole[0, ids.shape[1] :].tolist() and length == ids.shape[1]
+    with pytest.raises(ValueError, match="shared few-shot prefix"):
+        script.generate_after_prefix(model, tokenizer, ["Q: nothing"], prefix_ids, cache, max_new_tokens=1)

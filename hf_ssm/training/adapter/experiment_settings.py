@@ -38,7 +38,9 @@ bucket. The presets of SmolLM2-135M-Instruct (`smollm2-135m`), one per row of RE
   sentence recipe's parameter count), each on the sentence recipe's data with 200 steps; `diag_lru` (a diag_lru
   adapter moving at sentence ends on z-scored features, lr 1e-2, everything trained, the protocol's other values).
 
-A task of a base with presets but none validated for it (SmolLM2 on `s5`) takes `none`.
+A task of a base with presets but none validated for it takes `none` (SmolLM2 on `s5`; on
+`tracking_shuffled_objects`, whose `one_readout` and `lora` presets run the protocol of RESULTS.md's BIG-Bench Hard
+table: stories of 1-7 swaps, tested with n, 4n and 8n swaps).
 """
 
 from __future__ import annotations
@@ -99,6 +101,9 @@ _PER_HEAD = {**_SENTENCES, "classifier_per_head": True}
 _PREAMBLE = {"train_max_preamble_sentences": 30}
 _LM_HEAD = {**_SENTENCES, "methods": "ssm", "write_layer_index": -1, "answer_loss": "vocab", "eval_every": 800}
 _BASELINE_STEPS = {"max_steps": 200, "min_steps": 200}
+# BIG-Bench Hard's tracking_shuffled_objects: stories of 1-7 swaps (n = 3, 5, 7 mixed), tested with n, 4n and 8n swaps
+# per n (docs/adapter.md).
+_SHUFFLED = {"train_max_transitions": 7, "test_buckets": "n,4n,8n"}
 _BASELINES = {
     "fewshot": {**_SENTENCES, "methods": "fewshot", **_BASELINE_STEPS},
     "probe": {**_SENTENCES, "methods": "probe", **_BASELINE_STEPS},
@@ -126,6 +131,10 @@ PRESETS: dict[str, dict[str, dict[str, dict]]] = {
             **_BASELINES,
         },
         "a5": {"one_readout": _SENTENCES, **_BASELINES},
+        "tracking_shuffled_objects": {
+            "one_readout": {**_SENTENCES, **_SHUFFLED},
+            "lora": {**_BASELINES["lora"], **_SHUFFLED},
+        },
     },
 }
 # base -> task -> the preset a run takes when --preset is not given: the task's best validated recipe.
