@@ -287,6 +287,8 @@ def _config_json_with(tmp_path: Path, **fields) -> Path:
     return folder
 
 
+# The fixture's config.json also holds renamed fields, whose own warnings are tested above.
+@pytest.mark.filterwarnings("ignore:HybridSSMConfig. the config field .* is now:FutureWarning")
 def test_a_removed_field_at_its_former_default_loads_with_a_warning_naming_it(tmp_path, monkeypatch):
     """An old config.json holding a removed field at its former default loads (the field changed nothing there),
     with a FutureWarning naming the field; the config no longer carries it, so a config saved again leaves it out."""
