@@ -43,7 +43,7 @@ import torch
 from hf_ssm.adapters import SSMAdapterConfig, load_ssm_adapter
 from hf_ssm.adapters.bases import DTYPES, load_base
 from hf_ssm.data.nl_state_tracking import ALL_NL_TASK_NAMES, get_nl_task
-from hf_ssm.data.shuffled_objects import bbh_fewshot_prompt, object_buckets
+from hf_ssm.data.shuffled_objects import bbh_fewshot_prefix, bbh_fewshot_prompt, object_buckets
 from hf_ssm.training.adapter.experiment_settings import parse_transition_buckets
 from hf_ssm.training.adapter.scoring import fewshot_text
 from hf_ssm.training.loop import evaluation_progress
@@ -89,10 +89,10 @@ def shared_prefix_cache(model, tokenizer, prefix: str):
 
 @torch.no_grad()
 def generate_after_prefix(model, tokenizer, prompts: list[str], prefix_ids, prefix_cache, max_new_tokens: int):
-    """Greedy continuations (token ids, one list per prompt) of `prompts`, which all tokenise to `prefix_ids`
-    followed by their own tokens: only their own tokens run, after a copy of `prefix_cache` per row, left-padded
-    between the prefix and the prompt (masked, and the positions count only real tokens). Equal to generating from
-    the whole prompts (tests/adapters/test_eval_nl_state_tracking.py). ValueError for a prompt whose tokens do not
+    """(greedy continuation's token ids, prompt length in tokens) per prompt of `prompts`, which all tokenise to
+    `prefix_ids` followed by their own tokens: only their own tokens run, after a copy of `prefix_cache` per row,
+    left-padded between the prefix and the prompt (masked, and the positions count only real tokens). Equal to
+    generating from the whole prompts (tests/adapters/test_eval_nl_state_tracking.py). ValueError for a prompt whose tokens do not
     start with the prefix's (a token straddling the boundary)."""
     width = len(prefix_ids)
     suffixes = []
@@ -131,7 +131,7 @@ def score_choice_bucket(model, tokenizer, task, low: int, high: int, objects: in
     rng = random.Random(f"hf_ssm.eval_nl:{task.name}:{args.seed}:{objects}:{low}-{high}")
     shots = bbh_shots(task, objects, args.fewshot, args.seed + 1)
     stories = [task.with_objects(objects).sample(rng.randint(low, high), rng) for _ in range(args.num_stories)]
-    prefix = bbh_fewshot_prompt(stories[0], shots).removesuffix(f"Q: {stories[0].benchmark_input}\nA:")
+    prefix = bbh_fewshot_prefix(shots)
     prefix_ids, prefix_cache = shared_prefix_cache(model, tokenizer, prefix) if prefix else (None, None)
     correct, lengths, answers = 0, [], {}
     starts = range(0, len(stories), args.batch_size)

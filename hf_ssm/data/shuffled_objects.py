@@ -41,6 +41,7 @@ __all__ = [
     "SHUFFLED_OBJECTS_TASK_NAMES",
     "ScenarioFamily",
     "ShuffledObjectsTask",
+    "bbh_fewshot_prefix",
     "bbh_fewshot_prompt",
     "object_buckets",
     "shuffled_objects_story",
@@ -378,13 +379,20 @@ class ShuffledObjectsTask:
         return f"ShuffledObjectsTask(name={self.name!r}, object_counts={self.object_counts}, num_classes={self.num_classes})"
 
 
-def bbh_fewshot_prompt(story: NLStory, shots: list[NLStory]) -> str:
-    """The prompt the untrained base answers in BIG-Bench Hard's few-shot format: every solved shot as
-    "Q: <input>\\nA: (B)" and a blank line, then "Q: <the story's input>\\nA:"."""
-    if not story.benchmark_input or any(not s.benchmark_input for s in shots):
+def bbh_fewshot_prefix(shots: list[NLStory]) -> str:
+    """The solved examples every prompt of BIG-Bench Hard's few-shot format starts with: each shot as
+    "Q: <input>\\nA: (B)" and a blank line ("" for no shots)."""
+    if any(not s.benchmark_input for s in shots):
         raise ValueError("bbh_fewshot_prompt needs multiple-choice stories (benchmark_input set) with their question")
-    solved = "".join(f"Q: {s.benchmark_input}\nA: {s.choice}\n\n" for s in shots)
-    return f"{solved}Q: {story.benchmark_input}\nA:"
+    return "".join(f"Q: {s.benchmark_input}\nA: {s.choice}\n\n" for s in shots)
+
+
+def bbh_fewshot_prompt(story: NLStory, shots: list[NLStory]) -> str:
+    """The prompt the untrained base answers in BIG-Bench Hard's few-shot format: `bbh_fewshot_prefix(shots)`, then
+    "Q: <the story's input>\\nA:"."""
+    if not story.benchmark_input:
+        raise ValueError("bbh_fewshot_prompt needs multiple-choice stories (benchmark_input set) with their question")
+    return f"{bbh_fewshot_prefix(shots)}Q: {story.benchmark_input}\nA:"
 
 
 _BOUND = re.compile(r"^(\d*)n$|^(\d+)$")

@@ -214,7 +214,7 @@ def test_few_shot_prefix_cache_gives_the_answers_of_the_whole_prompts():
     each whole prompt on its own."""
     import torch
 
-    from hf_ssm.data.shuffled_objects import bbh_fewshot_prompt
+    from hf_ssm.data.shuffled_objects import bbh_fewshot_prefix, bbh_fewshot_prompt
 
     script = load_script("eval_nl_state_tracking")
     task = nl.get_nl_task("tracking_shuffled_objects")
@@ -226,7 +226,7 @@ def test_few_shot_prefix_cache_gives_the_answers_of_the_whole_prompts():
     shots = script.bbh_shots(task, 5, 3, 1)
     stories = [task.with_objects(5).sample(rng.randint(1, 12), rng) for _ in range(5)]  # different lengths
     prompts = [bbh_fewshot_prompt(s, shots) for s in stories]
-    prefix = prompts[0].removesuffix(f"Q: {stories[0].benchmark_input}\nA:")
+    prefix = bbh_fewshot_prefix(shots)
     prefix_ids, cache = script.shared_prefix_cache(model, tokenizer, prefix)
     cached = script.generate_after_prefix(model, tokenizer, prompts, prefix_ids, cache, max_new_tokens=3)
     for prompt, (row, length) in zip(prompts, cached):
