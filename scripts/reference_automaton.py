@@ -219,7 +219,12 @@ def main(argv=None) -> dict:
     kwargs = {} if args.num_generators is None else {"num_generators": args.num_generators}
     task = get_task(args.task, **kwargs)
     model = ReferenceAutomaton(
-        task.vocab_size, task.num_classes, args.heads, args.states, args.fixed_readout, args.detach_state
+        task.vocab_size,
+        task.num_classes,
+        args.heads,
+        args.states,
+        fixed_readout=args.fixed_readout,
+        detach_state=args.detach_state,
     )
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=args.lr)
     train = StateTrackingDataset(
