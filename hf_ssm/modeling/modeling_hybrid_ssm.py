@@ -99,6 +99,10 @@ class HybridSSMDecoderLayer(GradientCheckpointingLayer):
         if cache is not None:
             slot = cache.layers[self.layer_idx]
             state = slot.recurrent_states[0] if slot.is_recurrent_states_initialized[0] else None
+            if state is not None and torch.is_grad_enabled():
+                # the cache update below writes the final state into this buffer in place, and the backward of a
+                # forward that carries a state (truncated backpropagation, teacher forcing) reads it: a copy
+                state = state.clone()
         hidden_states, final_state = self.mixer(hidden_states, state=state, mask=ssm_mask)
         if cache is not None:
             # A complex state (PD-SSM's) is cached as its real (..., 2) view: inductor generates no code for complex

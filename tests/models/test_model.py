@@ -280,3 +280,26 @@ def test_rms_norm_fused_path_equals_explicit_formula():
     assert (g_fused - g_explicit).abs().max().item() <= 1e-6
     half = x.detach().bfloat16()
     assert torch.equal(norm(half), _explicit_rms_norm(norm, half)) and norm(half).dtype == torch.float32
+
+
+@pytest.mark.parametrize("mixers", ["SS", "SA"])
+def test_training_through_a_carried_cache_state_matches_the_whole_sequence(mixers):
+    """Truncated backpropagation: the second chunk of a sequence, run from the cache the first chunk left, has the
+    whole sequence's logits and passes the whole sequence's gradient back into the first chunk (the state read from
+    the cache is not overwritten in place by the cache update before the backward needs it)."""
+    from transformers import DynamicCache
+
+    torch.manual_seed(0)
+    config = HybridSSMConfig(mixers=mixers, vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=2)
+    model = HybridSSMForCausalLM(config)
+    ids = torch.randint(1, 16, (2, 10))
+    whole = model(input_ids=ids, use_cache=False).logits
+    cache = DynamicCache(config=config)
+    model(input_ids=ids[:, :6], cache=cache, use_cache=True)
+    second = model(input_ids=ids[:, 6:], cache=cache, use_cache=True).logits
+    torch.testing.assert_close(second, whole[:, 6:])
+    first_mixer = dict(model.named_parameters())["model.layers.0.mixer.in_proj.weight"]
+    expected = torch.autograd.grad(whole[:, 6:].square().sum(), first_mixer)[0]
+    got = torch.autograd.grad(second.square().sum(), first_mixer)[0]
+    assert expected.abs().sum() > 0
+    torch.testing.assert_close(got, expected)
