@@ -14,6 +14,14 @@ of the test range, `--eval_samples` sequences per bucket drawn with data seed 20
     OMP_NUM_THREADS=1 python scripts/reference_automaton.py --task a5 --seed 2
     python scripts/reference_automaton.py --task parity --seed 0 --json runs/ref_parity_0.json
 
+--teacher_forcing_steps S (with --fixed_readout and one head): for the first S steps each position starts from the
+state its previous label names instead of the model's own state, so every labelled position trains one table entry,
+P[v_t] e_(label t-1) -> e_(label t), with no credit to assign through time; the test always runs free. With the
+group's order as N this learns S5 with 32 generators (docs/design.md §8.7):
+
+    OMP_NUM_THREADS=1 python scripts/reference_automaton.py --task s5 --num_generators 32 --heads 1 --states 120 \
+        --fixed_readout --teacher_forcing_steps 2000 --seed 0
+
 --beside_layer DIR also trains the package's PD-SSM layer on the same task and seed with the driver's default
 recipe (`table`, one run: restarts 1) and the same heads, batch, lengths, test size and at most the same steps, in
 DIR, and prints the two side by side (the layer's record in the JSON under "layer"):
@@ -61,10 +69,14 @@ class ReferenceAutomaton(nn.Module):
         states: int = 8,
         fixed_readout: bool = False,
         detach_state: bool = False,
+        teacher_forcing: bool = False,
     ):
         super().__init__()
+        if teacher_forcing and not (fixed_readout and heads == 1):
+            raise ValueError("teacher_forcing needs fixed_readout and heads == 1 (the label then names the state)")
         self.heads, self.states = heads, states
         self.detach_state = detach_state  # backpropagate one step only: P_t learns from position t's label alone
+        self.teacher_forcing = teacher_forcing  # training steps start from the labelled state, not the model's own
         self.logits = nn.Parameter(torch.randn(vocab_size, heads, states, states))  # [v, h, i, j]: row i, column j
         self.readout = nn.Linear(heads * states, num_classes)
         if fixed_readout:
@@ -93,8 +105,21 @@ class ReferenceAutomaton(nn.Module):
             outs.append(x[..., 0])
         return torch.stack(outs, dim=1)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """(B, T) ids (0 = padding) -> (B, T, classes) logits."""
+    def teacher_forced_states(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids and labels -> (B, T, 1, N): the state after each token when the state before it is the one the
+        previous label names (e_0 at t = 0; a padded or unlabelled position keeps its token's column from the last
+        labelled state; the loss skips those). Every position is then one table entry: column `previous` of P[v_t]."""
+        previous = torch.zeros_like(labels)
+        known = labels[:, :-1].clamp(min=0)
+        previous[:, 1:] = torch.where(labels[:, :-1] >= 0, known, 0)
+        p = self.transitions()[:, 0]  # (V, N, N), one head
+        return p[input_ids, :, previous].unsqueeze(2)  # (B, T, N): column previous of P[v_t]
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) ids (0 = padding) -> (B, T, classes) logits; with `labels` and teacher forcing in training, each
+        step starts from the labelled state."""
+        if self.teacher_forcing and self.training and labels is not None:
+            return self.readout(self.teacher_forced_states(input_ids, labels).flatten(2))
         return self.readout(self.head_states(input_ids).flatten(2))
 
 
@@ -185,7 +210,7 @@ def write_record(path: str, record: dict) -> None:
     Path(path).write_text(json.dumps(record, indent=2))
 
 
-def main(argv=None) -> dict:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="a5")
     parser.add_argument("--num_generators", type=int, default=None, help="a5 / s5 only (default 2)")
@@ -200,6 +225,12 @@ def main(argv=None) -> dict:
     parser.add_argument(
         "--fixed_readout", action="store_true", help="state k is class k, frozen (needs heads * states >= classes)"
     )
+    parser.add_argument(
+        "--teacher_forcing_steps",
+        type=int,
+        default=0,
+        help="the first this many steps start every position from the labelled state (needs --fixed_readout, 1 head)",
+    )
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--train_min_length", type=int, default=3)
     parser.add_argument("--train_max_length", type=int, default=40)
@@ -212,7 +243,11 @@ def main(argv=None) -> dict:
     parser.add_argument(
         "--beside_layer", default=None, help="also train the PD-SSM layer (recipe table) in this folder"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> dict:
+    args = build_parser().parse_args(argv)
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -225,6 +260,7 @@ def main(argv=None) -> dict:
         args.states,
         fixed_readout=args.fixed_readout,
         detach_state=args.detach_state,
+        teacher_forcing=args.teacher_forcing_steps > 0,
     )
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=args.lr)
     train = StateTrackingDataset(
@@ -234,7 +270,8 @@ def main(argv=None) -> dict:
     losses = []
     for step in range(args.steps):
         batch = collate_state_tracking([train[step * args.batch_size + i] for i in range(args.batch_size)])
-        loss = sequence_loss(model(batch["input_ids"]), batch["labels"])
+        forced = batch["labels"] if step < args.teacher_forcing_steps else None
+        loss = sequence_loss(model(batch["input_ids"], forced), batch["labels"])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -59,3 +59,31 @@ def test_fixed_readout_names_each_state_by_its_class_and_detach_stops_the_gradie
         loss.backward()
         assert (model.logits.grad[1].abs().sum() > 0) == first_token_trained
         assert model.logits.grad[2].abs().sum() > 0
+
+
+def test_teacher_forcing_starts_each_step_from_the_labelled_state_and_tests_free_running():
+    """--teacher_forcing_steps: in training, position t's state is P[v_t] applied to the state the label at t - 1
+    names (e_0 at t = 0), so a loss at one position trains only the transition taken there, from that state; without
+    labels, or in eval mode, the model runs on its own states. Refused without a fixed readout or with several
+    heads (a label names a state only then)."""
+    import torch
+
+    script = load_script("reference_automaton")
+    torch.manual_seed(0)
+    model = script.ReferenceAutomaton(4, 4, heads=1, states=4, fixed_readout=True, teacher_forcing=True)
+    ids, labels = torch.tensor([[1, 2, 3]]), torch.tensor([[2, 1, 3]])
+    p = model.transitions()[:, 0]  # (V, N, N)
+    forced = model.teacher_forced_states(ids, labels)[:, :, 0]  # (1, 3, N)
+    for t, previous in enumerate((0, 2, 1)):
+        assert torch.equal(forced[0, t], p[ids[0, t], :, previous])
+    assert torch.equal(model(ids, labels), script.FIXED_READOUT_SCALE * forced)
+    assert torch.equal(model(ids), model.readout(model.head_states(ids).flatten(2)))  # no labels: free running
+    model.eval()
+    assert torch.equal(model(ids, labels), model(ids))
+    model.train()
+    loss = script.sequence_loss(model(ids, torch.tensor([[-100, -100, 3]])), torch.tensor([[-100, -100, 3]]))
+    loss.backward()  # position 3 alone: only token 3's table gets a gradient
+    assert model.logits.grad[3].abs().sum() > 0 and model.logits.grad[1:3].abs().sum() == 0
+    for kwargs in ({"fixed_readout": False}, {"fixed_readout": True, "heads": 2}):
+        with pytest.raises(ValueError, match="teacher_forcing needs fixed_readout and heads == 1"):
+            script.ReferenceAutomaton(4, 4, **{"heads": 1, "states": 4, **kwargs}, teacher_forcing=True)
