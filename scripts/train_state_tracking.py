@@ -178,6 +178,7 @@ OPTION_GROUPS = {
         "embedding_init",
         "freeze_embedding",
         "transition_lr_scale",
+        "teacher_forcing_steps",
     ),
 }
 

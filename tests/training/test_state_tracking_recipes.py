@@ -137,7 +137,8 @@ def test_explicit_values_override_the_recipe_and_the_warmup_follows_max_steps():
     assert (s.learning_rate, s.max_steps, s.warmup_steps, s.supervision) == (1e-3, 50, 5, "every")
     assert paper_settings(max_steps=50, warmup_steps=7).warmup_steps == 7
     with pytest.raises(
-        ValueError, match=r"`recipe` must be one of \['table', 'table_wide', 'table_curriculum', 'residual'"
+        ValueError,
+        match=r"`recipe` must be one of \['table', 'table_wide', 'table_curriculum', 'table_forced', 'residual'",
     ):
         resolve_settings("papers", {})
 
@@ -155,7 +156,7 @@ def test_bad_recipe_exits_with_code_2_naming_the_accepted_values(tmp_path):
     assert result.returncode == 2
     assert (
         "--recipe: invalid choice: 'authors'" in result.stderr
-        and "'table', 'table_wide', 'table_curriculum', 'residual', 'residual_narrow', 'direct', 'paper'"
+        and "'table', 'table_wide', 'table_curriculum', 'table_forced', 'residual', 'residual_narrow', 'direct', 'paper'"
         in result.stderr
     )
 

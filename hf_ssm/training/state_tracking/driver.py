@@ -34,6 +34,7 @@ from ..optimization import build_optimizer, build_scheduler
 from .evaluation import TEST_SEED, evaluate, evaluate_far_lengths
 from .results import plot_accuracy_vs_length
 from .settings import RESUME_SAFE_SETTINGS, VALIDATION_SEED, RunPlan, StateTrackingSettings, model_config
+from .teacher_forcing import fix_readout, teacher_forced_loss
 
 
 def file_test_buckets(lengths: list[int], count: int) -> list[tuple[int, int]]:
@@ -68,6 +69,8 @@ def _new_model(settings: StateTrackingSettings, config) -> HybridSSMForTokenClas
             embedding.copy_(torch.eye(*embedding.shape, dtype=embedding.dtype))
     if settings.freeze_embedding:
         model.get_input_embeddings().weight.requires_grad_(False)  # stays at its init (saved like any weight)
+    if settings.teacher_forcing_steps:
+        fix_readout(model)  # "state k is class k", frozen: the teacher-forced start states name states by class
     return model
 
 
@@ -206,13 +209,16 @@ def _train(
     def train_step(step: int) -> None:
         train_data = training_data(settings, plan, num_train_samples, step)
         batch = _batch(train_data, step, settings.batch_size, accelerator.process_index, accelerator.num_processes)
-        out = model(
-            input_ids=batch["input_ids"].to(accelerator.device),
-            attention_mask=batch["attention_mask"].to(accelerator.device),
-            labels=supervised_labels(batch, settings.supervision).to(accelerator.device),
-        )
-        loop.optimizer_step(accelerator, out.loss, run.optimizer, run.scheduler, model.parameters(), settings.grad_clip)
-        last["loss"] = out.loss
+        input_ids = batch["input_ids"].to(accelerator.device)
+        labels = supervised_labels(batch, settings.supervision).to(accelerator.device)
+        if step < settings.teacher_forcing_steps:
+            loss = teacher_forced_loss(model, plan.config, input_ids, labels)
+        else:
+            loss = model(
+                input_ids=input_ids, attention_mask=batch["attention_mask"].to(accelerator.device), labels=labels
+            ).loss
+        loop.optimizer_step(accelerator, loss, run.optimizer, run.scheduler, model.parameters(), settings.grad_clip)
+        last["loss"] = loss
 
     def validation(step: int) -> dict:
         unwrapped = accelerator.unwrap_model(model)

@@ -20,6 +20,11 @@ other mixer `residual` (the baselines). An explicit `--recipe` applies to every 
   DFA), d = 16 (C: 1,024 -> 16, trained; W_P's init scale sqrt(16)), the length curriculum over the first 1,500 of
   at most 3,000 steps, validation every 250 steps, one run per seed, far lengths 1,001 and 4,001 (the task's lengths
   are odd). Without the curriculum the reference automaton stays at chance.
+- `table_forced` (S5 with 32 generators, where `table_wide` and every published model stay at chance): `table` as
+  one head of N = 120 states, S5's order (another group: `--state_size` its order), trained with teacher forcing
+  (`teacher_forcing_steps`, teacher_forcing.py) for all of its at most 1,500 steps: every position starts from the
+  state its previous label names, and the classifier is fixed at "state k is class k". Validation (every 100 steps)
+  and test run free, one run per seed.
 - `residual` (the baselines' default): the settings' own defaults. One pre-norm residual layer with SwiGLU, d = 64;
   for PD-SSM 16 heads of N = 8, K = 16, the pure-automaton dictionary layer (D = 1, no input map B:
   `pd_ssm_diagonal="unit"`, `pd_ssm_input="none"`, x_0 = e_0); every prefix labelled, AdamW lr 1e-2 without weight
@@ -138,6 +143,17 @@ RECIPES: dict[str, dict] = {
         "restarts": 1,
         "far_lengths": "1001,4001",  # the task's lengths are odd
     },
+    "table_forced": {  # `table` as one head of N = the group's order, trained with teacher forcing (S5, 32 generators)
+        **_TABLE,
+        "num_heads": 1,
+        "extra_config": {**_TABLE["extra_config"], "pd_ssm_transition_init_scale": 15.5},  # sqrt(d): N(0, 1) logits
+        "state_size": 120,  # S5's order: N = the number of classes (another group: --state_size its order)
+        "teacher_forcing_steps": 1500,  # every step; the validation and the test run free
+        "max_steps": 1500,
+        "eval_every": 100,
+        "save_every": 100,
+        "restarts": 1,
+    },
     "residual": {},
     "residual_narrow": {"num_heads": 1},  # a baseline's state width: 2 N H = 16 real numbers
     "direct": _DIRECT,
@@ -172,7 +188,7 @@ RECIPE_NAMES = tuple(RECIPES)
 TASK_RECIPES = {"s5": "table_wide", "modular_arithmetic": "table_curriculum"}
 # Recipes whose hidden_size follows the heads: d = 2 H N (C maps the heads' [Re x, Im x] onto d, square), unless
 # hidden_size is given.
-SQUARE_OUTPUT_RECIPES = frozenset({"table", "table_wide", "direct"})
+SQUARE_OUTPUT_RECIPES = frozenset({"table", "table_wide", "table_forced", "direct"})
 # Warm-up as a fraction of max_steps, per recipe (None: the `warmup_steps` value as it stands); a recipe with a
 # fraction sets its own max_steps (an explicit --max_steps overrides it).
 WARMUP_FRACTIONS: dict[str, float] = {"paper": 0.1}

@@ -20,6 +20,7 @@ from ..optimization import LR_SCHEDULES
 from ..stack import stack_config_fields, stack_pattern
 from .evaluation import far_lengths
 from .recipes import MODEL_DEFAULTS, RECIPE_NAMES, check_recipe
+from .teacher_forcing import check_teacher_forcing
 
 VALIDATION_LENGTHS = ("train", "test")
 EMBEDDING_INITS = ("normal", "one_hot")
@@ -170,6 +171,11 @@ class StateTrackingSettings:
     # steps each table entry on its own (no coupling of the tokens through shared input features), exactly
     # scripts/reference_automaton.py's table (docs/design.md §8.3).
     embedding_init: str = field(default="normal", metadata={"choices": EMBEDDING_INITS, "help": "normal or one_hot"})
+    # Teacher forcing (teacher_forcing.py): the first this many steps run every position from the state its previous
+    # label names, with the classifier fixed at "state k is class k"; needs recipe table_forced's layer.
+    teacher_forcing_steps: int = field(
+        default=0, metadata={"help": "steps that start each position from its previous label's state (0: none)"}
+    )
     # HybridSSMConfig fields, over MODEL_DEFAULTS (recipes.py): the PD-SSM layer's options (pd_ssm_transition,
     # pd_ssm_diagonal, pd_ssm_input, pd_ssm_initial_state, pd_ssm_output_*, ...) are set here, by the recipe or by hand.
     extra_config: dict = config_fields_field(
@@ -216,6 +222,8 @@ class StateTrackingSettings:
                 f"map W_P only: it needs pd_ssm_transition={choices} (got {config.pd_ssm_transition!r}; pass "
                 "--transition_lr_scale 1 with another transition)"
             )
+        if self.teacher_forcing_steps:
+            check_teacher_forcing(config, task, self.supervision)
         return RunPlan(task, config, files, tuple(far_lengths(self, task)))
 
     def _validate_counts(self) -> None:
