@@ -2,7 +2,9 @@
 
 One process, interleaved repetitions (the two models alternate inside every round, and which one goes first
 alternates between rounds), medians over rounds and the median of the per-round ratios:
-1. training tokens/s (forward + backward + AdamW step, B = 2) at T = 1024 and T = 4096;
+1. training tokens/s (forward + backward + AdamW step, B = 2) at T = 1024 and T = 4096, and beside them the hybrid
+   with its SSM mixers replaced by the identity ("free-mixer floor"): the tokens/s no SSM layer in this block can
+   beat, so the ratio the target asks of the hybrid is out of reach wherever the floor's ratio falls short of it;
 2. greedy decoding with `model.generate` (KV / recurrent-state cache, B = 1): a fixed number of new tokens after a
    prompt of 256 and of 4096 tokens. A logits processor stamps the time of every generation step, so prefill (up to
    the first step) and decode (ms per token over the remaining steps) are reported separately.
@@ -16,11 +18,13 @@ each parallel region also waits for a descheduled thread). `--threads 0` keeps t
 
     python benchmarks/bench_hybrid.py --decode-rounds 15 --out results/bench_hybrid.json   (also writes .md next to it)
     python benchmarks/bench_hybrid.py --train-lengths --decode-rounds 15 --out /tmp/decode.json   (decode only)
+    python benchmarks/bench_hybrid.py --profile 1024 --threads 0     (where a training step's time goes; no JSON)
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import random
@@ -29,6 +33,7 @@ import time
 
 import torch
 from bench_common import load_average, run_record
+from torch import nn
 from transformers import LogitsProcessor, LogitsProcessorList, Qwen2Config, Qwen2ForCausalLM
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
@@ -60,6 +65,22 @@ def build_models(seed: int = 0):
     torch.manual_seed(seed)
     qwen = Qwen2ForCausalLM(Qwen2Config(**common))
     return {"hybrid": hybrid, "qwen2": qwen}
+
+
+class _FreeMixer(nn.Module):
+    """An SSM mixer that costs nothing: (B, T, d) -> the same (B, T, d), no state (training calls only)."""
+
+    def forward(self, hidden_states, state=None, mask=None):
+        return hidden_states, None
+
+
+def free_mixer_floor(hybrid):
+    """A copy of `hybrid` whose SSM layers mix nothing (identity mixer); norms, MLPs, attention layers unchanged."""
+    floor = copy.deepcopy(hybrid)
+    for layer in floor.model.layers:
+        if not layer.is_attention:
+            layer.mixer = _FreeMixer()
+    return floor
 
 
 def interleaved(fns: dict, rounds: int, warmup: int = 1) -> dict:
@@ -151,11 +172,13 @@ def median_interval(values: list, resamples: int = 2000, seed: int = 0) -> list:
 
 
 def bench_training(models, steps_list, batch, rounds):
+    """One row per T: the hybrid, Qwen2 and the hybrid's free-mixer floor, interleaved in every round."""
     rows = []
+    models = {**models, "floor": free_mixer_floor(models["hybrid"])}
     for steps in steps_list:
         fns = {name: training_step_fn(m, batch, steps) for name, m in models.items()}
         times = interleaved(fns, rounds)
-        (h, hc), (q, qc) = (list(zip(*times[name])) for name in ("hybrid", "qwen2"))
+        (h, hc), (q, qc), (f, fc) = (list(zip(*times[name])) for name in ("hybrid", "qwen2", "floor"))
         rows.append(
             {
                 "T": steps,
@@ -166,10 +189,16 @@ def bench_training(models, steps_list, batch, rounds):
                 # tokens/s ratio hybrid / Qwen2 = Qwen2 time / hybrid time, per round
                 "ratio_wall": _ratios(q, h),
                 "ratio_cpu": _ratios(qc, hc),
+                # the most any SSM mixer could give: Qwen2 time / the free-mixer floor's time, per round
+                "floor_tokens_per_s": batch * steps / statistics.median(f),
+                "floor_ratio_wall": _ratios(q, f),
+                "floor_ratio_cpu": _ratios(qc, fc),
                 "hybrid_step_s": h,
                 "qwen2_step_s": q,
                 "hybrid_step_cpu_s": hc,
                 "qwen2_step_cpu_s": qc,
+                "floor_step_s": f,
+                "floor_step_cpu_s": fc,
             }
         )
     return rows
@@ -202,6 +231,32 @@ def bench_decode(models, contexts, new_tokens, rounds):
     return rows
 
 
+TRAINING_TARGET = 1.5  # hybrid tokens/s >= 1.5 x Qwen2's
+
+
+def _training_verdict(row: dict) -> str:
+    """met / MISSED for the hybrid, and whether any SSM mixer could meet it (the floor's ratio)."""
+    if row["ratio_wall"]["median"] >= TRAINING_TARGET:
+        return "met"
+    if row["floor_ratio_wall"]["median"] < TRAINING_TARGET:
+        return "MISSED; out of reach (floor below)"
+    return "MISSED"
+
+
+def profile_training(models, steps: int, batch: int, rows: int = 12) -> None:
+    """Print the torch profiler's table of self CPU time by op for two training steps (after two untimed ones) of
+    each model at length `steps`: where the hybrid's time goes against Qwen2's."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for name, model in {**models, "floor": free_mixer_floor(models["hybrid"])}.items():
+        step = training_step_fn(model, batch, steps)
+        step(), step()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step(), step()
+        print(f"\n{name}, T = {steps}, B = {batch}: two training steps, self CPU time by op")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=48))
+
+
 def _fmt(r: dict) -> str:
     return f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f})"
 
@@ -214,13 +269,15 @@ def markdown(results) -> str:
         "",
         "### Training (fwd + bwd + AdamW): hybrid tokens/s / Qwen2 tokens/s",
         "",
-        "| T | B | rounds | hybrid tokens/s | Qwen2 tokens/s | ratio, wall | ratio, CPU |",
-        "|---|---|---|---|---|---|---|",
+        "| T | B | rounds | hybrid tokens/s | Qwen2 tokens/s | ratio, wall | ratio, CPU | free-mixer floor tokens/s "
+        "| floor ratio, wall | target 1.5x |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results.get("training", []):
         lines.append(
             f"| {r['T']} | {r['B']} | {r['rounds']} | {r['hybrid_tokens_per_s']:.0f} | {r['qwen2_tokens_per_s']:.0f} "
-            f"| {_fmt(r['ratio_wall'])} | {_fmt(r['ratio_cpu'])} |"
+            f"| {_fmt(r['ratio_wall'])} | {_fmt(r['ratio_cpu'])} | {r['floor_tokens_per_s']:.0f} "
+            f"| {_fmt(r['floor_ratio_wall'])} | {_training_verdict(r)} |"
         )
     lines += [
         "",
@@ -257,6 +314,9 @@ def main():
         default=1,
         help="torch threads (default 1: on a shared machine the CPU-time ratio is then the robust figure; 0 = torch's)",
     )
+    parser.add_argument(
+        "--profile", type=int, default=None, metavar="T", help="only print an op profile of training steps at T"
+    )
     args = parser.parse_args()
     if args.new_tokens < 2:
         parser.error("--new-tokens must be >= 2 (decode time is measured between generation steps)")
@@ -266,6 +326,9 @@ def main():
         print("note: with more than one thread the CPU time includes the thread pool's waiting; compare wall times")
 
     models = build_models()
+    if args.profile:
+        profile_training(models, args.profile, args.batch)
+        return
     results = {
         **run_record(),
         "hybrid_pd_ssm": {
