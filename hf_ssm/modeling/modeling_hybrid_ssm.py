@@ -729,10 +729,18 @@ class _HybridSSMWithScoreHead(HybridSSMPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
         **kwargs,
     ) -> SequenceClassifierOutputWithPast | TokenClassifierOutput:
         """input_ids (B, T) or inputs_embeds (B, T, d), attention_mask (B, T); `labels` as the head's class
-        docstring says. The stack runs without a cache; `_head` turns its output into logits and the loss."""
+        docstring says. The stack builds no cache of its own (`use_cache` may be False or None; a `cache` passed in
+        is read and updated, which starts the sequence from a carried state); `_head` turns its output into logits
+        and the loss."""
+        if use_cache:
+            raise ValueError(
+                "`use_cache`=True: the classification heads return no cache; pass `cache=` to start from a carried "
+                "state, or use HybridSSMForCausalLM for cached decoding"
+            )
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,

@@ -255,6 +255,20 @@ def test_token_classification_ignores_minus_100_labels():
     assert torch.allclose(out.loss, expected, atol=1e-6)
 
 
+@pytest.mark.parametrize("head", ["HybridSSMForTokenClassification", "HybridSSMForSequenceClassification"])
+def test_classification_heads_take_use_cache_false_and_refuse_true(head):
+    """transformers' callers pass `use_cache`: False (or None) runs as without it; True is refused naming the field,
+    since these heads return no cache."""
+    import hf_ssm
+
+    model = getattr(hf_ssm, head)(tiny_config("S", num_labels=4)).eval()
+    ids = torch.randint(1, 37, (2, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, use_cache=False).logits, model(ids).logits)
+        with pytest.raises(ValueError, match="`use_cache`=True: the classification heads return no cache"):
+            model(ids, use_cache=True)
+
+
 def _explicit_rms_norm(norm, x):
     """The block's RMSNorm written out: float32 statistics, back to the input dtype, times the weight."""
     h = x.float()
