@@ -67,8 +67,9 @@ def test_every_command_in_the_results_pages_runs_a_committed_file():
 
 def test_the_results_pages_stay_short_and_current():
     """RESULTS.md is the current results a newcomer reads in minutes, not a lab notebook (the history is in git and
-    CHANGELOG.md): under ~250 lines, no session-log sections."""
+    CHANGELOG.md): five sections in at most 300 lines (a figure's long plotting command lives in the docs), no
+    session-log sections."""
     text = (ROOT / "RESULTS.md").read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= 260
+    assert len(text.splitlines()) <= 300
     for marker in ("Still running", "this session", "(issue "):
         assert marker not in text, marker

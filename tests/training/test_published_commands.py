@@ -65,6 +65,31 @@ PUBLISHED = [
         4,
     ),
     ("README main job", "", "runs/experiments/readme_job_s0/", None),
+    (
+        "S5 k = 32, teacher forcing, 3 seeds",
+        "--task s5 --num_generators 32 --recipe table_forced --mixers pd_ssm --seeds 0-2",
+        "runs/experiments/table_forced_s5_k32/",
+        32,
+    ),
+    (
+        "S3-S5, LSTM against the LRUs with m = 4",
+        "--tasks s3,s4,s5 --mixers lstm,bd_lru,h_lru --lru_group_size 4 --seeds 0-2",
+        "runs/experiments/permutations_m4/",
+        None,
+    ),
+    (
+        "S3-S5, the LRUs with m = 2",
+        "--tasks s3,s4,s5 --mixers bd_lru,h_lru --lru_group_size 2 --seeds 0-2",
+        "runs/experiments/permutations_m2/",
+        None,
+    ),
+    (
+        "compression, in-distribution",
+        "--task compression --mixers lstm,bd_lru,h_lru,diag_lru,attention --train_max_length 41 --test_min_length 21 "
+        "--test_max_length 41 --num_buckets 2 --seeds 0-2",
+        "runs/experiments/compression/",
+        None,
+    ),
 ]
 
 # Settings a published command may differ in from its record, and why none changes the figure:
