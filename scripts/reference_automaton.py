@@ -110,8 +110,7 @@ class ReferenceAutomaton(nn.Module):
         previous label names (e_0 at t = 0; a padded or unlabelled position keeps its token's column from the last
         labelled state; the loss skips those). Every position is then one table entry: column `previous` of P[v_t]."""
         previous = torch.zeros_like(labels)
-        known = labels[:, :-1].clamp(min=0)
-        previous[:, 1:] = torch.where(labels[:, :-1] >= 0, known, 0)
+        previous[:, 1:] = labels[:, :-1].clamp(min=0)  # an unlabelled (-100) position: state 0, its loss skipped
         p = self.transitions()[:, 0]  # (V, N, N), one head
         return p[input_ids, :, previous].unsqueeze(2)  # (B, T, N): column previous of P[v_t]
 
