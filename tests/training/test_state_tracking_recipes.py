@@ -334,3 +334,16 @@ def test_square_output_recipes_size_the_model_to_its_heads(recipe):
     assert wide.hidden_size == 512 and build_model(wide).config.hidden_size == 512
     assert resolve_settings(recipe, {"num_heads": 32, "hidden_size": 640})["hidden_size"] == 640
     assert StateTrackingSettings(**resolve_settings("residual", {"num_heads": 32})).hidden_size == 64
+
+
+def test_a_model_with_attention_accepts_the_far_test_lengths():
+    """max_position_embeddings covers the far lengths: the far test of a hybrid scores sequences of 1,000 tokens
+    (it raised 'exceeds config.max_position_embeddings' when the limit was the longest test length)."""
+    settings = StateTrackingSettings(
+        **resolve_settings("table", {"task": "parity", "pattern": "SA", "block_type": "pre_norm_residual"})
+    )
+    model = build_model(settings)
+    assert model.config.max_position_embeddings == 4000
+    with torch.no_grad():
+        logits = model(input_ids=torch.ones(1, 1000, dtype=torch.long)).logits
+    assert logits.shape[:2] == (1, 1000)

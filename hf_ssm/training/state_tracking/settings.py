@@ -402,8 +402,11 @@ def model_config(settings: StateTrackingSettings, task=None) -> HybridSSMConfig:
     config_fields = {
         **stack_config_fields(settings, pattern, ssm_mixer),
         "vocab_size": task.vocab_size,
-        # the longest sequence in tokens (for mqar the lengths count pairs, at a fixed sequence length)
-        "max_position_embeddings": task.num_tokens(max(settings.test_max_length, settings.train_max_length)),
+        # the longest sequence in tokens, the far test lengths included (for mqar the lengths count pairs, at a
+        # fixed sequence length)
+        "max_position_embeddings": task.num_tokens(
+            max(settings.test_max_length, settings.train_max_length, *far_lengths(settings, task))
+        ),
         "block_type": settings.block_type,
         "block_dropout": settings.block_dropout,
         "num_labels": task.num_classes,
