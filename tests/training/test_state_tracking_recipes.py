@@ -13,7 +13,7 @@ from hf_ssm.data import StateTrackingDataset, collate_state_tracking, get_task
 from hf_ssm.data.automata import minimal_dfa_size, task_automaton
 from hf_ssm.data.state_tracking import last_token_correct, supervised_labels
 from hf_ssm.training.optimization import build_optimizer, build_scheduler
-from hf_ssm.training.state_tracking.driver import build_model
+from hf_ssm.training.state_tracking.driver import build_model, length_buckets
 from hf_ssm.training.state_tracking.recipes import resolve_settings
 from hf_ssm.training.state_tracking.results import run_record, update_summary_json
 from hf_ssm.training.state_tracking.settings import StateTrackingSettings
@@ -138,7 +138,7 @@ def test_explicit_values_override_the_recipe_and_the_warmup_follows_max_steps():
     assert paper_settings(max_steps=50, warmup_steps=7).warmup_steps == 7
     with pytest.raises(
         ValueError,
-        match=r"`recipe` must be one of \['table', 'table_wide', 'table_curriculum', 'table_forced', 'residual'",
+        match=r"`recipe` must be one of \['table', 'table_wide', 'table_curriculum', 'table_forced', 'hybrid', 'hybrid_recall'",
     ):
         resolve_settings("papers", {})
 
@@ -156,7 +156,8 @@ def test_bad_recipe_exits_with_code_2_naming_the_accepted_values(tmp_path):
     assert result.returncode == 2
     assert (
         "--recipe: invalid choice: 'authors'" in result.stderr
-        and "'table', 'table_wide', 'table_curriculum', 'table_forced', 'residual', 'residual_narrow', 'direct', 'paper'"
+        and "'table', 'table_wide', 'table_curriculum', 'table_forced', 'hybrid', 'hybrid_recall', 'residual', "
+        "'residual_narrow', 'direct', 'paper'"
         in result.stderr
     )
 
@@ -347,3 +348,34 @@ def test_a_model_with_attention_accepts_the_far_test_lengths():
     with torch.no_grad():
         logits = model(input_ids=torch.ones(1, 1000, dtype=torch.long)).logits
     assert logits.shape[:2] == (1, 1000)
+
+
+@pytest.mark.parametrize(("recipe", "task"), [("hybrid", "a5"), ("hybrid_recall", "mqar")])
+def test_hybrid_recipes_match_the_single_mixer_models_in_trained_parameters(recipe, task):
+    """`hybrid` is table's PD-SSM layer then attention, pre-norm residual blocks, d = 256, W_P reading sqrt(d) e_v at
+    init scale 1 (N(0, 1) logits); its single-mixer models (`--pattern SS`, PD-SSM or attention) train exactly as
+    many parameters, so the matrix compares models of one size."""
+    trained = {}
+    for mixer, pattern in [("pd_ssm", None), ("pd_ssm", "SS"), ("attention", "SS")]:
+        explicit = {"task": task, "mixer": mixer, **({"pattern": pattern} if pattern else {})}
+        model = build_model(StateTrackingSettings(**resolve_settings(recipe, explicit)))
+        config = model.config
+        assert (config.block_type, config.hidden_size, config.pd_ssm_transition_init_scale) == (
+            "pre_norm_residual",
+            256,
+            1.0,
+        )
+        trained[(mixer, pattern)] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert build_model(StateTrackingSettings(**resolve_settings(recipe, {"task": task}))).config.mixers == [
+        "pd_ssm",
+        "attention",
+    ]
+    assert len(set(trained.values())) == 1, trained
+
+
+def test_hybrid_recall_recipe_tests_recall_at_64_or_more_pairs_in_256_tokens():
+    """The claim's sizes: 256 tokens, 127 keys and values, the last test bucket 65-80 pairs, no far lengths."""
+    s = StateTrackingSettings(**resolve_settings("hybrid_recall", {"task": "mqar"}))
+    task = s.build_task()
+    assert (task.sequence_length, task.num_keys, task.num_values, s.far_lengths) == (256, 127, 127, "")
+    assert length_buckets(s.test_min_length, s.test_max_length, s.num_buckets)[-1] == (65, 80)

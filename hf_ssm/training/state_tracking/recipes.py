@@ -25,6 +25,15 @@ other mixer `residual` (the baselines). An explicit `--recipe` applies to every 
   (`teacher_forcing_steps`, teacher_forcing.py) for all of its at most 1,500 steps: every position starts from the
   state its previous label names, and the classifier is fixed at "state k is class k". Validation (every 100 steps)
   and test run free, one run per seed.
+- `hybrid` (recall and tracking in one model, RESULTS.md §5): `table`'s PD-SSM layer, then an attention layer
+  (`pattern="SA"`), both in pre-norm residual blocks with SwiGLU, d = 256 (the one-hot embedding needs d >= the
+  vocabulary). W_P now reads RMSNorm(e_v) = sqrt(d) e_v, so its init scale is 1 (N(0, 1) logits, as `table`'s 16
+  gives without the norm; at 16 the logits start at std 16 and the table barely moves: A5 at 33 % validation after
+  950 steps). `--pattern SS` / `--mixers attention --pattern SS` give the single-mixer models of the same recipe.
+- `hybrid_recall`: `hybrid` on multi-query associative recall at the claim's sizes: 256 tokens (127 keys, 127
+  values), training on 4-80 pairs, test buckets 16-80 pairs (the last 65-80), no far lengths (the
+  length is fixed); Adam at a constant 3e-3, at most 3,000 steps, validation and checkpoints every 250, one run per
+  seed.
 - `residual` (the baselines' default): the settings' own defaults. One pre-norm residual layer with SwiGLU, d = 64;
   for PD-SSM 16 heads of N = 8, K = 16, the pure-automaton dictionary layer (D = 1, no input map B:
   `pd_ssm_diagonal="unit"`, `pd_ssm_input="none"`, x_0 = e_0); every prefix labelled, AdamW lr 1e-2 without weight
@@ -122,6 +131,13 @@ _TABLE = {  # `direct` with the reference automaton's free per-token table and a
     "far_lengths": "1000,4000",  # an automaton that is right is right at any length: test it far out
 }
 
+_HYBRID = {  # `table`'s layer, then attention, in pre-norm residual blocks
+    **_TABLE,
+    "pattern": "SA",
+    "block_type": "pre_norm_residual",
+    "extra_config": {**_TABLE["extra_config"], "pd_ssm_transition_init_scale": 1.0},  # W_P reads sqrt(d) e_v
+}
+
 RECIPES: dict[str, dict] = {
     "table": _TABLE,
     "table_wide": {**_TABLE, "num_heads": 32},  # d = 2 H N = 512 (SQUARE_OUTPUT_RECIPES)
@@ -152,6 +168,23 @@ RECIPES: dict[str, dict] = {
         "max_steps": 1500,
         "eval_every": 100,
         "save_every": 100,
+        "restarts": 1,
+    },
+    "hybrid": _HYBRID,
+    "hybrid_recall": {
+        **_HYBRID,
+        "task_vocab_size": 256,  # 127 keys, 127 values
+        "sequence_length": 256,
+        "train_min_length": 4,  # pairs
+        "train_max_length": 80,
+        "test_min_length": 16,
+        "test_max_length": 80,
+        "num_buckets": 4,
+        "far_lengths": "",  # the sequence length is fixed
+        "learning_rate": 3e-3,
+        "max_steps": 3000,
+        "eval_every": 250,
+        "save_every": 250,
         "restarts": 1,
     },
     "residual": {},
@@ -188,7 +221,7 @@ RECIPE_NAMES = tuple(RECIPES)
 TASK_RECIPES = {"s5": "table_wide", "modular_arithmetic": "table_curriculum"}
 # Recipes whose hidden_size follows the heads: d = 2 H N (C maps the heads' [Re x, Im x] onto d, square), unless
 # hidden_size is given.
-SQUARE_OUTPUT_RECIPES = frozenset({"table", "table_wide", "table_forced", "direct"})
+SQUARE_OUTPUT_RECIPES = frozenset({"table", "table_wide", "table_forced", "hybrid", "hybrid_recall", "direct"})
 # Warm-up as a fraction of max_steps, per recipe (None: the `warmup_steps` value as it stands); a recipe with a
 # fraction sets its own max_steps (an explicit --max_steps overrides it).
 WARMUP_FRACTIONS: dict[str, float] = {"paper": 0.1}
