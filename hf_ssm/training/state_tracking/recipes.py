@@ -25,15 +25,17 @@ other mixer `residual` (the baselines). An explicit `--recipe` applies to every 
   (`teacher_forcing_steps`, teacher_forcing.py) for all of its at most 1,500 steps: every position starts from the
   state its previous label names, and the classifier is fixed at "state k is class k". Validation (every 100 steps)
   and test run free, one run per seed.
-- `hybrid` (recall and tracking in one model, RESULTS.md §5): `table`'s PD-SSM layer, then an attention layer
-  (`pattern="SA"`), both in pre-norm residual blocks with SwiGLU, d = 256 (the one-hot embedding needs d >= the
-  vocabulary). W_P now reads RMSNorm(e_v) = sqrt(d) e_v, so its init scale is 1 (N(0, 1) logits, as `table`'s 16
-  gives without the norm; at 16 the logits start at std 16 and the table barely moves: A5 at 33 % validation after
-  950 steps). `--pattern SS` / `--mixers attention --pattern SS` give the single-mixer models of the same recipe.
+- `hybrid` (recall and tracking in one model; an experiment, docs/design.md §8.7): `table`'s PD-SSM layer, then an
+  attention layer (`pattern="SA"`), both in pre-norm residual blocks with SwiGLU, d = 256 (the one-hot embedding
+  needs d >= the vocabulary). W_P now reads RMSNorm(e_v) = sqrt(d) e_v, so its init scale is 1 (N(0, 1) logits,
+  as `table`'s 16 gives without the norm; at 16 they would start at std 16, saturated). `--pattern SS` and
+  `--mixers attention --pattern SS` give the single-mixer models of the same recipe, with as many trained
+  parameters.
 - `hybrid_recall`: `hybrid` on multi-query associative recall at the claim's sizes: 256 tokens (127 keys, 127
-  values), training on 4-80 pairs, test buckets 16-80 pairs (the last 65-80), no far lengths (the
-  length is fixed); Adam at a constant 3e-3, at most 3,000 steps, validation and checkpoints every 250, one run per
-  seed.
+  values), training on 4-80 pairs, test buckets 16-80 pairs (the last 65-80), no far lengths (the length is
+  fixed); Adam at 3e-3 after 50 warm-up steps, cosine decay, gradient clipping at 1, at most 3,000 steps,
+  validation and checkpoints every 250, one run per seed. So far (§8.7) two attention layers learn recall under it
+  and the PD-SSM hybrids do not: they plateau at 1 / (number of pairs), a value of the context.
 - `residual` (the baselines' default): the settings' own defaults. One pre-norm residual layer with SwiGLU, d = 64;
   for PD-SSM 16 heads of N = 8, K = 16, the pure-automaton dictionary layer (D = 1, no input map B:
   `pd_ssm_diagonal="unit"`, `pd_ssm_input="none"`, x_0 = e_0); every prefix labelled, AdamW lr 1e-2 without weight
@@ -182,6 +184,11 @@ RECIPES: dict[str, dict] = {
         "num_buckets": 4,
         "far_lengths": "",  # the sequence length is fixed
         "learning_rate": 3e-3,
+        # two attention layers bind keys to values in 100 steps with these three, and not in 500 without them
+        # (docs/design.md §8.7)
+        "warmup_steps": 50,
+        "lr_schedule": "cosine",
+        "grad_clip": 1.0,
         "max_steps": 3000,
         "eval_every": 250,
         "save_every": 250,
