@@ -34,8 +34,9 @@ other mixer `residual` (the baselines). An explicit `--recipe` applies to every 
 - `hybrid_recall`: `hybrid` on multi-query associative recall at the claim's sizes: 256 tokens (127 keys, 127
   values), training on 4-80 pairs, test buckets 16-80 pairs (the last 65-80), no far lengths (the length is
   fixed); Adam at 3e-3 after 50 warm-up steps, cosine decay, gradient clipping at 1, at most 3,000 steps,
-  validation and checkpoints every 250, one run per seed. So far (§8.7) two attention layers learn recall under it
-  and the PD-SSM hybrids do not: they plateau at 1 / (number of pairs), a value of the context.
+  validation and checkpoints every 250, one run per seed. So far (§8.7), on a small recall, two attention layers learn
+  under it and SA does not (it plateaus at 1 / (number of pairs), a value of the context); three layers need 1e-3,
+  where SA's extension SAA (`--pattern SAA --learning_rate 1e-3`) learns.
 - `residual` (the baselines' default): the settings' own defaults. One pre-norm residual layer with SwiGLU, d = 64;
   for PD-SSM 16 heads of N = 8, K = 16, the pure-automaton dictionary layer (D = 1, no input map B:
   `pd_ssm_diagonal="unit"`, `pd_ssm_input="none"`, x_0 = e_0); every prefix labelled, AdamW lr 1e-2 without weight
