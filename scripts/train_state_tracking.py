@@ -179,6 +179,7 @@ OPTION_GROUPS = {
         "freeze_embedding",
         "transition_lr_scale",
         "teacher_forcing_steps",
+        "attention_frozen_steps",
     ),
 }
 

@@ -176,6 +176,13 @@ class StateTrackingSettings:
     teacher_forcing_steps: int = field(
         default=0, metadata={"help": "steps that start each position from its previous label's state (0: none)"}
     )
+    # Attention switched off at the start (driver._AttentionDelay): the attention layers' output projections start
+    # at zero and no attention parameter learns before this step, so the model's other layers learn the task alone
+    # first. Why: on A5 a hybrid's attention fits the training lengths before its PD-SSM layer learns the group, and
+    # that solution does not generalise (docs/design.md §8.7).
+    attention_frozen_steps: int = field(
+        default=0, metadata={"help": "steps before the attention layers (output at zero until then) start learning"}
+    )
     # HybridSSMConfig fields, over MODEL_DEFAULTS (recipes.py): the PD-SSM layer's options (pd_ssm_transition,
     # pd_ssm_diagonal, pd_ssm_input, pd_ssm_initial_state, pd_ssm_output_*, ...) are set here, by the recipe or by hand.
     extra_config: dict = config_fields_field(
@@ -224,6 +231,11 @@ class StateTrackingSettings:
             )
         if self.teacher_forcing_steps:
             check_teacher_forcing(config, task, self.supervision)
+        if self.attention_frozen_steps and "attention" not in config.mixers:
+            raise ValueError(
+                f"`attention_frozen_steps` = {self.attention_frozen_steps} needs an attention layer, and the "
+                f"model's layers are {list(config.mixers)} (add one with --pattern, e.g. SA, or pass 0)"
+            )
         return RunPlan(task, config, files, tuple(far_lengths(self, task)))
 
     def _validate_counts(self) -> None:
