@@ -19,6 +19,17 @@ from model_checks import load_script
 ROOT = Path(__file__).resolve().parents[2]
 SUMMARY = ROOT / "results" / "state_tracking" / "summary.json"
 
+# The matrix commands' shared settings (RESULTS.md §5): in-distribution and longer test lengths for selective copying,
+# compression's in-distribution test
+SELECTIVE_COPYING = (
+    "--task selective_copying --recipe residual --train_min_length 32 --train_max_length 64 --test_min_length 32 "
+    "--test_max_length 128 --num_buckets 3 --seeds 0-2 "
+)
+COMPRESSION = (
+    "--task compression --recipe residual --train_max_length 41 --test_min_length 21 --test_max_length 41 "
+    "--num_buckets 2 --seeds 0-2 "
+)
+
 # (the figure, the product command's arguments, the records of that figure: run-folder prefix, num_generators)
 PUBLISHED = [
     ("parity, 5 seeds", "--task parity --seeds 0-4", "runs/experiments/table_parity/", None),
@@ -88,6 +99,42 @@ PUBLISHED = [
         "--task compression --mixers lstm,bd_lru,h_lru,diag_lru,attention --train_max_length 41 --test_min_length 21 "
         "--test_max_length 41 --num_buckets 2 --seeds 0-2",
         "runs/experiments/compression/",
+        None,
+    ),
+    (
+        "S3-S5, BD-LRU with m = 8",
+        "--tasks s3,s4,s5 --mixers bd_lru --lru_group_size 8 --seeds 0-2",
+        "runs/experiments/permutations_m8/",
+        None,
+    ),
+    (
+        "selective copying, one block per mixer",
+        SELECTIVE_COPYING + "--mixers lstm,bd_lru,h_lru,diag_lru,attention,pd_ssm",
+        "runs/experiments/selective_copying/",
+        None,
+    ),
+    (
+        "selective copying, two layers of one mixer",
+        SELECTIVE_COPYING + "--mixers lstm,diag_lru,pd_ssm,attention --pattern SS --restarts 1",
+        "runs/experiments/selective_copying_two_layers/",
+        None,
+    ),
+    (
+        "selective copying, hybrids",
+        SELECTIVE_COPYING + "--mixers lstm,diag_lru --pattern SA --restarts 1",
+        "runs/experiments/selective_copying_hybrids/",
+        None,
+    ),
+    (
+        "compression, two layers of one mixer",
+        COMPRESSION + "--mixers lstm,diag_lru,pd_ssm,attention --pattern SS",
+        "runs/experiments/compression_two_layers/",
+        None,
+    ),
+    (
+        "compression, hybrids",
+        COMPRESSION + "--mixers lstm,diag_lru,pd_ssm --pattern SA --restarts 1",
+        "runs/experiments/compression_hybrids/",
         None,
     ),
 ]
