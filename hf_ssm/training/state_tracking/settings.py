@@ -178,8 +178,8 @@ class StateTrackingSettings:
     )
     # Attention switched off at the start (driver._AttentionDelay): the attention layers' output projections start
     # at zero and no attention parameter learns before this step, so the model's other layers learn the task alone
-    # first. Why: on A5 a hybrid's attention fits the training lengths before its PD-SSM layer learns the group, and
-    # that solution does not generalise (docs/design.md §8.7).
+    # first. It tests whether, on A5, a hybrid's attention fitting the training lengths before its PD-SSM layer learns
+    # the group is what stops it; with attention off for 400 steps SAA still did not learn A5 (docs/design.md §8.7).
     attention_frozen_steps: int = field(
         default=0, metadata={"help": "steps before the attention layers (output at zero until then) start learning"}
     )
