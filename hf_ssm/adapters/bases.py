@@ -18,8 +18,9 @@ from pathlib import Path
 import torch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# Word-level tokenizers saved by tiny_base.py: AutoTokenizer would rebuild a model-type tokenizer (Qwen2Tokenizer)
-# around their vocabulary, so they load with PreTrainedTokenizerFast.
+# Word-level tokenizers that tiny_base.py saved before it named its own class (word_tokenizer.py): without an
+# auto_map entry AutoTokenizer would rebuild a model-type tokenizer (Qwen2Tokenizer) around their vocabulary and
+# lose the words, so they load with PreTrainedTokenizerFast. Those saved now load through AutoTokenizer.
 GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
 

@@ -14,17 +14,19 @@ PAD_TOKEN, UNK_TOKEN, EOS_TOKEN = "<pad>", "<unk>", "</s>"
 
 
 def build_word_tokenizer(words: list[str]):
-    """A lower-casing word-level `PreTrainedTokenizerFast`; id 0 is `<pad>`, unknown words map to `<unk>`."""
+    """A lower-casing word-level tokenizer (`WordLevelTokenizer`, a `PreTrainedTokenizerFast`); id 0 is `<pad>`,
+    unknown words map to `<unk>`. Saved, it reloads with `AutoTokenizer.from_pretrained` (word_tokenizer.py)."""
     from tokenizers import Tokenizer, normalizers, pre_tokenizers
     from tokenizers.models import WordLevel
-    from transformers import PreTrainedTokenizerFast
+
+    from .word_tokenizer import WordLevelTokenizer
 
     specials = [PAD_TOKEN, UNK_TOKEN, EOS_TOKEN]
     vocab = {w: i for i, w in enumerate(specials + sorted(set(words) - set(specials)))}
     tok = Tokenizer(WordLevel(vocab=vocab, unk_token=UNK_TOKEN))
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.Whitespace()  # \w+|[^\w\s]+, the split of nl_state_tracking.words_of
-    return PreTrainedTokenizerFast(
+    return WordLevelTokenizer(
         tokenizer_object=tok, pad_token=PAD_TOKEN, unk_token=UNK_TOKEN, eos_token=EOS_TOKEN, padding_side="left"
     )
 
