@@ -18,8 +18,9 @@ test story, buckets 1-10, 40 and 80.
 
 tracking_shuffled_objects (BIG-Bench Hard's format; `_three_objects` etc. fix n) is scored as the Open LLM
 Leaderboard scores BBH: three solved examples of the same number of objects n (n swaps each) as "Q: ...\nA: (B)",
-then "Q: <story>\nA:"; the generation's option letter ("(B)", or a bare "B") must equal the answer's. Its buckets
-are per n and accept multiples of n ("n,4n,8n", the default: n, 4n and 8n swaps):
+then "Q: <story>\nA:"; the generation's option letter ("(B)", "B)", "B." or a "B" alone; not the article of
+"A crimson ball") must equal the answer's. Its buckets are per n and accept multiples of n ("n,4n,8n", the
+default: n, 4n and 8n swaps):
 
     python scripts/eval_nl_state_tracking.py --model smollm2-135m --task tracking_shuffled_objects --num_stories 64
 
@@ -54,9 +55,14 @@ BASE_TRANSITIONS, BASE_FEWSHOT = "1-10,40,80", 4  # a model without adapter: sho
 ADAPTER_TRANSITIONS = "40"  # an adapter trained on 1-10: its own answer at 4x (RESULTS.md §2)
 # tracking_shuffled_objects: buckets per number of objects n (n, 4n and 8n swaps), after 3 solved examples of that n
 SHUFFLED_TRANSITIONS, SHUFFLED_FEWSHOT = "n,4n,8n", 3
-# An option letter at the start of a continuation: " (B)", " B)", " B." or " B" (not the B of "Bob"); inside
-# brackets also lower case, "( b )", the decoding of a lower-casing word-level tokenizer (a bare "a" is a word).
-OPTION_LETTER = re.compile(r"^\s*(?:\(\s*([A-Ga-g])\s*(?:\)|$)|\(?([A-G])(?![A-Za-z]))")
+# An option letter at the start of a continuation, in the forms the prompt's "A: (B)" asks for: " (B)" (or "(B" cut
+# off by max_new_tokens), " B)", " B." or a bare " B" that ends the text or its line or is followed by punctuation.
+# Not the B of "Bob", nor the article of " A crimson ball" (a letter followed by a word). Inside brackets also lower
+# case, "( b )", the decoding of a lower-casing word-level tokenizer (a bare "a" is a word).
+OPTION_LETTER = re.compile(
+    r"^\s*(?:\(\s*([A-Ga-g])\s*(?:\)|$)"  # (B)  ( b )  (B
+    r"|([A-G])(?=[ \t]*(?:$|\n)|[).,:;!?]))"  # B)  B.  B  B\n
+)
 
 
 def first_word(text: str) -> str:
@@ -66,7 +72,8 @@ def first_word(text: str) -> str:
 
 
 def option_letter(text: str) -> str:
-    """The option letter a generated continuation starts with ('' if none): " (B) Walden" -> "B"."""
+    """The option letter a generated continuation starts with ('' if none): " (B) Walden" -> "B", " A." -> "A",
+    " A crimson ball" -> '' (an article, not an option)."""
     found = OPTION_LETTER.match(text)
     return (found.group(1) or found.group(2)).upper() if found else ""
 

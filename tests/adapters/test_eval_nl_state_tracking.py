@@ -143,6 +143,18 @@ def test_option_letter_reads_the_choice_out_of_a_continuation():
     assert [script.option_letter(t) for t in texts] == ["B", "C", "G", "", "A", "", "C", "", "D"]
 
 
+def test_option_letter_counts_a_letter_only_in_the_forms_the_prompt_asks_for():
+    """A capital letter is an answer only in the forms the BBH prompt ("A: (B)") asks for: "(A)", "A)", "A.", or
+    "A" alone, before a line break or before punctuation. A continuation that starts a sentence with the article
+    "A" ("A crimson ball", the option's own text) or with a word of one capital letter and more gives none."""
+    script = load_script("eval_nl_state_tracking")
+    answers = [" (A)", " (A) Dracula", "(A", " A)", " A.", " A", "A", " A  ", " A\n\nQ:", " A, the ball", " A:"]
+    assert [script.option_letter(t) for t in answers] == ["A"] * len(answers)
+    assert [script.option_letter(t) for t in (" E.", " F)", "\n\nG")] == ["E", "F", "G"]
+    not_answers = [" A crimson ball", " A red present", "A ball", " A\tball", " A's", " Alice has", " A-ha", " I"]
+    assert [script.option_letter(t) for t in not_answers] == [""] * len(not_answers)
+
+
 @pytest.fixture(scope="module")
 def tracking_base(tmp_path_factory):
     """A saved tiny Qwen2 (random weights) whose tokenizer knows the shuffled-objects stories' words."""
