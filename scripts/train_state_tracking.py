@@ -24,6 +24,8 @@ then attention; --pattern BA: bd_lru then attention). --num_generators applies t
 only; --task_vocab_size, --sequence_length, --num_queries (mqar) and --num_data_tokens (selective_copying) to the
 memory tasks (docs/design.md §8.5). For mqar the train / test lengths count key-value pairs at the fixed
 --sequence_length, and its accuracy (like selective_copying's and compression's) is over every queried position.
+Each memory task runs on its own published lengths (recipes.TASK_SETTINGS, listed in the epilog), which win over
+the recipe's; a flag given explicitly wins over both.
 
 Each run writes <output_dir>/[s<seed>/][<task>_<mixer>/] with settings.json, results.json, accuracy_vs_length.png,
 the model (save_pretrained) and resumable checkpoints; a suite also writes comparison.{md,json,png}. Every seed
@@ -31,12 +33,15 @@ trained is merged into <output_dir>/summary.json and, with --summary PATH, into 
 with the settings it was trained with (a changed setting is refused, naming it, apart from those that only decide
 when it evaluates, checkpoints or stops, how many restarts it tries and the test size).
 
-Word-problem files (the "Illusion of State" paper's CSV format `length,input,target`, or JSONL with those fields;
-hf_ssm/data/word_problems.py) replace the generated task: --data_file TRAIN --test_data_file TEST (any group: Z60,
-A4xZ5, A5, S5, ...). The classes are the largest element index in both files + 1 (--num_classes N to give more);
-the training and test lengths are the files' own (length flags are refused), the test buckets the test file's
-distinct lengths (or --num_buckets ranges of them), validation the last --val_samples_per_bucket training rows,
-held out from training:
+Word-problem files (the "Illusion of State" paper's CSV `length,input,target`, or `seed,input,target` as the
+authors' generator writes it, JSONL or a JSON array with those fields; hf_ssm/data/word_problems.py) replace the
+generated task: --data_file TRAIN --test_data_file TEST (any group: Z60, A4xZ5, A5, S5, ...), under any recipe.
+The classes are the largest element index in the files + 1 (--num_classes N to give more); the training and test
+lengths are the files' own (length flags are refused), the test buckets the test file's distinct lengths (or
+--num_buckets ranges of them), and there is no far test (--far_lengths is refused). Validation is on the training
+file's longest lengths, held out from training (--val_samples_per_bucket rows of each), or on --validation_file, or
+with --validation_lengths train on the training file's last rows; the log and results.json say which. --resume
+refuses files whose bytes changed:
 
     python scripts/train_state_tracking.py --data_file S5_train.csv --test_data_file S5_test.csv --mixer pd_ssm
 
@@ -75,6 +80,7 @@ from hf_ssm.training.state_tracking.recipes import (
     MODEL_DEFAULTS,
     RECIPES,
     SETTINGS_MOVED_TO_EXTRA_CONFIG,
+    TASK_SETTINGS,
     default_recipe,
     resolve_settings,
 )
@@ -105,6 +111,8 @@ def recipe_values() -> str:
         differing = "".join(f"; {name} {RECIPES[name][f.name]!r}" for name in others if f.name in RECIPES[name])
         lines.append(f"  --{f.name} {getattr(defaults, f.name)!r}{differing}")
     lines.append(f"--extra_config keys every recipe starts from (the PD-SSM layer): {MODEL_DEFAULTS}")
+    lines.append("task settings (over any recipe's, under explicit flags):")
+    lines += [f"  {task}: {values}" for task, values in TASK_SETTINGS.items()]
     return "\n".join(lines)
 
 
@@ -120,7 +128,12 @@ class MovedToExtraConfig(argparse.Action):
 # --help's option groups, the common ones first (cli.group_options): every option of the parser is in one.
 OPTION_GROUPS = {
     "run": ("task", "tasks", "num_generators", "mixer", "mixers", "suite", "recipe", "seed", "seeds"),
-    "word-problem files (instead of a generated task)": ("data_file", "test_data_file", "num_classes"),
+    "word-problem files (instead of a generated task)": (
+        "data_file",
+        "test_data_file",
+        "validation_file",
+        "num_classes",
+    ),
     "memory tasks (mqar, selective_copying, compression)": (
         "task_vocab_size",
         "sequence_length",
@@ -233,8 +246,6 @@ def plan_runs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
     seeds = args.seeds or [None]
     suite = args.suite or len(tasks) * len(mixers) > 1
     explicit = {k: v for k, v in given_settings(StateTrackingSettings, args).items() if k not in ("task", "mixer")}
-    if file_run:  # validation on held-out training rows, unless asked otherwise (then refused by validate)
-        explicit.setdefault("validation_lengths", "train")
     out = run_folder(args.output_dir, "runs/state_tracking/")
     runs = []
     for seed in seeds:
@@ -243,7 +254,8 @@ def plan_runs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
         for task in tasks:
             for mixer in mixers:
                 recipe = chosen.get("recipe", default_recipe(mixer, task))  # --recipe has choices
-                values = {k: v for k, v in resolve_settings(recipe, chosen).items() if k not in ("task", "mixer")}
+                resolved = resolve_settings(recipe, chosen, task=task)  # the task's settings over the recipe's
+                values = {k: v for k, v in resolved.items() if k not in ("task", "mixer")}
                 settings = StateTrackingSettings(task=task, mixer=mixer, **{**values, **_restarts(mixer, args)})
                 runs.append((settings, seed_dir / f"{task}_{mixer}" if suite else seed_dir))
     try:

@@ -36,6 +36,22 @@ def _check_int(name: str, value, low: int, high: int | None = None) -> int:
     return value
 
 
+# Two answer classes at least: with vocab_size 4 each task has one value / data token, so every answer is the same
+# class and chance is 100 % (no task at all).
+MIN_VOCAB_SIZE = 5
+
+
+def _check_vocab_size(vocab_size, specials: str) -> int:
+    """`vocab_size` as an int >= MIN_VOCAB_SIZE, refused naming the smallest and why (`specials`: the task's
+    non-answer tokens)."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < MIN_VOCAB_SIZE:
+        raise ValueError(
+            f"`vocab_size` must be an int >= {MIN_VOCAB_SIZE}, got {vocab_size!r}: it counts the pad id, {specials} "
+            "and the answer tokens, and fewer than 2 answer tokens leave 1 class (chance 100 %)"
+        )
+    return vocab_size
+
+
 class _MemoryTask(Task):
     labels_every_prefix = False
     scored_positions = "labelled"
@@ -62,7 +78,7 @@ class MultiQueryAssociativeRecallTask(_MemoryTask):
     _separator = " "
 
     def __init__(self, vocab_size: int = 8192, sequence_length: int = 256, num_queries: int | None = None):
-        _check_int("vocab_size", vocab_size, 4)
+        _check_vocab_size(vocab_size, "the blank and the keys (half the rest)")
         _check_int("sequence_length", sequence_length, 3)
         if num_queries is not None:
             _check_int("num_queries", num_queries, 1)
@@ -146,7 +162,7 @@ class SelectiveCopyingTask(_MemoryTask):
     _separator = " "
 
     def __init__(self, vocab_size: int = 19, num_data_tokens: int = 16):
-        _check_int("vocab_size", vocab_size, 4)
+        _check_vocab_size(vocab_size, "the noise token and the copy marker")
         _check_int("num_data_tokens", num_data_tokens, 1)
         self.vocab_size = vocab_size
         self.num_data_tokens = num_data_tokens
@@ -193,7 +209,7 @@ class CompressionTask(_MemoryTask):
     _separator = " "
 
     def __init__(self, vocab_size: int = 19):
-        _check_int("vocab_size", vocab_size, 4)
+        _check_vocab_size(vocab_size, "the compress marker and the recall token")
         self.vocab_size = vocab_size
         self.num_classes = vocab_size - 3
         self.token_names = ["<pad>", "|", "?"] + [f"d{i}" for i in range(self.num_classes)]
@@ -230,4 +246,10 @@ MEMORY_TASKS = {
     "compression": (CompressionTask, ("vocab_size",)),
 }
 
-__all__ = ["MEMORY_TASKS", "CompressionTask", "MultiQueryAssociativeRecallTask", "SelectiveCopyingTask"]
+__all__ = [
+    "MEMORY_TASKS",
+    "MIN_VOCAB_SIZE",
+    "CompressionTask",
+    "MultiQueryAssociativeRecallTask",
+    "SelectiveCopyingTask",
+]

@@ -185,12 +185,12 @@ def test_dataset_is_deterministic_for_memory_tasks():
 @pytest.mark.parametrize(
     ("name", "kwargs", "message"),
     [
-        ("mqar", {"vocab_size": 3}, r"`vocab_size` must be an int >= 4, got 3"),
+        ("mqar", {"vocab_size": 3}, r"`vocab_size` must be an int >= 5, got 3"),
         ("mqar", {"sequence_length": 2}, r"`sequence_length` must be an int >= 3"),
         ("mqar", {"num_queries": 0}, r"`num_queries` must be an int >= 1"),
-        ("mqar", {"vocab_size": 4, "sequence_length": 9, "num_queries": 2}, r"admits no number of pairs"),
+        ("mqar", {"vocab_size": 6, "sequence_length": 9, "num_queries": 4}, r"admits no number of pairs"),
         ("selective_copying", {"num_data_tokens": 0}, r"`num_data_tokens` must be an int >= 1"),
-        ("compression", {"vocab_size": 2.5}, r"`vocab_size` must be an int >= 4"),
+        ("compression", {"vocab_size": 2.5}, r"`vocab_size` must be an int >= 5"),
         ("compression", {"num_data_tokens": 4}, r"`num_data_tokens` applies to the tasks selective_copying only"),
         ("parity", {"sequence_length": 10}, r"`sequence_length` applies to the tasks mqar only, not 'parity'"),
         ("mqar", {"num_generators": 3}, r"num_generators only applies to the group tasks"),
@@ -201,6 +201,16 @@ def test_bad_task_arguments_are_refused(name, kwargs, message):
     """A bad value, or an argument the task does not take, is a ValueError naming it (and the accepted range)."""
     with pytest.raises(ValueError, match=message):
         get_task(name, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["mqar", "selective_copying", "compression"])
+def test_a_vocabulary_with_one_answer_class_is_refused(name):
+    """vocab_size 4 left each memory task one value / data token: a 1-class task whose chance level is 100 %. It is
+    refused naming the smallest vocabulary, 5, which gives 2 classes (chance 50 %)."""
+    with pytest.raises(ValueError, match=r"`vocab_size` must be an int >= 5, got 4: .*leave 1 class \(chance 100 %\)"):
+        get_task(name, vocab_size=4)
+    smallest = get_task(name, vocab_size=5)
+    assert smallest.num_classes == 2 and smallest.chance_accuracy == 0.5
 
 
 def test_sizes_outside_the_task_range_are_refused():

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from hf_ssm import HybridSSMForTokenClassification
+from hf_ssm.data import load_word_problem_file
 from hf_ssm.training.state_tracking.driver import build_model, length_buckets, train_state_tracking, train_with_restarts
+from hf_ssm.training.state_tracking.recipes import resolve_settings
 from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 from model_checks import checkpoint_names, kill_at_evaluation, load_script, run_script
 
@@ -113,7 +115,7 @@ def test_suite_writes_comparison(tmp_path):
         # the memory tasks' own arguments: refused for other tasks, their ranges checked before training
         (["--task", "parity", "--sequence_length", "64"], "`sequence_length` applies to the tasks mqar only"),
         (["--task", "s3", "--task_vocab_size", "64"], "`task_vocab_size` applies to the tasks mqar"),
-        (["--task", "mqar", "--task_vocab_size", "2"], "`task_vocab_size` must be an int >= 4"),
+        (["--task", "mqar", "--task_vocab_size", "2"], "`task_vocab_size` must be an int >= 5"),
         (
             [
                 "--task",
@@ -131,9 +133,9 @@ def test_suite_writes_comparison(tmp_path):
             ],
             "`test_max_length` = 30 (num_pairs) is outside what task 'mqar' accepts, [1, 21]",
         ),  # fmt: skip
-        (
-            ["--task", "selective_copying", "--num_data_tokens", "4"],
-            "`train_min_length` = 3 (length) is outside what task 'selective_copying' accepts, >= 8",
+        (  # the task's own train_min_length (32) cannot hold 20 data tokens and their markers
+            ["--task", "selective_copying", "--num_data_tokens", "20"],
+            "`train_min_length` = 32 (length) is outside what task 'selective_copying' accepts, >= 40",
         ),
     ],
 )
@@ -463,27 +465,33 @@ def test_mqar_run_scores_every_query_by_number_of_pairs_and_records_chance(tmp_p
     assert "chance 9.09% (scored at every labelled position; buckets by num_pairs)" in result.stdout
 
 
-def _write_z5(path, count: int, lengths, dense: bool, seed: int) -> None:
-    """Z5 word problems (sums mod 5) computed here, written in the paper's CSV format."""
+def _write_z5(path, count: int, lengths, dense: bool, seed: int, generator: bool = False) -> list[list[int]]:
+    """Z5 word problems (sums mod 5) computed here, written in the paper's CSV format (`length,input,target`), or
+    with `generator` in the layout the authors' generator writes (`seed,input,target`, the prefix products).
+    Returns every row's prefix products."""
     import random
 
-    rng, lines = random.Random(seed), ["length,input,target"]
+    rng, lines, prefixes = random.Random(seed), ["seed,input,target" if generator else "length,input,target"], []
     for _ in range(count):
         word = [rng.randrange(5) for _ in range(rng.choice(lengths))]
         prefix = [sum(word[: t + 1]) % 5 for t in range(len(word))]
-        lines.append(f"{len(word)},{' '.join(map(str, word))},{' '.join(map(str, prefix if dense else prefix[-1:]))}")
+        first = seed if generator else len(word)
+        lines.append(f"{first},{' '.join(map(str, word))},{' '.join(map(str, prefix if dense else prefix[-1:]))}")
+        prefixes.append(prefix)
     path.write_text("\n".join(lines) + "\n")
+    return prefixes
 
 
 FILE_RUN = ["--recipe", "residual", "--hidden_size", "16", "--state_size", "4", "--dict_size", "4", "--batch_size",
             "8", "--max_steps", "4", "--eval_every", "2", "--val_samples_per_bucket", "8", "--restarts", "1"]  # fmt: skip
 
 
-def test_word_problem_files_train_and_test_through_the_driver(tmp_path):
+def test_word_problem_files_train_and_test_through_the_driver(tmp_path, capsys):
     """--data_file / --test_data_file: training on the file's rows (prefix products), the lengths and classes
-    taken from the files, validation on held-out training rows, one test bucket per test-file length (final
-    products only), recorded in results.json and settings.json."""
-    _write_z5(tmp_path / "train.csv", 40, [3, 4, 5, 6], dense=True, seed=0)
+    taken from the files, validation on the training file's longest lengths, held out of training (the protocol
+    selects on lengths past the training ones), one test bucket per test-file length (final products only),
+    recorded in results.json and settings.json and said in the log."""
+    _write_z5(tmp_path / "train.csv", 40, [3, 4, 5, 6], dense=True, seed=0)  # 19, 10, 9 and 2 rows of each length
     _write_z5(tmp_path / "test.csv", 12, [9, 12], dense=False, seed=1)
     script = load_script("train_state_tracking")
     out = tmp_path / "run"
@@ -493,11 +501,50 @@ def test_word_problem_files_train_and_test_through_the_driver(tmp_path):
     results = json.loads((out / "results.json").read_text())
     settings = json.loads((out / "settings.json").read_text())
     assert results["task"] == "word_problem_file" and results["num_classes"] == 5 and not results["dense_targets"]
-    assert results["rows"] == {"train": 32, "validation": 8, "test": 12} and results["steps"] == 4
-    assert results["train_lengths"] == [3, 6] and settings["validation_lengths"] == "train"
+    # 8 validation rows need lengths 6 and 5 (2 + 9 rows); 8 of each validate (2 + 8), 1 row is held out unused
+    assert results["rows"] == {"train": 29, "validation": 10, "test": 12} and results["steps"] == 4
+    assert results["validation_rows"] == {
+        "source": "longest_lengths",
+        "lengths": [5, 6],
+        "rows": 10,
+        "held_out_unused": 1,
+    }
+    assert results["train_lengths"] == [3, 4] and settings["validation_lengths"] == "test"
     assert [(b["min_length"], b["max_length"]) for b in results["test"]["buckets"]] == [(9, 9), (12, 12)]
     assert sum(b["samples"] for b in results["test"]["buckets"]) == 12
     assert (settings["test_min_length"], settings["test_max_length"]) == (9, 12)
+    assert "validating on 10 rows of lengths [5, 6] from the training file's longest lengths" in capsys.readouterr().out
+
+
+def test_file_validation_holds_out_whole_lengths_or_reads_its_own_file(tmp_path):
+    """The held-out validation lengths are never trained on: no training row has them. With --validation_file the
+    whole training file trains and that file validates; --validation_lengths train keeps the earlier split, the
+    training file's last rows at the training lengths."""
+    from hf_ssm.training.state_tracking.settings import data_fingerprints
+
+    _write_z5(tmp_path / "train.csv", 30, [3, 4, 5], dense=True, seed=0)
+    _write_z5(tmp_path / "test.csv", 4, [9], dense=False, seed=1)
+    _write_z5(tmp_path / "val.csv", 5, [7, 8], dense=True, seed=2)
+    script = load_script("train_state_tracking")
+    parser = script.build_parser()
+    files = ["--data_file", str(tmp_path / "train.csv"), "--test_data_file", str(tmp_path / "test.csv")]
+
+    def planned(*extra):
+        argv = [*files, *extra, "--mixer", "pd_ssm", "--output_dir", str(tmp_path / "o")]
+        _, [(settings, _)] = script.plan_runs(parser, parser.parse_args(argv))
+        return settings, settings.validate().files
+
+    settings, splits = planned("--val_samples_per_bucket", "4")
+    assert set(splits.validation.lengths) == {5} and 5 not in splits.train.lengths and len(splits.validation) == 4
+    assert len(splits.train) + len(splits.validation) + splits.unused == 30 and settings.train_max_length == 4
+    settings, splits = planned("--validation_file", str(tmp_path / "val.csv"))
+    assert (len(splits.train), len(splits.validation), splits.source) == (30, 5, "validation_file")
+    assert settings.train_max_length == 5 and set(data_fingerprints(settings)) == {
+        "data_file", "validation_file", "test_data_file",
+    }  # fmt: skip
+    settings, splits = planned("--validation_lengths", "train", "--val_samples_per_bucket", "4")
+    assert (len(splits.train), len(splits.validation), splits.source) == (26, 4, "last_rows")
+    assert splits.validation.inputs == load_word_problem_file(tmp_path / "train.csv").inputs[26:]
 
 
 @pytest.mark.parametrize(
@@ -510,16 +557,23 @@ def test_word_problem_files_train_and_test_through_the_driver(tmp_path):
          "files"),
         (["--task", "parity"], None, "--data_file makes the task 'word_problem_file'"),
         (["--num_classes", "3"], None, "num_classes must be an int above every element index of the files"),
-        (["--validation_lengths", "test"], None, "`validation_lengths` must be 'train'"),
+        (["--far_lengths", "1000"], None, "`far_lengths` = '1000': a word-problem file run is tested on its test "
+         "file's rows only"),
+        (["--validation_file", "TEST", "--validation_lengths", "train"], None, "`validation_lengths` = 'train' "
+         "validates on the training file's last rows; with --validation_file the validation rows are that file's"),
+        (["--val_samples_per_bucket", "100"], None, "train.csv: validation holds out the training file's longest "
+         "lengths, at least val_samples_per_bucket (100) rows, and its lengths [3, 4] leave none to train on"),
     ],
 )  # fmt: skip
 def test_bad_word_problem_runs_exit_with_the_row_and_column(tmp_path, capsys, extra, body, message):
-    """A malformed training file exits with its file, row and column; length flags, another task, too few classes
-    and validation on the test file are refused before any training."""
+    """A malformed training file exits with its file, row and column; length flags, another task, too few classes,
+    far lengths (no generator draws them), a validation file beside the training-row split and a split that leaves
+    nothing to train on are refused before any training."""
     _write_z5(tmp_path / "train.csv", 20, [3, 4], dense=True, seed=0)
     _write_z5(tmp_path / "test.csv", 4, [8], dense=False, seed=1)
     if body is not None:
         (tmp_path / "train.csv").write_text(body)
+    extra = [str(tmp_path / "test.csv") if arg == "TEST" else arg for arg in extra]
     script = load_script("train_state_tracking")
     args = ["--data_file", str(tmp_path / "train.csv"), "--test_data_file", str(tmp_path / "test.csv"),
             "--output_dir", str(tmp_path / "run"), *FILE_RUN, *extra]  # fmt: skip
@@ -557,3 +611,98 @@ def test_validate_returns_the_plan_every_step_reads(tmp_path, monkeypatch):
     assert len(plans) == 1 and len(configs) == len(results["restarts"]) > 1
     assert all(c is not plan.config for c in configs)
     assert plan.config.to_json_string() == before
+
+
+def test_the_authors_generator_layout_trains_and_tests_with_the_default_recipe(tmp_path, capsys):
+    """Files as jopetty/word-problem's generator writes them (`seed,input,target`, prefix products, no length
+    column) train and test under the default PD-SSM recipe, `table` (its far lengths once refused every file run):
+    the training labels are the prefix products, the `seed` column is named as ignored in the log and in
+    results.json, and the far test is recorded as not run (a file run's test is its test file)."""
+    import hf_ssm.training.state_tracking.driver as st
+    from hf_ssm.data.state_tracking import supervised_labels
+
+    prefixes = _write_z5(tmp_path / "train.csv", 40, [2, 3, 4, 5], dense=True, seed=0, generator=True)
+    _write_z5(tmp_path / "test.csv", 8, [8, 10], dense=True, seed=1, generator=True)
+    script = load_script("train_state_tracking")
+    out = tmp_path / "run"
+    tiny_table = ["--num_heads", "2", "--state_size", "4", "--batch_size", "8", "--max_steps", "4", "--min_steps",
+                  "0", "--eval_every", "2", "--val_samples_per_bucket", "8", "--restarts", "1"]  # fmt: skip
+    args = ["--data_file", str(tmp_path / "train.csv"), "--test_data_file", str(tmp_path / "test.csv"),
+            "--mixer", "pd_ssm", "--output_dir", str(out), *tiny_table]  # fmt: skip
+    assert script.main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert (results["recipe"], results["dense_targets"], results["steps"]) == ("table", True, 4)
+    assert results["ignored_columns"] == {"data_file": ["seed"], "test_data_file": ["seed"]}
+    assert "far" not in results and results["far_test"].startswith("none: a word-problem file run is tested")
+    assert [(b["min_length"], b["max_length"]) for b in results["test"]["buckets"]] == [(8, 8), (10, 10)]
+    assert "columns ignored: data_file: seed; test_data_file: seed" in capsys.readouterr().out
+    settings = StateTrackingSettings(**json.loads((out / "settings.json").read_text()))
+    plan = settings.validate()
+    batch = st._batch(st.training_data(settings, plan, 0, 0), 0, settings.batch_size)
+    trained = [p for p in prefixes if len(p) <= settings.train_max_length][: settings.batch_size]
+    labels = supervised_labels(batch, settings.supervision)
+    assert settings.supervision == "every" and [row[: len(p)].tolist() for row, p in zip(labels, trained)] == trained
+
+
+def test_resume_refuses_word_problem_files_that_changed(tmp_path, capsys):
+    """A file run records its files' fingerprints (path, size, sha256 of the bytes) in results.json and its
+    checkpoints; --resume after the training file changed (once: old and new rows mixed without a word) is
+    refused naming the file, before anything is rewritten. A run recorded before fingerprints were kept resumes."""
+    _write_z5(tmp_path / "train.csv", 40, [3, 4, 5, 6], dense=True, seed=0)
+    _write_z5(tmp_path / "test.csv", 4, [9], dense=False, seed=1)
+    script = load_script("train_state_tracking")
+    out = tmp_path / "run"
+    args = ["--data_file", str(tmp_path / "train.csv"), "--test_data_file", str(tmp_path / "test.csv"),
+            "--mixer", "pd_ssm", "--output_dir", str(out), "--save_every", "2", *FILE_RUN]  # fmt: skip
+    assert script.main(args) == 0
+    recorded = json.loads((out / "results.json").read_text())["data_files"]
+    assert recorded["data_file"]["size"] == (tmp_path / "train.csv").stat().st_size
+    assert set(recorded) == {"data_file", "test_data_file"} and len(recorded["data_file"]["sha256"]) == 64
+    with (tmp_path / "train.csv").open("a") as handle:  # one more row of a length the file has: same settings
+        handle.write("3,1 1 1,1 2 3\n")
+    before = (out / "settings.json").read_text()
+    with pytest.raises(SystemExit) as exit_info:
+        script.main([*args, "--resume"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # the parser's error line, after its usage
+    assert exit_info.value.code == 2 and "--resume: the data files differ from those the run in" in err
+    assert "data_file " in err and "train.csv" in err and "test_data_file" not in err
+    assert (out / "settings.json").read_text() == before
+    old_settings = json.loads((out / "settings.json").read_text())
+    del old_settings["validation_file"]  # as a run written before the setting existed
+    (out / "settings.json").write_text(json.dumps(old_settings))
+    for record in [out / "results.json", *(out / "checkpoints").glob("*/checkpoint_complete.json")]:
+        content = json.loads(record.read_text())
+        del content["data_files"]  # as a run written before fingerprints were recorded
+        content.get("settings", {}).pop("validation_file", None)
+        record.write_text(json.dumps(content))
+    assert script.main([*args, "--resume"]) == 0
+
+
+def test_memory_tasks_run_on_their_own_defaults(tmp_path):
+    """--task mqar / selective_copying / compression with no other flag: each run (PD-SSM under `table`, diag_lru
+    under `residual`) takes the task's published lengths (TASK_SETTINGS), which the generic ones (test to 256
+    pairs, training from length 3, far lengths 1,000 and 4,000) once made refused. The task's settings win over
+    the recipe's, an explicit flag over both."""
+    from hf_ssm.training.state_tracking.recipes import TASK_SETTINGS
+
+    script = load_script("train_state_tracking")
+    parser = script.build_parser()
+
+    def planned(*argv) -> list[StateTrackingSettings]:
+        _, runs = script.plan_runs(parser, parser.parse_args([*argv, "--output_dir", str(tmp_path / "o")]))
+        return [settings for settings, _ in runs]
+
+    for task in ("mqar", "selective_copying", "compression"):
+        runs = planned("--task", task)
+        assert [(s.mixer, s.recipe) for s in runs] == [("pd_ssm", "table"), ("diag_lru", "residual")]
+        for settings in runs:
+            assert {k: getattr(settings, k) for k in TASK_SETTINGS[task]} == TASK_SETTINGS[task], (task, settings)
+    assert [s.far_lengths for s in planned("--task", "selective_copying")] == ["1000,4000", ""]  # the recipes'
+    (explicit,) = planned("--task", "compression", "--mixer", "pd_ssm", "--train_max_length", "31", "--far_lengths",
+                          "1001", "--num_buckets", "3")  # fmt: skip
+    assert (explicit.train_max_length, explicit.far_lengths, explicit.num_buckets) == (31, "1001", 3)
+    assert (explicit.test_min_length, explicit.recipe, explicit.embedding_init) == (21, "table", "one_hot")
+    (paper,) = planned("--task", "compression", "--mixer", "pd_ssm", "--recipe", "paper")
+    assert (paper.num_buckets, paper.batch_size, paper.supervision) == (2, 256, "last")
+    (recall,) = planned("--task", "mqar", "--mixer", "pd_ssm", "--recipe", "hybrid_recall")
+    assert recall == StateTrackingSettings(**resolve_settings("hybrid_recall", {"task": "mqar", "mixer": "pd_ssm"}))

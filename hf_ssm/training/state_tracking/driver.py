@@ -11,8 +11,9 @@ with the best validation accuracy are the ones tested and saved; training stops 
 `target_accuracy` (after `min_steps`).
 
 Resuming (`resume=True`) continues from the latest checkpoint only with the settings it was trained with, apart
-from RESUME_SAFE_SETTINGS (checked before settings.json is rewritten); `train_seconds` includes the training time
-before the interruption.
+from RESUME_SAFE_SETTINGS, and for a word-problem file run only with the same files, byte for byte (their
+fingerprints, `check_data_files`; both checked before settings.json is rewritten); `train_seconds` includes the
+training time before the interruption.
 """
 
 from __future__ import annotations
@@ -30,11 +31,26 @@ from ...data.state_tracking import supervised_labels
 from ...modeling import HybridSSMForTokenClassification
 from ...modeling.attention import HybridSSMAttention
 from .. import loop
-from ..checkpointing import atomic_save_dir, check_resume, check_resumed_settings, recorded_settings
+from ..checkpointing import (
+    atomic_save_dir,
+    check_resume,
+    check_resumed_settings,
+    latest_checkpoint,
+    read_metadata,
+    recorded_settings,
+)
 from ..optimization import build_optimizer, build_scheduler
 from .evaluation import TEST_SEED, evaluate, evaluate_far_lengths
 from .results import plot_accuracy_vs_length
-from .settings import RESUME_SAFE_SETTINGS, VALIDATION_SEED, RunPlan, StateTrackingSettings, model_config
+from .settings import (
+    RESUME_SAFE_SETTINGS,
+    VALIDATION_SEED,
+    FileSplits,
+    RunPlan,
+    StateTrackingSettings,
+    data_fingerprints,
+    model_config,
+)
 from .teacher_forcing import fix_readout, teacher_forced_loss
 
 
@@ -125,7 +141,7 @@ def training_data(settings: StateTrackingSettings, plan: RunPlan, num_samples: i
     step, so with the curriculum off (or past it) this is one fixed dataset, as before the curriculum. A
     word-problem file run trains on its training file's rows (less the validation rows), whatever the step."""
     if plan.files is not None:  # the training file's rows (the validation rows held out); no curriculum for files
-        return plan.files[0]
+        return plan.files.train
     longest = longest_training_length(settings, step)
     return StateTrackingDataset(plan.task, num_samples, settings.train_min_length, longest, seed=settings.seed)
 
@@ -147,16 +163,19 @@ def train_state_tracking(
     config, a file run's rows), here, and every step reads the plan.
     """
     plan = settings.validate() if not validated else settings.plan()
+    _announce_files(plan.files)
     return _train_run(settings, plan, run_dir, accelerator, resume)
 
 
 def _train_run(settings: StateTrackingSettings, plan: RunPlan, run_dir: str | Path, accelerator, resume: bool) -> dict:
     """train_state_tracking with validated `settings` and their `plan`."""
+    if resume:  # before begin_run rewrites settings.json
+        check_data_files(settings, run_dir)
     accelerator, run_dir, found = loop.begin_run(settings, run_dir, resume, RESUME_SAFE_SETTINGS, accelerator)
-    task, files = plan.task, plan.files  # files: (train, validation, test) rows
-    val_rows, test_rows = (None, None) if files is None else files[1:]
+    task, files = plan.task, plan.files
+    val_rows, test_rows = (None, None) if files is None else (files.validation, files.test)
     run = _start_run(settings, plan, accelerator, found)
-    val_buckets, test_buckets = _buckets(settings, test_rows)
+    val_buckets, test_buckets = _buckets(settings, files)
     outcome = _train(run, settings, plan, accelerator, run_dir / "checkpoints", val_buckets, val_rows)
 
     final_model = accelerator.unwrap_model(run.model)
@@ -211,13 +230,16 @@ def _start_run(settings: StateTrackingSettings, plan: RunPlan, accelerator, foun
     return _Run(model, optimizer, scheduler, start_step, history, best, clock)
 
 
-def _buckets(settings: StateTrackingSettings, test_rows) -> tuple[list, list]:
-    """(validation buckets, test buckets): the test lengths in `num_buckets` buckets (a word-problem file's: its
-    rows' lengths); validation at the training lengths, or on the test buckets."""
-    if test_rows is None:
-        test_buckets = length_buckets(settings.test_min_length, settings.test_max_length, settings.num_buckets)
-    else:
-        test_buckets = file_test_buckets(test_rows.lengths, settings.num_buckets)
+def _buckets(settings: StateTrackingSettings, files: FileSplits | None) -> tuple[list, list]:
+    """(validation buckets, test buckets): the test lengths in `num_buckets` buckets; validation at the training
+    lengths, or on the test buckets. A word-problem file run's buckets are its rows' lengths: the test file's, and
+    the validation rows' (one bucket at the training lengths for the training file's last rows)."""
+    if files is not None:
+        test_buckets = file_test_buckets(files.test.lengths, settings.num_buckets)
+        if files.source == "last_rows":
+            return [(settings.train_min_length, settings.train_max_length)], test_buckets
+        return file_test_buckets(files.validation.lengths, settings.num_buckets), test_buckets
+    test_buckets = length_buckets(settings.test_min_length, settings.test_max_length, settings.num_buckets)
     if settings.validation_lengths == "train":
         return [(settings.train_min_length, settings.train_max_length)], test_buckets
     return test_buckets, test_buckets
@@ -231,6 +253,7 @@ def _train(
     model, history, best, clock = run.model, run.history, run.best, run.clock
     num_train_samples = settings.max_steps * settings.batch_size * accelerator.num_processes
     last = {}  # the loss of the latest step
+    fingerprints = data_fingerprints(settings)  # a file run's files, compared on resume (check_data_files)
     attention_delay = _AttentionDelay(accelerator.unwrap_model(model), settings.attention_frozen_steps)
 
     def train_step(step: int) -> None:
@@ -270,6 +293,7 @@ def _train(
             "train_seconds": clock.seconds,
             "cpu_seconds": clock.cpu_seconds,
             "settings": asdict(settings),
+            **({"data_files": fingerprints} if fingerprints else {}),
         }
         loop.save_checkpoint(
             accelerator, checkpoints / f"step_{step}", meta, lambda tmp: best.save(tmp, BEST_WEIGHTS), keep=2
@@ -322,18 +346,86 @@ def _file_rows(rows) -> dict:
     return {} if rows is None else {"rows": rows}
 
 
-def _file_record(settings: StateTrackingSettings, task, files) -> dict:
-    """What results.json says about a word-problem file run (nothing for a generated task)."""
+def _file_record(settings: StateTrackingSettings, task, files: FileSplits | None) -> dict:
+    """What results.json says about a word-problem file run (nothing for a generated task): the files and their
+    fingerprints, the classes, the rows of each split, where validation came from, the ignored columns."""
     if files is None:
         return {}
-    train, val, test = files
     return {
         "data_file": settings.data_file,
         "test_data_file": settings.test_data_file,
+        **({"validation_file": settings.validation_file} if settings.validation_file else {}),
+        "data_files": data_fingerprints(settings),
         "num_classes": task.num_classes,
         "dense_targets": task.labels_every_prefix,
-        "rows": {"train": len(train), "validation": len(val), "test": len(test)},
+        **files.describe(),
+        "far_test": "none: a word-problem file run is tested on its test file's rows only",
     }
+
+
+def _announce_files(files: FileSplits | None) -> None:
+    """One log line (main process) saying where a file run's validation rows come from and which columns of its
+    files were ignored; nothing for a generated task."""
+    from accelerate import PartialState
+
+    if files is None or not PartialState().is_main_process:
+        return
+    described = files.describe()
+    rows, validation = described["rows"], described["validation_rows"]
+    source = {
+        "validation_file": f"the validation file {files.validation.path}",
+        "longest_lengths": "the training file's longest lengths, held out of training",
+        "last_rows": "the training file's last rows, at the training lengths",
+    }[files.source]
+    unused = f" ({files.unused} more rows of those lengths neither trained on nor validated)" if files.unused else ""
+    ignored = "; ".join(f"{name}: {', '.join(columns)}" for name, columns in described["ignored_columns"].items())
+    print(
+        f"word-problem files: training on {rows['train']} rows, validating on {rows['validation']} rows of lengths "
+        f"{validation['lengths']} from {source}{unused}, testing on {rows['test']} rows"
+        + (f"; columns ignored: {ignored}" if ignored else "")
+    )
+
+
+def check_data_files(settings: StateTrackingSettings, run_dir: str | Path) -> None:
+    """ValueError naming every file of a file run whose bytes differ from those the run in `run_dir` was trained
+    on (`data_fingerprints`, recorded in its latest checkpoint, else its results.json): a resume would otherwise
+    cycle through other rows from the step it resumes at. A run recorded before fingerprints were kept, or not
+    started, passes."""
+    current = data_fingerprints(settings)
+    if not current:
+        return
+    run_dir = Path(run_dir)
+    found = latest_checkpoint(run_dir / "checkpoints")
+    if found is not None:
+        recorded = read_metadata(found).get("data_files")
+    elif (run_dir / "results.json").is_file():
+        recorded = json.loads((run_dir / "results.json").read_text()).get("data_files")
+    else:
+        recorded = None
+    if recorded is None:
+        return
+    changed = [
+        f"{name} {_file_state(recorded.get(name))} -> {_file_state(state)}"
+        for name, state in current.items()
+        if _content(recorded.get(name)) != _content(state)
+    ]
+    if changed:
+        raise ValueError(
+            f"--resume: the data files differ from those the run in {run_dir} was trained on: {'; '.join(changed)}. "
+            "Resume with the same files, or start a new run in another --output_dir"
+        )
+
+
+def _content(fingerprint: dict | None) -> tuple | None:
+    """What a resume compares of a file (its bytes: size and sha256; its path is a setting, compared as one)."""
+    return None if not fingerprint else (fingerprint["size"], fingerprint["sha256"])
+
+
+def _file_state(fingerprint: dict | None) -> str:
+    """A file's fingerprint as a message reads it: path, size, the start of its sha256."""
+    if not fingerprint:
+        return "none"
+    return f"{fingerprint['path']} ({fingerprint['size']:,} bytes, sha256 {fingerprint['sha256'][:12]}...)"
 
 
 def train_with_restarts(
@@ -353,6 +445,7 @@ def train_with_restarts(
     run_dir = Path(run_dir)
     if resume:
         check_resume_runs(settings, run_dir)  # every restart, before any trains
+    _announce_files(plan.files)
     runs = []
     for seeded, seed_dir in _restart_runs(settings, run_dir):
         finished = seed_dir / "results.json"
@@ -426,7 +519,9 @@ def check_resume_runs(settings: StateTrackingSettings, run_dir: str | Path) -> N
     restarts = _restart_runs(settings, run_dir) if settings.restarts > 1 else []
     if not restarts:
         check_resume(settings, run_dir, RESUME_SAFE_SETTINGS)
+        check_data_files(settings, run_dir)
     for seeded, seed_dir in restarts:
+        check_data_files(seeded, seed_dir)
         if (seed_dir / "results.json").is_file() and (recorded := recorded_settings(seed_dir)) is not None:
             check_resumed_settings(seeded, recorded, RESUME_SAFE_SETTINGS, seed_dir)
         else:

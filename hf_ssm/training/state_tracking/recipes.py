@@ -62,9 +62,16 @@ other mixer `residual` (the baselines). An explicit `--recipe` applies to every 
   validation on 8 x 1,024 = 8,192 sequences at lengths 40-256 every 5,000 steps; stop once validation reaches
   99.95 %; up to 100,000 steps; one seed per run (no restarts: seeds are reported one by one).
 
-Precedence (`resolve_settings`): the settings' defaults, then the recipe's values, then every value given
-explicitly (a command-line flag), which always wins. The PD-SSM layer's fields are HybridSSMConfig fields, so a
-recipe sets them in `extra_config` (over `MODEL_DEFAULTS`), and `--extra_config KEY=VALUE` overrides one of them.
+Task settings (`TASK_SETTINGS`): the recipes' lengths are the state-tracking tasks' (train 3-40, test 40-256, far
+1,000 and 4,000), which the memory tasks and word-problem files cannot take, so each of those has its own data
+settings: the lengths, buckets and vocabulary the project publishes it with (RESULTS.md §5 for selective copying and
+compression; `hybrid_recall`'s recall at 256 tokens for mqar), no far lengths for mqar (its length is fixed) and
+compression (its lengths are odd), none for a file run (its test is the test file).
+
+Precedence (`resolve_settings`): the settings' defaults, then the recipe's values, then the task's settings, then
+every value given explicitly (a command-line flag), which always wins. The PD-SSM layer's fields are HybridSSMConfig
+fields, so a recipe sets them in `extra_config` (over `MODEL_DEFAULTS`), and `--extra_config KEY=VALUE` overrides
+one of them.
 Under the square-output recipes (`SQUARE_OUTPUT_RECIPES`) hidden_size follows the heads, d = 2 H N (256 for 16 heads
 of N = 8, 512 for 32), unless it is given; W_P's init scale stays the recipe's (for `table`, entries N(0, 256 / d)).
 A recipe's warm-up is a fraction of `max_steps`, computed after the explicit values are in, unless `warmup_steps`
@@ -75,6 +82,8 @@ values are never changed once a published record cites it: a new protocol is a n
 """
 
 from __future__ import annotations
+
+from ...data.word_problems import WORD_PROBLEM_TASK
 
 # The HybridSSMConfig fields every state-tracking model starts from, under its `extra_config` (model_config):
 # PD-SSM as the pure automaton, D = 1, no input map B, x_0 = e_0 (a model without a PD-SSM layer ignores them).
@@ -225,6 +234,39 @@ RECIPES: dict[str, dict] = {
     ),
 }
 RECIPE_NAMES = tuple(RECIPES)
+# Each memory task's data settings as published (RESULTS.md §5: selective copying, compression; mqar: the recall of
+# `hybrid_recall`, 256 tokens, 127 keys and values), and a file run's: over the recipe's values, under explicit ones
+# (resolve_settings). A record stores the settings that differ from its recipe, task settings included, so a change
+# here never rewrites a published record.
+TASK_SETTINGS: dict[str, dict] = {
+    "mqar": {
+        "task_vocab_size": 256,
+        "sequence_length": 256,
+        "train_min_length": 4,  # pairs
+        "train_max_length": 80,
+        "test_min_length": 16,
+        "test_max_length": 80,
+        "num_buckets": 4,
+        "far_lengths": "",  # the sequence length is fixed, and 85 pairs is the most it holds
+    },
+    "selective_copying": {
+        "train_min_length": 32,  # 2 x 16 data tokens: the shortest context that holds them, then the markers
+        "train_max_length": 64,
+        "test_min_length": 32,
+        "test_max_length": 128,
+        "num_buckets": 3,
+    },
+    "compression": {
+        "train_min_length": 3,
+        "train_max_length": 41,  # up to 20 symbols to hold
+        "test_min_length": 21,
+        "test_max_length": 41,
+        "num_buckets": 2,
+        "far_lengths": "",  # lengths are odd (table's 1,000 and 4,000 are not lengths of the task)
+    },
+    # a file run's test is its test file's rows: no generator draws far-length sequences (--far_lengths refused)
+    WORD_PROBLEM_TASK: {"far_lengths": ""},
+}
 # PD-SSM's recipe per task where `table` is not enough (RESULTS.md §1): the driver's default for that task.
 TASK_RECIPES = {"s5": "table_wide", "modular_arithmetic": "table_curriculum"}
 # Recipes whose hidden_size follows the heads: d = 2 H N (C maps the heads' [Re x, Im x] onto d, square), unless
@@ -254,8 +296,9 @@ def check_recipe(recipe: str) -> None:
     raise ValueError(f"`recipe` must be one of {list(RECIPE_NAMES)}, got {recipe!r}{renamed}")
 
 
-def resolve_settings(recipe: str, explicit: dict) -> dict:
-    """The StateTrackingSettings field values of `recipe` with the `explicit` ones on top (they always win).
+def resolve_settings(recipe: str, explicit: dict, task: str | None = None) -> dict:
+    """The StateTrackingSettings field values of `recipe`, the settings of `task` (`TASK_SETTINGS`; `task` None:
+    `explicit["task"]`, if any) over them, and the `explicit` ones on top (they always win).
 
     `extra_config` (HybridSSMConfig fields) merges key by key, the explicit ones over the recipe's (the model
     puts both over MODEL_DEFAULTS: settings.model_config). A setting of SETTINGS_MOVED_TO_EXTRA_CONFIG
@@ -264,7 +307,8 @@ def resolve_settings(recipe: str, explicit: dict) -> dict:
     explicit = dict(explicit)
     moved = {name: explicit.pop(name) for name in SETTINGS_MOVED_TO_EXTRA_CONFIG if name in explicit}
     config = {**RECIPES[recipe].get("extra_config", {}), **moved, **explicit.get("extra_config", {})}
-    values = {**RECIPES[recipe], **explicit, "recipe": recipe, "extra_config": config}
+    own = TASK_SETTINGS.get(task if task is not None else explicit.get("task"), {})
+    values = {**RECIPES[recipe], **own, **explicit, "recipe": recipe, "extra_config": config}
     if recipe in SQUARE_OUTPUT_RECIPES and "hidden_size" not in explicit:
         values["hidden_size"] = 2 * values["num_heads"] * values["state_size"]
     fraction = WARMUP_FRACTIONS.get(recipe)

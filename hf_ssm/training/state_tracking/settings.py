@@ -6,11 +6,12 @@ settings a resumed run may change; and `model_config`, the HybridSSMConfig the s
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ...data import TASK_NAMES, get_task
 from ...data.state_tracking import SUPERVISIONS
-from ...data.word_problems import WORD_PROBLEM_TASK, load_word_problem_file, word_problem_task
+from ...data.word_problems import WORD_PROBLEM_TASK, WordProblemDataset, load_word_problem_file, word_problem_task
 from ...modeling import HybridSSMConfig
 from ...modeling.config_values import BLOCK_TYPES, PD_SSM_PROJECTED_TRANSITIONS, check_choice
 from ...modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS, SSM_MIXERS, check_config_keys
@@ -51,6 +52,47 @@ CHOICES = {
 PATTERN_HELP = "one layer per letter: S = the mixer, " + ", ".join(f"{k} {v}" for k, v in PATTERN_LETTERS.items())
 
 
+# Where a file run's validation rows come from (FileSplits.source): --validation_file; the training file's longest
+# lengths, held out of training (validation_lengths "test", the default: select on lengths past the training ones);
+# the training file's last val_samples_per_bucket rows (validation_lengths "train", at the training lengths).
+VALIDATION_SOURCES = ("validation_file", "longest_lengths", "last_rows")
+# The settings that name a file run's files, in FileSplits / data_fingerprints order.
+FILE_SETTINGS = ("data_file", "validation_file", "test_data_file")
+
+
+@dataclass(frozen=True)
+class FileSplits:
+    """A word-problem file run's rows (`StateTrackingSettings.file_splits`).
+
+    train: the rows trained on, cycled in file order. validation: the rows that select the model. test: the test
+    file. source: where the validation rows come from (VALIDATION_SOURCES). unused: rows of the training file held
+    out with the validation lengths beyond the val_samples_per_bucket per length that validate (trained on never).
+    """
+
+    train: WordProblemDataset
+    validation: WordProblemDataset
+    test: WordProblemDataset
+    source: str
+    unused: int = 0
+
+    def describe(self) -> dict:
+        """What a run's log line and results.json say about its rows: the counts, the validation lengths and
+        their source, and each file's ignored columns."""
+        files = {"data_file": self.train, "test_data_file": self.test}
+        if self.source == "validation_file":
+            files["validation_file"] = self.validation
+        return {
+            "rows": {"train": len(self.train), "validation": len(self.validation), "test": len(self.test)},
+            "validation_rows": {
+                "source": self.source,
+                "lengths": sorted(set(self.validation.lengths)),
+                "rows": len(self.validation),
+                "held_out_unused": self.unused,
+            },
+            "ignored_columns": {name: list(f.ignored_fields) for name, f in files.items() if f.ignored_fields},
+        }
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """What a run's settings resolve to, resolved once before it trains (`StateTrackingSettings.plan`), so that
@@ -58,13 +100,13 @@ class RunPlan:
     restarts share one plan.
 
     task: the run's Task. config: the model's HybridSSMConfig (each model is built from its own copy).
-    files: a word-problem file run's (training, validation, test) rows (`file_splits`), None for a generated task.
+    files: a word-problem file run's rows (FileSplits: training, validation, test), None for a generated task.
     far_lengths: the far test lengths (`far_lengths`), () for none.
     """
 
     task: object
     config: HybridSSMConfig
-    files: tuple | None
+    files: FileSplits | None
     far_lengths: tuple[int, ...]
 
 
@@ -76,11 +118,22 @@ class StateTrackingSettings:
         default="parity",
         metadata={"help": f"one task: {', '.join(TASK_NAMES)} ({WORD_PROBLEM_TASK}: set by --data_file)"},
     )
-    # Word-problem files (hf_ssm/data/word_problems.py: CSV `length,input,target` or JSONL) instead of a generated
-    # task: the training rows (the last val_samples_per_bucket held out for validation) and the test rows; the
-    # lengths come from the files (file_lengths), the classes are the largest element index + 1 or num_classes.
-    data_file: str = field(default="", metadata={"help": "training word-problem file (CSV or JSONL); '' = none"})
+    # Word-problem files (hf_ssm/data/word_problems.py: CSV `length,input,target` or `seed,input,target`, JSONL or a
+    # JSON array) instead of a generated task: the training rows, the validation rows (file_splits: a validation
+    # file, else the training file's longest lengths held out, or with validation_lengths "train" its last rows) and
+    # the test rows; the lengths come from the files (file_lengths), the classes are the largest element index + 1
+    # or num_classes.
+    data_file: str = field(
+        default="", metadata={"help": "training word-problem file (CSV, JSONL or a JSON array); '' = none"}
+    )
     test_data_file: str = field(default="", metadata={"help": "test word-problem file, required with --data_file"})
+    validation_file: str = field(
+        default="",
+        metadata={
+            "help": "validation word-problem file ('' = hold out the training file's longest lengths, or with "
+            "--validation_lengths train its last --val_samples_per_bucket rows)"
+        },
+    )
     num_classes: int | None = field(
         default=None, metadata={"help": "group elements of the files (None: the largest index in them + 1)"}
     )
@@ -92,7 +145,10 @@ class StateTrackingSettings:
     # they do not apply to). For mqar the train / test "lengths" below count key-value pairs at this fixed length.
     task_vocab_size: int | None = field(
         default=None,
-        metadata={"help": "mqar / selective_copying / compression: token ids incl. pad and specials (None: default)"},
+        metadata={
+            "help": "mqar / selective_copying / compression: token ids incl. pad and specials, >= 5 (None: the "
+            "task's; the script gives mqar 256, TASK_SETTINGS)"
+        },
     )
     sequence_length: int | None = field(default=None, metadata={"help": "mqar: the fixed sequence length (256)"})
     num_queries: int | None = field(default=None, metadata={"help": "mqar: queries per sequence (None: every pair)"})
@@ -127,7 +183,9 @@ class StateTrackingSettings:
     warmup_steps: int = 50
     grad_clip: float = 1.0
     eval_every: int = 50
-    validation_lengths: str = "test"  # "train": select on training lengths; "test": on held-out test-length samples
+    # "train": select on training lengths; "test": on held-out test-length samples (a file run: on the training file's
+    # longest lengths, held out of training, unless it has a validation_file; file_splits)
+    validation_lengths: str = "test"
     val_samples_per_bucket: int = 64
     target_accuracy: float = 0.99
     min_steps: int = 0  # no early stop before this step (longer training sharpens |D| -> 1 for long sequences)
@@ -321,23 +379,51 @@ class StateTrackingSettings:
             return word_problem_task(*self.word_problem_files(), num_classes=self.num_classes)
         return get_task(self.task, **self.task_kwargs())
 
-    def word_problem_files(self):
-        """(training file rows, test file rows) of a file run, as read (load_word_problem_file)."""
-        train, test = load_word_problem_file(self.data_file), load_word_problem_file(self.test_data_file)
-        return train, test
+    def word_problem_files(self) -> list[WordProblemDataset]:
+        """The rows of a file run's files as read (load_word_problem_file): training, [validation,] test."""
+        return [load_word_problem_file(getattr(self, name)) for name in FILE_SETTINGS if getattr(self, name)]
 
-    def file_splits(self):
-        """(training rows, validation rows, test rows) of a file run: the last `val_samples_per_bucket` rows of the
-        training file validate (they are not trained on), the test file tests."""
-        train, test = self.word_problem_files()
-        held = len(train) - self.val_samples_per_bucket
-        return train.subset(range(held)), train.subset(range(held, len(train))), test
+    def file_splits(self) -> FileSplits:
+        """The rows a file run trains, validates and tests on (FileSplits): the training file's rows less the
+        validation rows where they come from it, the validation rows (VALIDATION_SOURCES) and the test file's.
+
+        Without a validation file, validation_lengths "test" holds out the training file's longest lengths, the
+        fewest that hold val_samples_per_bucket rows, never trained on (the published protocol selects on lengths
+        past the training ones); the first val_samples_per_bucket rows of each validate. "train" holds out the
+        last val_samples_per_bucket rows, at the training lengths. ValueError when nothing would be left to train."""
+        files = self.word_problem_files()
+        train, test = files[0], files[-1]
+        if self.validation_file:
+            return FileSplits(train, files[1], test, "validation_file")
+        count = self.val_samples_per_bucket
+        if self.validation_lengths == "train":
+            if len(train) <= count:
+                raise ValueError(
+                    f"{train.path} has {len(train)} rows: it needs more than val_samples_per_bucket ({count}), the "
+                    "rows held out for validation"
+                )
+            kept = len(train) - count
+            return FileSplits(train.subset(range(kept)), train.subset(range(kept, len(train))), test, "last_rows")
+        held = _longest_lengths(train.lengths, count)
+        if held is None:
+            raise ValueError(
+                f"{train.path}: validation holds out the training file's longest lengths, at least "
+                f"val_samples_per_bucket ({count}) rows, and its lengths {sorted(set(train.lengths))} leave none to "
+                "train on: give --validation_file (rows longer than the training rows), --validation_lengths train "
+                "(its last rows, at the training lengths) or a smaller --val_samples_per_bucket"
+            )
+        kept = [i for i, n in enumerate(train.lengths) if n not in held]
+        validating = []  # the first `count` rows of each held-out length, shortest first
+        for n in sorted(held):
+            validating += [i for i, m in enumerate(train.lengths) if m == n][:count]
+        unused = len(train) - len(kept) - len(validating)
+        return FileSplits(train.subset(kept), train.subset(validating), test, "longest_lengths", unused)
 
     def _validate_files(self) -> None:
-        """A file run: both files, its own task name, lengths equal to the files' (file_lengths), validation on the
-        held-out training rows, no generator-only setting. Without files: none of the file settings."""
+        """A file run: a training and a test file, its own task name, lengths equal to the files' (file_lengths), no
+        generator-only setting. Without files: none of the file settings."""
         if not self.data_file:
-            for name in ("test_data_file", "num_classes"):
+            for name in ("test_data_file", "validation_file", "num_classes"):
                 if getattr(self, name) not in ("", None):
                     raise ValueError(f"`{name}` applies to word-problem files only: give --data_file too")
             if self.task == WORD_PROBLEM_TASK:
@@ -349,25 +435,25 @@ class StateTrackingSettings:
             )
         if not self.test_data_file:
             raise ValueError("`test_data_file` is required with --data_file (the test rows and their lengths)")
+        if self.far_lengths:
+            raise ValueError(
+                f"`far_lengths` = {self.far_lengths!r}: a word-problem file run is tested on its test file's rows "
+                "only, and has no generator to draw far-length sequences; put longer rows in --test_data_file "
+                "(far lengths default to none for a file run)"
+            )
         refused = {
             "num_generators": self.num_generators is not None,
             "length_curriculum_steps": self.length_curriculum_steps != 0,
-            "far_lengths": bool(self.far_lengths),
         }
         for name, given in refused.items():
             if given:
                 raise ValueError(f"`{name}` needs a generated task; a word-problem file run has only its files' rows")
-        if self.validation_lengths != "train":
+        if self.validation_file and self.validation_lengths == "train":
             raise ValueError(
-                "a word-problem file run validates on held-out rows of the training file at the training lengths: "
-                f"`validation_lengths` must be 'train', got {self.validation_lengths!r} (never the test file)"
+                "`validation_lengths` = 'train' validates on the training file's last rows; with --validation_file "
+                "the validation rows are that file's: drop one of them"
             )
-        train, _ = self.word_problem_files()
-        if len(train) <= self.val_samples_per_bucket:
-            raise ValueError(
-                f"{train.path} has {len(train)} rows: it needs more than val_samples_per_bucket "
-                f"({self.val_samples_per_bucket}), the rows held out for validation"
-            )
+        # reads the files: a malformed one, or a split that leaves nothing to train on, is refused here
         expected = file_lengths(self)
         wrong = {k: getattr(self, k) for k, v in expected.items() if getattr(self, k) != v}
         if wrong:
@@ -388,15 +474,42 @@ class StateTrackingSettings:
         return {key: value for key, value in given.items() if value is not None}
 
 
+def _longest_lengths(lengths: list[int], count: int) -> set[int] | None:
+    """The fewest longest of `lengths` that hold at least `count` rows between them; None when that takes every
+    length (nothing left to train on)."""
+    rows_of = Counter(lengths)
+    held, rows = set(), 0
+    for n in sorted(rows_of, reverse=True)[:-1]:  # the shortest length always trains
+        held.add(n)
+        rows += rows_of[n]
+        if rows >= count:
+            return held
+    return None
+
+
 def file_lengths(settings: StateTrackingSettings) -> dict:
-    """The length settings of a word-problem file run: train_min/max_length of the training rows (held-out rows
-    included), test_min/max_length of the test file."""
-    train, test = settings.word_problem_files()
+    """The length settings of a word-problem file run: train_min/max_length of the rows trained on (with
+    validation_lengths "train", of the whole training file, the held-out last rows included, as before the other
+    validation sources), test_min/max_length of the test file."""
+    splits = settings.file_splits()
+    trained = splits.train.lengths + (splits.validation.lengths if splits.source == "last_rows" else [])
     return {
-        "train_min_length": min(train.lengths),
-        "train_max_length": max(train.lengths),
-        "test_min_length": min(test.lengths),
-        "test_max_length": max(test.lengths),
+        "train_min_length": min(trained),
+        "train_max_length": max(trained),
+        "test_min_length": min(splits.test.lengths),
+        "test_max_length": max(splits.test.lengths),
+    }
+
+
+def data_fingerprints(settings: StateTrackingSettings) -> dict:
+    """{setting: {"path", "sha256", "size"}} of each file a file run reads ({} for a generated task): recorded in
+    results.json and the checkpoints, compared when the run resumes."""
+    if not settings.data_file:
+        return {}
+    return {
+        name: load_word_problem_file(getattr(settings, name)).fingerprint
+        for name in FILE_SETTINGS
+        if getattr(settings, name)
     }
 
 
