@@ -8,11 +8,13 @@ corpus with the built-in byte-level tokenizer -- offline, a few minutes on a 2-c
         --tokenizer gpt2 --block_size 1024 --batch_size 16 --max_steps 20000 --learning_rate 6e-4
     python scripts/pretrain.py --train_files corpus/*.jsonl --streaming --preset pd_ssm-small
     accelerate launch --config_file scripts/configs/multi_gpu.yaml scripts/pretrain.py --preset hybrid-pd_ssm-base ...
+    accelerate launch --config_file scripts/configs/fsdp.yaml --num_processes 8 scripts/pretrain.py --preset ...
     python scripts/pretrain.py --output_dir runs/pretrain/my_run --resume      # continue after an interruption
 
-The run folder holds settings.json, config.json, metrics.json (loss / lr per step, evaluations), loss_curve.png,
-checkpoints/step_N (accelerator.save_state; --resume continues exactly) and model/ (save_pretrained:
-safetensors + modeling code, tokenizer, model card README.md). See docs/training.md.
+The run folder holds settings.json, launch.json (the process layout of each launch), config.json, metrics.json
+(loss / lr per step, evaluations), loss_curve.png, checkpoints/step_N (accelerator.save_state; --resume continues
+exactly) and model/ (save_pretrained: safetensors + modeling code, tokenizer, model card README.md). See
+docs/training.md.
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ is up), then checkpoints when due (every `save_every` units, never after the las
 model next). A driver keeps only what is its own: what a unit trains, what an evaluation scores, what a
 checkpoint holds; the pieces around it live here:
 
-- `make_accelerator`: Accelerate on the GPU if there is one, else on the CPU (gloo when launched several times);
-- `open_run`: the resume check (before anything is written) and the run folder's settings.json; `begin_run`:
+- `make_accelerator`: Accelerate on the GPU if there is one, else on the CPU (gloo when launched several times;
+  FSDP2 when the launch asks for FSDP), refusing processes that did not join (training/distributed.py);
+- `open_run`: the launch and resume checks (before anything is written), the run folder's settings.json and
+  launch.json (the process layout of every launch of the run); `begin_run`:
   accelerator and `open_run` in one call (the settings are validated once, at the driver's entry: a driver's
   public function validates unless its caller says it already did, `validated=True`);
 - `Stopwatch`: training time, counting what a resumed run spent before the interruption;
@@ -44,13 +46,18 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from .checkpointing import atomic_save_dir, check_resume, prune_checkpoints, read_metadata
+from .distributed import check_launch, fsdp_on_cpu, fsdp_requested, process_layout
 
 
 def make_accelerator(mixed_precision: str | None = "auto"):
     """An `accelerate.Accelerator`. `mixed_precision`: "auto" = what `accelerate launch` (or its config file)
     set, else bf16 on a GPU that supports it, else fp32; None = Accelerate's own choice (what `accelerate launch`
-    set, else fp32); "no" / "bf16" / "fp16" are passed on."""
+    set, else fp32); "no" / "bf16" / "fp16" are passed on.
+
+    An FSDP launch of CPU processes runs as FSDP2 over gloo (distributed.fsdp_on_cpu); a launch whose processes did
+    not join, or that asked for FSDP and does not run it, is refused (RuntimeError, distributed.check_launch)."""
     from accelerate import Accelerator
+    from accelerate.utils import DistributedType
 
     if mixed_precision == "auto":
         if "ACCELERATE_MIXED_PRECISION" in os.environ:
@@ -61,7 +68,11 @@ def make_accelerator(mixed_precision: str | None = "auto"):
             mixed_precision = "no"
     # Without CUDA, cpu=True is what makes several launched processes (WORLD_SIZE > 1) join as MULTI_CPU (gloo);
     # with cpu=False accelerate would run each of them alone.
-    return Accelerator(mixed_precision=mixed_precision, cpu=not torch.cuda.is_available())
+    accelerator = Accelerator(mixed_precision=mixed_precision, cpu=not torch.cuda.is_available())
+    if fsdp_requested() and accelerator.distributed_type == DistributedType.MULTI_CPU:
+        fsdp_on_cpu(accelerator)
+    check_launch(accelerator)
+    return accelerator
 
 
 def begin_run(settings, run_dir, resume: bool, safe: Collection[str], accelerator=None):
@@ -77,16 +88,50 @@ def begin_run(settings, run_dir, resume: bool, safe: Collection[str], accelerato
 def open_run(accelerator, settings, run_dir: Path, resume: bool, safe: Collection[str]) -> Path | None:
     """Start (or continue) the run in `run_dir`: returns the checkpoint to resume from (None: start afresh).
 
-    With `resume`, settings that differ from the run's own (apart from `safe`) are refused first
-    (checkpointing.check_resume), so a refused resume leaves the folder as it was; then the folder gets the
-    dataclass `settings` as settings.json.
+    A launch whose processes did not join is refused first (distributed.check_launch). With `resume`, settings
+    that differ from the run's own (apart from `safe`) are refused next (checkpointing.check_resume), and a
+    checkpoint saved sharded (FSDP) or whole that this launch would read the other way (`check_resumed_layout`),
+    so a refused run leaves the folder as it was; then the folder gets the dataclass `settings` as settings.json and
+    this launch's process layout in launch.json (`record_launch`).
     """
+    check_launch(accelerator)
     found = check_resume(settings, run_dir, safe) if resume else None
+    if found is not None:
+        check_resumed_layout(accelerator, found)
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
+        record_launch(accelerator, run_dir, resume, found)
     accelerator.wait_for_everyone()
     return found
+
+
+def check_resumed_layout(accelerator, checkpoint: Path) -> None:
+    """ValueError when `checkpoint` was saved under FSDP (sharded weights and optimizer state) and this launch does
+    not run FSDP, or the other way round: accelerator.load_state would look for files the checkpoint does not
+    have. A checkpoint without a recorded layout (saved before it was recorded) passes."""
+    saved = read_metadata(checkpoint).get("process_layout")
+    if saved is None:
+        return
+    now = process_layout(accelerator)
+    if (saved["distributed_type"] == "FSDP") != (now["distributed_type"] == "FSDP"):
+        raise ValueError(
+            f"--resume: {checkpoint} was saved with distributed_type {saved['distributed_type']} on "
+            f"{saved['num_processes']} process(es), this launch runs {now['distributed_type']} on "
+            f"{now['num_processes']}; FSDP checkpoints are sharded: resume an FSDP run with the FSDP config "
+            "(scripts/configs/fsdp.yaml) and any other run without it"
+        )
+
+
+def record_launch(accelerator, run_dir: Path, resume: bool, found: Path | None) -> None:
+    """Append this launch to run_dir/launch.json, {"launches": [...]}: its process layout
+    (distributed.process_layout: process count, distributed type, mixed precision, device, FSDP settings) and the
+    checkpoint it resumed from ("resumed_from": the folder name, or None). A fresh run starts the list anew; a
+    resumed one keeps the earlier launches, so a run continued under another layout says so."""
+    path = run_dir / "launch.json"
+    launches = json.loads(path.read_text())["launches"] if resume and path.is_file() else []
+    launches.append({**process_layout(accelerator), "resumed_from": found.name if found is not None else None})
+    path.write_text(json.dumps({"launches": launches}, indent=2))
 
 
 class Stopwatch:
@@ -149,9 +194,10 @@ def save_checkpoint(
     keep: int | None = None,
 ) -> None:
     """Collective crash-safe checkpoint: every process writes its part of `accelerator.save_state` into the
-    main process's temporary folder, the main process adds `write_extra(folder)` and the metadata, and the folder
-    is renamed into place (checkpointing.atomic_save_dir). With `keep`, only the newest `keep` checkpoints of
-    `target`'s parent stay, pruned after the new one is complete.
+    main process's temporary folder, the main process adds `write_extra(folder)` and the metadata (with the run's
+    "process_layout", which `open_run` checks on resume), and the folder is renamed into place
+    (checkpointing.atomic_save_dir). With `keep`, only the newest `keep` checkpoints of `target`'s parent stay,
+    pruned after the new one is complete.
 
     Not accelerate's `ProjectConfiguration(automatic_checkpoint_naming=True, total_limit=k)`: in accelerate 1.15
     its `save_state` ignores the folder it is given, deletes the oldest checkpoints *before* writing the new one
@@ -160,6 +206,7 @@ def save_checkpoint(
     Here a checkpoint folder exists under its name only once complete, and is named by its step."""
     from accelerate.utils import broadcast_object_list
 
+    metadata = {**metadata, "process_layout": process_layout(accelerator)}  # open_run checks it on resume
     if accelerator.is_main_process:
 
         def write(tmp: Path) -> None:

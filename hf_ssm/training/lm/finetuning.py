@@ -34,6 +34,7 @@ import torch
 
 from ...modeling.mixer_registry import ATTENTION, mixer_names, mixer_spec
 from ..checkpointing import atomic_save_dir
+from ..distributed import plain_class, process_layout
 from ..loop import make_accelerator, open_run
 from .lm_settings import (
     RESUME_SAFE_SETTINGS,
@@ -190,6 +191,17 @@ def add_lora(model, settings: FinetuneSettings):
         raise ValueError(f"--lora_target_modules {settings.lora_target_modules!r}: {err}") from err
 
 
+def check_lora_layout(settings: FinetuneSettings, accelerator) -> None:
+    """ValueError for LoRA under FSDP: the adapters are merged into the base weights at the end, which needs every
+    process to hold whole weights (one process or DDP), not shards."""
+    if settings.lora and accelerator is not None and process_layout(accelerator)["distributed_type"] == "FSDP":
+        raise ValueError(
+            "--lora is not supported under FSDP (merging the adapters needs unsharded weights): fine-tune with LoRA "
+            "on one process or with DDP (scripts/configs/multi_gpu.yaml, cpu_ddp.yaml), or drop --lora to fine-tune "
+            "every weight under FSDP"
+        )
+
+
 @dataclass
 class PreparedFinetune:
     tokenizer: object
@@ -206,6 +218,7 @@ def prepare_finetuning(settings: FinetuneSettings, accelerator=None, validated: 
 
     if not validated:
         settings.validate()
+    check_lora_layout(settings, accelerator)
     tokenizer = load_tokenizer(settings.tokenizer or settings.model, settings.trust_remote_code)
     model = load_causal_lm(settings.model, settings.trust_remote_code)
     check_block_size(settings.block_size, model.config)
@@ -224,6 +237,7 @@ def finetune(settings: FinetuneSettings, run_dir, resume: bool = False, accelera
     from ...model_card import render_model_card
 
     accelerator = accelerator or make_accelerator(settings.mixed_precision)
+    check_lora_layout(settings, accelerator)  # also when the caller prepared the run without an accelerator
     prepared = prepared or prepare_finetuning(settings, accelerator)
     run_dir = Path(run_dir)
     open_run(accelerator, settings, run_dir, resume, RESUME_SAFE_SETTINGS)
@@ -272,7 +286,8 @@ def finetune(settings: FinetuneSettings, run_dir, resume: bool = False, accelera
                 full, full_state = unwrapped, state_dict
 
             def write_model(tmp: Path) -> None:
-                full.save_pretrained(tmp, state_dict=full_state, safe_serialization=True)
+                with plain_class(full) as plain:  # FSDP2 swaps the model's class (distributed.plain_class)
+                    plain.save_pretrained(tmp, state_dict=full_state, safe_serialization=True)
                 tokenizer.save_pretrained(tmp)
                 params = sum(p.numel() for p in full.parameters())
                 (tmp / "README.md").write_text(render_model_card(full.config, metrics, parameters=params, **card))

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from ..checkpointing import atomic_save_dir
+from ..distributed import plain_class, process_layout
 from ..reports import pyplot, save_figure
 
 
@@ -87,16 +88,15 @@ def _count_parameters(model) -> tuple[int, int]:
 
 
 def run_metrics(kind, settings, state, accelerator, model_info: dict, extra: dict | None = None) -> dict:
-    """metrics.json of a finished run (`state`: the loop's TrainState): settings, model, batch sizes, histories."""
+    """metrics.json of a finished run (`state`: the loop's TrainState): settings, model, the process layout
+    (distributed.process_layout), batch sizes, histories."""
     per_step = settings.batch_size * settings.gradient_accumulation_steps * accelerator.num_processes
     return {
         "kind": kind,
         "settings": asdict(settings),
         "dataset": settings.corpus_spec().describe(),
         "model": model_info,
-        "num_processes": accelerator.num_processes,
-        "mixed_precision": accelerator.mixed_precision,
-        "device": str(accelerator.device),
+        **process_layout(accelerator),  # num_processes, distributed_type, mixed_precision, device (+ FSDP settings)
         "global_batch_blocks": per_step,
         "global_batch_tokens": per_step * settings.block_size,
         "steps": state.step,
@@ -130,7 +130,9 @@ def write_run_files(run_dir: Path, metrics: dict, accelerator) -> None:
 
 
 def save_model_dir(accelerator, model, tokenizer, target: Path, metrics: dict, card_kwargs: dict) -> None:
-    """save_pretrained (safetensors + modeling code) + tokenizer + model card, atomically."""
+    """save_pretrained (safetensors + modeling code) + tokenizer + model card, atomically. Under FSDP the sharded
+    weights are gathered into one state dict first (all processes), and the model is written under its own class
+    (distributed.plain_class)."""
     from ...model_card import render_model_card
 
     state_dict = accelerator.get_state_dict(model)  # collective under FSDP
@@ -138,7 +140,8 @@ def save_model_dir(accelerator, model, tokenizer, target: Path, metrics: dict, c
         unwrapped = accelerator.unwrap_model(model)
 
         def write(tmp: Path) -> None:
-            unwrapped.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)
+            with plain_class(unwrapped) as plain:
+                plain.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
             (tmp / "README.md").write_text(render_model_card(unwrapped.config, metrics, **card_kwargs))
 
