@@ -63,6 +63,10 @@ class HybridSSMRotaryEmbedding(nn.Module):
         accepted = ("default", *ROPE_INIT_FUNCTIONS)
         if self.rope_type not in accepted:
             raise ValueError(f"`rope_parameters['rope_type']` must be one of {list(accepted)}, got {self.rope_type!r}")
+        # The config refuses these when it is built or changed; a dict edited in place reaches the model unchecked.
+        theta = config.rope_parameters.get("rope_theta")
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 0 < theta < float("inf"):
+            raise ValueError(f"`rope_parameters['rope_theta']` must be a finite number > 0, got {theta!r}")
         # Read by dynamic_rope_update: the length the current frequencies were computed for, and the trained one.
         self.max_seq_len_cached = self.original_max_seq_len = config.max_position_embeddings
         init_fn: Callable = self.compute_default_rope_parameters

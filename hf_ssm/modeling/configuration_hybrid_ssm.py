@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import warnings
 
 from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
-from transformers.modeling_rope_utils import RopeParameters
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, RopeParameters
 
 from .config_values import (
     BLOCK_TYPES,
@@ -62,6 +63,16 @@ ALLOW_WEIGHT_MEANING_CHANGE = "allow_weight_meaning_change"
 ATTENTION_LAYER_TYPE = "full_attention"
 SSM_LAYER_TYPE = "linear_attention"
 
+# transformers' top-level names of rope_parameters keys (Llama / Qwen2 configs take them as keywords): given to the
+# constructor, `update`, `from_pretrained(path, rope_theta=...)` or set as `config.rope_theta = ...`, each changes
+# that key of rope_parameters; neither is ever kept as an attribute of its own, which nothing would read.
+ROPE_THETA = "rope_theta"
+ROPE_KEYWORDS = (ROPE_THETA, "partial_rotary_factor")
+# transformers' old name of rope_parameters (a property of PretrainedConfig that sets it).
+ROPE_SCALING = "rope_scaling"
+# The RoPE types HybridSSMRotaryEmbedding computes: its own default one and every one of transformers' table.
+ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)
+
 
 def _closest(name: str, candidates) -> str:
     close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
@@ -83,7 +94,7 @@ def check_config_keys(keys, source: str = "config", config_class=None) -> None:
     """
     valid = config_field_names(config_class)
     # num_labels: PretrainedConfig's property that sets id2label; an old field name maps to its new one (FutureWarning)
-    accepted = {*valid, "num_labels", *RENAMED_CONFIG_FIELDS}
+    accepted = {*valid, "num_labels", *ROPE_KEYWORDS, *RENAMED_CONFIG_FIELDS}
     for key in keys:
         if key not in accepted:
             raise ValueError(
@@ -114,7 +125,8 @@ def _reject_misspelt_fields(config_class, keys) -> None:
     """ValueError for an extra key (not a declared field) that is most likely a misspelt field of this class.
 
     The rule: a key that is a declared field (this class's, PretrainedConfig's, or one a registered mixer adds),
-    an old field name, `num_labels` or private (leading underscore) passes. Any other key is refused when
+    an old field name, `num_labels`, a top-level RoPE keyword (`rope_theta`, `partial_rotary_factor`) or private
+    (leading underscore) passes. Any other key is refused when
     (a) it starts with a registered mixer's field prefix (`pd_ssm_`, `lru_`, ...), or (b) it is within a small
     edit distance of one of this class's own fields (1, or 2 for fields of 8+ characters), naming the closest
     field. Every other unknown key becomes a plain attribute, as transformers does for extra keys (`architectures`,
@@ -123,14 +135,16 @@ def _reject_misspelt_fields(config_class, keys) -> None:
     prefixes = field_prefixes()
     declared = {*config_field_names(config_class), *registered_config_fields()}
     for key in keys:
-        if key in declared or key in RENAMED_CONFIG_FIELDS or key == "num_labels" or key.startswith("_"):
+        if key in declared or key in RENAMED_CONFIG_FIELDS or key in ("num_labels", *ROPE_KEYWORDS):
+            continue
+        if key.startswith("_"):
             continue
         if key.startswith(prefixes):
             prefix = next(p for p in prefixes if key.startswith(p))
             same_prefix = sorted(name for name in declared if name.startswith(prefix))
             hint = _closest(key, same_prefix) or f"; its fields with this prefix: {same_prefix}"
             raise ValueError(f"`{key}` is not a {config_class.__name__} field{hint}")
-        typo_of = _typo_of(key, _own_fields())
+        typo_of = _typo_of(key, _own_fields().union(ROPE_KEYWORDS))
         if typo_of is not None:
             raise ValueError(f"`{key}` is not a {config_class.__name__} field; did you mean `{typo_of}`?")
 
@@ -138,6 +152,12 @@ def _reject_misspelt_fields(config_class, keys) -> None:
 def _own_fields() -> frozenset:
     """The fields a change of which is re-validated: this class's own and those registered mixers add."""
     return _OWN_FIELDS.union(registered_config_fields())
+
+
+def _is_change_of_a_field(key: str) -> bool:
+    """Whether setting `key` after construction changes fields of this class (and is re-validated): one of its own
+    fields, or a top-level name of a rope_parameters key (ROPE_KEYWORDS)."""
+    return key in _own_fields() or key in ROPE_KEYWORDS
 
 
 class HybridSSMConfig(PretrainedConfig):
@@ -152,7 +172,14 @@ class HybridSSMConfig(PretrainedConfig):
             `num_key_value_heads < num_attention_heads`); `head_dim` defaults to `hidden_size // num_attention_heads`.
         max_position_embeddings: longest sequence (prompt + cache) the model accepts when it has attention
             layers; longer input raises a ValueError instead of running RoPE past the trained range.
-        rope_parameters: RoPE settings, e.g. `{"rope_type": "default", "rope_theta": 10000.0}`.
+        rope_parameters: RoPE settings of the attention layers, one dict for all of them, as in transformers:
+            `rope_type` (`"default"` or a type of transformers' `ROPE_INIT_FUNCTIONS`, e.g. `"linear"`, `"dynamic"`,
+            `"yarn"`, with that type's keys, e.g. `factor`) and `rope_theta` (the base, a finite number > 0).
+            Missing keys are completed as transformers does (`rope_type` "default", `rope_theta` 10000.0). Like
+            transformers' Llama / Qwen2 configs it also takes the older keywords `rope_theta=` (fills in
+            `rope_parameters["rope_theta"]`; after construction, `config.rope_theta = ...` changes it) and
+            `rope_scaling=` (the dict under its old name); one that disagrees with `rope_parameters` is refused.
+            The attention rotates every channel of a head: `partial_rotary_factor` may only be 1.
         mixers: the mixer of every layer, as a list of names (`"attention"`, `"pd_ssm"`, ...) or a pattern
             string with one letter per layer: `A` attention, `S` the `ssm_mixer`, `P` pd_ssm. Default: all `S`.
             Also `L` lrc_ssm, `G` gru_ssm, `M` mgu_ssm, `R` lstm_ssm.
@@ -355,8 +382,6 @@ class HybridSSMConfig(PretrainedConfig):
             setattr(self, name, kwargs.pop(name, default))
         self._check_values()
         self.mixers = self._resolve_mixers(self.mixers)
-        if self.rope_parameters is None:
-            self.rope_parameters = {"rope_type": "default", "rope_theta": 10000.0}
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
         if self.head_dim is None:
@@ -370,6 +395,11 @@ class HybridSSMConfig(PretrainedConfig):
         if self.pd_ssm_mlp_width is None:
             self.pd_ssm_mlp_width = 2 * self.pd_ssm_head_state_size
         self.layer_types = self._derived_layer_types(self.layer_types)
+        self._set_rope_parameters(
+            self.rope_parameters,
+            rope_scaling=kwargs.pop(ROPE_SCALING, None),
+            **{key: kwargs.pop(key) for key in ROPE_KEYWORDS if key in kwargs},
+        )
         self._validate()
         super().__post_init__(**kwargs)
 
@@ -400,7 +430,7 @@ class HybridSSMConfig(PretrainedConfig):
             key = warn_renamed_field(key, type(self).__name__)
         if key == "problem_type":  # transformers' field, checked here too: an unknown value failed only at the loss
             check_choice(key, value, PROBLEM_TYPES)
-        if key in _own_fields() and self.__dict__.get("_post_init_done"):
+        if _is_change_of_a_field(key) and self.__dict__.get("_post_init_done"):
             self._apply_changes({key: value})
             return
         if key not in self.__dict__ and not hasattr(type(self), key):  # a new extra attribute: not a typo of a field
@@ -412,7 +442,7 @@ class HybridSSMConfig(PretrainedConfig):
         to change fields that depend on each other, e.g. `config.update({"num_hidden_layers": 2, "mixers": "SA"})`."""
         config_dict = rename_config_fields(config_dict, type(self).__name__)
         drop_removed_fields(config_dict, type(self).__name__)
-        own = {k: v for k, v in config_dict.items() if k in _own_fields()}
+        own = {k: v for k, v in config_dict.items() if _is_change_of_a_field(k) or k == ROPE_SCALING}
         _reject_misspelt_fields(type(self), config_dict)
         super().update({k: v for k, v in config_dict.items() if k not in own})
         self._apply_changes(own)
@@ -433,7 +463,7 @@ class HybridSSMConfig(PretrainedConfig):
         kwargs = rename_config_fields(kwargs, cls.__name__)
         drop_removed_fields(kwargs, cls.__name__)
         _reject_misspelt_fields(cls, kwargs)
-        own = {k: kwargs.pop(k) for k in list(kwargs) if k in _own_fields()}
+        own = {k: kwargs.pop(k) for k in list(kwargs) if _is_change_of_a_field(k) or k == ROPE_SCALING}
         result = super().from_dict(config_dict, **kwargs)
         config = result[0] if isinstance(result, tuple) else result
         if own:
@@ -460,7 +490,8 @@ class HybridSSMConfig(PretrainedConfig):
         set_raw = super().__setattr__
         try:
             for key, value in changes.items():
-                set_raw(key, value)
+                if key not in (*ROPE_KEYWORDS, ROPE_SCALING):  # not attributes: rope_parameters changes, below
+                    set_raw(key, value)
             self._check_values()
             if "ssm_mixer" in changes and "mixers" not in changes:
                 new = changes["ssm_mixer"]
@@ -474,11 +505,81 @@ class HybridSSMConfig(PretrainedConfig):
             if "mixers" in changes or "num_hidden_layers" in changes or "ssm_mixer" in changes:
                 set_raw("mixers", self._resolve_mixers(self.mixers))
             set_raw("layer_types", self._derived_layer_types(changes.get("layer_types")))
+            keywords = {key: changes[key] for key in ROPE_KEYWORDS if key in changes}
+            if "rope_parameters" in changes or ROPE_SCALING in changes:
+                self._set_rope_parameters(
+                    changes.get("rope_parameters"), rope_scaling=changes.get(ROPE_SCALING), **keywords
+                )
+            elif keywords:  # alone: the current settings with these keys changed
+                self._set_rope_parameters({**self.rope_parameters, **keywords})
             self._validate()
         except BaseException:
             self.__dict__.clear()
             self.__dict__.update(before)
             raise
+
+    def _set_rope_parameters(self, rope_parameters, rope_scaling=None, **keywords):
+        """Set `rope_parameters` (a copy: completing it must not change the caller's dict) completed by transformers'
+        own rule, `RotaryEmbeddingConfigMixin.convert_rope_params_to_dict`: `rope_scaling` (its old name) stands for
+        it, a `rope_theta` / `partial_rotary_factor` keyword fills in that key, then `rope_type` "default" and
+        `rope_theta` 10000.0 what is still missing (and the original length for yarn / llama3 / longrope).
+
+        A keyword that disagrees with what the dict already says is refused: transformers keeps the dict's value
+        without a word, so the keyword would have changed nothing. The values are checked in `_check_rope`."""
+        for name, value in (("rope_parameters", rope_parameters), ("rope_scaling", rope_scaling)):
+            if value is not None and not isinstance(value, dict):
+                raise TypeError(
+                    f"`{name}` must be a dict such as {{'rope_type': 'default', 'rope_theta': 10000.0}}, "
+                    f"got {type(value).__name__}"
+                )
+        if rope_scaling is not None and rope_parameters is not None and rope_scaling != rope_parameters:
+            raise ValueError(
+                f"`rope_scaling` (the old name of `rope_parameters`) = {rope_scaling!r} and `rope_parameters` = "
+                f"{rope_parameters!r} disagree; give only `rope_parameters`"
+            )
+        params = copy.deepcopy(rope_scaling if rope_scaling is not None else rope_parameters) or {}
+        keywords = {key: value for key, value in keywords.items() if value is not None}  # None: not given
+        for key, value in keywords.items():  # key: one of ROPE_KEYWORDS
+            if key in params and params[key] != value:
+                raise ValueError(
+                    f"`{key}` = {value!r} and `rope_parameters['{key}']` = {params[key]!r} disagree; give the value "
+                    "in one place"
+                )
+        # transformers sets `self.rope_parameters` as it completes it; after construction that assignment would come
+        # back here as a change (__setattr__), so its code runs as it does during construction.
+        post_init_done = self.__dict__.pop("_post_init_done", None)
+        try:
+            super().__setattr__("rope_parameters", params)
+            self.convert_rope_params_to_dict(**keywords)
+        finally:
+            if post_init_done is not None:
+                self.__dict__["_post_init_done"] = post_init_done
+
+    def _check_rope(self) -> None:
+        """ValueError naming the key unless `rope_parameters` is one flat dict the attention layers can compute:
+        a known `rope_type`, a finite `rope_theta` > 0 (0 or less makes every logit NaN), `partial_rotary_factor` 1
+        if given, a `factor` > 0 if given; with attention layers, transformers' checks of the type's keys too."""
+        params = self.rope_parameters
+        nested = [key for key, value in params.items() if isinstance(value, dict)]
+        if nested:
+            raise ValueError(
+                f"`rope_parameters` must be one flat dict for all attention layers (this model has no RoPE per "
+                f"layer type), got dicts under {nested}"
+            )
+        check_choice("rope_parameters['rope_type']", params.get("rope_type"), ROPE_TYPES)
+        check_number("rope_parameters['rope_theta']", params.get(ROPE_THETA), low=0, low_open=True)
+        if params.get("partial_rotary_factor", 1) != 1:
+            raise ValueError(
+                f"`rope_parameters['partial_rotary_factor']` must be 1 (the attention rotates every channel of a "
+                f"head), got {params['partial_rotary_factor']!r}"
+            )
+        if "factor" in params:
+            check_number("rope_parameters['factor']", params["factor"], low=0, low_open=True)
+        if self.has_attention:  # it checks head_dim too, which a model without attention layers never reads
+            try:
+                self.validate_rope()
+            except KeyError as err:  # a missing key of the rope type (transformers raises KeyError)
+                raise ValueError(f"`rope_parameters`: {err.args[0]}") from None
 
     def _derived_layer_types(self, given) -> list[str]:
         """`layer_types` from `mixers` (DynamicCache reads it); a given value must be the same list."""
@@ -551,6 +652,7 @@ class HybridSSMConfig(PretrainedConfig):
     def _validate(self) -> None:
         """The fields of the mixer families the layers use (checked again whenever `mixers` changes), and the
         constraints between fields."""
+        self._check_rope()
         if ATTENTION in self.mixers:
             if self.num_attention_heads % self.num_key_value_heads:
                 raise ValueError(

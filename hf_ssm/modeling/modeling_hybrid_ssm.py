@@ -244,20 +244,29 @@ def _check_is_tensor(name: str, value) -> None:
         raise TypeError(f"`{name}` must be a torch.Tensor, got {type(value).__name__}; wrap it: torch.tensor(...)")
 
 
+def _is_integer(values: torch.Tensor) -> bool:
+    """Whether `values` holds integers: any integer dtype (int8 ... int64, uint8 ...), not bool."""
+    return not (values.is_floating_point() or values.is_complex() or values.dtype == torch.bool)
+
+
 def _long_labels(labels: torch.Tensor) -> torch.Tensor:
     """Integer `labels` of any integer dtype (int32 from numpy, uint8, ...) as torch.long, the dtype transformers'
-    losses (cross-entropy) take; other dtypes unchanged (the callers check them)."""
-    if labels.dtype == torch.long or labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-        return labels
-    return labels.long()
+    losses (cross-entropy) take; other dtypes unchanged (the callers check them). Before any range check too: a
+    bound compared with a narrow tensor is cast to its dtype (300 is 44 as uint8, -100 is 156)."""
+    return labels.long() if _is_integer(labels) else labels
 
 
-def _check_input_ids(input_ids: torch.Tensor) -> None:
+def _long_input_ids(input_ids: torch.Tensor) -> torch.Tensor:
+    """`input_ids` (B, T) of any integer dtype as torch.long, which the embedding takes (it refuses int16 / uint8);
+    TypeError for another dtype (floats, bool), ValueError for another shape."""
     _check_is_tensor("input_ids", input_ids)
-    if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-        raise TypeError(f"`input_ids` must be an integer tensor (torch.long), got dtype {input_ids.dtype}")
+    if not _is_integer(input_ids):
+        raise TypeError(
+            f"`input_ids` must be an integer tensor (torch.long, or any integer dtype), got dtype {input_ids.dtype}"
+        )
     if input_ids.dim() != 2:
         raise ValueError(f"`input_ids` must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
+    return input_ids.long()
 
 
 def _reads_values() -> bool:
@@ -278,16 +287,18 @@ def _check_token_range(name: str, values: torch.Tensor, size: int, size_name: st
         raise ValueError(f"`{name}` must lie in {allowed}; got values in [{int(values.min())}, {int(values.max())}]")
 
 
-def _check_position_ids(position_ids, batch: int, steps: int) -> None:
-    """position_ids: an integer tensor of shape (B or 1, T) (its values are checked where they may be read)."""
+def _long_position_ids(position_ids, batch: int, steps: int) -> torch.Tensor:
+    """position_ids: an integer tensor of shape (B or 1, T), returned as torch.long (its values are checked where
+    they may be read)."""
     _check_is_tensor("position_ids", position_ids)
     if position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch) or position_ids.shape[1] != steps:
         raise ValueError(
             f"`position_ids` must have shape (batch or 1, seq_len) = ({batch} or 1, {steps}), "
             f"got {tuple(position_ids.shape)}"
         )
-    if position_ids.is_floating_point() or position_ids.is_complex() or position_ids.dtype == torch.bool:
+    if not _is_integer(position_ids):
         raise TypeError(f"`position_ids` must be an integer tensor (torch.long), got dtype {position_ids.dtype}")
+    return position_ids.long()
 
 
 class HybridSSMModel(HybridSSMPreTrainedModel):
@@ -375,13 +386,13 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
                     f"{attention_mask[bad][0].item()!r}"
                 )
 
-    def _input_size(self, input_ids, inputs_embeds) -> tuple[int, int]:
-        """(batch, steps) of the input, after the checks that need no host read: exactly one of input_ids (B, T)
-        and inputs_embeds (B, T, d) (floating point), neither empty."""
+    def _checked_input(self, input_ids, inputs_embeds) -> tuple[torch.Tensor | None, int, int]:
+        """(input_ids as torch.long or None, batch, steps), after the checks that need no host read: exactly one of
+        input_ids (B, T) (any integer dtype) and inputs_embeds (B, T, d) (floating point), neither empty."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of `input_ids` and `inputs_embeds`")
         if input_ids is not None:
-            _check_input_ids(input_ids)
+            input_ids = _long_input_ids(input_ids)
             batch, steps = input_ids.shape
         else:
             _check_is_tensor("inputs_embeds", inputs_embeds)
@@ -397,7 +408,7 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
             raise ValueError("the batch is empty (batch size 0 in `input_ids` / `inputs_embeds`)")
         if steps == 0:
             raise ValueError("the input sequence is empty (seq_len = 0)")
-        return batch, steps
+        return input_ids, batch, steps
 
     def _embed(self, input_ids, inputs_embeds, position_ids, read_values: bool) -> torch.Tensor:
         """The layers' input (B, T, d): the token embeddings of input_ids, or inputs_embeds; with `read_values` the
@@ -482,9 +493,11 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
         output_hidden_states / output_attentions / return_dict as in transformers (attention maps come from
         the attention layers under attn_implementation="eager"; SSM layers have none).
         """
-        batch, steps = self._input_size(input_ids, inputs_embeds)
+        # Ids and positions of a narrow integer dtype (int16, uint8, ...) become torch.long here: the embedding
+        # refuses them, and a bound compared with a narrow tensor is cast to its dtype (300 is 44 as uint8).
+        input_ids, batch, steps = self._checked_input(input_ids, inputs_embeds)
         if position_ids is not None:
-            _check_position_ids(position_ids, batch, steps)
+            position_ids = _long_position_ids(position_ids, batch, steps)
         # A decode step, and a forward traced by torch.compile, read no tensor value on the host (class docstring).
         decode_step = steps == 1 and cache is not None
         read_values = not decode_step and _reads_values()
@@ -591,7 +604,7 @@ class HybridSSMForCausalLM(HybridSSMPreTrainedModel, GenerationMixin):
         """labels (B, T): next-token targets are labels shifted by one inside the loss; -100 is ignored."""
         if labels is not None:
             _check_is_tensor("labels", labels)
-            if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+            if not _is_integer(labels):
                 raise TypeError(f"`labels` must be integer token ids (torch.long), got dtype {labels.dtype}")
             inputs = input_ids if input_ids is not None else inputs_embeds
             if isinstance(inputs, torch.Tensor) and tuple(labels.shape) != tuple(inputs.shape[:2]):
@@ -599,8 +612,8 @@ class HybridSSMForCausalLM(HybridSSMPreTrainedModel, GenerationMixin):
                     f"`labels` must have the shape of the input (batch, seq_len) = {tuple(inputs.shape[:2])}, "
                     f"got {tuple(labels.shape)}"
                 )
-            _check_token_range("labels", labels, self.config.vocab_size, "config.vocab_size", ignore_index=-100)
             labels = _long_labels(labels)
+            _check_token_range("labels", labels, self.config.vocab_size, "config.vocab_size", ignore_index=-100)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -741,6 +754,8 @@ class _HybridSSMWithScoreHead(HybridSSMPreTrainedModel):
                 "`use_cache`=True: the classification heads return no cache; pass `cache=` to start from a carried "
                 "state, or use HybridSSMForCausalLM for cached decoding"
             )
+        if input_ids is not None:  # long before the head compares ids with pad_token_id
+            input_ids = _long_input_ids(input_ids)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -804,14 +819,14 @@ class HybridSSMForTokenClassification(_HybridSSMWithScoreHead):
         loss = None
         if labels is not None:
             _check_is_tensor("labels", labels)
-            integer = not (labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool)
-            if not integer or tuple(labels.shape) != tuple(logits.shape[:2]):
+            if not _is_integer(labels) or tuple(labels.shape) != tuple(logits.shape[:2]):
                 raise ValueError(
                     f"`labels` must be integer class ids of shape (batch, seq_len) = {tuple(logits.shape[:2])}, "
                     f"got {labels.dtype} {tuple(labels.shape)}"
                 )
+            labels = _long_labels(labels)
             _check_token_range("labels", labels, self.num_labels, "config.num_labels", ignore_index=-100)
-            loss = self.loss_function(logits, _long_labels(labels), self.config, **kwargs)
+            loss = self.loss_function(logits, labels, self.config, **kwargs)
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

@@ -156,11 +156,69 @@ def test_training_halves_loss_on_repeating_corpus():
 
 
 def test_wrong_input_ids_dtype_raises():
+    """Floating-point, bool and complex ids (and positions) are a TypeError naming the argument; an id outside the
+    vocabulary a ValueError."""
     model = HybridSSMForCausalLM(tiny_config("SA"))
-    with pytest.raises(TypeError, match="input_ids"):
-        model(torch.rand(1, 5))
+    for bad in (torch.rand(1, 5), torch.ones(1, 5, dtype=torch.bool), torch.ones(1, 5, dtype=torch.complex64)):
+        with pytest.raises(TypeError, match="`input_ids` must be an integer tensor"):
+            model(bad)
+        with pytest.raises(TypeError, match="`position_ids` must be an integer tensor"):
+            model(torch.ones(1, 5, dtype=torch.long), position_ids=bad)
     with pytest.raises(ValueError, match="input_ids"):
         model(torch.tensor([[1, 2, 37]]))
+
+
+NARROW_INTEGER_DTYPES = [torch.int8, torch.int16, torch.uint8, torch.int32]
+
+
+@pytest.mark.parametrize("dtype", NARROW_INTEGER_DTYPES)
+def test_input_ids_of_any_integer_dtype_give_the_int64_results(dtype):
+    """input_ids of int8 / int16 / uint8 / int32 (admitted by the input check, promised by docs/models.md) give the
+    int64 logits in a forward, the same logits in a cached decode (prompt and decoded token in that dtype) and the
+    same tokens from generate: they become torch.long at the model's entry instead of crashing in the embedding."""
+    model = HybridSSMForCausalLM(tiny_config("SA")).eval()
+    ids = torch.randint(1, 37, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids.to(dtype)).logits, model(ids).logits, rtol=0, atol=0)
+        decoded = {}
+        for kind in (torch.long, dtype):
+            cache = model(ids[:, :6].to(kind), use_cache=True).cache
+            decoded[kind] = model(ids[:, 6:].to(kind), cache=cache, use_cache=True).logits
+        torch.testing.assert_close(decoded[dtype], decoded[torch.long], rtol=0, atol=0)
+    expected = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(ids.to(dtype), max_new_tokens=4, do_sample=False, pad_token_id=0), expected)
+
+
+@pytest.mark.parametrize("dtype", NARROW_INTEGER_DTYPES)
+def test_classification_heads_take_input_ids_of_any_integer_dtype(dtype):
+    """The sequence and token classifiers give the int64 logits for narrow integer ids, padding found from
+    pad_token_id included (the ids are compared with it as torch.long)."""
+    from hf_ssm import HybridSSMForSequenceClassification, HybridSSMForTokenClassification
+
+    ids = torch.randint(1, 37, (2, 6))
+    ids[0, -2:] = 0  # right padding, found from pad_token_id = 0
+    for head in (HybridSSMForSequenceClassification, HybridSSMForTokenClassification):
+        model = head(tiny_config("SA", num_labels=3)).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(model(ids.to(dtype)).logits, model(ids).logits, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", NARROW_INTEGER_DTYPES)
+def test_labels_and_position_ids_of_any_integer_dtype_give_the_int64_results(dtype):
+    """Narrow integer labels give the int64 loss, also when the vocabulary size does not fit the dtype (300 as
+    uint8 or int8 is 44: the range check compared in the labels' dtype refused every label >= 44) and with -100
+    marking ignored positions (signed dtypes); narrow position_ids of packed documents give the int64 logits."""
+    model = HybridSSMForCausalLM(tiny_config("SA", vocab_size=300)).eval()
+    ids = torch.randint(1, 300, (2, 8))
+    labels = torch.randint(0, 128, (2, 8))
+    if dtype != torch.uint8:
+        labels[:, :2] = -100
+    _, _, positions = packed_batch([[3, 5], [8]], vocab_size=300)
+    with torch.no_grad():
+        expected = model(ids, labels=labels).loss
+        torch.testing.assert_close(model(ids, labels=labels.to(dtype)).loss, expected, rtol=0, atol=0)
+        packed = model(ids, position_ids=positions).logits
+        torch.testing.assert_close(model(ids, position_ids=positions.to(dtype)).logits, packed, rtol=0, atol=0)
 
 
 def test_sequence_longer_than_max_positions_raises():

@@ -209,9 +209,12 @@ def test_dynamic_rope_rescales_frequencies_past_the_trained_length():
 
 
 def test_unknown_rope_type_is_refused_naming_the_accepted_ones():
-    """A rope type transformers does not implement is a clear error, not a KeyError."""
+    """A rope type transformers does not implement is a clear error, not a KeyError: when it is assigned to the
+    config, and when the model is built from a config whose dict was edited in place past that check."""
     config = tiny_config("SA")
-    config.rope_parameters = {"rope_type": "spiral", "rope_theta": 10000.0}
+    with pytest.raises(ValueError, match=r"rope_type.*dynamic"):
+        config.rope_parameters = {"rope_type": "spiral", "rope_theta": 10000.0}
+    config.rope_parameters["rope_type"] = "spiral"
     with pytest.raises(ValueError, match=r"rope_type.*dynamic"):
         HybridSSMForCausalLM(config)
 
