@@ -36,6 +36,7 @@ _BUILTIN_NAMES = {
     "builtin:stories": "hf_ssm built-in stories (generated)",
 }
 _BUILTIN_NAMES["builtin:dialogues"] = "hf_ssm built-in dialogues (generated)"
+_BUILTIN_NAMES["python_stdlib"] = "the Python standard library's .py files (hf_ssm.data.python_stdlib)"
 
 
 def _config_value(config, key, default=None):
@@ -185,7 +186,7 @@ def render_model_card(
     settings = metrics.get("settings", {})
     dataset = metrics.get("dataset") or settings.get("dataset")
     final = metrics.get("final_eval") or {}
-    is_hub_dataset = bool(dataset) and not dataset.startswith("builtin") and not settings.get("train_files")
+    is_hub_dataset = bool(dataset) and dataset not in _BUILTIN_NAMES and not settings.get("train_files")
 
     tags = ["hf_ssm", "hybrid-ssm", "state-space-model", "custom_code", "text-generation"]
     tags += sorted({_MIXER_TAGS.get(m, m) for m in mixers})

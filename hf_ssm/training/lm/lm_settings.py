@@ -34,8 +34,9 @@ def help_field(text: str, **kwargs):
 @dataclass
 class DataSettings:
     dataset: str | None = help_field(
-        "`builtin` (generated stories, offline), `builtin:dialogues`, a Hub dataset name or a local dataset folder",
-        default="builtin",
+        "`python_stdlib` (this interpreter's standard library: real text, offline), `builtin` (generated stories), "
+        "`builtin:dialogues`, a Hub dataset name or a local dataset folder",
+        default="python_stdlib",
     )
     dataset_config: str | None = help_field("the dataset's configuration name (Hub datasets)", default=None)
     train_files: list[str] = help_field(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from ...data.lm_corpus import corpus_fingerprint
 from ..checkpointing import atomic_save_dir
 from ..distributed import plain_class, process_layout
 from ..reports import pyplot, save_figure
@@ -95,6 +96,7 @@ def run_metrics(kind, settings, state, accelerator, model_info: dict, extra: dic
         "kind": kind,
         "settings": asdict(settings),
         "dataset": settings.corpus_spec().describe(),
+        "corpus": corpus_fingerprint(settings.corpus_spec()),
         "model": model_info,
         **process_layout(accelerator),  # num_processes, distributed_type, mixed_precision, device (+ FSDP settings)
         "global_batch_blocks": per_step,

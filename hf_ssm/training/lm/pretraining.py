@@ -32,8 +32,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ...data.lm_corpus import IGNORE_INDEX, make_batch
-from ..checkpointing import latest_checkpoint
+from ...data.lm_corpus import IGNORE_INDEX, corpus_fingerprint, make_batch
+from ..checkpointing import latest_checkpoint, read_metadata
 from ..loop import Stopwatch, eval_mode, load_checkpoint, make_accelerator, open_run, run_training, save_checkpoint
 from ..optimization import warmup_cosine_factor
 from .lm_settings import (
@@ -134,7 +134,7 @@ def train_loop(
     per_step = B * A * world
 
     checkpoints = run_dir / "checkpoints"
-    state = _resumed_state(checkpoints, train_source, accelerator, per_step) if resume else TrainState()
+    state = _resumed_state(checkpoints, train_source, accelerator, per_step, settings) if resume else TrainState()
 
     model.train()
     if state.step == 0 and not state.eval_history:
@@ -189,7 +189,7 @@ def train_loop(
 
     def save(step: int) -> None:
         state.data = train_source.state()
-        meta = {**asdict(state), "blocks_per_step": per_step, "num_processes": world, "settings": asdict(settings)}
+        meta = _checkpoint_meta(state, per_step, world, settings)
         save_checkpoint(accelerator, checkpoints / f"step_{step}", meta, keep=settings.keep_checkpoints)
 
     run_training(
@@ -199,13 +199,30 @@ def train_loop(
     return model, state
 
 
-def _resumed_state(checkpoints: Path, train_source, accelerator, per_step: int) -> TrainState:
+def _checkpoint_meta(state: TrainState, per_step: int, world: int, settings) -> dict:
+    """What a checkpoint records beside the accelerator state: the loop's state, the batch layout, the settings and
+    the corpus fingerprint (a resume on another corpus is refused)."""
+    meta = {**asdict(state), "blocks_per_step": per_step, "num_processes": world, "settings": asdict(settings)}
+    return meta | {"corpus": corpus_fingerprint(settings.corpus_spec())}
+
+
+def _resumed_state(checkpoints: Path, train_source, accelerator, per_step: int, settings) -> TrainState:
     """The TrainState of the latest complete checkpoint (its data position restored in `train_source`), or a
-    fresh one where there is none."""
+    fresh one where there is none. Raises ValueError when the checkpoint was trained on another built-in corpus
+    (another Python's standard library) than `settings` reads."""
+    corpus = corpus_fingerprint(settings.corpus_spec())
     found = latest_checkpoint(checkpoints)
     if found is None:
         accelerator.print(f"--resume: no complete checkpoint in {checkpoints}; starting from step 0")
         return TrainState()
+    recorded = read_metadata(found).get("corpus")
+    if recorded is not None and recorded != corpus:
+        differ = sorted(k for k in set(recorded) | set(corpus or {}) if recorded.get(k) != (corpus or {}).get(k))
+        raise ValueError(
+            f"--resume: {found} was trained on another corpus than this run reads (they differ in {differ}: "
+            f"{ {k: recorded.get(k) for k in differ} } -> { {k: (corpus or {}).get(k) for k in differ} }); "
+            "resume with the Python whose standard library it trained on, or start a new run"
+        )
     meta = load_checkpoint(accelerator, found)
     state = TrainState(**{k: meta[k] for k in asdict(TrainState()) if k in meta})
     if meta.get("blocks_per_step") not in (None, per_step):
