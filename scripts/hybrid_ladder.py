@@ -1,0 +1,184 @@
+"""The ladder from `table`'s mixer-only PD-SSM layer to the same layer inside a hybrid's residual stack, one difference
+at a time, on a state-tracking task (A5 with 2 generators by default), several seeds, first runs only.
+
+Each rung adds one difference to the rung before it (RUNGS; docs/design.md §8.8 holds the table with every seed):
+
+    table              table's layer: one-hot tokens frozen, mixer-only block, C = I frozen (the reference)
+    trained_embedding  + the token embedding trained (from its one-hot init)
+    mixer_mlp          + an RMSNorm in front of the layer and a SwiGLU block after it (`block_type="mixer_mlp"`)
+    residual           + the residual around the layer: the pre-norm residual block of a hybrid
+    trained_c          + C trained (from the identity)
+    after_attention    + an attention layer before it (pattern AS)
+    four_layers        + a 4-layer stack with two attention layers (pattern SASA)
+
+Every run is one product command, `python scripts/train_state_tracking.py --task a5 --mixers pd_ssm --recipe table
+--restarts 1 --seed S <the rung's flags>`, printed before it starts. A run whose record is in the ladder's JSON
+(default results/state_tracking/ladder.json) is skipped, so the ladder can be spread over sessions; run folders go
+to --runs_dir (outside the work tree by default), and --resume continues an interrupted run there.
+
+    python scripts/hybrid_ladder.py                          # every rung, seeds 0-2
+    python scripts/hybrid_ladder.py --rungs table,residual --seeds 0-4
+    python scripts/hybrid_ladder.py --table                  # print the table of what is recorded
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RECORD = ROOT / "results" / "state_tracking" / "ladder.json"
+LEARNT = 0.99  # a run learnt the task when its test mean over 40-256 reaches this
+
+
+@dataclass(frozen=True)
+class Rung:
+    name: str
+    change: str  # what this rung adds to the one before
+    flags: tuple[str, ...] = ()  # its own flags (added to the earlier rungs')
+    extra_config: tuple[str, ...] = ()  # its own KEY=VALUE config fields (merged with the earlier rungs')
+
+
+RUNGS = (
+    Rung("table", "table's mixer-only layer: frozen one-hot tokens, C = I frozen"),
+    Rung("trained_embedding", "+ the token embedding trained", ("--freeze_embedding", "false")),
+    Rung(
+        "mixer_mlp",
+        "+ RMSNorm before the layer, SwiGLU block after it",
+        ("--block_type", "mixer_mlp"),
+        ("pd_ssm_transition_init_scale=1.0",),  # W_P now reads RMSNorm(e_v) = sqrt(d) e_v: N(0, 1) logits
+    ),
+    Rung(
+        "residual", "+ the residual around the layer (pre-norm residual block)", ("--block_type", "pre_norm_residual")
+    ),
+    Rung("trained_c", "+ C trained", (), ("pd_ssm_output_trainable=true",)),
+    Rung("after_attention", "+ an attention layer before it (AS)", ("--pattern", "AS")),
+    Rung("four_layers", "+ two attention layers, 4 layers (SASA)", ("--pattern", "SASA")),
+)
+RUNG_NAMES = tuple(r.name for r in RUNGS)
+
+
+def rung_arguments(name: str, task: str, seed: int) -> list[str]:
+    """The train_state_tracking.py arguments of rung `name`: the base command, then every rung's flags up to it
+    (a later value of a flag wins), the merged config fields last."""
+    args = ["--task", task, "--mixers", "pd_ssm", "--recipe", "table", "--restarts", "1", "--seed", str(seed)]
+    flags: dict[str, str] = {}
+    extra: dict[str, str] = {}
+    for rung in RUNGS[: RUNG_NAMES.index(name) + 1]:
+        flags.update(zip(rung.flags[::2], rung.flags[1::2]))
+        extra.update(item.split("=", 1) for item in rung.extra_config)
+    for flag, value in flags.items():
+        args += [flag, value]
+    if extra:
+        args += ["--extra_config", *(f"{k}={v}" for k, v in extra.items())]
+    return args
+
+
+def _summary(results: dict) -> dict:
+    """What the ladder keeps of a run's results.json."""
+    return {
+        "test_mean": results["test"]["mean_accuracy"],
+        "test_buckets": [b["accuracy"] for b in results["test"]["buckets"]],
+        "far": {str(b["min_length"]): b["accuracy"] for b in (results.get("far") or {}).get("buckets", [])},
+        "best_validation": results["validation"]["accuracy"],
+        "steps": results["steps"],
+        "best_step": results["best_step"],
+        "parameters": results["parameters"],
+        "cpu_seconds": round(results["cpu_seconds"], 1),
+    }
+
+
+def run_rung(name: str, task: str, seed: int, runs_dir: Path, resume: bool, threads: int) -> dict:
+    """Train one rung for one seed through the product command; returns its ladder record."""
+    args = rung_arguments(name, task, seed)
+    out = runs_dir / task / name / f"seed{seed}"
+    command = ["python", "scripts/train_state_tracking.py", *args]
+    print("$ " + " ".join(command), flush=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    began = time.time()
+    extra = ["--output_dir", str(out)] + (["--resume"] if resume and out.exists() else [])
+    subprocess.run([sys.executable, *command[1:], *extra], cwd=ROOT, env=env, check=True)
+    results = json.loads((out / "results.json").read_text())
+    return {"command": " ".join(command), "wall_seconds": round(time.time() - began, 1), **_summary(results)}
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def table(record: dict) -> list[str]:
+    """The ladder as Markdown: every seed's test mean over 40-256 (far 1,000 / 4,000), how many learnt, mean ± std."""
+    lines = [
+        "| rung | what it adds | test mean % per seed (far 1,000 / 4,000) | learnt (>= 99 %) | mean ± std | CPU s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for rung in RUNGS:
+        runs = record.get(rung.name, {})
+        if not runs:
+            continue
+        seeds = sorted(runs, key=int)
+        means = [runs[s]["test_mean"] for s in seeds]
+        cells = []
+        for s in seeds:
+            far = "/".join(_pct(v) for v in runs[s]["far"].values())
+            cells.append(f"s{s} {_pct(runs[s]['test_mean'])}" + (f" ({far})" if far else ""))
+        spread = f"{_pct(statistics.mean(means))} ± {_pct(statistics.stdev(means))}" if len(means) > 1 else "—"
+        cpu = "–".join(f"{runs[s]['cpu_seconds']:.0f}" for s in (seeds[0], seeds[-1])) if seeds else ""
+        learnt = sum(m >= LEARNT for m in means)
+        lines.append(f"| {rung.name} | {rung.change} | {'; '.join(cells)} | {learnt}/{len(means)} | {spread} | {cpu} |")
+    return lines
+
+
+def _seeds(text: str) -> list[int]:
+    if "-" in text and "," not in text:
+        lo, hi = (int(x) for x in text.split("-"))
+        return list(range(lo, hi + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rungs", default=",".join(RUNG_NAMES), help=f"comma-separated, from {', '.join(RUNG_NAMES)}")
+    parser.add_argument("--seeds", type=_seeds, default=[0, 1, 2], help="e.g. 0-2 or 0,3")
+    parser.add_argument("--task", default="a5")
+    parser.add_argument("--record", type=Path, default=DEFAULT_RECORD, help="the ladder's JSON record")
+    parser.add_argument("--runs_dir", type=Path, default=Path.home() / ".cache" / "hf_ssm" / "ladder")
+    parser.add_argument("--resume", action="store_true", help="continue interrupted runs from their checkpoints")
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each run")
+    parser.add_argument("--table", action="store_true", help="print the recorded ladder and exit")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    rungs = [r for r in args.rungs.split(",") if r]
+    unknown = sorted(set(rungs) - set(RUNG_NAMES))
+    if unknown:
+        raise SystemExit(f"--rungs: unknown {unknown}; choose from {', '.join(RUNG_NAMES)}")
+    full = json.loads(args.record.read_text()) if args.record.is_file() else {}
+    record = full.setdefault(args.task, {})
+    if not args.table:
+        for name in rungs:
+            for seed in args.seeds:
+                if str(seed) in record.get(name, {}):
+                    continue
+                result = run_rung(name, args.task, seed, args.runs_dir.expanduser(), args.resume, args.threads)
+                record.setdefault(name, {})[str(seed)] = result
+                args.record.parent.mkdir(parents=True, exist_ok=True)
+                tmp = args.record.with_suffix(".json.tmp")
+                tmp.write_text(json.dumps(full, indent=1) + "\n")
+                os.replace(tmp, args.record)
+                print(f"{name} seed {seed}: test mean {_pct(result['test_mean'])} %", flush=True)
+    print("\n".join(table(record)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

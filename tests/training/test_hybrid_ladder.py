@@ -1,0 +1,53 @@
+"""scripts/hybrid_ladder.py: each rung is the rung before it plus exactly its own difference, every rung's command is
+one the driver accepts and trains the settings the rung names, and the table reports every seed."""
+
+from __future__ import annotations
+
+from hf_ssm.training.state_tracking.settings import StateTrackingSettings
+from model_checks import load_script
+
+ladder = load_script("hybrid_ladder")
+driver = load_script("train_state_tracking")
+
+
+def _settings(rung: str, seed: int = 0) -> StateTrackingSettings:
+    parser = driver.build_parser()
+    _, runs = driver.plan_runs(parser, parser.parse_args(ladder.rung_arguments(rung, "a5", seed)))
+    ((settings, _),) = runs
+    return settings
+
+
+def test_each_rung_adds_its_own_difference_to_the_one_before():
+    """Rung by rung, the trained settings differ from the previous rung's exactly in what the rung names."""
+    expected = {
+        "trained_embedding": {"freeze_embedding": False},
+        "mixer_mlp": {"block_type": "mixer_mlp", "pd_ssm_transition_init_scale": 1.0},
+        "residual": {"block_type": "pre_norm_residual"},
+        "trained_c": {"pd_ssm_output_trainable": True},
+        "after_attention": {"pattern": "AS"},
+        "four_layers": {"pattern": "SASA"},
+    }
+
+    def flat(settings) -> dict:
+        fields = {k: v for k, v in vars(settings).items() if k != "extra_config"}
+        return fields | dict(settings.extra_config)
+
+    first = flat(_settings("table"))
+    assert first["block_type"] == "mixer_only" and first["freeze_embedding"] and first["restarts"] == 1
+    previous = first
+    for name in ladder.RUNG_NAMES[1:]:
+        current = flat(_settings(name))
+        changed = {k: current[k] for k in current if current[k] != previous.get(k)}
+        assert changed == expected[name], name
+        previous = current
+
+
+def test_the_table_lists_every_seed_and_counts_the_runs_that_learnt():
+    """The Markdown row of a rung gives each seed's test mean (and far accuracy), the count at >= 99 % and mean ± std."""
+    run = {"far": {"1000": 1.0, "4000": 0.998}, "cpu_seconds": 300.0}
+    record = {
+        "table": {"0": {**run, "test_mean": 1.0}, "1": {**run, "test_mean": 0.995}, "2": {**run, "test_mean": 0.35}},
+    }
+    (row,) = ladder.table(record)[2:]
+    assert "s0 100.0 (100.0/99.8); s1 99.5 (100.0/99.8); s2 35.0 (100.0/99.8)" in row
+    assert "| 2/3 |" in row and "78.2 ± 37.4" in row
