@@ -130,7 +130,8 @@ def table(record: dict) -> list[str]:
             far = "/".join(_pct(v) for v in runs[s]["far"].values())
             cells.append(f"s{s} {_pct(runs[s]['test_mean'])}" + (f" ({far})" if far else ""))
         spread = f"{_pct(statistics.mean(means))} ± {_pct(statistics.stdev(means))}" if len(means) > 1 else "—"
-        cpu = "–".join(f"{runs[s]['cpu_seconds']:.0f}" for s in (seeds[0], seeds[-1])) if seeds else ""
+        cpus = [runs[s]["cpu_seconds"] for s in seeds]
+        cpu = f"{min(cpus):.0f}–{max(cpus):.0f}"
         learnt = sum(m >= LEARNT for m in means)
         lines.append(f"| {rung.name} | {rung.change} | {'; '.join(cells)} | {learnt}/{len(means)} | {spread} | {cpu} |")
     return lines
