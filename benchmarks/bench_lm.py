@@ -41,6 +41,8 @@ from pathlib import Path
 
 import torch
 
+from hf_ssm.training.cli import seed_list
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "lm"
 SIZES = {"d128": dict(hidden_size=128, heads=4, layers=4), "d256": dict(hidden_size=256, heads=8, layers=4)}
@@ -442,20 +444,13 @@ def planned_runs(args) -> list[Run]:
     return runs
 
 
-def _int_list(text: str) -> list[int]:
-    if "-" in text and "," not in text:
-        lo, hi = (int(x) for x in text.split("-"))
-        return list(range(lo, hi + 1))
-    return [int(x) for x in text.split(",")]
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--phase", choices=("sweep", "full", "report"), required=True)
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
     parser.add_argument("--size", choices=tuple(SIZES), default="d128")
     parser.add_argument("--tokenizer", choices=("byte", "smollm2"), default="byte")
-    parser.add_argument("--seeds", type=_int_list, default=[0], help="e.g. 0-2 or 0,3")
+    parser.add_argument("--seeds", type=seed_list, default=[0], help="e.g. 0-2 or 0,3")
     parser.add_argument("--learning_rates", default="1e-3,3e-3,1e-2", help="the sweep's rates")
     parser.add_argument("--learning_rate", type=float, default=None, help="full runs: this rate, not the sweep's best")
     parser.add_argument("--sweep_bytes", type=int, default=2_000_000, help="training bytes of a sweep run")

@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hf_ssm.training.cli import seed_list
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RECORD = ROOT / "results" / "state_tracking" / "ladder.json"
 LEARNT = 0.99  # a run learnt the task when its test mean over 40-256 reaches this
@@ -137,17 +139,10 @@ def table(record: dict) -> list[str]:
     return lines
 
 
-def _seeds(text: str) -> list[int]:
-    if "-" in text and "," not in text:
-        lo, hi = (int(x) for x in text.split("-"))
-        return list(range(lo, hi + 1))
-    return [int(x) for x in text.split(",")]
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rungs", default=",".join(RUNG_NAMES), help=f"comma-separated, from {', '.join(RUNG_NAMES)}")
-    parser.add_argument("--seeds", type=_seeds, default=[0, 1, 2], help="e.g. 0-2 or 0,3")
+    parser.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="e.g. 0-2 or 0,3")
     parser.add_argument("--task", default="a5")
     parser.add_argument("--record", type=Path, default=DEFAULT_RECORD, help="the ladder's JSON record")
     parser.add_argument("--runs_dir", type=Path, default=Path.home() / ".cache" / "hf_ssm" / "ladder")
