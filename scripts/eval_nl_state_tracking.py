@@ -24,8 +24,22 @@ default: n, 4n and 8n swaps):
 
     python scripts/eval_nl_state_tracking.py --model smollm2-135m --task tracking_shuffled_objects --num_stories 64
 
+With --adapter the shuffled-objects stories are asked as the adapter was trained, "<story>\nAnswer:" (no shots by
+default), and --story_variety picks the stories' variety (hf_ssm.data.shuffled_objects: "varied", "heldout", ...).
+
 An adapter trained with the LM-head readout answers through the frozen model's head; one trained with the
 classifier readout leaves the head as it was, so its own answer is the base's (score it with train_adapter.py).
+
+BIG-Bench Hard's own files (--bbh_file, read as published: hf_ssm.data.nl_bbh; evaluation only, never trained or
+selected on): every item is scored by the option letter's log-likelihood (the letter after "A: (" in the few-shot
+Q/A format, or the answer word after "Answer:" for an adapter) and by the greedy answer's letter, or, for an adapter
+with the classifier readout, by its classifier. The record (--out, never overwritten) holds the file's sha256, the
+accuracies and every item's predictions; a line for every evaluation is appended to --bbh_log, so none is discarded:
+
+    python scripts/eval_nl_state_tracking.py --model smollm2-135m \
+        --bbh_file ../shared/benchmarks/bbh/tracking_shuffled_objects_three_objects.json
+    python scripts/eval_nl_state_tracking.py --adapter runs/adapter/<run>/s0/ssm_classifier/adapter \
+        --bbh_file ../shared/benchmarks/bbh/tracking_shuffled_objects_seven_objects.json
 """
 
 from __future__ import annotations
@@ -43,8 +57,16 @@ import torch
 
 from hf_ssm.adapters import SSMAdapterConfig, load_ssm_adapter
 from hf_ssm.adapters.bases import DTYPES, load_base
+from hf_ssm.adapters.feature_cache import FrozenPrefix
+from hf_ssm.data.nl_bbh import adapter_prompt, read_bbh_file
 from hf_ssm.data.nl_state_tracking import ALL_NL_TASK_NAMES, get_nl_task
-from hf_ssm.data.shuffled_objects import bbh_fewshot_prefix, bbh_fewshot_prompt, object_buckets
+from hf_ssm.data.shuffled_objects import (
+    SHUFFLED_OBJECTS_TASK_NAMES,
+    VARIETIES,
+    bbh_fewshot_prefix,
+    bbh_fewshot_prompt,
+    object_buckets,
+)
 from hf_ssm.training.adapter.experiment_settings import parse_transition_buckets
 from hf_ssm.training.adapter.scoring import fewshot_text
 from hf_ssm.training.loop import evaluation_progress
@@ -76,6 +98,16 @@ def option_letter(text: str) -> str:
     " A crimson ball" -> '' (an article, not an option)."""
     found = OPTION_LETTER.match(text)
     return (found.group(1) or found.group(2)).upper() if found else ""
+
+
+def answered_letter(text: str, style: str) -> str:
+    """The option letter of a greedy continuation: in the Q/A format (`style` "qa") `option_letter`'s forms; after
+    "Answer:" ("answer", an adapter's stories, whose answer word is the bare letter) its first word when that is a
+    single letter ('' otherwise)."""
+    if style == "qa":
+        return option_letter(text)
+    word = first_word(text)
+    return word.upper() if len(word) == 1 else ""
 
 
 def bbh_shots(task, objects: int, count: int, seed: int) -> list:
@@ -135,17 +167,20 @@ def score_choice_bucket(model, tokenizer, task, low: int, high: int, objects: in
     """Exact match of the option letter on `args.num_stories` stories of `objects` people and low..high swaps,
     each after the `args.fewshot` solved examples of the same n (bbh_fewshot_prompt). The examples are the same
     for every story of the bucket, so their KV cache is computed once (generate_after_prefix)."""
-    rng = random.Random(f"hf_ssm.eval_nl:{task.name}:{args.seed}:{objects}:{low}-{high}")
+    rng = random.Random(f"hf_ssm.eval_nl:{task.stream_name}:{args.seed}:{objects}:{low}-{high}")
     shots = bbh_shots(task, objects, args.fewshot, args.seed + 1)
     stories = [task.with_objects(objects).sample(rng.randint(low, high), rng) for _ in range(args.num_stories)]
-    prefix = bbh_fewshot_prefix(shots)
-    prefix_ids, prefix_cache = shared_prefix_cache(model, tokenizer, prefix) if prefix else (None, None)
+    # an adapter is asked as it was trained, "<story>\nAnswer:" after solved stories in that form
+    prefix = "".join(f"{s.prompt} {s.answer_word}\n\n" for s in shots) if args.adapter else bbh_fewshot_prefix(shots)
+    # a copy of a cache the adapter filled carries no adapter state: an adapted model reads whole prompts
+    cached = bool(prefix) and not args.adapter
+    prefix_ids, prefix_cache = shared_prefix_cache(model, tokenizer, prefix) if cached else (None, None)
     correct, lengths, answers = 0, [], {}
     starts = range(0, len(stories), args.batch_size)
     for start in evaluation_progress(starts, f"{task.name} n={objects} {low}-{high}", total=len(starts)):
         chunk = stories[start : start + args.batch_size]
-        prompts = [bbh_fewshot_prompt(s, shots) for s in chunk]
-        if prefix:
+        prompts = [prefix + s.prompt if args.adapter else bbh_fewshot_prompt(s, shots) for s in chunk]
+        if cached:
             outputs = generate_after_prefix(model, tokenizer, prompts, prefix_ids, prefix_cache, args.max_new_tokens)
         else:
             batch = tokenizer(prompts, return_tensors="pt", padding=True)
@@ -155,7 +190,9 @@ def score_choice_bucket(model, tokenizer, task, low: int, high: int, objects: in
             width = batch["input_ids"].shape[1]
             outputs = [(row, int(mask.sum())) for row, mask in zip(out[:, width:], batch["attention_mask"])]
         for story, (row, length) in zip(chunk, outputs):
-            letter = option_letter(tokenizer.decode(row, skip_special_tokens=True))
+            letter = answered_letter(
+                tokenizer.decode(row, skip_special_tokens=True), "answer" if args.adapter else "qa"
+            )
             correct += f"({letter})" == story.choice
             answers[letter] = answers.get(letter, 0) + 1
             lengths.append(length)
@@ -197,6 +234,190 @@ def score_bucket(model, tokenizer, task, prefix: str, low: int, high: int, args)
         "mean_tokens": sum(lengths) / len(lengths),
         "answers": dict(sorted(answers.items(), key=lambda kv: -kv[1])[:8]),  # the most frequent first words
     }
+
+
+BBH_LOG = "results/bbh/evaluations.jsonl"  # every evaluation on BIG-Bench Hard's files, one line each
+
+
+def letter_token_ids(tokenizer, letters: str, style: str) -> list[int]:
+    """The token each option letter is read from: after "A: (" in the Q/A format (`style` "qa": the letter's own
+    token, " (" + "B" tokenising as " (", "B"), or the first token of " B" after "Answer:" ("answer", the answer word
+    of the adapter's stories). ValueError when a letter is not one token there, or two letters share one."""
+    ids = []
+    for letter in letters:
+        if style == "qa":
+            opener = tokenizer.encode(" (", add_special_tokens=False)
+            pieces = tokenizer.encode(" (" + letter, add_special_tokens=False)
+            if pieces[: len(opener)] != opener or len(pieces) != len(opener) + 1:
+                raise ValueError(f"the tokenizer does not read ' ({letter}' as ' (' and one token for {letter!r}")
+            ids.append(pieces[-1])
+        else:
+            ids.append(tokenizer.encode(" " + letter, add_special_tokens=False)[0])
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"option letters {letters!r} share tokens {ids} with this tokenizer")
+    return ids
+
+
+@torch.no_grad()
+def logits_after_prefix(model, tokenizer, prompts: list[str], prefix_ids, prefix_cache) -> torch.Tensor:
+    """The next-token logits (B, V) after each prompt (float32): the prompts left-padded (after a copy of the shared
+    prefix's cache per row when `prefix_cache` is given, as generate_after_prefix lays them out)."""
+    if prefix_cache is None:
+        batch = tokenizer(prompts, return_tensors="pt", padding=True)
+        return model(**batch, use_cache=False).logits[:, -1].float()
+    width = len(prefix_ids)
+    suffixes = [tokenizer(p, return_tensors="pt")["input_ids"][0][width:] for p in prompts]
+    longest = max(len(ids) for ids in suffixes)
+    input_ids = torch.full((len(prompts), longest), tokenizer.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros(len(prompts), width + longest, dtype=torch.long)
+    attention_mask[:, :width] = 1
+    for row, ids in enumerate(suffixes):
+        input_ids[row, longest - len(ids) :] = ids
+        attention_mask[row, width + longest - len(ids) :] = 1
+    cache = copy.deepcopy(prefix_cache)
+    cache.batch_repeat_interleave(len(prompts))
+    positions = (attention_mask.cumsum(-1) - 1).clamp_min(0)[:, width:]
+    out = model(input_ids=input_ids, attention_mask=attention_mask, cache=cache, position_ids=positions)
+    return out.logits[:, -1].float()
+
+
+@torch.no_grad()
+def classifier_scores(model, tokenizer, prompts: list[str]) -> torch.Tensor:
+    """An adapter with the classifier readout: its class scores (B, C) at each prompt's last token, from the base's
+    layers up to the adapter only (the classifier never reads the layers above)."""
+    batch = tokenizer(prompts, return_tensors="pt", padding=True)
+    inputs = {**batch, "position_ids": (batch["attention_mask"].cumsum(-1) - 1).clamp_min(0)}
+    hidden = FrozenPrefix(model).features(**inputs)
+    mask = batch["attention_mask"].bool()
+    scores, _ = model.ssm_adapter(hidden, mask=None if bool(mask.all()) else mask, input_ids=batch["input_ids"])
+    return scores[:, -1].float()
+
+
+def bbh_prompts(items, style: str, prefixes: dict) -> list[str]:
+    """The prompt of every item: its n's few-shot prefix, then "Q: <input>\nA:" (`style` "qa") or the adapter's
+    "<input>\nAnswer:" ("answer")."""
+    if style == "qa":
+        return [f"{prefixes[len(i.options)]}Q: {i.input}\nA:" for i in items]
+    return [prefixes[len(i.options)] + adapter_prompt(i) for i in items]
+
+
+@torch.no_grad()
+def score_bbh_items(model, tokenizer, items, args, style: str, prefixes: dict, classifier: bool) -> list[dict]:
+    """Every item's predictions: the classifier's letter (`classifier`), or the letter of the largest
+    log-likelihood among the item's options and the greedy answer's letter (generation, `args.max_new_tokens`).
+    Items of one n share their few-shot prefix, whose cache is computed once (a model without adapter)."""
+    predictions = []
+    for count in sorted({len(item.options) for item in items}):
+        group = [item for item in items if len(item.options) == count]
+        prefix, letters = prefixes[count], "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:count]
+        cached = bool(prefix) and not args.adapter
+        prefix_ids, cache = shared_prefix_cache(model, tokenizer, prefix) if cached else (None, None)
+        ids = None if classifier else letter_token_ids(tokenizer, letters, style)
+        starts = range(0, len(group), args.batch_size)
+        for start in evaluation_progress(starts, f"BBH n={count}", total=len(starts)):
+            chunk = group[start : start + args.batch_size]
+            prompts = bbh_prompts(chunk, style, prefixes)
+            if classifier:
+                scores = classifier_scores(model, tokenizer, prompts)[:, :count]
+                predictions += [
+                    {"index": i.index, "target": i.target, "classifier": letters[int(row.argmax())],
+                     "scores": [round(v, 4) for v in row.tolist()]}
+                    for i, row in zip(chunk, scores)
+                ]  # fmt: skip
+                continue
+            asked = [p + " (" for p in prompts] if style == "qa" else prompts
+            logprobs = logits_after_prefix(model, tokenizer, asked, prefix_ids, cache).log_softmax(-1)[:, ids]
+            if cached:
+                greedy = generate_after_prefix(model, tokenizer, prompts, prefix_ids, cache, args.max_new_tokens)
+            else:
+                batch = tokenizer(prompts, return_tensors="pt", padding=True)
+                out = model.generate(
+                    **batch, max_new_tokens=args.max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+                )
+                greedy = [(row, 0) for row in out[:, batch["input_ids"].shape[1] :]]
+            for item, row, (generated, _) in zip(chunk, logprobs, greedy):
+                text = tokenizer.decode(generated, skip_special_tokens=True)
+                predictions.append(
+                    {"index": item.index, "target": item.target, "loglik": letters[int(row.argmax())],
+                     "logprobs": [round(v, 4) for v in row.tolist()], "greedy": answered_letter(text, style), "text": text}
+                )  # fmt: skip
+    return sorted(predictions, key=lambda p: p["index"])
+
+
+def bbh_record(model, tokenizer, path: str, args, label: str, command: str) -> dict:
+    """The record of one evaluation of a BIG-Bench Hard file (read and checked as published): the file's sha256,
+    the model, the prompt, accuracy per scoring and every item's predictions."""
+    began, cpu = time.perf_counter(), time.process_time()
+    bbh = read_bbh_file(path)
+    classifier = bool(args.adapter) and SSMAdapterConfig.from_pretrained(args.adapter).readout == "classifier"
+    style = "answer" if args.adapter else "qa"
+    plain = get_nl_task("tracking_shuffled_objects")
+    prefixes = {}
+    for count in bbh.option_counts:
+        # solved examples of the package's own generator (never the benchmark's items), n swaps for n objects
+        shots = bbh_shots(plain, count, args.fewshot, args.seed + 1) if count in plain.object_counts else []
+        if args.fewshot and not shots:
+            raise ValueError(f"{path}: no generated few-shot examples for items of {count} options")
+        prefixes[count] = "".join(f"{s.prompt} {s.answer_word}\n\n" for s in shots) if args.adapter else (
+            bbh_fewshot_prefix(shots)
+        )  # fmt: skip
+    predictions = score_bbh_items(model, tokenizer, bbh.items, args, style, prefixes, classifier)
+    scorings = ["classifier"] if classifier else ["loglik", "greedy"]
+    accuracy = {k: sum(p[k] == p["target"][1] for p in predictions) / len(predictions) for k in scorings}
+    return {
+        "file": bbh.path, "sha256": bbh.sha256, "items": len(bbh.items), "option_counts": bbh.option_counts,
+        "model": args.model, "adapter": args.adapter, "label": label, "prompt": style, "fewshot": args.fewshot,
+        "max_new_tokens": args.max_new_tokens, "accuracy": accuracy, "predictions": predictions,
+        "wall_seconds": time.perf_counter() - began, "cpu_seconds": time.process_time() - cpu, "command": command,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }  # fmt: skip
+
+
+def bbh_out_path(args, path: str, label: str) -> Path:
+    """Where the record of `path` goes: --out (one file only), else results/bbh/<file>-<model>-<UTC time>.json."""
+    if args.out:
+        return Path(args.out)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
+    return Path(f"results/bbh/{Path(path).stem}-{name}-{stamp}.json")
+
+
+def bbh_main(parser, args, command: str) -> int:
+    """--bbh_file: score each file, write its record (never over an existing one) and append a line to --bbh_log."""
+    if args.out and len(args.bbh_file) > 1:
+        parser.error("--out names one record: give one --bbh_file with it")
+    for name in ("batch_size", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.fewshot < 0:
+        parser.error("--fewshot must be >= 0")
+    for path in args.bbh_file:
+        try:
+            read_bbh_file(path)  # a malformed file is refused before any model is loaded
+        except ValueError as err:
+            parser.error(str(err))
+    model, tokenizer = load_base(args.model, dtype=args.dtype)
+    tokenizer.padding_side = "left"
+    if args.adapter:
+        model = load_ssm_adapter(model, args.adapter)
+    # an adapter by its run folder's last parts (<run>/s0/ssm_classifier/adapter -> s0/ssm_classifier/adapter)
+    label = Path(args.model).name + (f" + {'/'.join(Path(args.adapter).parts[-3:])}" if args.adapter else "")
+    for path in args.bbh_file:
+        out = bbh_out_path(args, path, label)
+        if out.exists():
+            parser.error(f"{out} exists: a record of an evaluation on a public file is never overwritten")
+        record = bbh_record(model, tokenizer, path, args, label, command)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(record, indent=1) + "\n")
+        line = {k: record[k] for k in ("time", "file", "sha256", "items", "model", "adapter", "prompt", "fewshot")}
+        log = Path(args.bbh_log)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as f:
+            f.write(json.dumps({**line, "accuracy": record["accuracy"], "out": str(out), "command": command}) + "\n")
+        scores = ", ".join(f"{k} {100 * v:.1f} %" for k, v in record["accuracy"].items())
+        print(f"{Path(path).name} (sha256 {record['sha256'][:12]}), {label}: {scores} of {record['items']} items")
+        print(f"written to {out}; logged in {log}")
+    return 0
 
 
 def bucket_name(bucket: dict) -> str:
@@ -249,18 +470,38 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="float32", choices=list(DTYPES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="JSON record (default results/nl_eval/<task>-<model>.json)")
+    parser.add_argument(
+        "--story_variety",
+        default="plain",
+        choices=list(VARIETIES),
+        help="tracking_shuffled_objects: the generated stories' variety (hf_ssm.data.shuffled_objects)",
+    )
+    parser.add_argument(
+        "--bbh_file",
+        action="append",
+        default=None,
+        help="a BIG-Bench Hard task file as published (repeat for several): score its items instead of generated "
+        "stories (--task and --transitions are then unused); the record defaults to results/bbh/<file>-<model>-<time>"
+        ".json and is never overwritten",
+    )
+    parser.add_argument(
+        "--bbh_log", default=BBH_LOG, help=f"the log every --bbh_file evaluation appends to ({BBH_LOG})"
+    )
     return parser
 
 
 def resolve_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
     """Fill the options whose default depends on --adapter (module docstring): --model from the adapter's config,
     --fewshot and --transitions; a `parser.error` when no base can be named."""
+    if args.adapter and args.fewshot and SSMAdapterConfig.from_pretrained(args.adapter).kind == "entity_tracking":
+        parser.error("--fewshot: an entity-tracking adapter reads one story per prompt (solved examples before it "
+                     "would be bound as the story's people); use --fewshot 0")  # fmt: skip
     if args.model is None:
         recorded = SSMAdapterConfig.from_pretrained(args.adapter).base_model_name_or_path if args.adapter else None
         if not recorded:
             parser.error("--model is required" + (" (the adapter's config records no base)" if args.adapter else ""))
         args.model = recorded
-    shuffled = getattr(get_nl_task(args.task), "object_counts", None) is not None
+    shuffled = args.bbh_file is not None or getattr(get_nl_task(args.task), "object_counts", None) is not None
     if args.fewshot is None:
         args.fewshot = 0 if args.adapter else SHUFFLED_FEWSHOT if shuffled else BASE_FEWSHOT
     if args.transitions is None:
@@ -273,7 +514,13 @@ def resolve_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = resolve_defaults(parser, parser.parse_args(argv))
-    task = get_nl_task(args.task)
+    command = " ".join(["python", "scripts/eval_nl_state_tracking.py", *(argv if argv is not None else sys.argv[1:])])
+    if args.bbh_file:
+        return bbh_main(parser, args, command)
+    shuffled = args.task in SHUFFLED_OBJECTS_TASK_NAMES
+    if args.story_variety != "plain" and not shuffled:
+        parser.error("--story_variety applies to the tracking_shuffled_objects tasks only")
+    task = get_nl_task(args.task, variety=args.story_variety) if shuffled else get_nl_task(args.task)
     counts = getattr(task, "object_counts", None)  # tracking_shuffled_objects: buckets per number of objects
     try:
         if counts is None:
@@ -311,9 +558,8 @@ def main(argv: list[str] | None = None) -> int:
         "buckets": results,
         "wall_seconds": time.perf_counter() - began,
         "cpu_seconds": time.process_time() - cpu,
-        "command": " ".join(
-            ["python", "scripts/eval_nl_state_tracking.py", *(argv if argv is not None else sys.argv[1:])]
-        ),
+        "command": command,
+        **({"story_variety": args.story_variety} if shuffled else {}),
     }
     out = Path(args.out or f"results/nl_eval/{args.task}-{Path(args.model).name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)

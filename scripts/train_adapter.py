@@ -8,6 +8,7 @@ PD-SSM adapter; trained on 1-10 transitions, tested up to 80. Examples:
     python scripts/train_adapter.py --task cycle_navigation --base_model runs/adapter/parity/base
     python scripts/train_adapter.py --base smollm2-135m --task parity --seeds 0-4   # real LLM, offline
     python scripts/train_adapter.py --base smollm2-135m --task parity --preset lm_head --seed 0
+    python scripts/train_adapter.py --base smollm2-135m --task tracking_shuffled_objects --preset entity --seeds 0-2
     accelerate launch scripts/train_adapter.py --base_model Qwen/Qwen2.5-1.5B --dtype bfloat16 --task s5
 
 Presets (hf_ssm/training/adapter/experiment_settings.py): on `smollm2-135m` a run takes the task's best validated recipe of
@@ -57,12 +58,13 @@ PRESET_FIELDS = {
 OPTION_GROUPS = {
     "task and data": (
         "task", "preset", "seed", "seeds", "train_min_transitions", "train_max_transitions", "train_examples",
-        "train_max_preamble_sentences", "distractor_prob", "supervision", "answer_loss",
+        "train_max_preamble_sentences", "distractor_prob", "supervision", "answer_loss", "story_variety",
     ),
     "model": (
         "base_model", "dtype", "methods", "mixer", "layer_index", "write_layer_index", "num_heads", "state_size",
         "dict_size", "transition", "temperature", "initial_state", "input_map", "transitions_at", "standardize_input",
-        "classifier_per_head", "output_skip", "frozen_mixer_parameters", "dictionary_diagonal_init",
+        "classifier_per_head", "output_skip", "frozen_mixer_parameters", "dictionary_diagonal_init", "adapter_kind",
+        "entity_slots", "entity_tagger_width", "role_loss_weight",
         "tiny_hidden_size", "tiny_layers", "tiny_heads", "pretrain_steps", "pretrain_batch_size",
         "pretrain_max_minutes",
     ),
@@ -71,7 +73,10 @@ OPTION_GROUPS = {
         "grad_clip", "selection_learning_rate", "write_learning_rate", "lora_learning_rate", "max_minutes_per_method",
         "feature_cache", "feature_cache_dtype", "feature_cache_max_mb",
     ),
-    "evaluation": ("test_buckets", "eval_samples_per_bucket", "eval_batch_size", "eval_every", "fewshot_examples"),
+    "evaluation": (
+        "test_buckets", "heldout_buckets", "heldout_varieties", "eval_samples_per_bucket", "eval_batch_size",
+        "eval_every", "fewshot_examples",
+    ),
     "checkpointing and output": ("output_dir", "resume", "save_every", "summary", "model_card_dir"),
     "experimental": ("identity_entry_logit", "shared_selection", "readout_learning_rate"),
 }  # fmt: skip

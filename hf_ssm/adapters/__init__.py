@@ -2,6 +2,7 @@
 
 from .bases import NAMED_BASES, load_base, load_tokenizer, named_base_folder
 from .config import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, SSMAdapterConfig
+from .entity_tracking import EntityTrackingAdapter
 from .layer import SSMAdapter
 from .lora import add_lora, lora_rank_for_budget
 from .model import SSMAdapterModel, attach_ssm_adapter, check_compatible, find_decoder_layers, load_ssm_adapter
@@ -10,6 +11,7 @@ from .transition_tokens import TRANSITION_POSITIONS, sentence_end_token_ids, tra
 __all__ = [
     "ADAPTER_CONFIG_NAME",
     "ADAPTER_WEIGHTS_NAME",
+    "EntityTrackingAdapter",
     "NAMED_BASES",
     "SSMAdapter",
     "SSMAdapterConfig",

@@ -17,6 +17,11 @@ where the LM head reads (the last layer).
 The mixer is any name in `SSM_MIXER_CLASSES` (default `pd_ssm`); `mixer_settings` holds its HybridSSMConfig
 fields (e.g. `pd_ssm_head_state_size`). The `base_*` fields are filled in when the adapter is attached and are
 checked when it is loaded onto another base.
+
+`kind="entity_tracking"` replaces RMSNorm -> mixer by the entity-tracking adapter (entity_tracking.py, docs/design.md
+§10.1): a tagger of the base's features, a binding memory of names and objects, and a PD-SSM permutation state whose
+transpositions the swaps select; its readout scores the answer options (`num_labels`), as the classifier or, written
+through W_out (d, num_labels), for the LM head. Its settings are `entity_settings` (ENTITY_DEFAULTS).
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ ADAPTER_CONFIG_NAME = "adapter_config.json"
 ADAPTER_WEIGHTS_NAME = "adapter_model.safetensors"
 ADAPTER_TYPE = "hf_ssm_adapter"
 READOUTS = ("lm_head", "classifier")
+ADAPTER_KINDS = ("mixer", "entity_tracking")
+# entity_settings of kind "entity_tracking": person / object slots (at least the most people of a story), the
+# tagger's hidden width (0: a linear tagger), the start of the two learnt similarity scales (names, objects).
+ENTITY_DEFAULTS = {"slots": 8, "tagger_width": 64, "name_scale": 20.0, "object_scale": 20.0}
 # HybridSSMConfig fields the adapter sets itself from the base model; `mixer_settings` may not override them.
 RESERVED_MIXER_SETTINGS = ("hidden_size", "num_hidden_layers", "mixers", "ssm_mixer", "layer_types", "vocab_size")
 
@@ -81,6 +90,13 @@ class SSMAdapterConfig:
             at 0 and 1 and are set from training features by `SSMAdapter.set_input_statistics`). A pretrained LM's
             hidden states share a few huge outlier features, so without it every input starts with nearly the same
             transition (docs/adapter.md). **[choice]**
+        kind: `"mixer"` (default: RMSNorm -> `mixer` -> readout) or `"entity_tracking"`
+            (hf_ssm.adapters.entity_tracking: the tracker of who holds which object, for tracking_shuffled_objects;
+            needs `num_labels`, the number of answer options, and leaves `mixer_settings`,
+            `frozen_mixer_parameters`, `transition_token_ids` and `classifier_per_head` at their defaults: it has no
+            mixer of its own). **[choice]**
+        entity_settings: kind "entity_tracking" only: values for ENTITY_DEFAULTS' keys (`slots`, `tagger_width`,
+            `name_scale`, `object_scale`); missing keys take the defaults.
         base_model_name_or_path: the base the adapter was trained on (informational, as in PEFT configs).
         base_model_type / base_hidden_size / base_num_hidden_layers: recorded at attach time; loading onto a base
             with another width or layer count raises ValueError.
@@ -98,6 +114,8 @@ class SSMAdapterConfig:
     frozen_mixer_parameters: list = field(default_factory=list)
     transition_token_ids: list | None = None
     standardize_input: bool = False
+    kind: str = "mixer"
+    entity_settings: dict = field(default_factory=dict)
     base_model_name_or_path: str | None = None
     base_model_type: str | None = None
     base_hidden_size: int | None = None
@@ -130,6 +148,53 @@ class SSMAdapterConfig:
             raise ValueError(f"`norm_eps` must be a number > 0, got {self.norm_eps!r}")
         if self.adapter_type != ADAPTER_TYPE:
             raise ValueError(f"`adapter_type` must be {ADAPTER_TYPE!r}, got {self.adapter_type!r}")
+        self._validate_kind()
+
+    def _validate_kind(self) -> None:
+        """`kind` one of ADAPTER_KINDS; an entity tracker's `entity_settings` (filled with ENTITY_DEFAULTS), its
+        `num_labels`, and none of the mixer's fields set."""
+        if self.kind not in ADAPTER_KINDS:
+            raise ValueError(f"`kind` must be one of {list(ADAPTER_KINDS)}, got {self.kind!r}")
+        if not isinstance(self.entity_settings, dict):
+            raise ValueError(
+                f"`entity_settings` must be a dict of {sorted(ENTITY_DEFAULTS)}, got {self.entity_settings!r}"
+            )
+        if self.kind == "mixer":
+            if self.entity_settings:
+                raise ValueError(
+                    f"`entity_settings` applies to kind='entity_tracking' only, got {self.entity_settings!r}"
+                )
+            return
+        unknown = sorted(set(self.entity_settings) - set(ENTITY_DEFAULTS))
+        if unknown:
+            raise ValueError(f"`entity_settings` has unknown keys {unknown}; accepted: {sorted(ENTITY_DEFAULTS)}")
+        settings = {**ENTITY_DEFAULTS, **self.entity_settings}
+        for name, low in (("slots", 2), ("tagger_width", 0)):
+            value = settings[name]
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"`entity_settings['{name}']` must be an int >= {low}, got {value!r}")
+        for name in ("name_scale", "object_scale"):
+            value = settings[name]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"`entity_settings['{name}']` must be a number > 0, got {value!r}")
+        self.entity_settings = settings
+        if isinstance(self.num_labels, bool) or not isinstance(self.num_labels, int) or self.num_labels < 2:
+            raise ValueError(
+                "`num_labels` (the answer options) must be an int >= 2 with kind='entity_tracking', got "
+                f"{self.num_labels!r}"
+            )
+        mixer_fields = {
+            "mixer_settings": self.mixer_settings != {},
+            "frozen_mixer_parameters": self.frozen_mixer_parameters != [],
+            "transition_token_ids": self.transition_token_ids is not None,
+            "classifier_per_head": self.classifier_per_head,
+        }
+        set_fields = [name for name, is_set in mixer_fields.items() if is_set]
+        if set_fields:
+            raise ValueError(
+                f"kind='entity_tracking' has no mixer: leave {set_fields} at their defaults (the tracker reads every "
+                "token and answers with one readout)"
+            )
 
     def _validate_mixer(self) -> None:
         """`mixer` a registered mixer; `mixer_settings` HybridSSMConfig fields (old names renamed), none reserved."""
@@ -263,4 +328,11 @@ class SSMAdapterConfig:
         return cls.from_dict(data)
 
 
-__all__ = ["ADAPTER_CONFIG_NAME", "ADAPTER_WEIGHTS_NAME", "READOUTS", "SSMAdapterConfig"]
+__all__ = [
+    "ADAPTER_CONFIG_NAME",
+    "ADAPTER_KINDS",
+    "ADAPTER_WEIGHTS_NAME",
+    "ENTITY_DEFAULTS",
+    "READOUTS",
+    "SSMAdapterConfig",
+]

@@ -330,6 +330,16 @@ class SSMAdapterModel(nn.Module):
         return self.base_model
 
 
+def build_adapter(config: SSMAdapterConfig, model: nn.Module, hidden_size: int) -> nn.Module:
+    """The adapter module of `config`'s kind for the base `model` of width `hidden_size`: an `SSMAdapter`, or the
+    entity tracker (which reads the base's input embeddings)."""
+    if config.kind == "entity_tracking":
+        from .entity_tracking import EntityTrackingAdapter
+
+        return EntityTrackingAdapter(config, hidden_size, model.get_input_embeddings())
+    return SSMAdapter(config, hidden_size)
+
+
 def attach_ssm_adapter(model: nn.Module, config: SSMAdapterConfig | None = None, freeze_base: bool = True):
     """Freeze `model` and attach a fresh adapter after decoder layer `config.layer_index` (writing after
     `config.write_layer_index` when that is set).
@@ -358,7 +368,7 @@ def attach_ssm_adapter(model: nn.Module, config: SSMAdapterConfig | None = None,
         for param in model.parameters():
             param.requires_grad_(False)
     reference = next(layers[layer_index].parameters(), None)
-    adapter = SSMAdapter(config, base_config.hidden_size)
+    adapter = build_adapter(config, model, base_config.hidden_size)
     if reference is not None:
         adapter.to(reference.device)
     setattr(model, _ATTACHED_FLAG, True)
@@ -441,6 +451,7 @@ def load_ssm_adapter(
 __all__ = [
     "SSMAdapterModel",
     "attach_ssm_adapter",
+    "build_adapter",
     "check_compatible",
     "find_decoder_layers",
     "load_ssm_adapter",

@@ -48,6 +48,7 @@ __all__ = [
     "sentence_token_mismatches",
     "task_vocabulary",
     "token_ends",
+    "token_roles",
     "words_of",
 ]
 
@@ -307,6 +308,7 @@ class NLStateTrackingDataset(torch.utils.data.Dataset):
     generated from a ``random.Random`` seeded by ``(seed, i)``, so items are deterministic and random-access.
 
     Items: ``input_ids`` (L,) long (the prompt, ending with "Answer:"), ``label`` (answer class),
+    ``token_roles`` (L,) long (stories that record roles, the shuffled-objects ones: ``token_roles``),
     ``answer_token`` (the token id to predict next), ``num_transitions``, ``length`` (L), and
     ``supervised_positions`` / ``supervised_labels`` (num_transitions + 1,): the last token of every transition
     sentence with the answer after it, then the final position with the answer.
@@ -355,7 +357,8 @@ class NLStateTrackingDataset(torch.utils.data.Dataset):
 
     def story(self, i: int) -> NLStory:
         i = checked_index(i, self.num_samples)
-        rng = random.Random(f"hf_ssm.nl_state_tracking:{self.task.name}:{self.seed}:{i}")
+        stream = getattr(self.task, "stream_name", self.task.name)  # a shuffled-objects variety draws its own stories
+        rng = random.Random(f"hf_ssm.nl_state_tracking:{stream}:{self.seed}:{i}")
         count = self.min_transitions + int(rng.random() * (self.max_transitions - self.min_transitions + 1))
         # drawn only when asked for, so that the stories without a preamble stay those of earlier releases
         preamble = int(rng.random() * (self.max_preamble_sentences + 1)) if self.max_preamble_sentences else 0
@@ -364,7 +367,11 @@ class NLStateTrackingDataset(torch.utils.data.Dataset):
     def __getitem__(self, i) -> dict:
         story = self.story(i)
         ids, ends = token_ends(self.tokenizer, story.prompt, story.transition_ends)
+        roles = {}
+        if story.roles:  # the shuffled-objects stories: every token's role, the entity-tracking tagger's labels
+            roles["token_roles"] = torch.tensor(token_roles(self.tokenizer, story.prompt, story.roles))
         return {
+            **roles,
             "input_ids": torch.tensor(ids, dtype=torch.long),
             "label": story.answer,
             "answer_token": self.answer_ids[story.answer],
@@ -392,6 +399,31 @@ def token_ends(tokenizer, text: str, char_ends: list[int]) -> tuple[list[int], l
             k += 1
         out.append(k)
     return ids, out
+
+
+# An option's letter and a swap's full stop (shuffled_objects.ROLES) mark one token, the first that overlaps them (the
+# adapter counts them); a name, an object or an option's text marks every token of its span (the adapter reads each
+# as the bag of its tokens' embeddings: docs/adapter.md).
+_FIRST_TOKEN_ROLES = ("option", "swap_end")
+
+
+def token_roles(tokenizer, text: str, roles: list[tuple[int, int, int]]) -> list[int]:
+    """The role id of every token of `text` (0 = "none") from character spans (start, end, role) (NLStory.roles):
+    a span of a role in _FIRST_TOKEN_ROLES marks the first token overlapping it, any other span every token
+    overlapping it. Needs a tokenizer with offset mappings; ValueError when a span overlaps no token."""
+    from .shuffled_objects import ROLES
+
+    first_only = {ROLES.index(name) for name in _FIRST_TOKEN_ROLES}
+    encoded = tokenizer(text, return_offsets_mapping=True)
+    labels = [0] * len(encoded["input_ids"])
+    spans = [(a, b) if b > a else (-1, -1) for a, b in encoded["offset_mapping"]]  # special tokens: (0, 0)
+    for start, end, role in roles:
+        hits = [k for k, (a, b) in enumerate(spans) if a < end and b > start]
+        if not hits:
+            raise ValueError(f"role span {text[start:end]!r} ({start}-{end}) overlaps no token")
+        for k in hits[:1] if role in first_only else hits:
+            labels[k] = role
+    return labels
 
 
 def sentence_token_mismatches(tokenizer, story: NLStory) -> list[str]:
@@ -438,7 +470,8 @@ def collate_nl_state_tracking(batch: list[dict], pad_id: int, padding_side: str 
     Returns ``input_ids`` (B, L) long, ``attention_mask`` (B, L) long (1 real, 0 pad), ``position_ids`` (B, L)
     long counting real tokens from 0, ``label``, ``answer_token``, ``num_transitions``, ``length`` (B,) long, and
     ``supervised_positions`` / ``supervised_labels`` (B, S) long (padded with -1 / -100): the end of every
-    transition sentence and the final position, with the answer class there.
+    transition sentence and the final position, with the answer class there; ``token_roles`` (B, L) long (-100 on
+    padding) when every item has it.
     """
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
@@ -460,6 +493,11 @@ def collate_nl_state_tracking(batch: list[dict], pad_id: int, padding_side: str 
     }
     for key in ("label", "answer_token", "num_transitions"):
         out[key] = torch.tensor([int(item[key]) for item in batch], dtype=torch.long)
+    if all("token_roles" in item for item in batch):  # (B, L) role ids, -100 on padding
+        roles = torch.full((len(batch), width), -100, dtype=torch.long)
+        for row, (item, n) in enumerate(zip(batch, lengths)):
+            roles[row, slice(width - n, width) if padding_side == "left" else slice(0, n)] = item["token_roles"]
+        out["token_roles"] = roles
     if all("supervised_positions" in item for item in batch):
         # (B, S) positions in the padded batch (-1 where a row has fewer) and their labels (-100 there).
         most = max(int(item["supervised_positions"].shape[0]) for item in batch)

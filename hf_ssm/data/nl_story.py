@@ -21,7 +21,10 @@ class NLStory:
 
     Multiple-choice stories (tracking_shuffled_objects) also fill `benchmark_input` (the story in the benchmark's
     own format, options included, without "Answer:"), `choice` (the answer as the benchmark scores it, "(B)"),
-    `free_answer` (the chosen option's text, "Frankenstein") and `num_objects`; the other stories leave them empty.
+    `free_answer` (the chosen option's text, "Frankenstein"), `num_objects` and `roles`: (start, end, role) character
+    spans of `prompt` with the part each piece of text plays (shuffled_objects.ROLES: a person's name, an object in
+    the introduction, a swap's full stop, an option's letter and text), the training labels of the entity-tracking
+    adapter's tagger (docs/adapter.md); the other stories leave them empty.
     """
 
     prompt: str
@@ -35,3 +38,4 @@ class NLStory:
     choice: str = ""
     free_answer: str = ""
     num_objects: int = 0
+    roles: list[tuple[int, int, int]] = field(default_factory=list)

@@ -25,6 +25,15 @@ person holds. A task mixing n = 3, 5, 7 has 7 classes (the largest n): a story o
 the same letters A .. for the same option positions, and classes n .. 6 are never its answer. The state after a
 swap does not yet say which person the question will ask about, so the stories have no answer after each
 transition: `prefix_answers` are -100 (dense supervision reduces to the final answer).
+
+Varieties of the task (`ShuffledObjectsTask(variety=...)`): "plain" (the stories above: ten names, options in the
+order of the introduction, one paragraph), "varied" (the entity-tracking adapter's training stories: n of seventy
+names in random order, options shuffled against the introduction in half of the stories, BIG-Bench Hard's line break
+after the introduction in half, six more scenarios, EXTRA_FAMILIES), "heldout" (its held-out test: twenty names never
+used in training, options always shuffled, and scenarios whose phrases no training story uses, HELDOUT_FAMILIES) and
+"heldout_names" (the same with the benchmark's scenarios, FAMILIES). Every story records the role of each piece of
+its text (`NLStory.roles`, ROLES), the labels the adapter's tagger trains on; the adapter itself reads only the frozen
+model's features.
 """
 
 from __future__ import annotations
@@ -36,8 +45,18 @@ from dataclasses import dataclass
 from .nl_story import ANSWER_PROMPT, NLStory
 
 __all__ = [
+    "EXTRA_FAMILIES",
     "FAMILIES",
+    "HELDOUT_FAMILIES",
+    "HELDOUT_NAMES",
+    "LAYOUTS",
     "OBJECT_COUNTS",
+    "OPTION_ORDERS",
+    "ROLE",
+    "ROLES",
+    "TRAINING_FAMILIES",
+    "TRAIN_NAMES",
+    "VARIETIES",
     "SHUFFLED_OBJECTS_TASK_NAMES",
     "ScenarioFamily",
     "ShuffledObjectsTask",
@@ -56,6 +75,29 @@ SHUFFLED_OBJECTS_TASK_NAMES: tuple[str, ...] = (
 LETTERS = "ABCDEFG"
 IGNORE_INDEX = -100
 PEOPLE = ("Alice", "Bob", "Carol", "Dave", "Emma", "Frank", "Grace", "Henry", "Ivy", "Jack")
+# The "varied" stories' names: PEOPLE and sixty more, common and rare (a rare name is several tokens long in a BPE
+# vocabulary, which the tagger must learn to read as one name); none of them a dance partner of the scenarios.
+TRAIN_NAMES = PEOPLE + (
+    "Oliver", "Sophia", "Liam", "Mia", "Noah", "Olivia", "Lucas", "Amelia", "Mason", "Harper", "Ethan", "Chloe", "Logan",
+    "Zoe", "James", "Lily", "Daniel", "Nora", "Samuel", "Hannah", "Isaac", "Ruby", "Leo", "Stella", "Owen", "Violet",
+    "Hugo", "Maya", "Felix", "Iris", "Ayla", "Bodhi", "Cosima", "Darius", "Esme", "Florian", "Gideon", "Ines", "Jovan",
+    "Keanu", "Linnea", "Milo", "Niamh", "Orla", "Rowan", "Saoirse", "Thiago", "Wren", "Xiomara", "Zara", "Anouk",
+    "Bjorn", "Caius", "Delphine", "Evander", "Fenna", "Ottilie", "Soren", "Tamsin", "Wilhelmina",
+)  # fmt: skip
+# The "heldout" stories' names: none of them in TRAIN_NAMES (most are several tokens long in SmolLM2's tokenizer).
+# The scenarios' names are both kept apart from BIG-Bench Hard's (its Claire, Eve, Fred and Gertrude are in neither).
+HELDOUT_NAMES = (
+    "Aisha", "Bruno", "Chiara", "Dmitri", "Elif", "Farid", "Greta", "Hiro", "Ingrid", "Jonas", "Kavya", "Lorenzo",
+    "Mateo", "Nadia", "Oskar", "Priya", "Rafael", "Sakura", "Tariq", "Yusuf",
+)  # fmt: skip
+# What each piece of a story's text is (NLStory.roles): a person's name (wherever it appears: the introduction, a
+# swap, the question, a sentence that changes nothing), an object in a holding clause (the option's text as it
+# appears there), a swap sentence's full stop, an option's letter, an option's text. Everything else is "none".
+ROLES = ("none", "name", "object", "swap_end", "option", "option_text")
+ROLE = {name: i for i, name in enumerate(ROLES)}
+OPTION_ORDERS = ("introduction", "shuffled")  # the options in the people's order (BIG-Bench Hard's) or shuffled
+LAYOUTS = ("space", "newline")  # the sentence after the introduction follows it on the same line, or on the next
+VARIETIES = ("plain", "varied", "heldout", "heldout_names")
 # Sentences that change nothing (only with distractor_prob / preamble_sentences; the benchmark has none).
 DISTRACTORS = ("{name} checks the time.", "{name} hums a quiet tune.", "Somebody laughs nearby.", "{name} yawns.")
 
@@ -194,6 +236,205 @@ FAMILIES: dict[str, ScenarioFamily] = {
 }
 
 
+# More scenarios for the "varied" training stories only (the "plain" stories keep FAMILIES): other verbs, nouns and
+# multi-word objects, so that the tagger meets more than the benchmark's five phrasings.
+EXTRA_FAMILIES: dict[str, ScenarioFamily] = {
+    family.name: family
+    for family in (
+        ScenarioFamily(
+            "cards",
+            "{people} are playing a card game. At the start of the game, each of them is dealt one card: {holdings}. "
+            "As the game goes on, pairs of players trade cards.",
+            "{person} holds the {object}",
+            "{a} and {b} trade cards.",
+            "At the end of the game, {person} holds the",
+            (
+                "ace of spades",
+                "king of hearts",
+                "queen of clubs",
+                "jack of diamonds",
+                "ten of hearts",
+                "two of spades",
+                "seven of clubs",
+                "nine of diamonds",
+                "three of hearts",
+                "five of spades",
+                "eight of clubs",
+                "four of diamonds",
+            ),
+        ),  # fmt: skip
+        ScenarioFamily(
+            "rooms",
+            "{people} are staying at a hotel. On arrival, each of them is given a room: {holdings}. During their stay, "
+            "pairs of guests swap rooms.",
+            "{person} gets the {object} room",
+            "{a} and {b} swap rooms.",
+            "At the end of the stay, {person} is in the",
+            (
+                "garden",
+                "ocean",
+                "mountain",
+                "forest",
+                "river",
+                "desert",
+                "meadow",
+                "harbour",
+                "island",
+                "valley",
+                "canyon",
+                "lagoon",
+            ),
+            "{object} room",
+        ),  # fmt: skip
+        ScenarioFamily(
+            "seats",
+            "{people} are watching a film at the cinema. As the film starts, they each sit in a seat: {holdings}. "
+            "During the film, pairs of friends switch seats.",
+            "{person} has the {object} seat",
+            "{a} and {b} switch seats.",
+            "At the end of the film, {person} has the",
+            (
+                "aisle",
+                "window",
+                "middle",
+                "corner",
+                "front",
+                "back row",
+                "balcony",
+                "centre",
+                "end",
+                "side",
+                "upper",
+                "lower",
+            ),
+            "{object} seat",
+        ),  # fmt: skip
+        ScenarioFamily(
+            "umbrellas",
+            "{people} are walking home in the rain. When they set off, each of them carries an umbrella: {holdings}. "
+            "On the way, pairs of friends switch umbrellas.",
+            "{person} carries the {object} umbrella",
+            "{a} and {b} switch umbrellas.",
+            "At the end of the walk, {person} carries the",
+            (
+                "polka-dot",
+                "checked",
+                "black",
+                "yellow",
+                "floral",
+                "clear",
+                "tartan",
+                "navy",
+                "green",
+                "rainbow",
+                "white",
+                "purple",
+            ),
+            "{object} umbrella",
+        ),  # fmt: skip
+        ScenarioFamily(
+            "pets",
+            "{people} are pet sitters for a weekend. On Friday, each of them looks after one pet: {holdings}. Over "
+            "the weekend, pairs of sitters trade pets.",
+            "{person} looks after the {object}",
+            "{a} and {b} trade pets.",
+            "On Sunday evening, {person} looks after the",
+            (
+                "parrot",
+                "kitten",
+                "puppy",
+                "hamster",
+                "tortoise",
+                "rabbit",
+                "goldfish",
+                "lizard",
+                "ferret",
+                "guinea pig",
+                "canary",
+                "hedgehog",
+            ),
+        ),  # fmt: skip
+        ScenarioFamily(
+            "desks",
+            "{people} work in a shared office. On Monday, each of them is given a desk: {holdings}. During the week, "
+            "pairs of colleagues swap desks.",
+            "{person} sits at the {object} desk",
+            "{a} and {b} swap desks.",
+            "On Friday, {person} sits at the",
+            (
+                "corner",
+                "window",
+                "door",
+                "kitchen",
+                "printer",
+                "plant",
+                "stairs",
+                "lift",
+                "heater",
+                "bookshelf",
+                "whiteboard",
+                "sofa",
+            ),
+            "{object} desk",
+        ),  # fmt: skip
+    )
+}
+TRAINING_FAMILIES = {**FAMILIES, **EXTRA_FAMILIES}
+# Scenarios whose phrases no training story uses (the "heldout" variety): another verb for the swap ("exchange"),
+# another question ("When the party ends, ...", "After the rehearsal, ..."), other objects.
+HELDOUT_FAMILIES: dict[str, ScenarioFamily] = {
+    family.name: family
+    for family in (
+        ScenarioFamily(
+            "hats",
+            "{people} are guests at a costume party. When the party begins, each of them is wearing a hat: "
+            "{holdings}. During the party, the guests keep exchanging hats.",
+            "{person} wears the {object} hat",
+            "{a} and {b} exchange hats.",
+            "When the party ends, {person} wears the",
+            (
+                "straw",
+                "felt",
+                "cowboy",
+                "bowler",
+                "woollen",
+                "paper",
+                "pirate",
+                "bucket",
+                "wizard",
+                "velvet",
+                "leather",
+                "striped",
+            ),
+            "{object} hat",
+        ),  # fmt: skip
+        ScenarioFamily(
+            "instruments",
+            "{people} play in a small band. At the first rehearsal, each of them picks an instrument: {holdings}. "
+            "Between songs, pairs of musicians hand their instruments to each other.",
+            "{person} plays the {object}",
+            "{a} and {b} exchange instruments.",
+            "After the rehearsal, {person} plays the",
+            (
+                "violin",
+                "cello",
+                "flute",
+                "trumpet",
+                "clarinet",
+                "banjo",
+                "harp",
+                "oboe",
+                "tuba",
+                "ukulele",
+                "accordion",
+                "saxophone",
+            ),
+        ),  # fmt: skip
+    )
+}
+ALL_FAMILIES = {**TRAINING_FAMILIES, **HELDOUT_FAMILIES}
+
+
 def _check_int(name: str, value, low: int) -> int:
     """ValueError naming `name` unless `value` is an int (not a bool) >= low."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -217,9 +458,18 @@ def check_num_objects(num_objects) -> int:
 
 def _listing(items: list[str]) -> str:
     """ "A, B, and C" (the format's serial comma); "A and B" for two."""
-    if len(items) == 2:
-        return f"{items[0]} and {items[1]}"
-    return ", ".join(items[:-1]) + f", and {items[-1]}"
+    return _listing_with_starts(items)[0]
+
+
+def _listing_with_starts(items: list[str]) -> tuple[str, list[int]]:
+    """(`_listing(items)`, the character offset of every item in it)."""
+    joints = [" and "] if len(items) == 2 else [", "] * (len(items) - 2) + [", and "]
+    text, starts = items[0], [0]
+    for joint, item in zip(joints, items[1:]):
+        text += joint
+        starts.append(len(text))
+        text += item
+    return text, starts
 
 
 def _opener(k: int, count: int) -> str:
@@ -237,6 +487,64 @@ def _pick(rng: random.Random, pool, k: int) -> list:
     return out
 
 
+def _check_choice(name: str, value, accepted) -> None:
+    """ValueError naming `name` and the accepted values unless `value` is one of them."""
+    if value not in accepted:
+        raise ValueError(f"{name} must be one of {list(accepted)}, got {value!r}")
+
+
+def _introduction(spec: ScenarioFamily, people: list[str], objects: list[str], layout: str):
+    """(the introduction's text, its role spans): the people, then who holds which of `objects` (each holding clause
+    contains its object's option text verbatim, the span marked "object"), then the sentence after it, on the same
+    line (`layout` "space") or the next ("newline", BIG-Bench Hard's layout)."""
+    before, after = spec.intro.split("{holdings}")
+    if layout == "newline":
+        if not after.startswith(". "):
+            raise ValueError(f"scenario {spec.name!r}: the newline layout needs '{{holdings}}. ' in its introduction")
+        after = ".\n" + after[2:]
+    head = before.format(people=_listing(people))
+    where = before.index("{people}")
+    roles = [(where + at, where + at + len(p), ROLE["name"]) for p, at in zip(people, _listing_with_starts(people)[1])]
+    holdings = [spec.holding.format(person=p, object=o) for p, o in zip(people, objects)]
+    listing, starts = _listing_with_starts(holdings)
+    for person, obj, holding, start in zip(people, objects, holdings, starts):
+        option = spec.option.format(object=obj)
+        at = len(head) + start
+        roles.append((at, at + len(person), ROLE["name"]))
+        found = holding.find(option, len(person))
+        if not holding.startswith(person) or found < 0:
+            raise ValueError(f"scenario {spec.name!r}: a holding must start with the person and contain the option")
+        roles.append((at + found, at + found + len(option), ROLE["object"]))
+    return head + listing + after, roles
+
+
+def _swap_sentence(spec: ScenarioFamily, opener: str, a: str, b: str, at: int):
+    """(" First, Carol and Bob swap books.", the role spans of its two names and its full stop), the sentence
+    starting at character `at` of the story."""
+    sentence = f" {opener} {spec.swap.format(a=a, b=b)}"
+    start = at + len(opener) + 2
+    first, second = spec.swap.index("{a}"), spec.swap.index("{b}")
+    if not first < second or not sentence.endswith("."):
+        raise ValueError(f"scenario {spec.name!r}: a swap must name {{a}} before {{b}} and end with '.'")
+    b_at = start + second - len("{a}") + len(a)
+    end = at + len(sentence)
+    roles = [(start + first, start + first + len(a), ROLE["name"]), (b_at, b_at + len(b), ROLE["name"])]
+    return sentence, [*roles, (end - 1, end, ROLE["swap_end"])]
+
+
+def _question(spec: ScenarioFamily, asked: str, options: list[str], at: int):
+    """(" At the end of the semester, Bob has\\nOptions:\\n(A) ...", its role spans) for a story of `at` characters."""
+    question = spec.question.format(person=asked)
+    where = at + 1 + spec.question.index("{person}")
+    roles = [(where, where + len(asked), ROLE["name"])]
+    text = f" {question}\nOptions:"
+    for m, option in enumerate(options):
+        line = at + len(text) + 1
+        roles += [(line + 1, line + 2, ROLE["option"]), (line + 4, line + 4 + len(option), ROLE["option_text"])]
+        text += f"\n({LETTERS[m]}) {option}"
+    return text, roles
+
+
 def shuffled_objects_story(
     num_objects: int,
     num_swaps: int,
@@ -245,56 +553,85 @@ def shuffled_objects_story(
     distractor_prob: float = 0.0,
     with_question: bool = True,
     preamble_sentences: int = 0,
+    names: tuple[str, ...] = PEOPLE,
+    option_order: str = "introduction",
+    layout: str = "space",
 ) -> NLStory:
-    """One story of `num_objects` people (3, 5 or 7) and `num_swaps` >= 0 swaps, in scenario `family` (None: drawn).
+    """One story of `num_objects` people (3, 5 or 7) and `num_swaps` >= 0 swaps, in scenario `family` (None: drawn
+    from FAMILIES; any of ALL_FAMILIES), the people drawn from `names` in random order.
 
-    `symbols[k]` codes the k-th swap as `i * num_objects + j` (people i < j in the order they are introduced);
-    the answer is the option index of the object the asked person holds at the end.
+    `option_order` "introduction" lists the options in the order of the people (the benchmark's), "shuffled" in a
+    random order (drawn last, so the story's other draws are those of the introduction's order); `layout` "newline"
+    puts BIG-Bench Hard's line break after the introduction. `symbols[k]` codes the k-th swap as `i * num_objects + j`
+    (people i < j in the order they are introduced); the answer is the option index of the object the asked person
+    holds at the end; `roles` marks every name, object, swap end and option (ROLES).
     """
     check_num_objects(num_objects)
     _check_int("num_swaps", num_swaps, 0)
     _check_int("preamble_sentences", preamble_sentences, 0)
     if not 0.0 <= distractor_prob < 1.0:
         raise ValueError(f"distractor_prob must be in [0, 1), got {distractor_prob!r}")
+    _check_choice("option_order", option_order, OPTION_ORDERS)
+    _check_choice("layout", layout, LAYOUTS)
+    if not isinstance(names, (tuple, list)) or len(set(names)) < num_objects:
+        raise ValueError(f"names must be a tuple of at least num_objects = {num_objects} distinct names, got {names!r}")
     if family is None:
         family = sorted(FAMILIES)[int(rng.random() * len(FAMILIES))]
-    if family not in FAMILIES:
-        raise ValueError(f"unknown scenario family {family!r}; accepted: {', '.join(sorted(FAMILIES))}")
-    spec = FAMILIES[family]
-    people = _pick(rng, PEOPLE, num_objects)
+    if family not in ALL_FAMILIES:
+        raise ValueError(f"unknown scenario family {family!r}; accepted: {', '.join(sorted(ALL_FAMILIES))}")
+    spec = ALL_FAMILIES[family]
+    people = _pick(rng, names, num_objects)
     objects = _pick(rng, spec.objects, num_objects)
-    holdings = [spec.holding.format(person=p, object=o) for p, o in zip(people, objects)]
-    text = spec.intro.format(people=_listing(people), holdings=_listing(holdings))
+    texts = [spec.option.format(object=o) for o in objects]  # the option text of each person's first object
+    text, roles = _introduction(spec, people, objects, layout)
 
     def distractor() -> str:
-        return DISTRACTORS[int(rng.random() * len(DISTRACTORS))].format(name=people[int(rng.random() * num_objects)])
+        """A sentence that changes nothing, its name (if it has one) marked in `roles`."""
+        template = DISTRACTORS[int(rng.random() * len(DISTRACTORS))]
+        person = people[int(rng.random() * num_objects)]
+        if "{name}" in template:
+            at = len(text) + 1 + template.index("{name}")
+            roles.append((at, at + len(person), ROLE["name"]))
+        return template.format(name=person)
 
     for _ in range(preamble_sentences):
         text += " " + distractor()
-    holder = list(range(num_objects))  # holder[p] = the option index of the object person p holds
+    holder = list(range(num_objects))  # holder[p] = the index of the object person p holds
     symbols, ends = [], []
     for k in range(num_swaps):
         i, j = sorted(_pick(rng, range(num_objects), 2))
         if distractor_prob and rng.random() < distractor_prob:
             text += " " + distractor()
         a, b = (people[i], people[j]) if rng.random() < 0.5 else (people[j], people[i])
-        text += f" {_opener(k, num_swaps)} {spec.swap.format(a=a, b=b)}"
+        sentence, spans = _swap_sentence(spec, _opener(k, num_swaps), a, b, len(text))
+        text, roles = text + sentence, roles + spans
         holder[i], holder[j] = holder[j], holder[i]
         symbols.append(i * num_objects + j)
         ends.append(len(text))
     asked = int(rng.random() * num_objects)
-    answer = holder[asked]
-    options = [spec.option.format(object=o) for o in objects]
+    # order[m]: the object option m shows
+    order = list(range(num_objects)) if option_order == "introduction" else _pick(rng, range(num_objects), num_objects)
+    answer = order.index(holder[asked])
+    options = [texts[m] for m in order]
     benchmark_input = ""
     if with_question:
-        lines = "\n".join(f"({LETTERS[m]}) {option}" for m, option in enumerate(options))
-        benchmark_input = f"{text} {spec.question.format(person=people[asked])}\nOptions:\n{lines}"
+        question, spans = _question(spec, people[asked], options, len(text))
+        benchmark_input, roles = text + question, roles + spans
         text = f"{benchmark_input}\n{ANSWER_PROMPT}"
     return NLStory(
         text, answer, LETTERS[answer], symbols, num_swaps, ends, [IGNORE_INDEX] * num_swaps,
         benchmark_input=benchmark_input, choice=f"({LETTERS[answer]})", free_answer=options[answer],
-        num_objects=num_objects,
+        num_objects=num_objects, roles=roles,
     )  # fmt: skip
+
+
+# Per variety: (the names, the scenarios, P(options shuffled), P(BIG-Bench Hard's line break)).
+_VARIETY = {
+    "plain": (PEOPLE, FAMILIES, 0.0, 0.0),
+    "varied": (TRAIN_NAMES, TRAINING_FAMILIES, 0.5, 0.5),
+    "heldout": (HELDOUT_NAMES, HELDOUT_FAMILIES, 1.0, 0.5),
+    "heldout_names": (HELDOUT_NAMES, FAMILIES, 1.0, 0.5),
+}
 
 
 class ShuffledObjectsTask:
@@ -303,7 +640,10 @@ class ShuffledObjectsTask:
 
     `name` picks the counts: "tracking_shuffled_objects" mixes 3, 5 and 7 (drawn per story), the BIG-Bench Hard
     subtask names fix one ("..._three_objects"); `object_counts` overrides it. `num_classes` is the largest count
-    (the option letters A .. of the largest story); `families` restricts the scenarios.
+    (the option letters A .. of the largest story); `families` restricts the scenarios (of the variety's). `variety`
+    (module docstring): "plain" (the default), "varied" (the entity-tracking adapter's training stories), "heldout"
+    (its held-out test: unseen names, shuffled options, unseen scenarios) or "heldout_names" (unseen names, shuffled
+    options, the benchmark's scenarios).
     """
 
     def __init__(
@@ -312,21 +652,27 @@ class ShuffledObjectsTask:
         object_counts: tuple[int, ...] | None = None,
         families: tuple[str, ...] | None = None,
         num_classes: int | None = None,
+        variety: str = "plain",
     ):
         if name not in SHUFFLED_OBJECTS_TASK_NAMES:
             raise ValueError(
                 f"unknown shuffled-objects task {name!r}; accepted: {', '.join(SHUFFLED_OBJECTS_TASK_NAMES)}"
             )
+        _check_choice("variety", variety, VARIETIES)
+        self.variety = variety
+        self.names, pool, self.shuffle_prob, self.newline_prob = _VARIETY[variety]
         if object_counts is None:
             named = [n for n in OBJECT_COUNTS if name == f"tracking_shuffled_objects_{_COUNT_WORDS[n]}_objects"]
             object_counts = tuple(named) or OBJECT_COUNTS
         if not isinstance(object_counts, (tuple, list)) or not object_counts:
             raise ValueError(f"object_counts must be a non-empty tuple of {list(OBJECT_COUNTS)}, got {object_counts!r}")
         self.object_counts = tuple(sorted({check_num_objects(n) for n in object_counts}))
-        families = tuple(sorted(FAMILIES)) if families is None else tuple(families)
-        unknown = [f for f in families if f not in FAMILIES]
+        families = tuple(sorted(pool)) if families is None else tuple(families)
+        unknown = [f for f in families if f not in pool]
         if unknown or not families:
-            raise ValueError(f"families must be a non-empty subset of {sorted(FAMILIES)}, got {list(families)}")
+            raise ValueError(
+                f"families must be a non-empty subset of {sorted(pool)} (variety {variety!r}), got {list(families)}"
+            )
         self.families = families
         self.name = name
         largest = max(self.object_counts)
@@ -335,13 +681,23 @@ class ShuffledObjectsTask:
             raise ValueError(f"num_classes must be an int >= the largest object count {largest}, got {num_classes!r}")
         self.answer_words: tuple[str, ...] = tuple(LETTERS[: self.num_classes])
 
+    @property
+    def stream_name(self) -> str:
+        """The name that seeds this task's stories in a dataset: `name`, and the variety unless it is "plain" (so a
+        held-out bucket draws other stories than the training variety's bucket of the same lengths)."""
+        return self.name if self.variety == "plain" else f"{self.name}/{self.variety}"
+
     def with_objects(self, num_objects: int) -> ShuffledObjectsTask:
         """This task restricted to stories of `num_objects` people, with the same classes (a test bucket of one n)."""
         check_num_objects(num_objects)
         if num_objects not in self.object_counts:
             raise ValueError(f"task {self.name!r} has stories of {list(self.object_counts)} objects, not {num_objects}")
         name = f"tracking_shuffled_objects_{_COUNT_WORDS[num_objects]}_objects"
-        return ShuffledObjectsTask(name, (num_objects,), self.families, self.num_classes)
+        return ShuffledObjectsTask(name, (num_objects,), self.families, self.num_classes, self.variety)
+
+    def with_variety(self, variety: str) -> ShuffledObjectsTask:
+        """This task's counts and classes with the stories of another `variety` (its own scenarios)."""
+        return ShuffledObjectsTask(self.name, self.object_counts, None, self.num_classes, variety)
 
     def sample(
         self,
@@ -351,15 +707,21 @@ class ShuffledObjectsTask:
         with_question: bool = True,
         preamble_sentences: int = 0,
     ) -> NLStory:
-        """A story of exactly `num_transitions` >= 1 swaps; its number of people and its scenario drawn from rng."""
+        """A story of exactly `num_transitions` >= 1 swaps; its number of people and its scenario drawn from rng (and,
+        outside the "plain" variety, its order of options and layout, drawn after them)."""
         _check_int("num_transitions", num_transitions, 1)
         n = self.object_counts[int(rng.random() * len(self.object_counts))]
         family = self.families[int(rng.random() * len(self.families))]
+        order, layout = "introduction", "space"
+        if self.variety != "plain":
+            order = "shuffled" if rng.random() < self.shuffle_prob else "introduction"
+            layout = "newline" if rng.random() < self.newline_prob else "space"
         return shuffled_objects_story(n, num_transitions, rng, family, distractor_prob, with_question,
-                                      preamble_sentences)  # fmt: skip
+                                      preamble_sentences, self.names, order, layout)  # fmt: skip
 
     def all_templates(self) -> list[str]:
-        """Every phrase, name and object a story can contain (for a word-level tokenizer's vocabulary)."""
+        """Every phrase, name and object a story can contain (for a word-level tokenizer's vocabulary); outside the
+        "plain" variety also those of the other varieties (a tiny base trained on one knows the held-out words)."""
         out = [
             " ".join(PEOPLE),
             ANSWER_PROMPT,
@@ -369,14 +731,21 @@ class ShuffledObjectsTask:
             "Q: A:",  # the BBH few-shot prompt's (bbh_fewshot_prompt)
         ]
         out += [d.format(name="") for d in DISTRACTORS]
-        for family in FAMILIES.values():
+        families = FAMILIES if self.variety == "plain" else ALL_FAMILIES
+        if self.variety != "plain":
+            out += [" ".join(TRAIN_NAMES), " ".join(HELDOUT_NAMES)]
+        for family in families.values():
             out += [family.intro.format(people="", holdings=""), family.holding.format(person="", object="")]
             out += [family.swap.format(a="", b=""), family.question.format(person=""), " ".join(family.objects)]
             out += [family.option.format(object="")]
         return out
 
     def __repr__(self) -> str:
-        return f"ShuffledObjectsTask(name={self.name!r}, object_counts={self.object_counts}, num_classes={self.num_classes})"
+        variety = "" if self.variety == "plain" else f", variety={self.variety!r}"
+        return (
+            f"ShuffledObjectsTask(name={self.name!r}, object_counts={self.object_counts}, "
+            f"num_classes={self.num_classes}{variety})"
+        )
 
 
 def bbh_fewshot_prefix(shots: list[NLStory]) -> str:

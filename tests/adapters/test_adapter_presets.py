@@ -121,6 +121,9 @@ PUBLISHED = [
 ]  # fmt: skip
 # RESULTS.md §2's SmolLM2 tables: 7 parity rows, 9 cycle navigation rows, 5 A5 rows; 2 rows of BIG-Bench Hard's format
 TABLE_ROWS = 23
+# Presets defined before their first published run (docs/adapter.md says so): no row reports them yet. Once a run of
+# one is published, its row moves into PUBLISHED and the preset out of this set (the test below insists).
+AWAITING_RUNS = {("tracking_shuffled_objects", "entity"), ("tracking_shuffled_objects", "entity_lm_head")}
 # Commands docs/adapter.md gives for other recorded runs, checked the same way.
 DOCUMENTED = [
     *[
@@ -191,7 +194,8 @@ def test_every_published_row_is_one_product_command(row, selector, command):
 
 def test_the_published_commands_cover_every_row_and_every_preset():
     """The list above names each of the table's rows and every SmolLM2 preset is one of them (no preset is
-    untested against a published run), each row with one preset."""
+    untested against a published run), each row with one preset; the presets awaiting their first run have no
+    published record (a published one must be checked against its row)."""
     rows = {row for row, _, _ in PUBLISHED}
     assert len(rows) == TABLE_ROWS, sorted(rows)
     used = {}
@@ -201,7 +205,10 @@ def test_the_published_commands_cover_every_row_and_every_preset():
     assert all(len(presets) == 1 for presets in used.values()), used
     covered = {pair for presets in used.values() for pair in presets}
     defined = {(task, name) for task, names in PRESETS[SMOLLM2].items() for name in names}
-    assert covered == defined, covered ^ defined
+    assert AWAITING_RUNS <= defined and not covered & AWAITING_RUNS
+    assert covered == defined - AWAITING_RUNS, covered ^ (defined - AWAITING_RUNS)
+    published = {(r["task"], r.get("preset")) for r in _records()}
+    assert not published & AWAITING_RUNS, published & AWAITING_RUNS
 
 
 @pytest.mark.parametrize("task", ["parity", "cycle_navigation", "a5"])

@@ -247,3 +247,130 @@ def test_few_shot_prefix_cache_gives_the_answers_of_the_whole_prompts():
         assert row.tolist() == whole[0, ids.shape[1] :].tolist() and length == ids.shape[1]
     with pytest.raises(ValueError, match="shared few-shot prefix"):
         script.generate_after_prefix(model, tokenizer, ["Q: nothing"], prefix_ids, cache, max_new_tokens=1)
+
+
+def own_bbh_file(folder, objects: int = 3, count: int = 5):
+    """A task file in BIG-Bench Hard's published format made of the package's own stories (the benchmark's files are
+    for evaluation only)."""
+    import random
+
+    from hf_ssm.data import shuffled_objects as so
+
+    rng = random.Random(3)
+    stories = [so.shuffled_objects_story(objects, objects, rng, "balls", layout="newline") for _ in range(count)]
+    path = folder / f"own_{objects}.json"
+    examples = [{"input": s.benchmark_input, "target": s.choice} for s in stories]
+    path.write_text(json.dumps({"canary": "the tests' own", "examples": examples}))
+    return path
+
+
+def test_scores_a_bbh_file_item_by_item_and_logs_every_evaluation(tracking_base, tmp_path, capsys):
+    """--bbh_file: every item scored by the option letter's log-likelihood (the arg-max of its options' log-probs)
+    and by the greedy answer's letter, the accuracies those of the per-item predictions, the file's sha256 in the
+    record and in a line appended to the log; a record is never overwritten (the second run is refused, nothing
+    logged), and a malformed file is refused naming what is wrong before any model is loaded."""
+    import hashlib
+
+    script = load_script("eval_nl_state_tracking")
+    path, log, out = own_bbh_file(tmp_path), tmp_path / "log.jsonl", tmp_path / "record.json"
+    args = ["--model", str(tracking_base), "--bbh_file", str(path), "--bbh_log", str(log), "--batch_size", "2"]
+    assert script.main([*args, "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest() and record["items"] == 5
+    assert (record["prompt"], record["fewshot"], set(record["accuracy"])) == ("qa", 3, {"loglik", "greedy"})
+    targets = [example["target"] for example in json.loads(path.read_text())["examples"]]
+    assert [(p["index"], p["target"]) for p in record["predictions"]] == list(enumerate(targets))
+    for p in record["predictions"]:
+        assert p["loglik"] == "ABC"[max(range(3), key=p["logprobs"].__getitem__)]
+        assert p["greedy"] == script.option_letter(p["text"])
+    for scoring in ("loglik", "greedy"):
+        right = sum(p[scoring] == p["target"][1] for p in record["predictions"])
+        assert record["accuracy"][scoring] == right / 5
+    assert script.main([*args, "--out", str(tmp_path / "again.json"), "--fewshot", "0"]) == 0
+    first, second = [json.loads(text) for text in log.read_text().splitlines()]
+    assert (first["sha256"], first["out"], first["accuracy"]) == (record["sha256"], str(out), record["accuracy"])
+    assert (second["out"], second["fewshot"]) == (str(tmp_path / "again.json"), 0)
+    with pytest.raises(SystemExit) as exit_info:
+        script.main([*args, "--out", str(out)])
+    assert exit_info.value.code == 2 and "is never overwritten" in capsys.readouterr().err
+    assert len(log.read_text().splitlines()) == 2
+    broken = tmp_path / "broken.json"
+    data = json.loads(path.read_text())
+    data["examples"][2]["target"] = "(D)"
+    broken.write_text(json.dumps(data))
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--model", "no/such/model", "--bbh_file", str(broken), "--bbh_log", str(log)])
+    assert exit_info.value.code == 2 and "examples[2].target '(D)' is not one of its options" in capsys.readouterr().err
+
+
+def test_log_likelihood_after_a_cached_prefix_equals_the_whole_prompt():
+    """The letters' logits after the shared few-shot prefix's cache (left-padded prompts of different lengths) equal
+    those of each whole prompt run on its own."""
+    import torch
+
+    from hf_ssm.data.shuffled_objects import bbh_fewshot_prefix, bbh_fewshot_prompt
+
+    script = load_script("eval_nl_state_tracking")
+    task = nl.get_nl_task("tracking_shuffled_objects")
+    tokenizer = build_word_tokenizer(nl.task_vocabulary([task]))
+    tokenizer.padding_side = "left"
+    torch.manual_seed(0)
+    model = build_tiny_qwen2(len(tokenizer), hidden_size=16, num_layers=2, num_heads=2).eval()
+    shots = script.bbh_shots(task, 3, 3, 1)
+    rng = __import__("random").Random(1)
+    prompts = [bbh_fewshot_prompt(task.with_objects(3).sample(rng.randint(1, 9), rng), shots) + " (" for _ in range(4)]
+    prefix_ids, cache = script.shared_prefix_cache(model, tokenizer, bbh_fewshot_prefix(shots))
+    cached = script.logits_after_prefix(model, tokenizer, prompts, prefix_ids, cache)
+    for prompt, row in zip(prompts, cached):
+        whole = model(**tokenizer(prompt, return_tensors="pt")).logits[0, -1]
+        # tight: the random tiny model's logits (|l| < 0.4) move by ~3e-5 when the padded rows' positions are off
+        torch.testing.assert_close(row, whole, atol=1e-6, rtol=0)
+
+
+def test_an_entity_tracker_is_scored_by_its_classifier_and_asked_as_it_was_trained(
+    tracking_base, tmp_path, monkeypatch
+):
+    """An entity tracker with the classifier readout, on a BIG-Bench Hard file: scored by its classifier (no
+    generation), the prompt "<input>\\nAnswer:" and no shots. With the LM-head readout, on generated stories of the
+    "varied" variety: generate() gets the stories as the adapter was trained, each ending with "\\nAnswer:", no Q/A
+    shots, and its answer word (the bare letter) is read."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationMixin
+
+    script = load_script("eval_nl_state_tracking")
+    folders = {}
+    for readout in ("classifier", "lm_head"):
+        base = AutoModelForCausalLM.from_pretrained(tracking_base)
+        config = SSMAdapterConfig(kind="entity_tracking", readout=readout, num_labels=7, layer_index=0,
+                                  base_model_name_or_path=str(tracking_base))  # fmt: skip
+        folders[readout] = tmp_path / readout
+        attach_ssm_adapter(base, config).save_pretrained(folders[readout])
+    out = tmp_path / "classifier.json"
+    path = own_bbh_file(tmp_path, objects=5, count=3)
+    argv = ["--adapter", str(folders["classifier"]), "--bbh_file", str(path), "--bbh_log", str(tmp_path / "log")]
+    assert script.main([*argv, "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert (record["prompt"], record["fewshot"], list(record["accuracy"])) == ("answer", 0, ["classifier"])
+    assert all(len(p["scores"]) == 5 and p["classifier"] in "ABCDE" for p in record["predictions"])
+
+    prompts = []
+
+    def fake_generate(self, input_ids, attention_mask, **kwargs):
+        tokenizer = __import__("transformers").PreTrainedTokenizerFast.from_pretrained(tracking_base)
+        prompts.extend(tokenizer.decode(row[mask.bool()]) for row, mask in zip(input_ids, attention_mask))
+        answer = torch.tensor(tokenizer.encode(" b", add_special_tokens=False)).expand(len(input_ids), -1)
+        return torch.cat([input_ids, answer], 1)
+
+    monkeypatch.setattr(GenerationMixin, "generate", fake_generate)
+    out = tmp_path / "lm_head.json"
+    argv = ["--adapter", str(folders["lm_head"]), "--task", "tracking_shuffled_objects", "--story_variety", "varied",
+            "--transitions", "n", "--num_stories", "2", "--out", str(out)]  # fmt: skip
+    assert script.main(argv) == 0
+    record = json.loads(out.read_text())
+    # (the word-level tokenizer decodes "\nAnswer:" as " answer :")
+    assert len(prompts) == 6 and all(p.endswith(" answer :") and "q :" not in p for p in prompts)
+    assert record["story_variety"] == "varied" and record["fewshot"] == 0
+    assert [b["answers"] for b in record["buckets"]] == [{"B": 2}] * 3  # the bare letter " b" read as B
+    with pytest.raises(SystemExit) as exit_info:  # shots would be read as the story's people
+        script.main([*argv, "--fewshot", "2"])
+    assert exit_info.value.code == 2

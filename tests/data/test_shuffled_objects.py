@@ -3,6 +3,7 @@ the story text back, option letters, transitions, argument validation and determ
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import random
 import re
@@ -17,23 +18,23 @@ from hf_ssm.data import shuffled_objects as so
 MIXED = nl.get_nl_task("tracking_shuffled_objects")
 
 # The independent reader knows only the format's shape, not the generator's templates or pools.
-SWAP = re.compile(r"(?:First|Then|Finally), ([A-Z][a-z]+) and ([A-Z][a-z]+) (?:swap|switch|trade) [a-z ]+\.")
+SWAP = re.compile(r"(?:First|Then|Finally), ([A-Z][a-z]+) and ([A-Z][a-z]+) (?:swap|switch|trade|exchange) [a-z ]+\.")
 OPTION = re.compile(r"^\(([A-G])\) (.+)$")
 
 
 def read_back(text: str) -> tuple[str, str]:
     """(option letter, option text) the story's question asks for, found by parsing the text and simulating it:
-    the people from the first sentence, their objects from the clause after the first colon (each holding ends
-    with one option's text), the swap sentences in order, the asked person from the question's last word."""
+    the people from the names the story opens with, their objects from the clause after the first colon (each
+    holding ends with one option's text), the swap sentences in order, the asked person from the question's name."""
     story, _, options_block = text.partition("\nOptions:\n")
     options = {}
     for line in options_block.split("\n"):
         found = OPTION.match(line)
         if found:
             options[found.group(2)] = found.group(1)
-    first_sentence = story.split(" are ", 1)[0]
-    people = [p.strip() for p in re.split(r",(?: and)? | and ", first_sentence)]
-    clause = story.split(": ", 1)[1].split(". ", 1)[0]
+    listing = re.match(r"([A-Z][a-z]+(?:(?:,| and|, and) [A-Z][a-z]+)*) [a-z]", story).group(1)
+    people = [p.strip() for p in re.split(r",(?: and)? | and ", listing)]
+    clause = re.split(r"\.\s", story.split(": ", 1)[1], maxsplit=1)[0]
     items = re.split(r", and |, | and ", clause)
     assert len(items) == len(people) == len(options), (people, items, options)
     held = {}
@@ -42,7 +43,7 @@ def read_back(text: str) -> tuple[str, str]:
         held[person] = max((o for o in options if item.endswith(" " + o)), key=len)
     for a, b in SWAP.findall(story):
         held[a], held[b] = held[b], held[a]
-    asked = re.search(r"At the end of [^,]+, ([A-Z][a-z]+) [a-z ]+$", story).group(1)
+    asked = re.search(r", ([A-Z][a-z]+) [a-z ]+$", story.rsplit(". ", 1)[-1]).group(1)
     return options[held[asked]], held[asked]
 
 
@@ -59,6 +60,113 @@ def test_answers_match_an_independent_reading_of_the_text(family, num_objects):
         assert story.answer == "ABCDEFG".index(letter) and story.free_answer == text
         assert len(SWAP.findall(story.prompt)) == swaps == story.num_transitions == len(story.transition_ends)
         assert story.prompt == f"{story.benchmark_input}\n{nl.ANSWER_PROMPT}"
+
+
+@pytest.mark.parametrize("variety", ["varied", "heldout", "heldout_names"])
+def test_the_other_varieties_answer_as_their_text_reads(variety):
+    """The entity-tracking adapter's training and held-out stories (their names, scenarios, options shuffled against
+    the introduction, BIG-Bench Hard's line break): the answer is still what the independent reader finds, and the
+    options are the introduction's objects in another order in some stories."""
+    task = nl.get_nl_task("tracking_shuffled_objects", variety=variety)
+    rng, reordered, newline = random.Random(variety), 0, 0
+    for k in range(60):
+        story = task.sample(1 + k % 14, rng)
+        letter, text = read_back(story.benchmark_input)
+        assert story.choice == f"({letter})" and story.free_answer == text
+        options = [line[4:] for line in story.benchmark_input.split("\nOptions:\n")[1].split("\n")]
+        holdings = story.benchmark_input.split(": ", 1)[1].split(".", 1)[0]
+        reordered += sorted(options, key=holdings.index) != options
+        newline += ".\nAs " in story.prompt or ".\n" in story.prompt.split("Options:")[0]
+    assert reordered > 10 and newline > 10
+
+
+def test_the_varieties_keep_their_names_and_scenarios_apart():
+    """Held-out names are never training names (nor the benchmark's Claire, Eve, Fred, Gertrude); held-out
+    scenarios are none of the training ones and use another swap verb and question; the plain stories keep the ten
+    names and the benchmark's five scenarios."""
+    assert not set(so.HELDOUT_NAMES) & set(so.TRAIN_NAMES) and set(so.PEOPLE) < set(so.TRAIN_NAMES)
+    assert not {"Claire", "Eve", "Fred", "Gertrude"} & (set(so.TRAIN_NAMES) | set(so.HELDOUT_NAMES))
+    assert not set(so.HELDOUT_FAMILIES) & set(so.TRAINING_FAMILIES) and set(so.FAMILIES) < set(so.TRAINING_FAMILIES)
+    training = " ".join(f.swap + f.question for f in so.TRAINING_FAMILIES.values())
+    assert all(f.swap.split()[3] not in training and f.question.split(",")[0] not in training
+               for f in so.HELDOUT_FAMILIES.values())  # fmt: skip
+    plain, varied = (
+        nl.get_nl_task("tracking_shuffled_objects"),
+        nl.get_nl_task("tracking_shuffled_objects", variety="varied"),
+    )
+    assert plain.names == so.PEOPLE and plain.families == tuple(sorted(so.FAMILIES)) and varied.names == so.TRAIN_NAMES
+    with pytest.raises(ValueError, match="variety must be one of"):
+        nl.get_nl_task("tracking_shuffled_objects", variety="mixed")
+
+
+# sha256 of the plain stories of fixed seeds (every scenario and size, with and without distractors): the stories the
+# published runs and records of this task were made with.
+PLAIN_FINGERPRINT = "b17089378187c8381514f55c02c5fd131a47da7696b0f2f50bd5fcbd0822bcdd"
+
+
+def test_the_plain_stories_are_those_of_the_published_runs():
+    """Adding varieties, roles and options left the "plain" stories (the default, used by every published run and
+    few-shot record of this task) exactly as they were: the same text, answers, swaps and transition ends."""
+    digest = hashlib.sha256()
+    for family in sorted(so.FAMILIES):
+        for n in so.OBJECT_COUNTS:
+            rng = random.Random(f"{family}{n}")
+            for swaps in (0, 1, 2, n, 4 * n):
+                story = so.shuffled_objects_story(
+                    n, swaps, rng, family, distractor_prob=0.2 if swaps > 3 else 0.0,
+                    preamble_sentences=1 if swaps == 2 else 0,
+                )  # fmt: skip
+                fields = (story.prompt, story.answer, story.symbols, story.transition_ends, story.choice)
+                digest.update(repr((*fields, story.free_answer)).encode())
+    for i in range(30):
+        digest.update(MIXED.sample(1 + i % 7, random.Random(i)).prompt.encode())
+    assert digest.hexdigest() == PLAIN_FINGERPRINT
+
+
+@pytest.mark.parametrize("variety", ["plain", "heldout"])
+def test_the_roles_mark_every_name_object_full_stop_and_option(variety):
+    """NLStory.roles (the entity-tracking tagger's labels): every name (introduction, holdings, swaps, question,
+    distractors) is a name of the story's people, every object span is one option's text, every swap end is the
+    full stop of a transition, and the options' letters and texts are marked in order; through the tokenizer a
+    name, an object and an option's text mark all their tokens, a letter and a full stop one."""
+    task = nl.get_nl_task("tracking_shuffled_objects", variety=variety)
+    tokenizer = build_word_tokenizer(nl.task_vocabulary([task]))
+    rng = random.Random(5)
+    for k in range(20):
+        story = task.sample(1 + k % 9, rng, distractor_prob=0.3)
+        spans = {
+            role: [story.prompt[a:b] for a, b, r in sorted(story.roles) if so.ROLES[r] == role] for role in so.ROLES
+        }
+        options = [line[4:] for line in story.benchmark_input.split("\nOptions:\n")[1].split("\n")]
+        assert set(spans["name"]) <= set(task.names) and story.prompt.startswith(spans["name"][0])
+        # the listing, the holdings, two per swap, the question, and one per distractor sentence with a name
+        distractors = sum(story.prompt.count(d.format(name="")) for d in so.DISTRACTORS if "{name}" in d)
+        assert len(spans["name"]) == 2 * story.num_objects + 2 * story.num_transitions + 1 + distractors
+        assert sorted(spans["object"]) == sorted(options) and spans["option_text"] == options
+        assert spans["option"] == list("ABCDEFG"[: story.num_objects])
+        assert [b for a, b, r in sorted(story.roles) if so.ROLES[r] == "swap_end"] == story.transition_ends
+        labels = nl.token_roles(tokenizer, story.prompt, story.roles)
+        words = tokenizer.convert_ids_to_tokens(tokenizer(story.prompt)["input_ids"])
+        assert sum(r == so.ROLE["option"] for r in labels) == story.num_objects
+        assert [w for w, r in zip(words, labels) if r == so.ROLE["swap_end"]] == ["."] * story.num_transitions
+        assert sum(r == so.ROLE["name"] for r in labels) == sum(len(nl.words_of(n)) for n in spans["name"])
+
+
+def test_a_name_of_several_tokens_marks_all_of_them():
+    """token_roles on a story whose names are two words (two tokens of the word-level tokenizer): every token of a
+    name is "name", a swap's full stop and an option's letter one token each, every token of an object's text."""
+    names = ("Mary Ann", "Jean Luc", "Anna Lena")
+    tokenizer = build_word_tokenizer(nl.task_vocabulary([MIXED]) + ["mary", "ann", "jean", "luc", "anna", "lena"])
+    story = so.shuffled_objects_story(3, 2, random.Random(0), "positions", names=names)
+    labels = nl.token_roles(tokenizer, story.prompt, story.roles)
+    words = tokenizer.convert_ids_to_tokens(tokenizer(story.prompt)["input_ids"])
+    named = [w for w, r in zip(words, labels) if r == so.ROLE["name"]]
+    assert len(named) == 2 * (3 + 3 + 2 * 2 + 1) and set(named) == {"mary", "ann", "jean", "luc", "anna", "lena"}
+    assert [w for w, r in zip(words, labels) if r == so.ROLE["option"]] == ["a", "b", "c"]
+    assert [w for w, r in zip(words, labels) if r == so.ROLE["swap_end"]] == [".", "."]
+    options = [line[4:] for line in story.benchmark_input.split("\nOptions:\n")[1].split("\n")]
+    objects = [w for w, r in zip(words, labels) if r == so.ROLE["object"]]
+    assert objects == [w for option in options for w in nl.words_of(option)]
 
 
 def test_the_options_list_the_initial_objects_in_the_order_of_the_people():

@@ -43,7 +43,6 @@ from ...data.nl_state_tracking import (
     answer_token_ids,
     check_sentence_tokenization,
     collate_nl_state_tracking,
-    get_nl_task,
 )
 from .. import loop
 from ..checkpointing import (
@@ -89,7 +88,7 @@ def run_experiment(
     # The run folder and its settings.json; resuming is per method (finished methods and their checkpoints,
     # run_dir/<method>/checkpoints), so there is no run-level checkpoint to check here.
     accelerator, run_dir, _ = loop.begin_run(settings, run_dir, resume=False, safe=())
-    task = get_nl_task(settings.task)  # the run's one resolution of its task, handed to every step
+    task = settings.nl_task()  # the run's one resolution of its task (and its stories' variety), handed to every step
     began = time.perf_counter()
     base_source, base_info = prepare_base(settings, task, run_dir, accelerator)
     base_seconds = time.perf_counter() - began
@@ -114,7 +113,7 @@ def run_experiment(
     (run_dir / "results.md").write_text(table + "\n")
     plot_results(results, settings, task.num_classes, run_dir / "accuracy_vs_transitions.png")
     for r in results:
-        if r["method"] in ("ssm", "ssm_classifier"):
+        if r["method"] in ("ssm", "ssm_classifier"):  # (the entity tracker's card: records.model_card too)
             card = model_card(settings, base_info, r, table)
             (run_dir / r["method"] / "adapter" / "README.md").write_text(card)
             if model_card_dir is not None:
@@ -356,6 +355,7 @@ def _train_loop(method, run: _MethodRun, settings, task, tokenizer, accelerator,
             dense=settings.supervision == "dense",
             vocab_loss=settings.answer_loss == "vocab",
             features=features,
+            role_weight=settings.role_loss_weight,
         )
         loop.optimizer_step(accelerator, loss, run.optimizer, run.scheduler, run.params, settings.grad_clip)
         last["loss"] = loss.detach()

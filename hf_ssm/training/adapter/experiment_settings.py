@@ -41,6 +41,14 @@ bucket. The presets of SmolLM2-135M-Instruct (`smollm2-135m`), one per row of RE
 A task of a base with presets but none validated for it takes `none` (SmolLM2 on `s5`; on
 `tracking_shuffled_objects`, whose `one_readout` and `lora` presets run the protocol of RESULTS.md's BIG-Bench Hard
 table: stories of 1-7 swaps, tested with n, 4n and 8n swaps).
+
+The entity-tracking presets of `tracking_shuffled_objects` (docs/adapter.md; not yet run, so no default): `entity`
+(the entity-tracking adapter, `adapter_kind="entity_tracking"`, reading layer 6 with its classifier readout; trained
+on 1024 "varied" stories of 1-7 swaps: seventy names, the benchmark's five scenarios and six more, options shuffled
+in half; tested at n, 4n and 8n swaps and on the held-out stories (`heldout_buckets`: unseen names, options
+shuffled, and unseen scenarios or the benchmark's), 128 stories per bucket) and `entity_lm_head` (the same tracker
+writing its answer after the last layer for the LM head, W_out at lr 0.1, so that generate() says the option's
+letter; tested at n, 4n and 8n swaps on 64 stories per bucket, every validation and test running all 30 layers).
 """
 
 from __future__ import annotations
@@ -49,11 +57,11 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ...adapters.bases import DTYPES, NAMED_BASES
-from ...adapters.config import SSMAdapterConfig
+from ...adapters.config import ADAPTER_KINDS, SSMAdapterConfig
 from ...adapters.feature_cache import STORE_DTYPES
 from ...adapters.transition_tokens import TRANSITION_POSITIONS, transition_token_ids
 from ...data.nl_state_tracking import ALL_NL_TASK_NAMES, get_nl_task
-from ...data.shuffled_objects import object_buckets
+from ...data.shuffled_objects import SHUFFLED_OBJECTS_TASK_NAMES, VARIETIES, object_buckets
 from ...modeling.config_values import (
     PD_SSM_INITIAL_STATES,
     PD_SSM_INPUTS,
@@ -104,6 +112,31 @@ _BASELINE_STEPS = {"max_steps": 200, "min_steps": 200}
 # BIG-Bench Hard's tracking_shuffled_objects: stories of 1-7 swaps (n = 3, 5, 7 mixed), tested with n, 4n and 8n swaps
 # per n (docs/adapter.md).
 _SHUFFLED = {"train_max_transitions": 7, "test_buckets": "n,4n,8n"}
+# The entity-tracking adapter (docs/adapter.md): its tagger reads layer 6 (a probe of the roles on SmolLM2's layers 3
+# and 6 made a fifth of the errors at 6); trained on the "varied" stories, the held-out tests per n at n and 8n swaps.
+_ENTITY = {
+    **_PROTOCOL,
+    **_SHUFFLED,
+    "adapter_kind": "entity_tracking",
+    "layer_index": 6,
+    "standardize_input": True,
+    "frozen_mixer_parameters": "",
+    "story_variety": "varied",
+    "train_examples": 1024,
+    "eval_every": 200,
+    "eval_samples_per_bucket": 128,
+    "heldout_buckets": "n,8n",
+}
+_ENTITY_LM_HEAD = {
+    **_ENTITY,
+    "methods": "ssm",
+    "write_layer_index": -1,
+    "answer_loss": "vocab",
+    "write_learning_rate": 0.1,
+    "eval_every": 800,
+    "eval_samples_per_bucket": 64,
+    "heldout_buckets": "",
+}
 _BASELINES = {
     "fewshot": {**_SENTENCES, "methods": "fewshot", **_BASELINE_STEPS},
     "probe": {**_SENTENCES, "methods": "probe", **_BASELINE_STEPS},
@@ -134,6 +167,8 @@ PRESETS: dict[str, dict[str, dict[str, dict]]] = {
         "tracking_shuffled_objects": {
             "one_readout": {**_SENTENCES, **_SHUFFLED},
             "lora": {**_BASELINES["lora"], **_SHUFFLED},
+            "entity": _ENTITY,
+            "entity_lm_head": _ENTITY_LM_HEAD,
         },
     },
 }
@@ -215,6 +250,9 @@ RESUME_SAFE_SETTINGS = frozenset(
 # The numeric settings that may be negative (layer indices count from the end; a logit or a diagonal offset has any
 # sign) and those that must be > 0 (check_numeric_settings: every other numeric setting must be >= 0).
 SIGNED_SETTINGS = ("layer_index", "write_layer_index", "dictionary_diagonal_init", "identity_entry_logit")
+# The held-out test stories of the entity-tracking adapter's task (shuffled_objects.VARIETIES): unseen names, options
+# shuffled, and unseen scenarios ("heldout") or the benchmark's scenarios ("heldout_names").
+HELDOUT_VARIETIES = ("heldout", "heldout_names")
 POSITIVE_SETTINGS = ("learning_rate", "lora_learning_rate", "temperature")
 
 
@@ -321,7 +359,24 @@ class AdapterExperimentSettings:
     # SSMAdapterConfig.standardize_input: z-score the base's features (per-feature mean and scale measured on the
     # first training stories at the positions where the state moves) before the adapter's norm.
     standardize_input: bool = False
+    # SSMAdapterConfig.kind: "mixer" (the mixer above) or "entity_tracking" (hf_ssm.adapters.entity_tracking, for the
+    # tracking_shuffled_objects tasks: a tagger of the base's features, a binding memory and a PD-SSM permutation
+    # state; methods ssm_classifier and ssm; the mixer's settings do not apply).
+    adapter_kind: str = "mixer"
+    # entity_tracking: person / object slots, the tagger's hidden width (0: linear), and the weight of the tagger's
+    # loss on the roles the stories record (added to the answer's loss, which trains the similarity scales).
+    entity_slots: int = 8
+    entity_tagger_width: int = 64
+    role_loss_weight: float = 1.0
     # data
+    # tracking_shuffled_objects only (shuffled_objects.VARIETIES): the training, validation and test stories' variety,
+    # "plain" (ten names, options in the introduction's order) or "varied" (seventy names, options shuffled in half of
+    # the stories, BIG-Bench Hard's line break in half, six more scenarios).
+    story_variety: str = "plain"
+    # tracking_shuffled_objects only: test buckets (as test_buckets) on each variety of `heldout_varieties` too, the
+    # held-out stories ("" = none).
+    heldout_buckets: str = ""
+    heldout_varieties: str = "heldout,heldout_names"
     train_min_transitions: int = 1
     train_max_transitions: int = 10
     test_buckets: str = "1-10,11-20,21-30,31-45,46-60,61-80"
@@ -437,7 +492,64 @@ class AdapterExperimentSettings:
         if not 0 < self.target_accuracy <= 1:
             raise ValueError(f"`target_accuracy` must be in (0, 1], got {self.target_accuracy}")
         check_choice("transitions_at", self.transitions_at, TRANSITION_POSITIONS)
+        self._validate_stories()
+        self._validate_adapter_kind()
         self.adapter_config_for_ids(None)  # raises on a bad mixer / layer index type
+
+    def _validate_stories(self) -> None:
+        """`story_variety`, `heldout_buckets` and `heldout_varieties`: the tracking_shuffled_objects tasks' only."""
+        check_choice("story_variety", self.story_variety, VARIETIES)
+        shuffled = self.task in SHUFFLED_OBJECTS_TASK_NAMES
+        if not shuffled and (self.story_variety != "plain" or self.heldout_buckets):
+            raise ValueError(
+                "`story_variety` and `heldout_buckets` apply to the tracking_shuffled_objects tasks only, got task "
+                f"{self.task!r}"
+            )
+        if self.heldout_buckets:
+            for variety in self.heldout_variety_list():
+                check_choice("heldout_varieties", variety, HELDOUT_VARIETIES)
+            if not self.heldout_variety_list():
+                raise ValueError(f"`heldout_varieties` must name at least one of {list(HELDOUT_VARIETIES)}")
+
+    def _validate_adapter_kind(self) -> None:
+        """`adapter_kind` and the entity tracker's settings: its task, methods and the mixer options it has none of."""
+        check_choice("adapter_kind", self.adapter_kind, ADAPTER_KINDS)
+        if self.adapter_kind != "entity_tracking":
+            return
+        if self.task not in SHUFFLED_OBJECTS_TASK_NAMES:
+            raise ValueError(
+                "`adapter_kind='entity_tracking'` reads the roles of the tracking_shuffled_objects stories; accepted "
+                f"tasks: {list(SHUFFLED_OBJECTS_TASK_NAMES)}, got {self.task!r}"
+            )
+        methods = ("ssm_classifier", "ssm")
+        if set(self.method_list()) - set(methods):
+            raise ValueError(
+                f"`adapter_kind='entity_tracking'` trains methods {list(methods)} only, got methods {self.methods!r}"
+            )
+        mixer_only = {
+            "classifier_per_head": self.classifier_per_head,
+            "transitions_at": self.transitions_at != "every_token",
+            "frozen_mixer_parameters": bool(self.frozen_mixer_parameters.strip()),
+            "selection_learning_rate": bool(self.selection_learning_rate),
+        }
+        given = [name for name, is_set in mixer_only.items() if is_set]
+        if given:
+            raise ValueError(
+                f"`adapter_kind='entity_tracking'` has no mixer: {given} do not apply (leave them at their defaults, "
+                "frozen_mixer_parameters ''); it reads every token and answers with one readout"
+            )
+        if self.entity_slots < 2:
+            raise ValueError(f"`entity_slots` must be >= 2, got {self.entity_slots}")
+
+    def heldout_variety_list(self) -> list[str]:
+        """`heldout_varieties` as a list."""
+        return [v.strip() for v in self.heldout_varieties.split(",") if v.strip()]
+
+    def nl_task(self):
+        """The run's natural-language task: `get_nl_task(task)`, with `story_variety` for a shuffled-objects task."""
+        if self.task in SHUFFLED_OBJECTS_TASK_NAMES:
+            return get_nl_task(self.task, variety=self.story_variety)
+        return get_nl_task(self.task)
 
     def method_list(self) -> list[str]:
         return [m.strip() for m in self.methods.split(",") if m.strip()]
@@ -445,11 +557,16 @@ class AdapterExperimentSettings:
     def bucket_list(self) -> list[tuple[int, ...]]:
         """`test_buckets` "1-10,11-20" -> [(1, 10), (11, 20)]; for a tracking_shuffled_objects task one bucket
         (low, high, n) per item and number of objects n of the task ("1-7,n,4n" -> (1, 7, 3), (3, 3, 3), (12, 12, 3),
-        (1, 7, 5), ...: shuffled_objects.object_buckets)."""
+        (1, 7, 5), ...: shuffled_objects.object_buckets), then those of `heldout_buckets` for each held-out variety,
+        (low, high, n, variety)."""
         counts = getattr(get_nl_task(self.task), "object_counts", None)
-        if counts is not None:
-            return object_buckets(self.test_buckets, counts, "test_buckets")
-        return parse_transition_buckets(self.test_buckets, "test_buckets")
+        if counts is None:
+            return parse_transition_buckets(self.test_buckets, "test_buckets")
+        buckets = object_buckets(self.test_buckets, counts, "test_buckets")
+        if self.heldout_buckets:
+            heldout = object_buckets(self.heldout_buckets, counts, "heldout_buckets")
+            buckets += [(*bucket, variety) for variety in self.heldout_variety_list() for bucket in heldout]
+        return buckets
 
     def adapter_config(self, tokenizer=None) -> SSMAdapterConfig:
         """The SSMAdapterConfig of these settings; `tokenizer` (the base's) resolves `transitions_at` into token
@@ -462,6 +579,8 @@ class AdapterExperimentSettings:
     def classifier_adapter_config(self, tokenizer, num_classes: int) -> SSMAdapterConfig:
         """`adapter_config(tokenizer)` with the classifier readout of `num_classes` classes (method ssm_classifier;
         lora_classifier's parameter budget). tokenizer None: no transition token ids (the budget only)."""
+        if self.adapter_kind == "entity_tracking":
+            return self.entity_adapter_config("classifier", num_classes)
         config = self.adapter_config(tokenizer) if tokenizer is not None else self.adapter_config_for_ids(None)
         return dataclasses.replace(
             config, readout="classifier", num_labels=num_classes, classifier_per_head=self.classifier_per_head
@@ -470,10 +589,25 @@ class AdapterExperimentSettings:
     def lm_head_adapter_config(self, tokenizer, num_classes: int) -> SSMAdapterConfig:
         """`adapter_config(tokenizer)` of method ssm: the LM-head readout, writing the heads' vote over
         `num_classes` classes with `classifier_per_head`."""
+        if self.adapter_kind == "entity_tracking":
+            return self.entity_adapter_config("lm_head", num_classes)
         config = self.adapter_config(tokenizer)
         if not self.classifier_per_head:
             return config
         return dataclasses.replace(config, num_labels=num_classes, classifier_per_head=True)
+
+    def entity_adapter_config(self, readout: str, num_classes: int) -> SSMAdapterConfig:
+        """The SSMAdapterConfig of the entity tracker (`adapter_kind="entity_tracking"`) with `readout` over
+        `num_classes` answer options."""
+        return SSMAdapterConfig(
+            kind="entity_tracking",
+            entity_settings={"slots": self.entity_slots, "tagger_width": self.entity_tagger_width},
+            layer_index=self.layer_index,
+            write_layer_index=self.write_layer_index,
+            readout=readout,
+            num_labels=num_classes,
+            standardize_input=self.standardize_input,
+        )
 
     def adapter_config_for_ids(self, transition_ids: list[int] | None) -> SSMAdapterConfig:
         """The SSMAdapterConfig of these settings with `transition_token_ids=transition_ids`."""

@@ -31,7 +31,10 @@ def model_name(result: dict) -> str:
         return (
             f"lora r={result['lora_rank']} (attention, layers 0-{settings['layer_index']}) @L{settings['layer_index']}"
         )
-    name = f"{settings['mixer']} adapter @L{settings['layer_index']}"
+    kind = settings.get("adapter_kind", "mixer")
+    name = (
+        f"{'entity-tracking' if kind == 'entity_tracking' else settings['mixer']} adapter @L{settings['layer_index']}"
+    )
     if settings.get("write_layer_index") is not None:
         name += f" -> L{settings['write_layer_index']}"
     if settings.get("classifier_per_head"):
@@ -43,9 +46,10 @@ def model_name(result: dict) -> str:
 
 def bucket_label(bucket: dict) -> str:
     """A test bucket's name: "11-20" (transitions), "n5:5-5" for a bucket of the shuffled-objects task's stories of
-    5 objects."""
+    5 objects, "heldout/n5:5-5" for one of its held-out stories (the bucket's "variety")."""
     label = f"{bucket['min_transitions']}-{bucket['max_transitions']}"
-    return f"n{bucket['objects']}:{label}" if "objects" in bucket else label
+    label = f"n{bucket['objects']}:{label}" if "objects" in bucket else label
+    return f"{bucket['variety']}/{label}" if "variety" in bucket else label
 
 
 def summary_records(summary: dict, run_dir: str, command: str | None = None) -> list[dict]:
@@ -108,11 +112,14 @@ def plot_results(results: list[dict], settings: AdapterExperimentSettings, num_c
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in results:
-        # one line per number of objects where the buckets have one (the shuffled-objects task)
-        for objects in sorted({b.get("objects", 0) for b in r["test"]["buckets"]}):
-            buckets = [b for b in r["test"]["buckets"] if b.get("objects", 0) == objects]
+        # one line per number of objects where the buckets have one (the shuffled-objects task), and per variety
+        groups = sorted({(b.get("variety", ""), b.get("objects", 0)) for b in r["test"]["buckets"]})
+        for variety, objects in groups:
+            buckets = [
+                b for b in r["test"]["buckets"] if (b.get("variety", ""), b.get("objects", 0)) == (variety, objects)
+            ]
             xs = [(b["min_transitions"] + b["max_transitions"]) / 2 for b in buckets]
-            label = r["method"] + (f", n={objects}" if objects else "")
+            label = r["method"] + (f", n={objects}" if objects else "") + (f", {variety}" if variety else "")
             ax.plot(xs, [b["accuracy"] for b in buckets], marker="o", label=label)
     ax.axvspan(settings.train_min_transitions, settings.train_max_transitions, color="grey", alpha=0.15, label="train")
     ax.axhline(1 / num_classes, color="black", linestyle=":", label="chance")
@@ -159,8 +166,6 @@ def reproduce_flags(settings: AdapterExperimentSettings) -> str:
 def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, table: str) -> str:
     """A Hugging Face model card (YAML front matter) for the trained SSM adapter."""
     tiny = settings.base_model == TINY_BASE
-    # what the card names (mixer, layer, frozen parameters) does not depend on the transition token ids
-    config = settings.adapter_config_for_ids(None)
     base = "the built-in tiny Qwen2 of scripts/train_adapter.py, not on the hub" if tiny else settings.base_model
     load_base = (
         "from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast\n"
@@ -177,7 +182,7 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
         load_base = f'from hf_ssm.adapters import load_base\n\nbase, tokenizer = load_base("{settings.base_model}")'
     classifier = ssm["method"] == "ssm_classifier"
     reproduce = reproduce_flags(settings)
-    branch = _branch_description(config, classifier, per_head=settings.classifier_per_head)
+    config, mixer, mixer_settings, branch = _card_adapter(settings, classifier)
     read = (
         'scores = model(**batch)["adapter_logits"][:, -1]  # (B, num_classes): the answer classes, in task order'
         if classifier
@@ -187,13 +192,13 @@ def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, 
         library_name="hf_ssm",
         license="apache-2.0",
         base_model=None if tiny else (named.hub_id if named else settings.base_model),
-        tags=["ssm-adapter", config.mixer.replace("_", "-"), "state-tracking"],
+        tags=["ssm-adapter", mixer.replace("_", "-"), "state-tracking"],
         pipeline_tag="text-generation",
     )
     samples = settings.eval_samples_per_bucket
-    body = f"""# SSM adapter ({config.mixer}) for natural-language {settings.task}
+    body = f"""# SSM adapter ({mixer}) for natural-language {settings.task}
 
-One {config.mixer} layer inserted after decoder layer {config.layer_index} of a frozen causal LM ({base}),
+One {mixer} layer inserted after decoder layer {config.layer_index} of a frozen causal LM ({base}),
 {branch}. Only the adapter was trained:
 {ssm["trainable_parameters"]} trainable parameters, {ssm["steps"]} steps, {ssm["train_seconds"]:.0f} s on a shared
 2-core CPU. Frozen mixer parameters: {config.frozen_mixer_parameters or "none"}. State updates: {settings.transitions_at}
@@ -219,7 +224,7 @@ batch = tokenizer([story], return_tensors="pt", padding=True)  # story ends with
 {read}
 ```
 
-Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with
+Mixer settings: `{json.dumps(mixer_settings)}`. Reproduce with
 `python scripts/train_adapter.py {reproduce}` (see docs/adapter.md).
 
 ## Limitations
@@ -232,6 +237,30 @@ Mixer settings: `{json.dumps(config.mixer_settings)}`. Reproduce with
 - A research artefact of the hf_ssm package, not a product: no safety or bias evaluation was done.
 """
     return check_model_card(f"---\n{data.to_yaml()}\n---\n\n" + body)
+
+
+def _card_adapter(settings: AdapterExperimentSettings, classifier: bool) -> tuple:
+    """(config, the mixer's name, its settings, how the adapter answers) as the model card names them; what it names
+    (mixer, layer, frozen parameters) does not depend on the transition token ids."""
+    if settings.adapter_kind == "entity_tracking":  # no mixer: the tracker of hf_ssm.adapters.entity_tracking
+        config = settings.entity_adapter_config("classifier" if classifier else "lm_head", 2)
+        return config, "entity_tracking", config.entity_settings, _entity_description(config, classifier)
+    config = settings.adapter_config_for_ids(None)
+    branch = _branch_description(config, classifier, per_head=settings.classifier_per_head)
+    return config, config.mixer, config.mixer_settings, branch
+
+
+def _entity_description(config: SSMAdapterConfig, classifier: bool) -> str:
+    """The model card's sentence on how the entity tracker (hf_ssm.adapters.entity_tracking) answers."""
+    how = (
+        "a tagger of the base's features finds names, objects, swaps and options; names and objects are matched by "
+        "the base's own embeddings; one PD-SSM head per object slot tracks who holds it through the swaps' "
+        "transpositions; each option is scored by the object the asked person holds"
+    )
+    if classifier:
+        return f"as a side branch ({how}; the base's hidden states and logits are untouched)"
+    where = "that layer" if config.write_layer_index is None else f"decoder layer {config.write_layer_index}"
+    return f"adding W_out softmax(option scores) to the output of {where} ({how}; W_out zero-initialised)"
 
 
 def _branch_description(config: SSMAdapterConfig, classifier: bool, per_head: bool) -> str:

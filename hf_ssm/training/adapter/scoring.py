@@ -10,6 +10,7 @@ from contextlib import nullcontext
 import torch
 from torch import nn
 
+from ...adapters.entity_tracking import EntityTrackingAdapter
 from ...adapters.feature_cache import FrozenPrefix
 from ...adapters.model import SSMAdapterModel, find_decoder_layers
 from ...data.nl_state_tracking import (
@@ -31,6 +32,7 @@ def score_batch(
     dense: bool = False,
     vocab_loss: bool = False,
     features: torch.Tensor | None = None,
+    role_weight: float = 1.0,
 ):
     """(loss, predicted answer class at the last position (B,)) of one left-padded batch.
 
@@ -41,7 +43,9 @@ def score_batch(
     adapter with `classifier_per_head` scores every head's own answer at those positions instead (averaged over
     the heads); with the LM-head readout that is added to the LM head's loss at the last position.
     `features` (B, L, d): the base's hidden states after the adapter's layer (frozen-prefix cache), used instead
-    of running the layers up to it. The classifier readout never runs the layers above the adapter.
+    of running the layers up to it. The classifier readout never runs the layers above the adapter. The entity
+    tracker (adapter kind "entity_tracking") adds `role_weight` times its tagger's mean cross-entropy against the
+    batch's `token_roles` (and, with the LM-head readout, the cross-entropy of its own option scores at the end).
     """
     inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")}
     last = inputs["input_ids"].shape[1] - 1
@@ -54,13 +58,18 @@ def score_batch(
     # Only the supervised positions get logits (a 150k-word LM head over every position would not fit).
     keep = torch.unique(torch.cat([positions[positions >= 0], positions.new_tensor([last])]))  # sorted; ends at `last`
     loss_scores = None  # (B, K, H, C) when every head is scored on its own (classifier_per_head)
+    extra = 0.0  # the entity tracker's role loss
     if method == "ssm_classifier":
         adapted = _unwrapped(model)
         hidden = FrozenPrefix(adapted).features(**inputs) if features is None else features
         mask = inputs["attention_mask"].bool()
         step_mask = None if bool(mask.all()) else mask
         adapter = adapted.ssm_adapter
-        if adapter.config.classifier_per_head:
+        if isinstance(adapter, EntityTrackingAdapter):
+            out = adapter.outputs(hidden, mask=step_mask, input_ids=inputs["input_ids"])
+            scores = out.scores[:, keep].float()
+            extra = role_weight * _role_loss(out.role_logits, batch, device)
+        elif adapter.config.classifier_per_head:
             loss_scores = adapter.head_logits(hidden, mask=step_mask, input_ids=inputs["input_ids"])[0][:, keep].float()
             scores = loss_scores.log_softmax(-1).sum(-2)
         else:
@@ -77,20 +86,36 @@ def score_batch(
             scores = _unwrapped(model).head(features[:, keep])
         final_loss = _class_loss(scores[:, -1], batch["label"].to(device))
     else:
-        scores, loss_scores, final_loss = _lm_head_scores(
-            model, inputs, keep, answer_ids, batch, device, vocab_loss, features
+        scores, loss_scores, final_loss, extra = _lm_head_scores(
+            model, inputs, keep, answer_ids, batch, device, vocab_loss, features, role_weight
         )
     index = torch.searchsorted(keep, positions.clamp_min(0))
     scored = scores if loss_scores is None else loss_scores
     picked = scored[torch.arange(scored.shape[0], device=scored.device)[:, None], index]  # (B, P, [H,] C)
     dense_loss = _class_loss(picked.flatten(0, 1), labels.flatten())
     count = (labels != -100).sum() + scores.shape[0]
-    return (dense_loss + final_loss) / count, scores[:, -1].argmax(-1)
+    return (dense_loss + final_loss) / count + extra, scores[:, -1].argmax(-1)
 
 
-def _lm_head_scores(model, inputs: dict, keep, answer_ids, batch: dict, device, vocab_loss: bool, features):
+def _role_loss(role_logits: torch.Tensor, batch: dict, device) -> torch.Tensor:
+    """The entity tracker's tagger loss: the mean cross-entropy of its role logits (B, T, R) against the batch's
+    `token_roles` (B, T) (-100 on padding); ValueError when the batch has none (a task whose stories record no
+    roles)."""
+    if "token_roles" not in batch:
+        raise ValueError(
+            "the entity-tracking adapter trains its tagger on the stories' token roles, which this batch lacks "
+            "(only the tracking_shuffled_objects stories record them)"
+        )
+    roles = batch["token_roles"].to(device)
+    return nn.functional.cross_entropy(role_logits.flatten(0, 1).float(), roles.flatten(), ignore_index=-100)
+
+
+def _lm_head_scores(
+    model, inputs: dict, keep, answer_ids, batch: dict, device, vocab_loss: bool, features, role_weight: float = 1.0
+):
     """score_batch's LM-head readout: (answer-class scores at the kept positions (B, K, C), a per-head adapter's
-    own scores (B, K, H, C) or None, the loss at the last position)."""
+    own scores (B, K, H, C) or None, the loss at the last position, the entity tracker's own losses (its role loss
+    times `role_weight` and its option scores' cross-entropy at the end; 0 for any other model))."""
     loss_scores = None
     # Only the answer words' rows of the LM head are computed at the supervised positions, and the whole head
     # only at the last position for the vocabulary loss: a 49k-word head over every supervised position
@@ -98,13 +123,15 @@ def _lm_head_scores(model, inputs: dict, keep, answer_ids, batch: dict, device, 
     forward = _answer_logits if _head_is_linear(model) else _full_logits
     context = nullcontext() if features is None else FrozenPrefix(_unwrapped(model)).replaced_by(features)
     head_logits = []  # a per-head adapter's heads' own logits (B, T, H, C), caught inside the forward
-    catch = _catch_head_logits(model, head_logits)
+    tracker = {}  # the entity tracker's role logits and option scores, caught inside the forward
+    catches = [_catch_head_logits(model, head_logits), *_catch_tracker_outputs(model, tracker)]
     try:
         with context:
             answer_logits, vocab_logits = forward(model, inputs, keep, answer_ids, vocab_loss)
     finally:
-        if catch is not None:
-            catch.remove()
+        for catch in catches:
+            if catch is not None:
+                catch.remove()
     scores = answer_logits.float()
     if vocab_loss:
         final_loss = nn.functional.cross_entropy(
@@ -115,7 +142,26 @@ def _lm_head_scores(model, inputs: dict, keep, answer_ids, batch: dict, device, 
     if head_logits:
         loss_scores = head_logits[-1][:, keep].float()
         final_loss = final_loss + _class_loss(loss_scores[:, -1], batch["label"].to(device))
-    return scores, loss_scores, final_loss
+    extra = 0.0
+    if tracker:
+        labels = batch["label"].to(device)
+        own = _class_loss(tracker["scores"][:, -1].float(), labels) / labels.shape[0]
+        extra = own + role_weight * _role_loss(tracker["roles"], batch, device)
+    return scores, loss_scores, final_loss, extra
+
+
+def _catch_tracker_outputs(model, caught: dict) -> list:
+    """Forward hooks that put the entity tracker's role logits (B, T, R) and option scores (B, T, C) into `caught`
+    ("roles", "scores") whenever it runs inside the model's forward (an LM-head method); [] for any other model."""
+    adapted = _unwrapped(model)
+    if not (isinstance(adapted, SSMAdapterModel) and isinstance(adapted.ssm_adapter, EntityTrackingAdapter)):
+        return []
+    tracker = adapted.ssm_adapter
+
+    def keep(name):
+        return lambda module, args, output: caught.__setitem__(name, output)
+
+    return [tracker.tagger.register_forward_hook(keep("roles")), tracker.vote.register_forward_hook(keep("scores"))]
 
 
 def _catch_head_logits(model, caught: list):
@@ -124,7 +170,7 @@ def _catch_head_logits(model, caught: list):
     forward there, so its heads' answers can only be caught on the way."""
     adapted = _unwrapped(model)
     if not (isinstance(adapted, SSMAdapterModel) and adapted.adapter_config.classifier_per_head):
-        return None
+        return None  # (the entity tracker has no classifier_per_head: _catch_tracker_outputs)
     return adapted.ssm_adapter.classifier.register_forward_hook(lambda module, args, output: caught.append(output))
 
 
@@ -224,9 +270,12 @@ def evaluate(method, model, task, tokenizer, buckets, settings, seed, device, pr
     answer_ids = torch.tensor(answer_token_ids(task, tokenizer), device=device)
     examples = fewshot_prefix(task, tokenizer, settings) if method == "fewshot" else []
 
-    def score_bucket(low: int, high: int, objects: int | None = None) -> dict:
-        # A bucket of the shuffled-objects task may fix the number of objects (its own stories, the same classes).
+    def score_bucket(low: int, high: int, objects: int | None = None, variety: str | None = None) -> dict:
+        # A bucket of the shuffled-objects task may fix the number of objects (its own stories, the same classes),
+        # and take the stories of a held-out variety.
         bucket_task = task if objects is None else task.with_objects(objects)
+        if variety is not None:
+            bucket_task = bucket_task.with_variety(variety)
         data = NLStateTrackingDataset(
             bucket_task, tokenizer, settings.eval_samples_per_bucket, low, high, seed + low, settings.distractor_prob
         )
@@ -249,6 +298,7 @@ def evaluate(method, model, task, tokenizer, buckets, settings, seed, device, pr
             "min_transitions": low,
             "max_transitions": high,
             **({} if objects is None else {"objects": objects}),
+            **({} if variety is None else {"variety": variety}),
             "accuracy": correct / len(data),
             "mean_tokens": sum(tokens) / len(tokens),
             "max_tokens": max(tokens),
