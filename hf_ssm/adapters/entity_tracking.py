@@ -49,6 +49,7 @@ from ..data.shuffled_objects import ROLE, ROLES
 from ..modeling.attention import HybridSSMRMSNorm
 from ..modeling.pd_scan import pd_scan
 from .config import ENTITY_DEFAULTS, SSMAdapterConfig
+from .layer import set_input_statistics
 
 ABSENT = -30.0  # an option the story has not listed (below log(1e-6), the least a listed option scores)
 NO_MATCH = 0.5  # the cosine at which a name's bag is as likely to be no introduced name as a slot
@@ -160,15 +161,8 @@ class EntityTrackingAdapter(nn.Module):
 
     @torch.no_grad()
     def set_input_statistics(self, features: torch.Tensor) -> None:
-        """`input_mean` / `input_scale` from base features (n, d), as SSMAdapter.set_input_statistics."""
-        if not self.config.standardize_input:
-            raise ValueError("set_input_statistics needs an adapter with `standardize_input=True`")
-        if features.dim() != 2 or features.shape[1] != self.input_mean.shape[0] or features.shape[0] < 2:
-            raise ValueError(f"expected features (n >= 2, {self.input_mean.shape[0]}), got {tuple(features.shape)}")
-        features = features.to(self.input_mean.device, torch.float32)
-        std = features.std(dim=0)
-        self.input_mean.copy_(features.mean(dim=0))
-        self.input_scale.copy_(std.clamp_min(1e-6 * float(std.max())))
+        """`input_mean` / `input_scale` from base features (n, d) (layer.set_input_statistics)."""
+        set_input_statistics(self, features)
 
     def step_mask(self, mask: torch.Tensor | None, input_ids: torch.Tensor | None) -> torch.Tensor | None:
         """The tokens the adapter reads: every real one (`mask`; None = all)."""

@@ -27,6 +27,20 @@ PD_NEAR_IDENTITY_SETTINGS = {
 }
 
 
+@torch.no_grad()
+def set_input_statistics(adapter: nn.Module, features: torch.Tensor) -> None:
+    """Fill an adapter's `input_mean` / `input_scale` buffers from base features (n, d): the per-feature mean and
+    standard deviation (floored at 1e-6 of the largest). Shared by every adapter kind with `standardize_input`."""
+    if not adapter.config.standardize_input:
+        raise ValueError("set_input_statistics needs an adapter with `standardize_input=True`")
+    if features.dim() != 2 or features.shape[1] != adapter.input_mean.shape[0] or features.shape[0] < 2:
+        raise ValueError(f"expected features (n >= 2, {adapter.input_mean.shape[0]}), got {tuple(features.shape)}")
+    features = features.to(adapter.input_mean.device, torch.float32)
+    std = features.std(dim=0)
+    adapter.input_mean.copy_(features.mean(dim=0))
+    adapter.input_scale.copy_(std.clamp_min(1e-6 * float(std.max())))
+
+
 def mixer_config(config: SSMAdapterConfig, hidden_size: int) -> HybridSSMConfig:
     """The one-layer HybridSSMConfig the adapter's mixer is built from."""
     near_identity = config.near_identity_init and config.mixer == "pd_ssm"
@@ -123,14 +137,7 @@ class SSMAdapter(nn.Module):
     def set_input_statistics(self, features: torch.Tensor) -> None:
         """Set `input_mean` / `input_scale` from base features (n, d) (standardize_input only): the per-feature
         mean and standard deviation (floored at 1e-6 of the largest, so a constant feature does not blow up)."""
-        if not self.config.standardize_input:
-            raise ValueError("set_input_statistics needs an adapter with `standardize_input=True`")
-        if features.dim() != 2 or features.shape[1] != self.input_mean.shape[0] or features.shape[0] < 2:
-            raise ValueError(f"expected features (n >= 2, {self.input_mean.shape[0]}), got {tuple(features.shape)}")
-        features = features.to(self.input_mean.device, torch.float32)
-        std = features.std(dim=0)
-        self.input_mean.copy_(features.mean(dim=0))
-        self.input_scale.copy_(std.clamp_min(1e-6 * float(std.max())))
+        set_input_statistics(self, features)
 
     def step_mask(self, mask: torch.Tensor | None, input_ids: torch.Tensor | None) -> torch.Tensor | None:
         """(B, T) bool of the steps that may change the state (None = all): `mask`, and with
