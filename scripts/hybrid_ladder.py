@@ -12,12 +12,15 @@ Each rung adds one difference to the rung before it (RUNGS; docs/design.md §8.8
     four_layers        + a 4-layer stack with two attention layers (pattern SASA)
 
 Every run is one product command, `python scripts/train_state_tracking.py --task a5 --mixers pd_ssm --recipe table
---restarts 1 --seed S <the rung's flags>`, printed before it starts. A run whose record is in the ladder's JSON
+--restarts 1 --seed S <the rung's flags>`, printed before it starts. `--variants` applies changes under test (VARIANTS:
+a fix found at one rung, tried on every rung) on top of every rung's flags, in the order given; their runs are recorded
+under `<rung>+<variant>[+<variant>...]`. A run whose record is in the ladder's JSON
 (default results/state_tracking/ladder.json) is skipped, so the ladder can be spread over sessions; run folders go
 to --runs_dir (outside the work tree by default), and --resume continues an interrupted run there.
 
     python scripts/hybrid_ladder.py                          # every rung, seeds 0-2
     python scripts/hybrid_ladder.py --rungs table,residual --seeds 0-4
+    python scripts/hybrid_ladder.py --rungs table,mixer_mlp --variants heads32
     python scripts/hybrid_ladder.py --table                  # print the table of what is recorded
 """
 
@@ -66,14 +69,19 @@ RUNGS = (
 )
 RUNG_NAMES = tuple(r.name for r in RUNGS)
 
+# Changes under test, each tried on top of every rung (docs/design.md §8.8 gives what each did).
+VARIANTS = (Rung("heads32", "32 heads of N = 8 (d = 512): twice the search in parallel (§8.3)", ("--num_heads", "32")),)
+VARIANT_NAMES = tuple(v.name for v in VARIANTS)
 
-def rung_arguments(name: str, task: str, seed: int) -> list[str]:
-    """The train_state_tracking.py arguments of rung `name`: the base command, then every rung's flags up to it
-    (a later value of a flag wins), the merged config fields last."""
+
+def rung_arguments(name: str, task: str, seed: int, variants: tuple[str, ...] = ()) -> list[str]:
+    """The train_state_tracking.py arguments of rung `name`: the base command, then every rung's flags up to it,
+    then the variants' flags (a later value of a flag wins), the merged config fields last."""
     args = ["--task", task, "--mixers", "pd_ssm", "--recipe", "table", "--restarts", "1", "--seed", str(seed)]
     flags: dict[str, str] = {}
     extra: dict[str, str] = {}
-    for rung in RUNGS[: RUNG_NAMES.index(name) + 1]:
+    chosen = [VARIANTS[VARIANT_NAMES.index(v)] for v in variants]
+    for rung in (*RUNGS[: RUNG_NAMES.index(name) + 1], *chosen):
         flags.update(zip(rung.flags[::2], rung.flags[1::2]))
         extra.update(item.split("=", 1) for item in rung.extra_config)
     for flag, value in flags.items():
@@ -97,10 +105,15 @@ def _summary(results: dict) -> dict:
     }
 
 
-def run_rung(name: str, task: str, seed: int, runs_dir: Path, resume: bool, threads: int) -> dict:
-    """Train one rung for one seed through the product command; returns its ladder record."""
-    args = rung_arguments(name, task, seed)
-    out = runs_dir / task / name / f"seed{seed}"
+def record_key(name: str, variants: tuple[str, ...] = ()) -> str:
+    """The key of a rung's runs in the record: the rung, then its variants joined by '+'."""
+    return "+".join((name, *variants))
+
+
+def run_rung(name: str, task: str, seed: int, runs_dir: Path, resume: bool, threads: int, variants=()) -> dict:
+    """Train one rung (with `variants`) for one seed through the product command; returns its ladder record."""
+    args = rung_arguments(name, task, seed, variants)
+    out = runs_dir / task / record_key(name, variants) / f"seed{seed}"
     command = ["python", "scripts/train_state_tracking.py", *args]
     print("$ " + " ".join(command), flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -121,10 +134,14 @@ def table(record: dict) -> list[str]:
         "| rung | what it adds | test mean % per seed (far 1,000 / 4,000) | learnt (>= 99 %) | mean ± std | CPU s |",
         "|---|---|---|---|---|---|",
     ]
-    for rung in RUNGS:
-        runs = record.get(rung.name, {})
+    changes = {r.name: r.change for r in (*RUNGS, *VARIANTS)}
+    order = {name: i for i, name in enumerate(RUNG_NAMES)}
+    for key in sorted(record, key=lambda k: (k.count("+"), order.get(k.split("+")[0], len(order)), k)):
+        runs = record[key]
         if not runs:
             continue
+        name, *variants = key.split("+")
+        change = "; ".join(changes.get(v, v) for v in variants) if variants else changes.get(name, name)
         seeds = sorted(runs, key=int)
         means = [runs[s]["test_mean"] for s in seeds]
         cells = []
@@ -135,7 +152,7 @@ def table(record: dict) -> list[str]:
         cpus = [runs[s]["cpu_seconds"] for s in seeds]
         cpu = f"{min(cpus):.0f}–{max(cpus):.0f}"
         learnt = sum(m >= LEARNT for m in means)
-        lines.append(f"| {rung.name} | {rung.change} | {'; '.join(cells)} | {learnt}/{len(means)} | {spread} | {cpu} |")
+        lines.append(f"| {key} | {change} | {'; '.join(cells)} | {learnt}/{len(means)} | {spread} | {cpu} |")
     return lines
 
 
@@ -143,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rungs", default=",".join(RUNG_NAMES), help=f"comma-separated, from {', '.join(RUNG_NAMES)}")
     parser.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="e.g. 0-2 or 0,3")
+    parser.add_argument(
+        "--variants",
+        default="",
+        help=f"changes applied to every rung, comma-separated, from {', '.join(VARIANT_NAMES)}",
+    )
     parser.add_argument("--task", default="a5")
     parser.add_argument("--record", type=Path, default=DEFAULT_RECORD, help="the ladder's JSON record")
     parser.add_argument("--runs_dir", type=Path, default=Path.home() / ".cache" / "hf_ssm" / "ladder")
@@ -158,20 +180,26 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(rungs) - set(RUNG_NAMES))
     if unknown:
         raise SystemExit(f"--rungs: unknown {unknown}; choose from {', '.join(RUNG_NAMES)}")
+    variants = tuple(v for v in args.variants.split(",") if v)
+    unknown = sorted(set(variants) - set(VARIANT_NAMES))
+    if unknown:
+        raise SystemExit(f"--variants: unknown {unknown}; choose from {', '.join(VARIANT_NAMES)}")
     full = json.loads(args.record.read_text()) if args.record.is_file() else {}
     record = full.setdefault(args.task, {})
     if not args.table:
         for name in rungs:
+            key = record_key(name, variants)
             for seed in args.seeds:
-                if str(seed) in record.get(name, {}):
+                if str(seed) in record.get(key, {}):
                     continue
-                result = run_rung(name, args.task, seed, args.runs_dir.expanduser(), args.resume, args.threads)
-                record.setdefault(name, {})[str(seed)] = result
+                runs_dir = args.runs_dir.expanduser()
+                result = run_rung(name, args.task, seed, runs_dir, args.resume, args.threads, variants)
+                record.setdefault(key, {})[str(seed)] = result
                 args.record.parent.mkdir(parents=True, exist_ok=True)
                 tmp = args.record.with_suffix(".json.tmp")
                 tmp.write_text(json.dumps(full, indent=1) + "\n")
                 os.replace(tmp, args.record)
-                print(f"{name} seed {seed}: test mean {_pct(result['test_mean'])} %", flush=True)
+                print(f"{key} seed {seed}: test mean {_pct(result['test_mean'])} %", flush=True)
     print("\n".join(table(record)))
     return 0
 

@@ -51,3 +51,24 @@ def test_the_table_lists_every_seed_and_counts_the_runs_that_learnt():
     (row,) = ladder.table(record)[2:]
     assert "s0 100.0 (100.0/99.8); s1 99.5 (100.0/99.8); s2 35.0 (100.0/99.8)" in row
     assert "| 2/3 |" in row and "78.2 ± 37.4" in row
+
+
+def test_a_variant_changes_every_rung_by_its_own_flags_only():
+    """`--variants heads32` adds exactly its own setting to each rung (and the width it implies: C is square, d = 2 H N),
+    and its runs are recorded under their own key."""
+    for name in ladder.RUNG_NAMES:
+        plain = vars(_settings(name))
+        parser = driver.build_parser()
+        _, runs = driver.plan_runs(parser, parser.parse_args(ladder.rung_arguments(name, "a5", 0, ("heads32",))))
+        ((varied, _),) = runs
+        changed = {k for k, v in vars(varied).items() if v != plain[k]}
+        assert changed == {"num_heads", "hidden_size"} and (varied.num_heads, varied.hidden_size) == (32, 512), name
+    assert ladder.record_key("mixer_mlp", ("heads32",)) == "mixer_mlp+heads32"
+
+
+def test_the_table_puts_a_variant_row_after_the_plain_rungs_and_names_its_change():
+    run = {"far": {}, "cpu_seconds": 10.0, "test_mean": 1.0}
+    record = {"table+heads32": {"0": run}, "mixer_mlp": {"0": run}, "table": {"0": run}}
+    rows = ladder.table(record)[2:]
+    assert [r.split(" | ")[0] for r in rows] == ["| table", "| mixer_mlp", "| table+heads32"]
+    assert "32 heads" in rows[2]
