@@ -91,6 +91,56 @@ def rung_arguments(name: str, task: str, seed: int, variants: tuple[str, ...] = 
     return args
 
 
+def head_information(model_dir: Path, task_name: str, words: int = 1024, lengths=(64, 256)) -> list[float] | None:
+    """Bits that each PD-SSM head's hard state carries about the task's class after a random word: the heads run as
+    the automata their transitions' column argmax makes (from x_0), on `words` random words of each length (seed 0),
+    and I(state; class) is estimated from the counts. Where a run learnt, a few heads carry log2 of an orbit of the
+    group (2.32 bits for A5's 5 points, 2.58 for its 6) and the rest ~0; it tells a search that found no such head from
+    a readout that missed one. None unless layer 0 is a PD-SSM layer with direct transitions (whose input, after the
+    embedding and the block's norm, is a function of the token alone)."""
+    import random
+
+    import torch
+
+    import hf_ssm
+    from hf_ssm.data.state_tracking import get_task
+
+    config = json.loads((model_dir / "config.json").read_text())
+    if config["mixers"][0] != "pd_ssm" or config.get("pd_ssm_transition") != "direct":
+        return None
+    model = getattr(hf_ssm, config["architectures"][0]).from_pretrained(model_dir).eval()
+    layer = model.model.layers[0]
+    with torch.no_grad():
+        u = model.model.embed_tokens.weight.unsqueeze(0)
+        u = layer.input_layernorm(u) if hasattr(layer, "input_layernorm") else u
+        moves = layer.mixer.transition.logits(layer.mixer, u)[0].argmax(-2)  # (V, H, N): column (state) -> row
+        start = layer.mixer.initial_state(1)[0].abs().argmax(-1)  # (H,)
+    task, rng = get_task(task_name), random.Random(0)
+    heads = torch.arange(moves.shape[1])
+    states, classes = [], []
+    for length in lengths:
+        samples = [task.sample(length, rng) for _ in range(words)]
+        tokens = torch.tensor([t for t, _ in samples])  # (S, L)
+        state = start.expand(words, -1)
+        for step in range(length):
+            state = moves[tokens[:, step, None], heads, state]  # (S, H)
+        states.append(state)
+        classes += [labels[-1] for _, labels in samples]
+    states, classes = torch.cat(states), torch.tensor(classes)
+
+    def entropy(counts: torch.Tensor) -> float:
+        p = counts[counts > 0].double() / counts.sum()
+        return float(-(p * p.log2()).sum())
+
+    class_entropy = entropy(torch.bincount(classes))
+    bits = []
+    for h in heads.tolist():
+        joint = states[:, h] * task.num_classes + classes
+        conditional = entropy(torch.bincount(joint)) - entropy(torch.bincount(states[:, h]))
+        bits.append(round(class_entropy - conditional, 2))
+    return bits
+
+
 def _summary(results: dict) -> dict:
     """What the ladder keeps of a run's results.json."""
     return {
@@ -121,7 +171,8 @@ def run_rung(name: str, task: str, seed: int, runs_dir: Path, resume: bool, thre
     extra = ["--output_dir", str(out)] + (["--resume"] if resume and out.exists() else [])
     subprocess.run([sys.executable, *command[1:], *extra], cwd=ROOT, env=env, check=True)
     results = json.loads((out / "results.json").read_text())
-    return {"command": " ".join(command), "wall_seconds": round(time.time() - began, 1), **_summary(results)}
+    record = {"command": " ".join(command), "wall_seconds": round(time.time() - began, 1), **_summary(results)}
+    return {**record, "head_bits": head_information(out / "model", task)}
 
 
 def _pct(x: float) -> str:
@@ -129,7 +180,8 @@ def _pct(x: float) -> str:
 
 
 def table(record: dict) -> list[str]:
-    """The ladder as Markdown: every seed's test mean over 40-256 (far 1,000 / 4,000), how many learnt, mean ± std."""
+    """The ladder as Markdown: every seed's test mean over 40-256 (far 1,000 / 4,000) [its heads carrying >= 1 bit
+    about the class: head_information], how many learnt, mean ± std."""
     lines = [
         "| rung | what it adds | test mean % per seed (far 1,000 / 4,000) | learnt (>= 99 %) | mean ± std | CPU s |",
         "|---|---|---|---|---|---|",
@@ -147,13 +199,34 @@ def table(record: dict) -> list[str]:
         cells = []
         for s in seeds:
             far = "/".join(_pct(v) for v in runs[s]["far"].values())
-            cells.append(f"s{s} {_pct(runs[s]['test_mean'])}" + (f" ({far})" if far else ""))
+            bits = runs[s].get("head_bits")
+            informative = f" [{sum(b >= 1 for b in bits)} heads]" if bits else ""
+            cells.append(f"s{s} {_pct(runs[s]['test_mean'])}" + (f" ({far})" if far else "") + informative)
         spread = f"{_pct(statistics.mean(means))} ± {_pct(statistics.stdev(means))}" if len(means) > 1 else "—"
         cpus = [runs[s]["cpu_seconds"] for s in seeds]
         cpu = f"{min(cpus):.0f}–{max(cpus):.0f}"
         learnt = sum(m >= LEARNT for m in means)
         lines.append(f"| {key} | {change} | {'; '.join(cells)} | {learnt}/{len(means)} | {spread} | {cpu} |")
     return lines
+
+
+def _write_record(path: Path, full: dict) -> None:
+    """The ladder's JSON, replaced whole (an interrupted write leaves the previous file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(full, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def probe_recorded(full: dict, runs_dir: Path) -> None:
+    """head_information for every recorded run that lacks it and whose model is still in `runs_dir`."""
+    for task, record in full.items():
+        for key, runs in record.items():
+            for seed, run in runs.items():
+                model = runs_dir / task / key / f"seed{seed}" / "model"
+                if "head_bits" not in run and model.is_dir():
+                    run["head_bits"] = head_information(model, task)
+                    print(f"{task} {key} seed {seed}: head bits {run['head_bits']}", flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true", help="continue interrupted runs from their checkpoints")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each run")
     parser.add_argument("--table", action="store_true", help="print the recorded ladder and exit")
+    parser.add_argument(
+        "--probe", action="store_true", help="add head_information to recorded runs without it (from --runs_dir)"
+    )
     return parser
 
 
@@ -186,7 +262,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--variants: unknown {unknown}; choose from {', '.join(VARIANT_NAMES)}")
     full = json.loads(args.record.read_text()) if args.record.is_file() else {}
     record = full.setdefault(args.task, {})
-    if not args.table:
+    if args.probe:
+        probe_recorded(full, args.runs_dir.expanduser())
+        _write_record(args.record, full)
+    elif not args.table:
         for name in rungs:
             key = record_key(name, variants)
             for seed in args.seeds:
@@ -195,10 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs_dir = args.runs_dir.expanduser()
                 result = run_rung(name, args.task, seed, runs_dir, args.resume, args.threads, variants)
                 record.setdefault(key, {})[str(seed)] = result
-                args.record.parent.mkdir(parents=True, exist_ok=True)
-                tmp = args.record.with_suffix(".json.tmp")
-                tmp.write_text(json.dumps(full, indent=1) + "\n")
-                os.replace(tmp, args.record)
+                _write_record(args.record, full)
                 print(f"{key} seed {seed}: test mean {_pct(result['test_mean'])} %", flush=True)
     print("\n".join(table(record)))
     return 0

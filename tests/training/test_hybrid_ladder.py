@@ -72,3 +72,33 @@ def test_the_table_puts_a_variant_row_after_the_plain_rungs_and_names_its_change
     rows = ladder.table(record)[2:]
     assert [r.split(" | ")[0] for r in rows] == ["| table", "| mixer_mlp", "| table+heads32"]
     assert "32 heads" in rows[2]
+
+
+def test_head_information_finds_the_head_that_runs_a5_on_five_points(tmp_path):
+    """A hand-set table layer whose head 0 moves its state as A5 moves point 0 (the state is the image of 0) and whose
+    other heads stay put: head 0 carries log2 5 bits about the class, the others none."""
+    import torch
+
+    from hf_ssm import HybridSSMConfig, HybridSSMForTokenClassification
+
+    config = HybridSSMConfig(
+        vocab_size=3, hidden_size=64, num_hidden_layers=1, mixers="S", block_type="mixer_only", num_labels=60,
+        pd_ssm_transition="direct", pd_ssm_num_heads=4, pd_ssm_head_state_size=8, pd_ssm_diagonal="unit",
+        pd_ssm_input="none", pd_ssm_initial_state="one_hot", pd_ssm_transition_norm=False,
+    )  # fmt: skip
+    model = HybridSSMForTokenClassification(config)
+    generators = {1: (1, 2, 3, 4, 0), 2: (1, 0, 3, 2, 4)}  # the task's (0 1 2 3 4) and (0 1)(2 3)
+    logits = torch.zeros(3, 4, 8, 8)  # (token, head, row, column): column j's largest row is where state j goes
+    for token in range(3):
+        for head in range(4):
+            for j in range(8):
+                moved = head == 0 and token in generators and j < 5
+                logits[token, head, generators[token][j] if moved else j, j] = 1.0
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(torch.eye(3, 64))
+        proj = model.model.layers[0].mixer.transition_proj.weight  # (H N N, d)
+        proj.zero_()
+        proj[:, :3] = logits.permute(1, 2, 3, 0).reshape(-1, 3)
+    model.save_pretrained(tmp_path)
+    bits = ladder.head_information(tmp_path, "a5", words=256)
+    assert abs(bits[0] - 2.32) < 0.05 and max(bits[1:]) < 0.05, bits
