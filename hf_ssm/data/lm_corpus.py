@@ -22,11 +22,17 @@ the running interpreter's standard library, split into training, validation and 
 python_stdlib.py). The generated corpus (`--dataset builtin`) comes from a seeded generator, deterministic: short
 stories in which a character's count of objects changes sentence by sentence (`builtin` / `builtin:stories`), and
 short question/answer pairs about such counts (`builtin:dialogues`, the default fine-tuning set).
+
+`LocalFilesCorpus` is the counterpart of the standard-library corpus for one's own files: training, validation
+and test files given apart (benchmarks/bench_lm.py's `--train_files`, `--validation_files`, `--test_files`), read
+as `--train_files` are, with a fingerprint of every file (name, size, sha256).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -36,6 +42,7 @@ import torch
 
 BUILTIN_STYLES = ("stories", "dialogues")
 PYTHON_STDLIB = "python_stdlib"
+LOCAL_FILES = "local_files"  # the `dataset` of a LocalFilesCorpus fingerprint
 IGNORE_INDEX = -100
 
 # --------------------------------------------------------------------------------------------------------------
@@ -333,6 +340,90 @@ class DocumentSource:
         return itertools.islice(_texts(self._train, self.spec.text_column), self.held_out)
 
 
+class LocalFilesCorpus:
+    """Training, validation and test documents from local files, one list of files per split (the
+    `--train_files`, `--validation_files` and `--test_files` of benchmarks/bench_lm.py): the counterpart of
+    PythonStdlibCorpus (`documents(split)`, `fingerprint`) for a corpus of one's own.
+
+    Each split is read as CorpusSpec reads `--train_files` (the same `datasets` builders: `.txt` / `.text` one
+    document per paragraph, line or file by `text_sample_by`; `.json` / `.jsonl` / `.parquet` one document per row
+    from `text_column`; empty documents skipped), in the order the files are given. Raises ValueError naming the
+    flag (`--<split>_files`) of a missing split, a missing or unreadable file, or a file whose bytes appear in two
+    splits (a held-out file would then be trained on)."""
+
+    def __init__(self, files: dict[str, list[str]], text_column: str = "text", text_sample_by: str = "paragraph"):
+        from .python_stdlib import SPLITS
+
+        unknown = sorted(set(files) - set(SPLITS))
+        if unknown:
+            raise ValueError(f"unknown splits {unknown}; the splits are {list(SPLITS)}")
+        self.files = {split: [str(f) for f in files.get(split) or []] for split in SPLITS}
+        self.formats = {}
+        for split, names in self.files.items():
+            if not names:
+                raise ValueError(f"--{split}_files: no file given; a corpus needs {', '.join(SPLITS)} files")
+            self.formats[split] = _file_builder(names, f"--{split}_files")
+        self.specs = {
+            split: CorpusSpec(dataset=None, train_files=names, text_column=text_column, text_sample_by=text_sample_by)
+            for split, names in self.files.items()
+        }
+        for spec in self.specs.values():
+            spec.validate()  # the options (text_sample_by); the files were checked above, naming their flag
+        self.listing = {split: [_file_entry(f) for f in names] for split, names in self.files.items()}
+        self._refuse_shared_files()
+        self.fingerprint = self._fingerprint(text_column, text_sample_by)
+
+    def _refuse_shared_files(self) -> None:
+        seen: dict[str, tuple[str, str]] = {}
+        for split, entries in self.listing.items():
+            for name, entry in zip(self.files[split], entries):
+                other = seen.setdefault(entry["sha256"], (split, name))
+                if other[0] != split:
+                    raise ValueError(
+                        f"--{split}_files: {name} has the same bytes as {other[1]} of --{other[0]}_files; "
+                        "the three splits must be disjoint"
+                    )
+
+    def _fingerprint(self, text_column: str, text_sample_by: str) -> dict:
+        """What identifies the corpus a run saw: per split the files (name, size, sha256 of the bytes) and how they
+        are read, totals, and the sha256 of the whole listing."""
+        formats = set(self.formats.values())
+        reading = {"text_sample_by": text_sample_by} if "text" in formats else {}
+        if formats - {"text"}:
+            reading["text_column"] = text_column
+        entries = [e for split in self.listing.values() for e in split]
+        splits = {
+            split: {"format": self.formats[split], "files": len(v), "bytes": sum(e["size"] for e in v), "listing": v}
+            for split, v in self.listing.items()
+        }
+        listing = json.dumps({s: [[e["size"], e["sha256"]] for e in v] for s, v in self.listing.items()}).encode()
+        return {
+            "dataset": LOCAL_FILES,
+            **reading,
+            "files": len(entries),
+            "bytes": sum(e["size"] for e in entries),
+            "listing_sha256": hashlib.sha256(listing).hexdigest(),
+            "splits": splits,
+        }
+
+    def documents(self, split: str) -> Iterator[str]:
+        """The non-empty documents of `split`'s files, in the order given."""
+        if split not in self.specs:
+            raise ValueError(f"split must be one of {list(self.specs)}, got {split!r}")
+        spec = self.specs[split]
+        return _texts(_load_files(spec.train_files, spec, streaming=False), spec.text_column)
+
+
+def _file_entry(name: str) -> dict:
+    """{"name": the file's name (not its folder), "size": bytes, "sha256": of its bytes}."""
+    path = Path(name)
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return {"name": path.name, "size": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Tokenizing and packing
 # --------------------------------------------------------------------------------------------------------------
@@ -542,11 +633,13 @@ def build_block_sources(spec: CorpusSpec, tokenizer, block_size: int, eval_block
 
 __all__ = [
     "BUILTIN_STYLES",
+    "LOCAL_FILES",
     "PYTHON_STDLIB",
     "BlockPacker",
     "CorpusSpec",
     "DocumentSource",
     "InMemoryBlocks",
+    "LocalFilesCorpus",
     "StreamingBlocks",
     "build_block_sources",
     "builtin_documents",
