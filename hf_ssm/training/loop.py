@@ -49,10 +49,11 @@ from .checkpointing import atomic_save_dir, check_resume, prune_checkpoints, rea
 from .distributed import check_launch, fsdp_on_cpu, fsdp_requested, process_layout
 
 
-def make_accelerator(mixed_precision: str | None = "auto"):
+def make_accelerator(mixed_precision: str | None = "auto", cpu: bool | None = None):
     """An `accelerate.Accelerator`. `mixed_precision`: "auto" = what `accelerate launch` (or its config file)
     set, else bf16 on a GPU that supports it, else fp32; None = Accelerate's own choice (what `accelerate launch`
-    set, else fp32); "no" / "bf16" / "fp16" are passed on.
+    set, else fp32); "no" / "bf16" / "fp16" are passed on. `cpu`: True runs on the CPU on a machine with CUDA too
+    (benchmarks/bench_lm.py's `--device cpu`); None (default) = the CPU exactly where CUDA is not available.
 
     An FSDP launch of CPU processes runs as FSDP2 over gloo (distributed.fsdp_on_cpu); a launch whose processes did
     not join, or that asked for FSDP and does not run it, is refused (RuntimeError, distributed.check_launch)."""
@@ -68,7 +69,8 @@ def make_accelerator(mixed_precision: str | None = "auto"):
             mixed_precision = "no"
     # Without CUDA, cpu=True is what makes several launched processes (WORLD_SIZE > 1) join as MULTI_CPU (gloo);
     # with cpu=False accelerate would run each of them alone.
-    accelerator = Accelerator(mixed_precision=mixed_precision, cpu=not torch.cuda.is_available())
+    cpu = not torch.cuda.is_available() if cpu is None else cpu
+    accelerator = Accelerator(mixed_precision=mixed_precision, cpu=cpu)
     if fsdp_requested() and accelerator.distributed_type == DistributedType.MULTI_CPU:
         fsdp_on_cpu(accelerator)
     check_launch(accelerator)
