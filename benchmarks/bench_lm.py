@@ -1,13 +1,14 @@
 """Language modelling on real text: the hybrids against Transformers, Mamba2 and Gated DeltaNet of the same size.
 
-Every model trains under one protocol (PROTOCOL below): the Python standard library corpus (`python_stdlib`,
-hf_ssm/data/python_stdlib.py), the byte tokenizer, the same data order, token budget, schedule and context (512),
-and a parameter count within 10 % of the package's attention-only Transformer (each model's width knob is searched
-and the counts printed). Models (MODELS): the package's attention-only stack (`transformer`) and transformers'
-Qwen2ForCausalLM (`qwen2`); the package's hybrids with PD-SSM, BD-LRU, the diagonal LRU and LrcSSM layers between
-attention layers (`SASA`); transformers' Mamba2ForCausalLM (`mamba2`, its torch path) and Qwen3-Next with dense MLPs
-and layer types linear_attention (Gated DeltaNet), full_attention, linear_attention, full_attention
-(`gated_deltanet`, its torch path).
+Every model trains under one protocol (PROTOCOL below): one corpus (by default the Python standard library,
+`python_stdlib`, hf_ssm/data/python_stdlib.py; or one's own files, below), the byte tokenizer, the same data order,
+token budget, schedule and context (512), and a parameter count within 10 % of the package's attention-only
+Transformer (each model's width knob is searched and the counts printed). Models (MODELS): the package's
+attention-only stack (`transformer`) and transformers' Qwen2ForCausalLM (`qwen2`); the package's hybrids with
+PD-SSM, BD-LRU, the diagonal LRU and LrcSSM layers between attention layers (`SASA`); transformers'
+Mamba2ForCausalLM (`mamba2`) and Qwen3-Next with dense MLPs and layer types linear_attention (Gated DeltaNet),
+full_attention, linear_attention, full_attention (`gated_deltanet`), both on their torch paths where their
+optional CUDA kernels (mamba-ssm / causal-conv1d, flash-linear-attention) are not installed.
 
 Phases:
 - `sweep`: each model at each learning rate of `--learning_rates` (default 1e-3, 3e-3, 1e-2) on `--sweep_bytes`
@@ -16,15 +17,26 @@ Phases:
   test files at 1x, 2x, 4x and 8x the training context (the same test bytes, longer windows;
   hf_ssm/training/lm/bits_per_byte.py), by position inside the 8x window, and, for the Transformers, also with a
   sliding window of the training context (the better of the two is the row);
-- `report`: reads every record under results/lm/ and writes results/lm/summary.json, the table and figures.
+- `report`: reads every record under `--results` (default results/lm/) and writes its summary.json, the table
+  and figures.
 
 A run's record is results/lm/<phase>/<model>-<size>-<tokenizer>-lr<rate>-seed<seed>.json; a run whose record exists
-is skipped, so the matrix can be spread over sessions. Run folders (checkpoints every `--save_every` steps) live in
-`--runs_dir` (default ~/.cache/hf_ssm/bench_lm, outside the work tree); `--resume` continues an interrupted run.
+is skipped, so the matrix can be spread over sessions. Run folders (checkpoints every `--save_every` steps; a full
+run's trained model in `model/`, save_pretrained with its tokenizer) live in `--runs_dir` (default
+~/.cache/hf_ssm/bench_lm, outside the work tree); `--resume` continues an interrupted run.
+
+One's own corpus: `--train_files`, `--validation_files` and `--test_files` (all three; read as scripts/pretrain.py
+reads `--train_files`, hf_ssm.data.lm_corpus.LocalFilesCorpus) with `--results DIR`, its own records folder (run
+folders then default to DIR/runs). Every record holds its corpus's fingerprint (files, sizes, sha256), and a
+results folder holding records of another corpus is refused, as is a `--resume` on changed files.
+`--device cuda` (the default where CUDA is available) trains and scores on the GPU; records name the device and,
+on CUDA, the peak memory allocated.
 
     python benchmarks/bench_lm.py --phase sweep --models transformer,qwen2
     python benchmarks/bench_lm.py --phase full --models transformer --seeds 0-2
     python benchmarks/bench_lm.py --phase report
+    python benchmarks/bench_lm.py --phase sweep --train_files a.txt --validation_files b.txt --test_files c.txt \\
+        --results results/lm_mine
 """
 
 from __future__ import annotations
@@ -44,7 +56,10 @@ import torch
 from hf_ssm.training.cli import seed_list
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "results" / "lm"
+RESULTS = ROOT / "results" / "lm"  # python_stdlib's records; a corpus of one's own needs its own --results
+RUNS_DIR = Path.home() / ".cache" / "hf_ssm" / "bench_lm"
+CORPUS_FLAGS = ("train_files", "validation_files", "test_files")
+PHASES = ("sweep", "full")  # the phases that write records
 SIZES = {"d128": dict(hidden_size=128, heads=4, layers=4), "d256": dict(hidden_size=256, heads=8, layers=4)}
 CONTEXT = 512
 MULTIPLES = (1, 2, 4, 8)
@@ -229,7 +244,9 @@ def _spread_blocks(ids: torch.Tensor, count: int, block: int) -> tuple[torch.Ten
 
 def _settings_class():
     """The run folder's settings (settings.json, the resume check): the causal-LM data and training fields plus the
-    benchmark's own (which model, size, knob, tokenizer, phase)."""
+    benchmark's own (which model, size, knob, tokenizer, phase) and the fingerprint of a corpus of one's own files
+    (`corpus_files`; a resume whose files changed is refused as any changed setting is. python_stdlib's fingerprint
+    is checked against each checkpoint's, as pretraining does, and leaves this field empty)."""
     from hf_ssm.training.lm.lm_settings import DataSettings, TrainSettings
 
     @dataclass
@@ -239,14 +256,19 @@ def _settings_class():
         knob: int = 0
         tokenizer: str = "byte"
         phase: str = "sweep"
+        corpus_files: dict = field(default_factory=dict)
 
     return BenchRunSettings
 
 
-def run_settings(run: Run, knob: int, steps: int):
-    p = PROTOCOL
+def run_settings(run: Run, knob: int, steps: int, corpus: dict):
+    """The settings of `run`, trained on the corpus of fingerprint `corpus`."""
+    from hf_ssm.data.lm_corpus import PYTHON_STDLIB
+
+    p, stdlib = PROTOCOL, corpus.get("dataset") == PYTHON_STDLIB
     return _settings_class()(
-        dataset="python_stdlib", block_size=p["block_size"], reset_at_boundaries=p["reset_at_boundaries"],
+        dataset=PYTHON_STDLIB if stdlib else None, corpus_files={} if stdlib else corpus,
+        block_size=p["block_size"], reset_at_boundaries=p["reset_at_boundaries"],
         eval_blocks=64, batch_size=p["batch_size"], max_steps=steps, learning_rate=run.learning_rate,
         min_lr_ratio=p["min_lr_ratio"], warmup_steps=max(1, round(p["warmup_fraction"] * steps)),
         weight_decay=p["weight_decay"], adam_beta1=p["adam_beta1"], adam_beta2=p["adam_beta2"],
@@ -281,18 +303,40 @@ class Corpus:
     test: tuple  # (stream, bytes) cut to whole 8x windows
 
 
-def open_corpus(tokenizer_name: str) -> Corpus:
+def corpus_source(args):
+    """The documents of the benchmark's three splits: python_stdlib (hf_ssm/data/python_stdlib.py), or with
+    `--train_files` one's own files (hf_ssm.data.lm_corpus.LocalFilesCorpus, read as scripts/pretrain.py reads
+    `--train_files`). Either has `documents(split)` and `fingerprint`."""
+    if args.train_files is None:
+        from hf_ssm.data.python_stdlib import default_corpus
+
+        return default_corpus()
+    from hf_ssm.data.lm_corpus import LocalFilesCorpus
+
+    files = {"train": args.train_files, "validation": args.validation_files, "test": args.test_files}
+    return LocalFilesCorpus(files, text_column=args.text_column, text_sample_by=args.text_sample_by)
+
+
+def open_corpus(tokenizer_name: str, source=None) -> Corpus:
+    """The tokenized splits of `source` (default: python_stdlib). Raises ValueError naming the split's flag when
+    one is too short: training needs one block of the context, validation one context, test one 8x window."""
     from hf_ssm.data.lm_corpus import pack_documents
     from hf_ssm.data.python_stdlib import default_corpus
     from hf_ssm.training.lm.bits_per_byte import test_stream
 
     tokenizer = load_bench_tokenizer(tokenizer_name)
-    corpus = default_corpus()
+    corpus = default_corpus() if source is None else source
     ids, starts = pack_documents(tokenizer, corpus.documents("train"), CONTEXT)
-    validation = test_stream(tokenizer, corpus.documents("validation"), CONTEXT)
-    test = test_stream(tokenizer, corpus.documents("test"), CONTEXT * MULTIPLES[-1])
-    curve = _spread_blocks(test[0], 64, CONTEXT)
-    return Corpus(tokenizer, corpus.fingerprint, (ids, starts), curve, validation, test)
+    if len(ids) == 0:
+        raise ValueError(f"--train_files: the training documents hold fewer than {CONTEXT} tokens (one block)")
+    streams = {}
+    for split, window in (("validation", CONTEXT), ("test", CONTEXT * MULTIPLES[-1])):
+        try:
+            streams[split] = test_stream(tokenizer, corpus.documents(split), window)
+        except ValueError as err:
+            raise ValueError(f"--{split}_files: {err}") from err
+    curve = _spread_blocks(streams["test"][0], 64, CONTEXT)
+    return Corpus(tokenizer, corpus.fingerprint, (ids, starts), curve, streams["validation"], streams["test"])
 
 
 def score(model, corpus: Corpus, transformer: bool, full: bool, batch_size: int = 8) -> dict:
@@ -346,7 +390,8 @@ def _curve_bpb(state, corpus: Corpus) -> list[dict]:
 
 
 def train_one(run: Run, corpus: Corpus, args, argv: list[str]) -> dict:
-    """Train and score one run; writes its record (atomically) and returns it."""
+    """Train and score one run on `args.device`; writes its record (atomically) and returns it. A full run also
+    saves its trained model (save_pretrained, with the tokenizer) to <run folder>/model before the record."""
     from accelerate.utils import set_seed
 
     from hf_ssm.data.lm_corpus import InMemoryBlocks
@@ -358,9 +403,12 @@ def train_one(run: Run, corpus: Corpus, args, argv: list[str]) -> dict:
     vocab = len(corpus.tokenizer)
     knob, params, target = matched_knob(run.model, run.size, vocab)
     steps = max(1, round(run.budget_bytes / (CONTEXT * PROTOCOL["batch_size"])))
-    settings = run_settings(run, knob, steps)
+    settings = run_settings(run, knob, steps, corpus.fingerprint)
     run_dir, resume = Path(args.runs_dir).expanduser() / run.phase / run.name, args.resume
-    accelerator = make_accelerator("no")
+    accelerator = make_accelerator("no", cpu=args.device == "cpu")
+    cuda = accelerator.device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(accelerator.device)
     open_run(accelerator, settings, run_dir, resume, frozenset({"eval_every", "save_every"}))
     train = InMemoryBlocks(*corpus.train, seed=run.seed)
     set_seed(run.seed)
@@ -372,6 +420,7 @@ def train_one(run: Run, corpus: Corpus, args, argv: list[str]) -> dict:
     train_cpu = time.process_time() - cpu0
     model = accelerator.unwrap_model(model)
     scores = score(model, corpus, spec.transformer, full=run.phase == "full")
+    sample = greedy_sample(model, corpus.tokenizer, SAMPLE_PROMPT, 120)
     record = {
         "run": asdict(run) | {"name": run.name},
         "command": "python benchmarks/bench_lm.py " + " ".join(argv),
@@ -390,12 +439,32 @@ def train_one(run: Run, corpus: Corpus, args, argv: list[str]) -> dict:
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "wall_seconds_total": round(time.perf_counter() - wall0, 1),
         "threads": torch.get_num_threads(),
-        "sample": {"prompt": SAMPLE_PROMPT, "text": greedy_sample(model, corpus.tokenizer, SAMPLE_PROMPT, 120)},
+        "device": accelerator.device.type,
+        "gpu": torch.cuda.get_device_name(accelerator.device) if cuda else None,
+        # torch.cuda.max_memory_allocated over training, scoring and the sample; None on the CPU (see peak_rss_mib)
+        "peak_cuda_memory_mib": round(torch.cuda.max_memory_allocated(accelerator.device) / 2**20, 1) if cuda else None,
+        "sample": {"prompt": SAMPLE_PROMPT, "text": sample},
         "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
     }  # fmt: skip
     record["model"]["config"].pop("transformers_version", None)
+    if run.phase == "full":
+        save_model(model, corpus.tokenizer, run_dir / "model")
+        record["saved_model"] = f"{run.phase}/{run.name}/model"  # under --runs_dir
+    check_results_corpus(args.results, corpus.fingerprint)  # another process may have written since the start
     _write_json(run.record_path(args.results), record)
     return record
+
+
+def save_model(model, tokenizer, target: Path) -> None:
+    """save_pretrained (safetensors; a hybrid also ships its modeling code for trust_remote_code) and the
+    tokenizer, written atomically: what `AutoModelForCausalLM.from_pretrained` and lm-evaluation-harness load."""
+    from hf_ssm.training.checkpointing import atomic_save_dir
+
+    def write(tmp: Path) -> None:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+
+    atomic_save_dir(target, write)
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -415,9 +484,43 @@ def read_records(results: Path, phase: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
 
 
-def best_rate(results: Path, model: str, size: str, tokenizer: str) -> float:
+def describe_corpus(fingerprint: dict | None) -> str:
+    """A fingerprint as a message reads it."""
+    if not fingerprint:
+        return "no recorded corpus"
+    what = fingerprint.get("dataset")
+    if what == "python_stdlib":
+        what = f"python_stdlib of Python {fingerprint.get('python')}"
+    return (
+        f"{what} ({fingerprint.get('files')} files, {fingerprint.get('bytes', 0):,} bytes, listing sha256 "
+        f"{str(fingerprint.get('listing_sha256'))[:12]}...)"
+    )
+
+
+def check_results_corpus(results: Path, corpus: dict | None) -> None:
+    """ValueError naming --results when a record under `results` (sweep/ and full/) was trained on another corpus
+    than `corpus` (its fingerprint; None: the records must agree with each other): records of two corpora are
+    never mixed in one folder (tables, the sweep's best rate)."""
+    for phase in PHASES:
+        folder = results / phase
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            recorded = json.loads(path.read_text()).get("corpus")
+            if corpus is None:
+                corpus = recorded
+            if recorded != corpus:
+                recorded = recorded or {}
+                differ = sorted(k for k in set(recorded) | set(corpus) if recorded.get(k) != corpus.get(k))
+                raise ValueError(
+                    f"--results {results}: {phase}/{path.name} was trained on {describe_corpus(recorded)}, not on "
+                    f"{describe_corpus(corpus)} (they differ in {differ}); records of two corpora are never mixed: "
+                    "pass --results with a folder of this corpus's records (or a new one)"
+                )
+
+
+def best_rate(results: Path, model: str, size: str, tokenizer: str, corpus: dict) -> float:
     """The sweep's learning rate with the lowest validation bits per byte (seed 0). Raises ValueError when the
-    model has no sweep record."""
+    model has no sweep record, or when the folder holds records of another corpus than `corpus` (a fingerprint)."""
+    check_results_corpus(results, corpus)
     rows = [
         r
         for r in read_records(results, "sweep")
@@ -430,14 +533,15 @@ def best_rate(results: Path, model: str, size: str, tokenizer: str) -> float:
     return min(rows, key=lambda r: r["validation_bpb"])["learning_rate"]
 
 
-def planned_runs(args) -> list[Run]:
+def planned_runs(args, corpus: dict) -> list[Run]:
+    """The runs of `args` (records of the corpus of fingerprint `corpus`)."""
     runs = []
     for model in args.models:
         for seed in args.seeds:
             if args.phase == "sweep":
                 rates = args.learning_rates
             else:
-                rates = [args.learning_rate or best_rate(args.results, model, args.size, args.tokenizer)]
+                rates = [args.learning_rate or best_rate(args.results, model, args.size, args.tokenizer, corpus)]
             budget = args.sweep_bytes if args.phase == "sweep" else args.full_bytes
             extra = {"save_every": args.save_every}
             runs += [Run(args.phase, model, args.size, args.tokenizer, lr, seed, budget, extra) for lr in rates]
@@ -457,8 +561,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--full_bytes", type=int, default=10_000_000, help="training bytes of a full run")
     parser.add_argument("--save_every", type=int, default=100, help="checkpoint every N steps")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (two single-thread jobs on 2 cores)")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="where the records go (default results/lm)")
-    parser.add_argument("--runs_dir", default=str(Path.home() / ".cache" / "hf_ssm" / "bench_lm"))
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default=None, help="where to train and score (default: cuda if available)"
+    )
+    corpus = parser.add_argument_group("one's own corpus (default: python_stdlib); the three files flags go together")
+    for name in CORPUS_FLAGS:
+        split = name.removesuffix("_files")
+        corpus.add_argument(f"--{name}", nargs="+", default=None, help=f"{split} files (.txt, .json, .jsonl, .parquet)")
+    corpus.add_argument("--text_column", default=None, help="the text column of json / parquet files (default text)")
+    corpus.add_argument(
+        "--text_sample_by", choices=("line", "paragraph", "document"), default=None,
+        help=".txt files: one document per line, paragraph (default) or file",
+    )  # fmt: skip
+    parser.add_argument(
+        "--results", type=Path, default=None,
+        help="where the records go (default results/lm, python_stdlib's; required with --train_files)",
+    )  # fmt: skip
+    parser.add_argument("--runs_dir", default=None, help=f"run folders (default {RUNS_DIR}; own files: RESULTS/runs)")
     parser.add_argument("--resume", action="store_true", help="continue interrupted runs from their checkpoints")
     parser.add_argument("--force", action="store_true", help="re-run runs whose record exists")
     return parser
@@ -476,7 +595,41 @@ def parse_args(argv: list[str]):
     for name in ("sweep_bytes", "full_bytes", "save_every", "threads"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name} must be >= 1, got {getattr(args, name)}")
+    _parse_corpus_args(args)
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no CUDA device here; pass --device cpu (or leave --device out)")
     return args
+
+
+def _parse_corpus_args(args) -> None:
+    """The corpus flags: all three files flags or none; own files need their own --results (never results/lm);
+    --text_column / --text_sample_by only with own files. Fills the defaults of --results and --runs_dir."""
+    given = [name for name in CORPUS_FLAGS if getattr(args, name) is not None]
+    if given and len(given) < len(CORPUS_FLAGS):
+        missing = [f"--{name}" for name in CORPUS_FLAGS if name not in given]
+        raise SystemExit(
+            f"{', '.join(missing)} missing: --train_files, --validation_files and --test_files go together (the "
+            "sweep scores on the validation files, the full phase on the test files)"
+        )
+    if not given:
+        for name in ("text_column", "text_sample_by"):
+            if getattr(args, name) is not None:
+                raise SystemExit(f"--{name} reads --train_files / --validation_files / --test_files: pass them too")
+        args.results = RESULTS if args.results is None else args.results
+        args.runs_dir = str(RUNS_DIR) if args.runs_dir is None else args.runs_dir
+        return
+    if args.results is None:
+        raise SystemExit(
+            "--train_files needs --results DIR: the records of a corpus of one's own go to a folder of their own "
+            f"(the default {RESULTS.relative_to(ROOT)} holds python_stdlib's)"
+        )
+    if args.results.resolve() == RESULTS.resolve():
+        raise SystemExit(f"--results {args.results}: that folder is python_stdlib's; pass another folder")
+    args.text_column = "text" if args.text_column is None else args.text_column
+    args.text_sample_by = "paragraph" if args.text_sample_by is None else args.text_sample_by
+    args.runs_dir = str(args.results / "runs") if args.runs_dir is None else args.runs_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -485,19 +638,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.phase == "report":
         from bench_lm_report import write_report
 
+        check_results_corpus(args.results, corpus_source(args).fingerprint if args.train_files else None)
         write_report(args.results)
         return 0
     torch.set_num_threads(args.threads)
-    runs = [r for r in planned_runs(args) if args.force or not r.record_path(args.results).is_file()]
-    print(f"{len(runs)} run(s) to do: {', '.join(r.name for r in runs) or 'none'}")
+    source = corpus_source(args)
+    check_results_corpus(args.results, source.fingerprint)
+    planned = planned_runs(args, source.fingerprint)
+    runs = [r for r in planned if args.force or not r.record_path(args.results).is_file()]
+    print(f"{len(runs)} run(s) to do on {args.device}: {', '.join(r.name for r in runs) or 'none'}")
     if not runs:
         return 0
-    corpus = open_corpus(args.tokenizer)
+    corpus = open_corpus(args.tokenizer, source)
     for run in runs:
         record = train_one(run, corpus, args, argv)
         tested = record.get("test_best")
         print(f"{run.name}: {record['model']['parameters']:,} params, validation {record['validation_bpb']:.4f} bpb"
               + (f", test {tested}" if tested else "") + f", {record['train_seconds']:.0f} s")  # fmt: skip
+        if "saved_model" in record:
+            print(f"  model: {Path(args.runs_dir).expanduser() / record['saved_model']}")
     return 0
 
 

@@ -1,7 +1,9 @@
 """The language-modelling benchmark (benchmarks/bench_lm.py) and its scoring (hf_ssm/training/lm/bits_per_byte.py):
 every longer window scores the same test bytes, the sliding window never shows a model more than its training
 context, the models are matched to the Transformer's parameter count, and one tiny run trains, scores and writes a
-record the report reads."""
+record the report reads. A corpus of one's own files (--train_files / --validation_files / --test_files) is read as
+pretraining reads files, fingerprinted, kept in a results folder of its own and refused where another corpus's
+records are; the device a run used is recorded."""
 
 from __future__ import annotations
 
@@ -100,7 +102,7 @@ def test_one_tiny_full_run_trains_scores_and_writes_a_record_the_report_reads(tm
     byte at every multiple (sliding too), by position, the curve and the sample; the report's table reads it."""
     monkeypatch.setitem(bench_lm.PROTOCOL, "batch_size", 2)
     run = bench_lm.Run("full", "transformer", "d128", "byte", 3e-3, 0, 2 * 2 * bench_lm.CONTEXT)
-    args = SimpleNamespace(runs_dir=str(tmp_path / "runs"), resume=False, results=tmp_path / "lm")
+    args = SimpleNamespace(runs_dir=str(tmp_path / "runs"), resume=False, results=tmp_path / "lm", device="cpu")
     record = bench_lm.train_one(run, _tiny_corpus(ByteTokenizer()), args, ["--phase", "full"])
     saved = json.loads(run.record_path(args.results).read_text())
     assert saved["model"]["parameters"] == record["model"]["parameters"] == bench_lm.reference_parameters("d128", 260)
@@ -111,3 +113,149 @@ def test_one_tiny_full_run_trains_scores_and_writes_a_record_the_report_reads(tm
     assert saved["sample"]["text"].startswith(bench_lm.SAMPLE_PROMPT)
     lines = bench_lm_report.full_table(bench_lm_report.full_rows([saved]))
     assert lines[2].startswith("| transformer | d128 | byte | 870,528 | 0.003 | 0 |")
+
+
+@pytest.mark.slow
+def test_a_full_run_saves_its_model_where_from_pretrained_loads_it(tmp_path, monkeypatch):
+    """A full run writes <runs_dir>/full/<run>/model (save_pretrained + tokenizer) before its record, which names
+    it; AutoModelForCausalLM / AutoTokenizer load it and the loaded model computes the trained model's logits."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    monkeypatch.setitem(bench_lm.PROTOCOL, "batch_size", 2)
+    monkeypatch.setattr(bench_lm, "score", lambda *a, **k: {"validation_bpb": 1.0})  # scoring has its own test
+    run = bench_lm.Run("full", "transformer", "d128", "byte", 3e-3, 0, 2 * bench_lm.CONTEXT)
+    args = SimpleNamespace(runs_dir=str(tmp_path / "runs"), resume=False, results=tmp_path / "lm", device="cpu")
+    record = bench_lm.train_one(run, _tiny_corpus(ByteTokenizer()), args, ["--phase", "full"])
+    folder = tmp_path / "runs" / record["saved_model"]
+    assert folder == tmp_path / "runs" / "full" / run.name / "model"
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    assert bench_lm.count_parameters(model) == record["model"]["parameters"]
+    ids = tokenizer("def f(x):", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert model.generate(ids, max_new_tokens=8, do_sample=False).shape == (1, ids.shape[1] + 8)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One's own corpus, the device
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _own_files(folder, tag: str = "") -> list[str]:
+    """Training / validation (.jsonl) / test files big enough for the benchmark's context and 8x window."""
+    folder.mkdir(parents=True, exist_ok=True)
+    para = [f"def f{i}{tag}(x):\n    return x * {i} + {i % 7}  # paragraph {i} of the test corpus" for i in range(160)]
+    (folder / "train.txt").write_text("\n\n".join(para[:60]) + "\n")
+    rows = [json.dumps({"text": p, "id": i}) for i, p in enumerate(para[60:75])]
+    (folder / "validation.jsonl").write_text("\n".join(rows) + "\n")
+    (folder / "test.txt").write_text("\n\n".join(para[75:]) + "\n")
+    files = [str(folder / name) for name in ("train.txt", "validation.jsonl", "test.txt")]
+    return ["--train_files", files[0], "--validation_files", files[1], "--test_files", files[2]]
+
+
+def test_own_files_give_three_splits_read_as_pretraining_reads_them_and_a_fingerprint_of_their_own(tmp_path):
+    """--train_files / --validation_files / --test_files give a corpus of three splits whose documents are those
+    pretraining's DocumentSource reads from the same files (.txt by paragraph, .jsonl by its text column), and a
+    fingerprint naming every file with its size and sha256: not python_stdlib's, changed by one edited byte."""
+    import hashlib
+
+    from hf_ssm.data.lm_corpus import CorpusSpec, DocumentSource
+    from hf_ssm.data.python_stdlib import default_corpus
+
+    flags = _own_files(tmp_path / "data")
+    args = bench_lm.parse_args(["--phase", "sweep", *flags, "--results", str(tmp_path / "lm"), "--device", "cpu"])
+    source = bench_lm.corpus_source(args)
+    for split, path in zip(("train", "validation", "test"), flags[1::2]):
+        pretraining = DocumentSource(CorpusSpec(dataset=None, train_files=[path], eval_documents=0))
+        assert list(source.documents(split)) == list(pretraining.train_documents())
+        (entry,) = source.fingerprint["splits"][split]["listing"]
+        assert entry["sha256"] == hashlib.sha256(open(path, "rb").read()).hexdigest()
+    assert len(list(source.documents("train"))) == 60 and len(list(source.documents("validation"))) == 15
+    corpus = bench_lm.open_corpus("byte", source)
+    assert corpus.fingerprint == source.fingerprint != default_corpus().fingerprint
+    assert corpus.fingerprint["dataset"] == "local_files" and corpus.fingerprint["files"] == 3
+    assert corpus.train[0].shape[1] == bench_lm.CONTEXT and corpus.test[0].numel() % (8 * bench_lm.CONTEXT) == 0
+    assert corpus.validation[1] > 0 and args.runs_dir == str(tmp_path / "lm" / "runs")
+    with open(flags[-1], "a") as handle:
+        handle.write("#")
+    assert bench_lm.corpus_source(args).fingerprint["listing_sha256"] != source.fingerprint["listing_sha256"]
+    (tmp_path / "data" / "copy.txt").write_text((tmp_path / "data" / "train.txt").read_text())
+    with pytest.raises(ValueError, match="--test_files: .*copy.txt has the same bytes as .*train.txt"):
+        bench_lm.corpus_source(bench_lm.parse_args(["--phase", "sweep", *flags[:5], str(tmp_path / "data" / "copy.txt"),
+                                                    "--results", str(tmp_path / "lm")]))  # fmt: skip
+
+
+def test_the_three_files_flags_go_together_and_need_a_results_folder_of_their_own(tmp_path):
+    """A missing files flag is refused naming it; own files without --results, or with python_stdlib's
+    results/lm, are refused naming --results; --text_sample_by without files is refused (not ignored)."""
+    flags = _own_files(tmp_path)
+    results = ["--results", str(tmp_path / "lm")]
+    for i, name in enumerate(("--train_files", "--validation_files", "--test_files")):
+        without = flags[: 2 * i] + flags[2 * i + 2 :]
+        with pytest.raises(SystemExit, match=f"{name} missing"):
+            bench_lm.parse_args(["--phase", "sweep", *without, *results])
+    with pytest.raises(SystemExit, match="--train_files needs --results DIR"):
+        bench_lm.parse_args(["--phase", "sweep", *flags])
+    with pytest.raises(SystemExit, match="--results .*python_stdlib's"):
+        bench_lm.parse_args(["--phase", "sweep", *flags, "--results", str(bench_lm.RESULTS)])
+    with pytest.raises(SystemExit, match="--text_sample_by reads --train_files"):
+        bench_lm.parse_args(["--phase", "sweep", "--text_sample_by", "line"])
+    default = bench_lm.parse_args(["--phase", "sweep"])
+    assert default.results == bench_lm.RESULTS and default.train_files is None
+
+
+def _record(corpus: dict, model: str = "transformer", rate: float = 1e-3) -> dict:
+    run = {"model": model, "size": "d128", "tokenizer": "byte"}
+    return {"run": run, "corpus": corpus, "validation_bpb": 3.0, "learning_rate": rate}
+
+
+def test_a_results_folder_holding_another_corpus_records_is_refused(tmp_path):
+    """Records of python_stdlib in the folder: a run on own files (main, before training), best_rate and the
+    record check refuse, naming --results and the corpus; the report refuses a folder mixing two corpora; a
+    folder of the same corpus's records passes."""
+    from hf_ssm.data.python_stdlib import default_corpus
+
+    flags = _own_files(tmp_path / "data")
+    results = tmp_path / "lm"
+    argv = ["--phase", "sweep", "--models", "transformer", *flags, "--results", str(results), "--device", "cpu"]
+    own = bench_lm.corpus_source(bench_lm.parse_args(argv)).fingerprint
+    bench_lm._write_json(results / "sweep" / "stdlib.json", _record(default_corpus().fingerprint))
+    with pytest.raises(ValueError, match="--results .*sweep/stdlib.json was trained on python_stdlib"):
+        bench_lm.main(argv)
+    with pytest.raises(ValueError, match="--results"):
+        bench_lm.best_rate(results, "transformer", "d128", "byte", own)
+    with pytest.raises(ValueError, match="not on local_files"):
+        bench_lm.check_results_corpus(results, own)
+    bench_lm._write_json(results / "full" / "own.json", _record(own))
+    with pytest.raises(ValueError, match="records of two corpora are never mixed"):
+        bench_lm.main(["--phase", "report", "--results", str(results)])
+    (results / "sweep" / "stdlib.json").unlink()
+    bench_lm._write_json(results / "sweep" / "own.json", _record(own, rate=3e-3))
+    bench_lm.check_results_corpus(results, own)
+    assert bench_lm.best_rate(results, "transformer", "d128", "byte", own) == 3e-3
+
+
+def test_a_run_records_its_device_and_corpus_and_a_resume_on_changed_files_is_refused(tmp_path, monkeypatch):
+    """Two steps on own files with --device cpu: the record names the device (no CUDA peak memory on the CPU, the
+    RSS peak as before) and the corpus fingerprint, settings.json holds it; after a training file changes,
+    --resume of that run is refused naming corpus_files, before anything is rewritten."""
+    monkeypatch.setitem(bench_lm.PROTOCOL, "batch_size", 2)
+    flags = _own_files(tmp_path / "data")
+    argv = ["--phase", "sweep", *flags, "--results", str(tmp_path / "lm"), "--device", "cpu", "--save_every", "1"]
+    args = bench_lm.parse_args(argv)
+    source = bench_lm.corpus_source(args)
+    run = bench_lm.Run("sweep", "transformer", "d128", "byte", 1e-3, 0, 2 * 2 * bench_lm.CONTEXT, {"save_every": 1})
+    bench_lm.train_one(run, bench_lm.open_corpus("byte", source), args, argv)
+    saved = json.loads(run.record_path(args.results).read_text())
+    assert saved["device"] == "cpu" and saved["gpu"] is None and saved["peak_cuda_memory_mib"] is None
+    assert saved["peak_rss_mib"] > 0 and saved["corpus"] == source.fingerprint
+    run_dir = tmp_path / "lm" / "runs" / "sweep" / run.name
+    settings = json.loads((run_dir / "settings.json").read_text())
+    assert settings["corpus_files"] == source.fingerprint and settings["dataset"] is None
+    with open(flags[1], "a") as handle:
+        handle.write("\n\ndef changed():\n    pass\n")
+    changed = bench_lm.open_corpus("byte", bench_lm.corpus_source(args))
+    args.resume = True
+    with pytest.raises(ValueError, match="--resume: settings differ .*corpus_files"):
+        bench_lm.train_one(run, changed, args, [*argv, "--resume"])
+    assert json.loads((run_dir / "settings.json").read_text()) == settings
