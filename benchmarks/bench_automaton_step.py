@@ -1,5 +1,5 @@
 """One training step of the state-tracking driver's PD-SSM automaton layer (the `table` recipe), with the pure
-automaton's O(N) straight-through path (hf_ssm/modeling/pd_automaton.py) against the general path that forms the
+automaton's O(N) straight-through path (hf_ssm/ops/pd/automaton.py) against the general path that forms the
 whole (B, T, H, N, N) column softmax (docs/design.md §4.3), in one process, interleaved rounds.
 
 Two shapes: the recipe's default layer (16 heads of N = 8, d = 256) on A5, and the modular-arithmetic layer of

@@ -1,4 +1,4 @@
-"""Benchmark the Triton scans (hf_ssm.kernels) against their PyTorch twins; JSON output.
+"""Benchmark the Triton scans (hf_ssm.ops.<family>.triton) against their parallel torch scans; JSON output.
 
 For every scan family and every point of a (B, T, H, N or m) sweep: forward time and forward+backward time of the
 Triton kernel and of the torch scan, the speed-up, and the achieved bandwidth in GB/s (the bytes the operation must
@@ -138,11 +138,11 @@ def make_problem(family, batch, steps, heads, n, m, k, device):
     if family in MIXER_FAMILIES:
         return make_mixer_problem(family, batch, steps, heads, n, k, device)
 
-    from hf_ssm import kernels
-    from hf_ssm.modeling.block_scan import block_scan, companion_scan
-    from hf_ssm.modeling.diag_scan import diag_scan
-    from hf_ssm.modeling.pd_scan import pd_scan
-    from hf_ssm.modeling.scan_dispatch import scan_ops
+    from hf_ssm.ops import kernels
+    from hf_ssm.ops.block import block_scan, companion_scan
+    from hf_ssm.ops.diag import diag_scan
+    from hf_ssm.ops.dispatch import scan_ops
+    from hf_ssm.ops.pd import pd_scan
 
     g = torch.Generator(device="cpu").manual_seed(0)
     width = heads * n
@@ -201,7 +201,7 @@ def make_problem(family, batch, steps, heads, n, m, k, device):
     inputs = [sel.requires_grad_(), dictionary.requires_grad_(), dv.requires_grad_(), b.requires_grad_()]
 
     def fused(sel, dictionary, dv, b):
-        return kernels.pd_generated_scan(sel, dictionary, dv, b)
+        return kernels.pd_dictionary_scan(sel, dictionary, dv, b)
 
     def reference(sel, dictionary, dv, b):
         return scan_ops("torch", device).pd_dictionary_scan(sel, dictionary, dv, b)
@@ -339,7 +339,7 @@ def main(argv=None) -> int:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
     import torch
 
-    from hf_ssm import kernels
+    from hf_ssm.ops import kernels
 
     if not kernels.AVAILABLE:
         print(f"bench_kernels: the Triton kernels are unavailable: {kernels.UNAVAILABLE_REASON}", file=sys.stderr)

@@ -4,7 +4,7 @@ At equal recurrent state width W (default 256) and length T (default 4096), for 
 h_lru (m = 2, 4) and pd_ssm (H = 4 heads x N = 64 complex states):
 1. forward + backward time of the mixer layer (projections, gates and the parallel scan) on (B, T, d) input;
 2. forward + backward time of the block scan alone, parallel (`block_scan`) vs the sequential loop
-   (`block_scan_sequential`), on the (A, b) the mixer produces, and their ratio.
+   (`hf_ssm.ops.block.reference.block_scan`), on the (A, b) the mixer produces, and their ratio.
 Times are the best of several runs (--repeats, --scan-repeats, --seq-repeats; the median is in the JSON too).
 
     python benchmarks/bench_lru.py --out bench_lru.json
@@ -22,8 +22,8 @@ import torch
 from bench_common import wall_times
 
 from hf_ssm import HybridSSMConfig
-from hf_ssm.modeling.block_scan import block_scan, block_scan_sequential, companion_matrices
 from hf_ssm.modeling.modeling_hybrid_ssm import SSM_MIXER_CLASSES
+from hf_ssm.ops.block import block_scan, companion_matrices, reference
 
 # (mixer, m); pd_ssm has no block size (its state width is heads x N, see make_mixer)
 CASES = [("diag_lru", 1), ("bd_lru", 2), ("bd_lru", 4), ("bd_lru", 8), ("h_lru", 2), ("h_lru", 4), ("pd_ssm", None)]
@@ -91,7 +91,7 @@ def run(args) -> list[dict]:
                     A, b = companion_matrices(A), torch.nn.functional.pad(b.unsqueeze(-1), (0, mixer.group_size - 1))
             row["scan_parallel_s"] = timed(lambda A=A, b=b: scan_forward_backward(block_scan, A, b), args.scan_repeats)
             row["scan_sequential_s"] = timed(
-                lambda A=A, b=b: scan_forward_backward(block_scan_sequential, A, b), args.seq_repeats
+                lambda A=A, b=b: scan_forward_backward(reference.block_scan, A, b), args.seq_repeats
             )
             row["speedup"] = row["scan_sequential_s"]["best"] / row["scan_parallel_s"]["best"]
         else:

@@ -35,7 +35,7 @@ from bench_common import peak_rss_rise
 
 from hf_ssm import HybridSSMConfig
 from hf_ssm.modeling.modeling_hybrid_ssm import SSM_MIXER_CLASSES
-from hf_ssm.modeling.pd_ops import GeneratedOp
+from hf_ssm.ops.pd import GeneratedOp
 
 MIXERS = [
     ("pd dictionary", "pd_ssm", {"pd_ssm_transition": "dictionary"}),

@@ -23,9 +23,9 @@ import torch
 from bench_common import print_table_head, wall_times
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
-from hf_ssm.modeling.pd_scan import pd_scan
-from hf_ssm.modeling.scan_common import default_chunk_size
-from hf_ssm.reference.pd import pd_scan_sequential, pd_to_dense
+from hf_ssm.ops.checks import default_chunk_size
+from hf_ssm.ops.pd import pd_scan, reference
+from hf_ssm.ops.pd.reference import pd_to_dense
 
 
 def timed(fn, repeats: int) -> float:
@@ -50,7 +50,7 @@ def scan_forward_backward(scan, idx, dv, b):
 def bench_parallel_vs_sequential(batch, steps, heads, n, repeats):
     idx, dv, b = pd_inputs(batch, steps, heads, n)
     parallel = timed(lambda: scan_forward_backward(pd_scan, idx, dv, b), repeats)
-    sequential = timed(lambda: scan_forward_backward(pd_scan_sequential, idx, dv, b), 1)
+    sequential = timed(lambda: scan_forward_backward(reference.pd_scan, idx, dv, b), 1)
     return {
         "shape": dict(B=batch, T=steps, H=heads, N=n),
         "parallel_fwd_bwd_s": parallel,

@@ -1,8 +1,9 @@
 """hf_ssm: hybrid attention / structured state-space models for Hugging Face transformers.
 
 Importing the package registers the config and models with the Auto classes, and marks them so that
-`save_pretrained` copies the modeling code next to the weights (loadable with `trust_remote_code=True`
-where hf_ssm is not installed).
+`save_pretrained` writes the model's code (hf_ssm/modeling and the torch side of hf_ssm/ops, flattened by
+hf_ssm/modeling/portable.py) next to the weights, loadable with `trust_remote_code=True` where hf_ssm is not
+installed.
 """
 
 from transformers import (

@@ -12,12 +12,12 @@
 #   1. preflight: nvidia-smi, torch sees CUDA, the Triton kernels import compiled (not the CPU interpreter);
 #   2. the kernel tests on CUDA, compiled by Triton, in GPU_CHECK_TEST_WORKERS (8) pytest-xdist processes (Triton's
 #      compilation, on the CPU, is most of their time), including the model-level Triton == torch tests in
-#      tests/ops/test_scan_backends.py and every other test module that imports hf_ssm.kernels;
+#      tests/ops/test_scan_backends.py and every other test module that imports hf_ssm.ops.kernels;
 #   3. benchmarks/bench_kernels.py at the acceptance point (B=8, T=4096, H=8, N=64, m=4), every family, the PD-SSM
 #      mixer in dictionary mode and, where this version's config has it, bank mode;
 #   4. the compiled form on the device: every kernel variant compiled for the GPU's own architecture (in
 #      GPU_CHECK_TEST_WORKERS processes) and loaded: registers / spills / shared memory / occupancy, the driver's
-#      register count against ptxas's (python -m hf_ssm.kernels.compile_check --loaded).
+#      register count against ptxas's (python -m hf_ssm.ops.compile_check --loaded).
 # A failing step does not stop the later ones (0 and 1 do: nothing after them could run). Output: the whole log on
 # stdout; with $OUT set, each step writes there as it goes: gpu_check.log, steps.tsv (step, status, seconds),
 # stack.json, pytest_kernels.xml, bench_kernels.json, kernel_resources.json and .md. Exit status: 0 when every step
@@ -115,10 +115,10 @@ import sys
 import torch
 
 rehearsal = sys.argv[1] == "1"
-from hf_ssm import kernels
+from hf_ssm.ops import kernels
 
 if not kernels.AVAILABLE:
-    sys.exit(f"hf_ssm.kernels unavailable: {kernels.UNAVAILABLE_REASON}")
+    sys.exit(f"hf_ssm.ops.kernels unavailable: {kernels.UNAVAILABLE_REASON}")
 if rehearsal:
     if not kernels.INTERPRET:
         sys.exit("rehearsal: the kernels were compiled, not interpreted (TRITON_INTERPRET=1 did not reach triton)")
@@ -158,7 +158,7 @@ say "4. the compiled form (compile_check: registers, spills, shared memory, occu
 compile_args=(--jobs "$WORKERS")
 [[ "$REHEARSAL" != 1 ]] && compile_args+=(--loaded --arch "$("$PYTHON" -c 'import torch; a, b = torch.cuda.get_device_capability(); print(10 * a + b)')")
 [[ -n "${OUT:-}" ]] && compile_args+=(--json "$OUT/kernel_resources.json" --markdown "$OUT/kernel_resources.md")
-step "4-compiled-form" "$COMPILE_TIMEOUT" env -u TRITON_INTERPRET "$PYTHON" -m hf_ssm.kernels.compile_check "${compile_args[@]}"
+step "4-compiled-form" "$COMPILE_TIMEOUT" env -u TRITON_INTERPRET "$PYTHON" -m hf_ssm.ops.compile_check "${compile_args[@]}"
 
 if ((first_failure != 0)); then
     say "gpu_check: FAILED (first failing status $first_failure; steps.tsv has every step)"

@@ -8,8 +8,8 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 
 # Triton kernels (tests/ops/, tests/mixers/test_pd_ssm.py) run in the interpreter on CPU-only machines; triton reads
-# this variable when the kernels are defined, so it must be set before anything imports hf_ssm.kernels (this file is
-# loaded before any test module of the tree).
+# this variable when the kernels are defined, so it must be set before anything imports hf_ssm.ops.kernels (this file
+# is loaded before any test module of the tree).
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

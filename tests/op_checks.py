@@ -15,7 +15,7 @@ import torch
 if not torch.cuda.is_available():  # must precede the first import of triton
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from hf_ssm import kernels  # noqa: E402  (never fails: kernels.AVAILABLE says whether triton imported)
+from hf_ssm.ops import kernels  # noqa: E402  (never fails: kernels.AVAILABLE says whether triton imported)
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 _CAN_RUN, _WHY_NOT = kernels.can_run(DEVICE)

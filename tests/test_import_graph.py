@@ -1,9 +1,10 @@
 """The package's import graph, counting every import (also those inside functions): no cycle, and no import from a
-lower layer to a higher one except modeling -> kernels (the optional Triton scans, docs/design.md §2).
+lower layer to a higher one (docs/design.md §2).
 
-Layers, lowest first: version, data, modeling, tokenization; presets, model_card, kernels, reference (the slow
-references of the scans); adapters; training; the package root (hf_ssm/__init__.py, which registers the
-models). Scripts sit above all of them.
+Layers, lowest first: version, data, ops (the op families: references, torch scans, Triton kernels, the dispatch);
+modeling, tokenization; presets, model_card; adapters; training; the package root (hf_ssm/__init__.py, which
+registers the models). Scripts sit above all of them. Inside ops, the input checks are a leaf and the Triton side is
+reached from the torch side only through the dispatch's lazy import.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ import ast
 from model_checks import ROOT
 
 PACKAGE = ROOT / "hf_ssm"
-LAYER = {"version": 0, "data": 0, "modeling": 0, "tokenization": 0, "presets": 1, "model_card": 1, "kernels": 1,
-         "reference": 1, "adapters": 2, "training": 3, "": 4}  # fmt: skip
-ALLOWED_UPWARD = {("modeling", "kernels")}
+LAYER = {"version": 0, "data": 0, "ops": 0, "modeling": 1, "tokenization": 1, "presets": 2, "model_card": 2,
+         "adapters": 3, "training": 4, "": 5}  # fmt: skip
 
 
 def modules() -> dict[str, object]:
@@ -91,45 +91,59 @@ def layer_of(module: str) -> str:
 
 def test_the_graph_reader_sees_function_level_and_relative_imports():
     graph = import_graph()
-    assert "hf_ssm.kernels" in graph["hf_ssm.modeling.scan_dispatch"]  # a function-level import
+    assert "hf_ssm.ops.kernels" in graph["hf_ssm.ops.dispatch"]  # a function-level import
     assert "hf_ssm.modeling.config_values" in graph["hf_ssm.modeling.mixer_registry"]  # inside a function too
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
 
 
 def test_no_import_cycles():
     """No cycle, counting imports inside functions (a lazy import that dodges a cycle is still a cycle for the
-    reader). The config imports the mixer registry; the registry, the mixers and scan_dispatch read the accepted
-    values and checks from config_values.py, which imports nothing of the package."""
+    reader). The config imports the mixer registry; the registry and the mixers read the accepted values and checks
+    from config_values.py, which imports only the leaf hf_ssm.ops.checks."""
     assert cycles(import_graph()) == []
 
 
-def reachable(graph: dict[str, set[str]], start: set[str]) -> set[str]:
-    seen, todo = set(), list(start)
-    while todo:
-        v = todo.pop()
-        if v not in seen:
-            seen.add(v)
-            todo.extend(graph[v])
-    return seen
+def is_triton_side(module: str) -> bool:
+    """The modules that import triton: the families' kernels, what they share, the table of kernels and the kernel
+    tooling."""
+    parts = module.split(".")
+    return parts[:2] == ["hf_ssm", "ops"] and (
+        parts[-1] == "triton" or parts[2:] in (["kernels"], ["triton_common"], ["compile_check"], ["roofline"])
+    )
 
 
-def test_kernels_import_only_modeling_modules_that_lead_nowhere_back():
-    """The kernels import from modeling only two leaf modules: scan_common (the input checks and mask rules shared
-    with their torch twins) and pd_bank (the bank's straight-through gradients), never a torch scan; nothing those
-    import reaches the kernels, scan_dispatch or a mixer, so the one upward edge modeling -> kernels (scan_dispatch's
-    lazy import) closes no loop."""
+def test_the_op_families_never_import_the_model_code():
+    """No module of hf_ssm/ops (references, torch scans, kernels, dispatch) imports anything of the package outside
+    hf_ssm.ops: the model imports the ops, never the other way round."""
     graph = import_graph()
-    used = {t for name, targets in graph.items() if name.startswith("hf_ssm.kernels") for t in targets}
-    below = reachable(graph, {t for t in used if not t.startswith("hf_ssm.kernels")})
-    assert below == {"hf_ssm.modeling.pd_bank", "hf_ssm.modeling.scan_common"}
+    outside = sorted((a, b) for a, targets in graph.items() if a.startswith("hf_ssm.ops") for b in targets
+                     if not b.startswith("hf_ssm.ops"))  # fmt: skip
+    assert outside == [], outside
 
 
-def test_no_upward_imports_but_modeling_to_kernels():
+def test_the_checks_are_a_leaf_and_every_family_calls_them():
+    """hf_ssm.ops.checks imports nothing of the package; every implementation of every family (reference, parallel
+    torch, Triton) imports it."""
+    graph = import_graph()
+    assert graph["hf_ssm.ops.checks"] == set()
+    implementations = [
+        m for m in graph if m.count(".") == 3 and m.rsplit(".", 1)[1] in ("reference", "parallel", "triton")
+    ]
+    assert len(implementations) == 11, implementations  # pd, block, diag: all three; deer: reference and parallel
+    assert all("hf_ssm.ops.checks" in graph[m] for m in implementations), implementations
+
+
+def test_the_triton_side_is_reached_only_through_the_dispatch():
+    """The one import from a module that does not need triton to a Triton module is the dispatch's lazy import of
+    hf_ssm.ops.kernels (inside a try block, so a checkpoint's copy of the code runs on torch without them)."""
+    edges = sorted((a, b) for a, targets in import_graph().items() for b in targets
+                   if not is_triton_side(a) and is_triton_side(b))  # fmt: skip
+    assert edges == [("hf_ssm.ops.dispatch", "hf_ssm.ops.kernels")], edges
+
+
+def test_no_upward_imports():
     upward = sorted(
-        (a, b)
-        for a, targets in import_graph().items()
-        for b in targets
-        if LAYER[layer_of(a)] < LAYER[layer_of(b)] and (layer_of(a), layer_of(b)) not in ALLOWED_UPWARD
+        (a, b) for a, targets in import_graph().items() for b in targets if LAYER[layer_of(a)] < LAYER[layer_of(b)]
     )
     assert upward == [], upward
 

@@ -16,7 +16,7 @@ decoder layer k and the base's own input embedding of the token, ê_t (centred o
 - the **permutation state**, one PD-SSM head per object slot whose N = `slots` states are the person slots
   (column-one-hot P, D = 1, started at the identity: head k is at e_k). The names read since the last full stop of
   a swap (or the last object) are pending; at a swap's full stop the two slots with the most pending mass give the
-  transposition P_t, applied to every head (hf_ssm.modeling.pd_scan, the package's PD scan);
+  transposition P_t, applied to every head (hf_ssm.ops.pd.pd_scan, the package's PD scan);
 - the **readout**: after the last swap the pending names are the asked one, r (B, S): o = Xᵀ r is the object slot
   the asked person holds (bilinear in the state X and the question's features), and option ℓ scores
   log Σ_k M[ℓ, k] o[k], M[ℓ, .] the softmax over object slots of the cosine between option ℓ's bag of tokens and
@@ -47,7 +47,7 @@ from torch import nn
 
 from ..data.shuffled_objects import ROLE, ROLES
 from ..modeling.attention import HybridSSMRMSNorm
-from ..modeling.pd_scan import pd_scan
+from ..ops.pd import pd_scan
 from .config import ENTITY_DEFAULTS, SSMAdapterConfig
 from .layer import set_input_statistics
 
@@ -250,7 +250,7 @@ class EntityTrackingAdapter(nn.Module):
         two slots with the most pending name mass (both > 0.5, i.e. two names matched), else the identity; column j
         of P_t goes to row idx[j]. The soft P (where the pending mass has a gradient) is I + m mᵀ - 2 diag(m), m the
         pending mass at the full stop: the transposition itself when m = e_a + e_b; it carries the straight-through
-        gradient of the hard P_t (hf_ssm.modeling.pd_scan's `p_soft`)."""
+        gradient of the hard P_t (hf_ssm.ops.pd.pd_scan's `p_soft`)."""
         top = pending.detach().topk(2, dim=-1)
         a, b = top.indices[..., 0:1], top.indices[..., 1:2]
         valid = ((end > 0.5) & (top.values[..., 1] > 0.5))[..., None]

@@ -1,13 +1,17 @@
 """The accepted values of HybridSSMConfig's choice fields and the checks that name a field in their errors.
 
-Kept apart from configuration_hybrid_ssm.py so that the mixer registry, the mixers and the scan dispatch can read
-them without importing the config (which imports the registry): no import cycle (tests/test_import_graph.py).
+Kept apart from configuration_hybrid_ssm.py so that the mixer registry and the mixers can read them without
+importing the config (which imports the registry): no import cycle (tests/test_import_graph.py). The one import of
+the package is SCAN_BACKENDS from the leaf hf_ssm.ops.checks, where the scan dispatch reads it too.
 configuration_hybrid_ssm re-exports every name here.
 """
 
 from __future__ import annotations
 
 import math
+
+# Which implementation runs the scans (hf_ssm/ops/dispatch.py); the environment variable HF_SSM_SCAN_BACKEND overrides.
+from hf_ssm.ops.checks import SCAN_BACKENDS as SCAN_BACKENDS
 
 # What the PD-SSM diagonal D may be: both magnitude and phase learnt, magnitude only (arg D = 0), or D = 1.
 PD_SSM_DIAGONALS = ("complex", "magnitude", "unit")
@@ -37,8 +41,6 @@ CLASSIFIER_POOLING = ("last", "mean")
 # The loss of the sequence classifier (transformers' ForSequenceClassificationLoss); None: from num_labels and the
 # label dtype, as transformers decides it.
 PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")
-# Which implementation runs the scans (see scan_dispatch.py); the environment variable HF_SSM_SCAN_BACKEND overrides.
-SCAN_BACKENDS = ("auto", "torch", "triton")
 # What one decoder layer computes around its mixer (docs/design.md §7.1): the package's pre-norm residual block with a
 # SwiGLU MLP, or the PD-SSM authors' state-tracking block (post-norm, no residual, no MLP).
 # "mixer_mlp": the pre-norm block without the residual around the mixer, so that what follows reads the

@@ -30,6 +30,7 @@ from .mixer_registry import (
     pattern_letters,
     registered_config_fields,
 )
+from .portable import write_portable_code
 
 # Every SSM mixer's name, pattern letter, field prefixes and field checks come from its declaration in
 # mixer_registry.py (docs/design.md §12); this module reads them there, when it validates.
@@ -263,7 +264,7 @@ class HybridSSMConfig(PretrainedConfig):
         input_channels: number of channels C of continuous input (B, T, C) for
             HybridSSMForTimeSeriesClassification, which encodes it to width d; None (default) for token models.
         scan_backend: which implementation runs the SSM scans: `"auto"` (default: the Triton kernels of
-            `hf_ssm.kernels` on CUDA tensors when triton imports, the PyTorch scans otherwise), `"torch"` (always
+            `hf_ssm.ops` on CUDA tensors when triton imports, the PyTorch scans otherwise), `"torch"` (always
             the PyTorch scans) or `"triton"` (always the kernels; a clear error where they cannot run, e.g. CPU
             tensors without `TRITON_INTERPRET=1`). A non-empty environment variable `HF_SSM_SCAN_BACKEND` overrides
             it. Results agree to float32 rounding, so a checkpoint can be trained with one and run with the other.
@@ -402,6 +403,22 @@ class HybridSSMConfig(PretrainedConfig):
         )
         self._validate()
         super().__post_init__(**kwargs)
+
+    def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs):
+        """transformers' save_pretrained; where the config is registered for remote code (`import hf_ssm`), its
+        code and everything it imports are exported flat next to config.json (portable.py), so that AutoConfig
+        loads it with trust_remote_code where hf_ssm is not installed (push_to_hub=True is refused there, as for
+        the model's save_pretrained)."""
+        remote = self._auto_class is not None
+        if remote and push_to_hub:
+            raise ValueError(
+                "save_pretrained(push_to_hub=True) would upload the config's code before it is made portable; "
+                "call config.push_to_hub(repo_id), which saves through save_pretrained first"
+            )
+        result = super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
+        if remote:
+            write_portable_code(type(self).__module__, save_directory)
+        return result
 
     def _take_renamed_fields(self, kwargs: dict) -> None:
         """Move fields given under an old name (a saved config, a keyword) out of `kwargs` into their new field.

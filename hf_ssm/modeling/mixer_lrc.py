@@ -1,7 +1,7 @@
 """LrcSSM and the diagonal GRU / MGU / LSTM mixers (docs/design.md §6): non-linear cells whose Jacobian is diagonal.
 
 Every state-dependent term is elementwise in the state x (a per-channel gain, never a matrix) while the input
-terms stay dense in u, so dx_t/dx_{t-1} is diagonal and a whole sequence is solved by DEER (deer.py): Newton
+terms stay dense in u, so dx_t/dx_{t-1} is diagonal and a whole sequence is solved by DEER (hf_ssm.ops.deer): Newton
 iterations that are one diagonal linear scan each. Per layer, with u_t the layer input (B, T, d) and D =
 `lrc_num_channels` channels:
 
@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
-from .deer import DEEROptions, deer_solve, sequential_rollout
+from hf_ssm.ops.deer import DEEROptions, deer_solve, sequential_rollout
 
 
 def _init_copy(param: nn.Parameter, value: torch.Tensor) -> None:

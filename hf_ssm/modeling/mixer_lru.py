@@ -31,8 +31,9 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
+from hf_ssm.ops.dispatch import scan_ops
+
 from .config_values import LRU_NORMALIZATIONS
-from .scan_dispatch import scan_ops
 
 # Floor of the L1 denominators of `tanh_l1` and `relu_l1`: when every gate of a row is (near) zero the row
 # stays near zero instead of dividing 0 by 0. Flooring the denominator only shrinks the row, keeping sum |p| <= 1.
@@ -70,8 +71,9 @@ class _NormalizedLRUMixer(nn.Module):
     forward(hidden_states (B, T, d), state (B, N, m) float32 or None, mask (B, T) bool or None)
         -> (output (B, T, d), final state (B, N, m) float32)
     The projections run in the weights' dtype (bf16 under autocast); the gates are normalised and scanned in
-    float32. The scan is the op named by `scan_op` on the ScanOps bound to this input's device (scan_dispatch):
-    masked-out positions (padding) are the identity there, and T = 1 (decoding) is one O(N m^2) update.
+    float32. The scan is the op named by `scan_op` on the ScanOps bound to this input's device
+    (hf_ssm.ops.dispatch): masked-out positions (padding) are the identity there, and T = 1 (decoding) is one
+    O(N m^2) update.
     Subclasses define `gates` and `scan_inputs`.
     """
 

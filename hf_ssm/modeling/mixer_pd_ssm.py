@@ -9,8 +9,8 @@ Per head (H heads, state N each), with u_t the layer input (B, T, d):
           (config.pd_ssm_output_skip False: y_t = Re(C x_t), no D_skip)
           (config.pd_ssm_input: "projection" as here; "none": no B, x_t = P_t D_t x_{t-1})
 
-The mixer computes D and b, its transition mode makes P_t's inputs and calls its op (scan_dispatch.ScanOps: torch or
-Triton, bound once per device and backend), and the mixer projects (`in_proj` is B, `out_proj` C); Re(C x) is a real
+The mixer computes D and b, its transition mode makes P_t's inputs and calls its op (hf_ssm.ops.dispatch.ScanOps: torch
+or Triton, bound once per device and backend), and the mixer projects (`in_proj` is B, `out_proj` C); Re(C x) is a real
 linear map of [Re x, Im x]. Under autocast the projections run in the autocast dtype; the scan, its inputs from the
 selection on and the state stay float32 / complex64.
 """
@@ -23,8 +23,9 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
-from .pd_scan import as_complex
-from .pd_scan import as_pairs as real_pairs  # `as_pairs` is also the flag of diagonal() / step_inputs()
+from hf_ssm.ops.pd import as_complex
+from hf_ssm.ops.pd import as_pairs as real_pairs  # `as_pairs` is also the flag of diagonal() / step_inputs()
+
 from .pd_transitions import transition_mode
 
 BASIS_STARTS = ("one_hot", "head_basis")  # pd_ssm_initial_state values whose x_0 is a basis vector in every head
@@ -189,7 +190,7 @@ class PDSSMMixer(nn.Module):
     def is_pure_automaton(self) -> bool:
         """D = 1, no input map and a basis-vector start (e_0 or e_(h mod N); a zero start without input is refused by
         the config): every state is then a basis vector (docs/design.md §8.3), which the direct transition's training
-        path uses (pd_automaton.py)."""
+        path uses (hf_ssm/ops/pd/automaton.py)."""
         return self.diagonal_kind == "unit" and self.input_kind == "none" and self.initial_state_kind in BASIS_STARTS
 
     def diagonal(self, u: torch.Tensor, as_pairs: bool = False) -> torch.Tensor:

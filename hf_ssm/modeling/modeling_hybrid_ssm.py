@@ -40,6 +40,7 @@ from .configuration_hybrid_ssm import ATTENTION, HybridSSMConfig
 from .legacy_names import LEGACY_KEY_MAPPING, RENAMED_PARAMETERS
 from .mixer_registry import SSM_MIXER_CLASSES, init_hook, mixer_class, mixer_spec
 from .packing import PackedDocuments
+from .portable import write_portable_code
 
 logger = logging.get_logger(__name__)
 
@@ -230,12 +231,24 @@ class HybridSSMPreTrainedModel(PreTrainedModel):
             )
         return result
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
+    def save_pretrained(self, save_directory, is_main_process: bool = True, *args, **kwargs):
         """transformers' save_pretrained; where the classes are registered for remote code (`import hf_ssm`),
-        auto_map names every Auto class that can load this checkpoint, not only the saved class's own."""
-        if self.is_remote_code():
+        auto_map names every Auto class that can load this checkpoint, not only the saved class's own, and the
+        model's torch code is exported flat next to the weights (portable.py: the checkpoint loads with
+        trust_remote_code where hf_ssm is not installed). push_to_hub=True is refused there, since transformers would
+        upload before the export: `model.push_to_hub(repo_id)` saves through this method first."""
+        remote = self.is_remote_code()
+        if remote and kwargs.get("push_to_hub"):
+            raise ValueError(
+                "save_pretrained(push_to_hub=True) would upload the model code before it is made portable; "
+                "call model.push_to_hub(repo_id), which saves through save_pretrained first"
+            )
+        if remote:
             self.config.auto_map = dict(self._auto_map_entries)  # the config adds its AutoConfig entry on save
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        result = super().save_pretrained(save_directory, is_main_process, *args, **kwargs)
+        if remote and self.should_save_on_this_rank(is_main_process):
+            write_portable_code(type(self).__module__, save_directory)
+        return result
 
 
 def _check_is_tensor(name: str, value) -> None:

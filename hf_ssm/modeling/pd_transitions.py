@@ -1,16 +1,16 @@
 """PD-SSM's transition modes (docs/design.md §4): how a layer makes the column one-hot P_t of A_t = P_t D_t.
 
 One class per mode (config.pd_ssm_transition), each owning its parameters, their start values, its logits from the
-layer input u (B, T, d) and the op its scan calls (torch or Triton through scan_dispatch.ScanOps):
+layer input u (B, T, d) and the op its scan calls (torch or Triton through hf_ssm.ops.dispatch.ScanOps):
 
 - `DictionaryTransition` (the paper): s_t = softmax(W_s u_t), P_t = column argmax of M_t = sum_k s_t,k M_k;
-  parameters `selection` (W_s) and `dictionary` (H, K, N, N); op pd_ops.DICTIONARY_OP.
+  parameters `selection` (W_s) and `dictionary` (H, K, N, N); op hf_ssm.ops.pd.DICTIONARY_OP.
 - `BankTransition` (after Flash PD-SSM): P_k = column argmax of score matrix k (once per call), P_t = P_{k_t} with
   k_t = argmax_k (W_s u_t)_k; the same two parameters (`dictionary` holds the score matrices), one choice for every
-  head with pd_ssm_shared_selection; op pd_ops.BANK_OP.
+  head with pd_ssm_shared_selection; op hf_ssm.ops.pd.BANK_OP.
 - `DirectTransition`: P_t = column argmax of the N x N logits W_P u_t of every head (W_P = `transition_proj`, from
   u_t's first pd_ssm_transition_input_size features, RMS-normed with pd_ssm_transition_norm); the PD scan of given
-  transitions (ScanOps.pd_scan), or pd_automaton's for a pure automaton in training.
+  transitions (ScanOps.pd_scan), or hf_ssm.ops.pd.automaton's for a pure automaton in training.
 
 All are straight-through: softmax(. / tau) in place of each hardmax in the backward.
 
@@ -27,11 +27,10 @@ import math
 import torch
 from torch import nn
 
+from hf_ssm.ops.dispatch import scan_ops
+from hf_ssm.ops.pd import BANK_OP, DICTIONARY_OP, automaton_direct_scan, bank_indices, dictionary_indices, gather_bank
+
 from .attention import HybridSSMRMSNorm
-from .pd_automaton import automaton_direct_scan
-from .pd_bank import bank_indices, gather_bank
-from .pd_ops import BANK_OP, DICTIONARY_OP, dictionary_indices
-from .scan_dispatch import scan_ops
 
 
 class TorchInit:
@@ -157,7 +156,7 @@ class DictionaryTransition(PDTransition):
 
     def scan(self, mixer, u, x0, mask, own_start: bool):
         logits = self.logits(mixer, u)
-        # a compiled decode step computes in (re, im) pairs (pd_scan.pd_step), so it gets D and b as pairs too
+        # a compiled decode step computes in (re, im) pairs (hf_ssm.ops.pd.pd_step), so it gets D and b as pairs too
         pairs = mixer.decode_in_pairs(u)
         b = mixer.step_inputs(u, as_pairs=pairs)
         return self.run(mixer, logits, mixer.diagonal(u, as_pairs=pairs), b, x0, mask)
@@ -224,7 +223,7 @@ class DirectTransition(PDTransition):
         """P_t = column argmax of the logits (straight-through, the column softmax at the temperature in the
         backward), then the PD scan. A padded step is the identity, passes no gradient to its logits, and has D = 1,
         b = 0. With the layer's own start (`own_start`) a pure automaton's states are basis vectors, and training
-        takes pd_automaton's O(N) gradient."""
+        takes hf_ssm.ops.pd.automaton_direct_scan's O(N) gradient."""
         logits = self.logits(mixer, u)
         # max(...).indices: the same first-of-tied index as argmax, ~5x faster down a short non-last axis on CPU
         idx = logits.max(dim=-2).indices
@@ -232,7 +231,7 @@ class DirectTransition(PDTransition):
             idx = torch.where(mask.bool()[..., None, None], idx, torch.arange(idx.shape[-1], device=idx.device))
         if own_start and mixer.is_pure_automaton() and torch.is_grad_enabled() and logits.requires_grad:
             return automaton_direct_scan(logits, idx, x0, mask, mixer.temperature)
-        # a compiled decode step computes in (re, im) pairs (pd_scan.pd_step), so it gets D and b as pairs too
+        # a compiled decode step computes in (re, im) pairs (hf_ssm.ops.pd.pd_step), so it gets D and b as pairs too
         pairs = mixer.decode_in_pairs(u)
         dv, b = mixer.diagonal(u, as_pairs=pairs), mixer.step_inputs(u, as_pairs=pairs)
         if mask is not None:

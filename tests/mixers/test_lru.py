@@ -10,7 +10,6 @@ import torch
 from torch import nn
 
 from hf_ssm import HybridSSMForCausalLM
-from hf_ssm.modeling.block_scan import block_scan, companion_matrices
 from hf_ssm.modeling.config_values import LRU_NORMALIZATIONS
 from hf_ssm.modeling.mixer_lru import (
     BlockDiagonalLRUMixer,
@@ -18,6 +17,7 @@ from hf_ssm.modeling.mixer_lru import (
     HigherOrderLRUMixer,
     normalize_gates,
 )
+from hf_ssm.ops.block import block_scan, companion_matrices
 from model_checks import assert_loads_without_hf_ssm, max_cached_decode_error, reload_is_bit_identical, tiny_config
 
 BOUNDED = [n for n in LRU_NORMALIZATIONS if n != "none"]

@@ -1,4 +1,4 @@
-"""The pure automaton's direct-transition training path (hf_ssm/modeling/pd_automaton.py): its states and the
+"""The pure automaton's direct-transition training path (hf_ssm/ops/pd/automaton.py): its states and the
 straight-through gradient of its logits equal the general path's (`pd_scan` given the column softmax as p_soft), for
 every basis or zero start, with padding; and the layer takes it exactly when its states are basis vectors."""
 
@@ -9,8 +9,7 @@ import torch
 
 import hf_ssm.modeling.pd_transitions as pd_transitions
 from hf_ssm.modeling.mixer_pd_ssm import PDSSMMixer
-from hf_ssm.modeling.pd_automaton import automaton_direct_scan
-from hf_ssm.modeling.pd_scan import pd_scan
+from hf_ssm.ops.pd import automaton_direct_scan, pd_scan
 from model_checks import tiny_config
 
 B, T, H, N = 3, 11, 2, 5

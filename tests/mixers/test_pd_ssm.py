@@ -11,14 +11,14 @@ import pytest
 import torch
 from op_checks import DEVICE, needs_kernels
 
-import hf_ssm.modeling.pd_ops as pd_ops
-import hf_ssm.modeling.pd_scan as torch_pd_scan
+import hf_ssm.ops.pd.generated as pd_generated
+import hf_ssm.ops.pd.parallel as pd_parallel
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM, HybridSSMForTokenClassification
 from hf_ssm.modeling.mixer_pd_ssm import PDSSMMixer
-from hf_ssm.modeling.pd_bank import bank_indices
+from hf_ssm.ops.pd import bank_indices
 from model_checks import assert_loads_without_hf_ssm, max_cached_decode_error, reload_is_bit_identical, tiny_config
 
-TRANSITIONS = ["dictionary", "bank"]  # the two generated inside a dictionary-shaped op (pd_ops.py)
+TRANSITIONS = ["dictionary", "bank"]  # the two generated inside a dictionary-shaped op (ops/pd/generated.py)
 ALL_TRANSITIONS = [*TRANSITIONS, "direct"]
 
 
@@ -242,7 +242,7 @@ def test_decode_step_is_one_state_update_without_the_chunked_scan(transition, mo
     def refuse(*args, **kwargs):
         raise AssertionError("the chunked scan ran for a single decode step")
 
-    for module in (pd_ops, torch_pd_scan):  # the generated ops' chunked scan, and the scan of given transitions
+    for module in (pd_generated, pd_parallel):  # the generated ops' chunked scan, and the scan of given transitions
         monkeypatch.setattr(module, "_scatter_scan_chunked", refuse)
     layer = mixer(pd_ssm_transition=transition)
     state = torch.randn(2, 2, 5, dtype=torch.complex64)
@@ -283,13 +283,13 @@ def test_bank_mode_differs_from_dictionary_mode():
 
 
 def test_bank_mode_trust_remote_code_loads_without_hf_ssm(tmp_path):
-    """A bank-mode checkpoint loads with trust_remote_code where hf_ssm cannot be imported: the PD op modules travel
-    with it (pd_bank.py, which the Triton kernels share, too), the reference loops do not."""
+    """A bank-mode checkpoint loads with trust_remote_code where hf_ssm cannot be imported: the PD family's torch
+    modules travel with it, flattened (ops_pd_bank.py, which the Triton kernels share, too), the reference loops and
+    the kernels do not."""
     model = HybridSSMForCausalLM(tiny_config("PA", pd_ssm_transition="bank"))
     saved = assert_loads_without_hf_ssm(model, tmp_path / "bank")
-    assert {"pd_ops.py", "pd_bank.py", "pd_scan.py", "scan_dispatch.py"} <= saved, saved
-    code = [(tmp_path / "bank" / name).read_text() for name in saved if name.endswith(".py")]
-    assert not any("def pd_scan_sequential" in text or "def pd_bank_reference" in text for text in code)
+    assert {"ops_pd_generated.py", "ops_pd_bank.py", "ops_pd_parallel.py", "ops_dispatch.py"} <= saved, saved
+    assert not {"ops_pd_reference.py", "ops_pd_triton.py", "ops_kernels.py", "ops_triton_common.py"} & saved, saved
 
 
 # ------------------------------------------------------------------------------------ direct transitions
@@ -423,7 +423,7 @@ def test_bf16_autocast_runs_projections_in_bf16_and_the_scan_in_complex64(transi
     projections = ["selection", "in_proj", "out_proj", "magnitude.up", "phase.up"]
     for name in projections:
         layer.get_submodule(name).register_forward_hook(lambda m, i, o, name=name: seen.__setitem__(name, o.dtype))
-    generated = {"dictionary": pd_ops.DICTIONARY_OP, "bank": pd_ops.BANK_OP}[transition]
+    generated = {"dictionary": pd_generated.DICTIONARY_OP, "bank": pd_generated.BANK_OP}[transition]
     real_op = generated.torch_op
 
     def spy(selection, matrices, dv, b, x0, mask, temperature):

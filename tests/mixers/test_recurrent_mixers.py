@@ -10,10 +10,10 @@ import torch
 from torch import nn
 
 import hf_ssm.modeling.mixer_lrc as mixer_lrc
-from hf_ssm.modeling import scan_dispatch
 from hf_ssm.modeling.configuration_hybrid_ssm import HybridSSMConfig
 from hf_ssm.modeling.mixer_lrc import LRC_MIXER_CLASSES
 from hf_ssm.modeling.mixer_lru import BlockDiagonalLRUMixer, DiagonalLRUMixer, HigherOrderLRUMixer
+from hf_ssm.ops import dispatch as scan_dispatch
 
 
 @pytest.fixture(autouse=True)

@@ -6,9 +6,8 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-import hf_ssm.modeling.pd_ops as pd_ops
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
-from hf_ssm.reference.pd import pd_dictionary_reference
+from hf_ssm.ops.pd import DICTIONARY_OP, reference
 from model_checks import max_cached_decode_error, packed_batch, tiny_config
 
 # Cached decode, left padding, packing, reload and remote-code loading for every mixer (next to attention) are in
@@ -109,7 +108,7 @@ def test_auto_classes_resolve_after_import(tmp_path):
 
 def test_bfloat16_autocast_keeps_scan_in_complex64(monkeypatch):
     """Under bf16 autocast the PD op still receives float32 / complex64, and the fused op == the dense reference
-    loop (hf_ssm.reference.pd.pd_dictionary_reference) for the whole model."""
+    loop (hf_ssm.ops.pd.reference.pd_dictionary_scan) for the whole model."""
     ids = torch.randint(1, 37, (2, 33))
     seen = []
 
@@ -119,7 +118,7 @@ def test_bfloat16_autocast_keeps_scan_in_complex64(monkeypatch):
             with torch.autocast("cpu", enabled=False):
                 return op(sel, matrices, dv, b, x0, mask, temperature)
 
-        monkeypatch.setattr(pd_ops.DICTIONARY_OP, "torch_op", spy)
+        monkeypatch.setattr(DICTIONARY_OP, "torch_op", spy)
         torch.manual_seed(0)
         model = HybridSSMForCausalLM(tiny_config("SASA")).train()
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -127,8 +126,8 @@ def test_bfloat16_autocast_keeps_scan_in_complex64(monkeypatch):
         out.loss.backward()
         return out.logits.float(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
-    logits_par, grads_par = run(pd_ops.DICTIONARY_OP.torch_op)
-    logits_seq, grads_seq = run(pd_dictionary_reference)
+    logits_par, grads_par = run(DICTIONARY_OP.torch_op)
+    logits_seq, grads_seq = run(reference.pd_dictionary_scan)
     assert set(seen) == {(torch.float32, torch.complex64, torch.complex64)}
     assert torch.allclose(logits_par, logits_seq, atol=1e-2)
     for name in grads_par:

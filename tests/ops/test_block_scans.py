@@ -1,6 +1,6 @@
 """Block scans (block_scan.py; BD-LRU dense m x m blocks, diag_lru with m = 1, H-LRU companion blocks, the LSTM's
 DEER step): the chunked scan with its hand-written backward equals the sequential loop and finite differences,
-companion blocks are laid out as documented, and the Triton kernels (hf_ssm.kernels.block_scan) equal the torch scans,
+companion blocks are laid out as documented, and the Triton kernels (hf_ssm.ops.block.triton) equal the torch scans,
 values and gradients, in float32 and bfloat16, with padding masks (docs/design.md §5, §9)."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from op_checks import (
     values_and_grads,
 )
 
-from hf_ssm.modeling import scan_dispatch
-from hf_ssm.modeling.block_scan import block_scan, block_scan_sequential, companion_matrices
 from hf_ssm.modeling.mixer_lru import normalize_gates
+from hf_ssm.ops import dispatch as scan_dispatch
+from hf_ssm.ops.block import block_scan, companion_matrices, reference
 
 
 def random_scan_inputs(batch, steps, blocks, m, dtype=torch.float32):
@@ -43,7 +43,7 @@ def test_parallel_block_scan_matches_sequential(m):
     of A, b and x0, for B = 1, odd T and several chunk sizes (dividing T or not)."""
     A, b, x0 = random_scan_inputs(1, 37, 3, m)
     g_states, g_final = torch.randn(1, 37, 3, m), torch.randn(1, 3, m)
-    ref_states, ref_final = block_scan_sequential(A, b, x0)
+    ref_states, ref_final = reference.block_scan(A, b, x0)
     ref_grads = torch.autograd.grad((ref_states * g_states).sum() + (ref_final * g_final).sum(), (A, b, x0))
     for chunk in (None, 1, 5, 37, 64):
         states, final = block_scan(A, b, x0, chunk_size=chunk)
@@ -59,7 +59,7 @@ def test_block_scan_edge_cases(steps):
     """T = 1 and short T, B = 2, no initial state, gradient through the final state only: same as the loop."""
     A, b, _ = random_scan_inputs(2, steps, 2, 3)
     states, final = block_scan(A, b, chunk_size=4)
-    ref_states, ref_final = block_scan_sequential(A, b)
+    ref_states, ref_final = reference.block_scan(A, b)
     torch.testing.assert_close(states, ref_states, atol=1e-6, rtol=1e-5)
     grads = torch.autograd.grad(final.pow(2).sum(), (A, b))
     ref_grads = torch.autograd.grad(ref_final.pow(2).sum(), (A, b))
@@ -83,7 +83,7 @@ def test_block_scan_rejects_bad_shapes():
     with pytest.raises(ValueError, match="T >= 1"):
         block_scan(A[:, :0], b[:, :0])
     with pytest.raises(ValueError, match="b must have shape"):
-        block_scan_sequential(A, b[0])
+        reference.block_scan(A, b[0])
 
 
 def test_companion_matrix_layout():

@@ -1,7 +1,7 @@
-"""The DEER solver (deer.py, docs/design.md §6) on the nonlinear cells of the LrcSSM family (lrc / gru / mgu / lstm):
-each cell's analytic Jacobian equals forward-mode JVPs; DEER equals the sequential rollout, values and implicit
-gradients, with padding; Newton iterations stay far below T; a diverging step is damped; non-finite cells and the
-iteration limit are reported; and the memory of the backward pass does not grow with the iterations."""
+"""The DEER solver (hf_ssm.ops.deer, docs/design.md §6) on the nonlinear cells of the LrcSSM family (lrc / gru / mgu
+/ lstm): each cell's analytic Jacobian equals forward-mode JVPs; DEER equals the sequential rollout, values and
+implicit gradients, with padding; Newton iterations stay far below T; a diverging step is damped; non-finite cells
+and the iteration limit are reported; and the memory of the backward pass does not grow with the iterations."""
 
 from __future__ import annotations
 
@@ -14,18 +14,11 @@ import textwrap
 import pytest
 import torch
 
-from hf_ssm.modeling.deer import (
-    DEERDivergenceError,
-    DEEROptions,
-    _linear_scan,
-    _shift,
-    deer_solve,
-    jacobian_by_jvp,
-    sequential_rollout,
-)
-from hf_ssm.modeling.diag_scan import diag_scan
 from hf_ssm.modeling.mixer_lrc import LRC_MIXER_CLASSES
-from hf_ssm.modeling.scan_dispatch import scan_ops
+from hf_ssm.ops.deer import DEERDivergenceError, DEEROptions, deer_solve, jacobian_by_jvp, sequential_rollout
+from hf_ssm.ops.deer.parallel import _linear_scan, _shift
+from hf_ssm.ops.diag import diag_scan
+from hf_ssm.ops.dispatch import scan_ops
 from model_checks import tiny_config
 
 MIXERS = list(LRC_MIXER_CLASSES)
@@ -217,7 +210,7 @@ PEAK_MEMORY = textwrap.dedent(
     import gc, json, sys, torch
     sys.path[:0] = sys.argv[1:]  # this folder, and tests/ for model_checks
     from test_deer import _arguments, _mixer, _unrolled_deer
-    from hf_ssm.modeling.deer import DEEROptions, deer_solve
+    from hf_ssm.ops.deer import DEEROptions, deer_solve
 
     def rss(field):
         for line in open("/proc/self/status"):

@@ -1,6 +1,6 @@
 """Diagonal scans (diag_scan.py; the DEER steps of the lrc / gru / mgu mixers): the chunked parallel scan equals the
 sequential loop, values and gradients, real or complex, at any chunk length; bf16 accumulates in float32; bad input
-raises; and the Triton kernel (hf_ssm.kernels.diag_scan) equals the torch scan (docs/design.md §6, §9)."""
+raises; and the Triton kernel (hf_ssm.ops.diag.triton) equals the torch scan (docs/design.md §6, §9)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from op_checks import SHAPES, TOL, compare, kernel_diag_inputs, kernels, leaf, needs_kernels
 
-from hf_ssm.modeling.diag_scan import diag_scan, diag_scan_sequential
+from hf_ssm.ops.diag import diag_scan, reference
 
 
 def _coefficients(shape, dtype):
@@ -31,7 +31,7 @@ def test_diag_scan_matches_sequential_with_gradients(steps, batch, dtype):
     b = torch.randn(batch, steps, 3, 2, dtype=dtype, requires_grad=True)
     x0 = torch.randn(batch, 3, 2, dtype=dtype, requires_grad=True)
     tol = 1e-9 if dtype == torch.float64 else 2e-4
-    states_ref, final_ref = diag_scan_sequential(a, b, x0)
+    states_ref, final_ref = reference.diag_scan(a, b, x0)
     states, final = diag_scan(a, b, x0)
     assert (states - states_ref).abs().max() <= tol * (1 + states_ref.abs().max())
     assert torch.equal(final, states[:, -1])
@@ -46,7 +46,7 @@ def test_diag_scan_matches_sequential_with_gradients(steps, batch, dtype):
 def test_diag_scan_chunk_size_does_not_change_result(chunk):
     """Any chunk length (padding, recursion, a single chunk) gives the same states."""
     a, b = _coefficients((2, 300, 4), torch.float64), torch.randn(2, 300, 4, dtype=torch.float64)
-    ref, _ = diag_scan_sequential(a, b)
+    ref, _ = reference.diag_scan(a, b)
     assert torch.allclose(diag_scan(a, b, chunk_size=chunk)[0], ref, atol=1e-12)
 
 
@@ -55,7 +55,7 @@ def test_diag_scan_bfloat16_accumulates_in_float32():
     a = torch.rand(1, 2000, 8).mul(0.2).add(0.8).bfloat16()
     b = torch.randn(1, 2000, 8).bfloat16()
     states, _ = diag_scan(a, b)
-    ref, _ = diag_scan_sequential(a.float(), b.float())
+    ref, _ = reference.diag_scan(a.float(), b.float())
     assert states.dtype == torch.bfloat16
     assert torch.allclose(states.float(), ref, atol=0.05, rtol=0.01)
 

@@ -52,7 +52,7 @@ def test_the_script_parses_and_keeps_both_paths():
         "scripts/gpu_stack.py --rehearsal",
         '-m pytest "${tests_args[@]}"',
         'benchmarks/bench_kernels.py "${bench_args[@]}"',
-        '-m hf_ssm.kernels.compile_check "${compile_args',
+        '-m hf_ssm.ops.compile_check "${compile_args',
     )
     order = [text.index(c) for c in commands]
     assert order == sorted(order)

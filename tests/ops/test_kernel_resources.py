@@ -1,4 +1,4 @@
-"""What the compiled kernels need of an sm_90 SM (hf_ssm/kernels/compile_check.py): ptxas's report is read right,
+"""What the compiled kernels need of an sm_90 SM (hf_ssm/ops/compile_check.py): ptxas's report is read right,
 the occupancy follows CUDA's rules for compute capability 9.0, a spilling or unlaunchable variant is refused, and
 every kernel of the package compiles for sm_90 without a GPU with no spill and at least one resident block an SM.
 """
@@ -14,7 +14,7 @@ import sys
 import pytest
 from op_checks import KERNEL_MARKS
 
-from hf_ssm.kernels import compile_check
+from hf_ssm.ops import compile_check
 
 pytestmark = KERNEL_MARKS
 
@@ -69,10 +69,10 @@ def test_a_spilling_or_unlaunchable_variant_is_refused():
 
 
 def _package_kernels() -> set[str]:
-    """The names of every Triton kernel (a jitted function named *_kernel) of the scan modules."""
+    """The names of every Triton kernel (a jitted function named *_kernel) of the op families."""
     found = set()
-    for module in ("diag_scan", "block_scan", "pd_scan"):
-        mod = importlib.import_module(f"hf_ssm.kernels.{module}")
+    for family in ("diag", "block", "pd"):
+        mod = importlib.import_module(f"hf_ssm.ops.{family}.triton")
         found |= {name for name, obj in vars(mod).items() if name.endswith("_kernel") and hasattr(obj, "fn")}
     return found
 
@@ -85,7 +85,7 @@ def test_every_kernel_compiles_for_sm90_without_spills_and_fits_an_sm(tmp_path):
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     out = tmp_path / "resources.json"
     result = subprocess.run(
-        [sys.executable, "-m", "hf_ssm.kernels.compile_check", "--quick", "--json", str(out)],
+        [sys.executable, "-m", "hf_ssm.ops.compile_check", "--quick", "--json", str(out)],
         capture_output=True, text=True, env=env,
     )  # fmt: skip
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]

@@ -1,10 +1,11 @@
 """PD-SSM scans (docs/design.md §4, §9), from the plain scan to the ops the mixer calls:
 
-- pd_scan.py: the chunked parallel scan of x_t = P_t D_t x_{t-1} + b_t equals the sequential loop and the dense
-  recurrence (hf_ssm.reference.pd), values and gradients, and PD composition is what it claims;
-- pd_ops.py, through scan_dispatch.ScanOps: the fused dictionary op and the bank op equal plain-autograd references,
+- ops/pd/parallel.py: the chunked parallel scan of x_t = P_t D_t x_{t-1} + b_t equals the sequential loop and the
+  dense recurrence (hf_ssm.ops.pd.reference), values and gradients, and PD composition is what it claims;
+- ops/pd/generated.py, through hf_ssm.ops.dispatch.ScanOps: the fused dictionary op and the bank op equal their
+  plain-autograd references,
   values and gradients; a T = 1 step without gradient is the one torch step on either backend;
-- the Triton kernels (hf_ssm.kernels.pd_scan) equal those torch scans and ops, values and gradients, in float32
+- the Triton kernels (hf_ssm.ops.pd.triton) equal those torch scans and ops, values and gradients, in float32
   and bfloat16, with padding (in the interpreter on a CPU).
 """
 
@@ -18,18 +19,11 @@ import pytest
 import torch
 from op_checks import DEVICE, TOL, assert_close, compare, kernels, leaf, needs_kernels, rand, scan_loss
 
-import hf_ssm.modeling.pd_ops as pd_ops
-import hf_ssm.modeling.pd_scan as torch_pd_scan
-from hf_ssm.modeling.pd_bank import bank_indices, gather_bank
-from hf_ssm.modeling.pd_scan import pd_scan
-from hf_ssm.modeling.scan_dispatch import scan_ops
-from hf_ssm.reference.pd import (
-    pd_bank_reference,
-    pd_compose,
-    pd_dictionary_reference,
-    pd_scan_sequential,
-    pd_to_dense,
-)
+import hf_ssm.ops.pd.generated as pd_generated
+import hf_ssm.ops.pd.parallel as pd_parallel
+from hf_ssm.ops.dispatch import scan_ops
+from hf_ssm.ops.pd import bank_indices, gather_bank, pd_scan, reference
+from hf_ssm.ops.pd.reference import pd_compose, pd_to_dense
 
 TORCH_OPS = scan_ops("torch", "cpu")
 
@@ -61,7 +55,7 @@ def test_parallel_scan_matches_sequential(steps, batch, heads, n):
     inputs = random_pd_inputs(batch, steps, heads, n)
     grad_states = torch.randn(batch, steps, heads, n, dtype=torch.complex64)
     grad_final = torch.randn(batch, heads, n, dtype=torch.complex64)
-    ref = outputs_and_grads(pd_scan_sequential, *inputs, grad_states, grad_final)
+    ref = outputs_and_grads(reference.pd_scan, *inputs, grad_states, grad_final)
     got = outputs_and_grads(pd_scan, *inputs, grad_states, grad_final)
     names = ["states", "final", "grad_dv", "grad_b", "grad_x0", "grad_p_soft"]
     for name, r, g in zip(names, ref, got):
@@ -72,7 +66,7 @@ def test_parallel_scan_matches_sequential(steps, batch, heads, n):
 def test_chunk_size_does_not_change_result(chunk):
     """Any chunk size, including ones that do not divide T, gives the same states."""
     idx, dv, b, x0, _ = random_pd_inputs(2, 37, 2, 6)
-    ref, _ = pd_scan_sequential(idx, dv, b, x0)
+    ref, _ = reference.pd_scan(idx, dv, b, x0)
     got, _ = pd_scan(idx, dv, b, x0, chunk_size=chunk)
     assert torch.allclose(got, ref, atol=1e-5)
 
@@ -108,7 +102,7 @@ def test_composition_matches_dense_product_and_is_associative():
 def test_bad_scan_inputs_raise_clear_errors():
     """Bad shapes are rejected with a clear error instead of being broadcast."""
     idx, dv, b, x0, p_soft = random_pd_inputs(1, 4, 1, 3)
-    with pytest.raises(ValueError, match="x0"):
+    with pytest.raises(ValueError, match="initial_state"):
         pd_scan(idx, dv, b, x0[:, :, :2])
     with pytest.raises(ValueError, match="p_soft"):
         pd_scan(idx, dv, b, x0, p_soft=p_soft[..., :2])
@@ -176,22 +170,22 @@ CASES = [(1, 1, 1, 4, 3), (2, 7, 2, 5, 3), (3, 40, 2, 6, 4)]
 def test_dictionary_op_equals_dense_reference_and_old_path(batch, steps, heads, n, k, masked, temperature, monkeypatch):
     """The fused, chunked dictionary op (chunks of 3 tokens forced) == the dense straight-through loop == the
     previous (B, T, H, N, N) path, in values and in the gradients of every input."""
-    monkeypatch.setattr(pd_ops, "GEN_CHUNK_ELEMENTS", 3 * heads * n * n)
+    monkeypatch.setattr(pd_generated, "GEN_CHUNK_ELEMENTS", 3 * heads * n * n)
     inputs = pd_inputs(batch, steps, heads, n, k)
     mask = (torch.rand(batch, steps) > 0.3) if masked else None
 
     got = run_with_grads(TORCH_OPS.pd_dictionary_scan, inputs, mask, temperature)
-    assert_all_close(got, run_with_grads(pd_dictionary_reference, inputs, mask, temperature))
+    assert_all_close(got, run_with_grads(reference.pd_dictionary_scan, inputs, mask, temperature))
     assert_all_close(got, run_with_grads(old_dictionary_path, inputs, mask, temperature))
 
 
 def test_dictionary_indices_take_the_first_of_tied_maxima(monkeypatch):
     """The chunked column argmax equals torch.argmax, ties included (0/1 matrices tie often)."""
-    monkeypatch.setattr(pd_ops, "GEN_CHUNK_ELEMENTS", 5 * 2 * 6 * 6)
+    monkeypatch.setattr(pd_generated, "GEN_CHUNK_ELEMENTS", 5 * 2 * 6 * 6)
     sel = torch.randint(0, 2, (3, 11, 2, 4)).float()
     dictionary = torch.randint(0, 2, (2, 4, 6, 6)).float()
     expected = torch.einsum("bthk,hkij->bthij", sel, dictionary).argmax(dim=-2)
-    assert torch.equal(pd_ops.dictionary_indices(sel, dictionary), expected)
+    assert torch.equal(pd_generated.dictionary_indices(sel, dictionary), expected)
 
 
 def test_dictionary_op_under_bf16_autocast_equals_float32():
@@ -229,7 +223,7 @@ def test_bank_op_equals_dense_reference(batch, steps, heads, n, k, masked, tempe
 
     assert_all_close(
         run_with_grads(TORCH_OPS.pd_bank_scan, inputs, mask, temperature),
-        run_with_grads(pd_bank_reference, inputs, mask, temperature),
+        run_with_grads(reference.pd_bank_scan, inputs, mask, temperature),
     )
 
 
@@ -268,8 +262,8 @@ def _step_case(kind, batch=3, heads=2, n=5, k=3):
 
 @pytest.mark.parametrize("kind", ["dictionary", "bank", "given"])
 def test_single_step_without_gradient_is_the_one_update(kind, monkeypatch):
-    """T = 1 without gradient (decoding) is one x = P D x0 + b update for every PD op (torch_pd_scan.is_decode_step,
-    pd_scan.pd_step): the chunked scan is never entered, and a masked row keeps its state exactly. With a gradient
+    """T = 1 without gradient (decoding) is one x = P D x0 + b update for every PD op (pd.parallel.is_decode_step,
+    pd.parallel.pd_step): the chunked scan is never entered, and a masked row keeps its state exactly. With a gradient
     the same step runs the scan, with the same values."""
     name, inputs, idx = _step_case(kind)
     dv, b, x0 = inputs[-3:]
@@ -279,7 +273,7 @@ def test_single_step_without_gradient_is_the_one_update(kind, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the chunked scan ran for a decoding step")
 
-    for module in (pd_ops, torch_pd_scan):
+    for module in (pd_generated, pd_parallel):
         monkeypatch.setattr(module, "_scatter_scan_chunked", refuse)
     with torch.no_grad():
         states, final = getattr(TORCH_OPS, name)(*inputs)
@@ -304,7 +298,7 @@ def test_compiled_step_in_pairs_equals_the_scatter_step():
     mask = torch.tensor([[True], [False], [True]])
     expected = torch.where(mask.view(-1, 1, 1), b[:, 0].clone().scatter_add_(-1, idx, dv[:, 0] * x0), x0)
     pairs = [torch.view_as_real(t) for t in (dv, b, x0)]
-    states, final = torch_pd_scan._pd_step_in_pairs(idx, *pairs, mask)
+    states, final = pd_parallel._pd_step_in_pairs(idx, *pairs, mask)
     assert final.shape == (batch, heads, n, 2) and torch.equal(states[:, 0], final)
     assert torch.allclose(torch.view_as_complex(final), expected, atol=1e-6)
     assert torch.equal(final[1], pairs[2][1])
@@ -317,7 +311,7 @@ def test_single_step_is_the_torch_step_on_the_triton_backend(kind, monkeypatch):
     bit-identical to the torch backend's."""
     name, inputs, _ = _step_case(kind)
     inputs = [t.to(DEVICE) for t in inputs]
-    for kernel in ("pd_generated_scan", "pd_bank_scan", "pd_scan"):
+    for kernel in ("pd_dictionary_scan", "pd_bank_scan", "pd_scan"):
         monkeypatch.setattr(kernels, kernel, lambda *a, **k: pytest.fail("a kernel ran for a decoding step"))
     with torch.no_grad():
         got = getattr(scan_ops("triton", DEVICE), name)(*inputs)
@@ -410,7 +404,7 @@ def test_pd_scan_without_initial_state_or_p_soft():
         (torch.float32, 3, 9, 2, False),
     ],
 )
-def test_pd_generated_scan_matches_reference(dtype, batch, steps, chunk, masked):
+def test_pd_dictionary_kernel_matches_reference(dtype, batch, steps, chunk, masked):
     """The fused P generation + scan == einsum / argmax / column softmax + the torch scan, gradients included
     (selection weights, dictionary, dv, b, x0)."""
     heads, n, k = 2, 5, 3
@@ -422,11 +416,11 @@ def test_pd_generated_scan_matches_reference(dtype, batch, steps, chunk, masked)
     inputs = [leaf(sel, dtype), leaf(dictionary, dtype), leaf(dv), leaf(b), leaf(x0)]
     ref_inputs = [leaf(t.detach().float()) for t in inputs[:2]] + [leaf(t) for t in inputs[2:]]
     temperature = 0.7
-    idx_ref = pd_ops.dictionary_indices(ref_inputs[0].detach(), ref_inputs[1].detach(), mask)
+    idx_ref = pd_generated.dictionary_indices(ref_inputs[0].detach(), ref_inputs[1].detach(), mask)
     assert torch.equal(kernels.pd_select(inputs[0], inputs[1], mask), idx_ref)
 
     def run(sel, dictionary, dv, b, x0):
-        return kernels.pd_generated_scan(
+        return kernels.pd_dictionary_scan(
             sel, dictionary, dv, b, x0, temperature=temperature, mask=mask, chunk_size=chunk
         )
 
@@ -441,7 +435,7 @@ def test_pd_scan_rejects_bad_input():
     idx, dv, b, x0 = _pd_kernel_inputs(1, 3, 1, 4)
     with pytest.raises(ValueError, match="idx"):
         kernels.pd_scan(idx[..., :3], dv, b)
-    with pytest.raises(ValueError, match="x0"):
+    with pytest.raises(ValueError, match="initial_state"):
         kernels.pd_scan(idx, dv, b, x0[..., :3])
     with pytest.raises(ValueError, match="scatter"):
         kernels.pd_scan(idx, dv, b, scatter="dense")
@@ -479,7 +473,7 @@ def test_bank_kernel_equals_torch_op(batch, steps, chunk, masked, scatter):
 @needs_kernels
 def test_bank_kernel_rejects_mismatched_scores():
     logits, scores, dv, b, _ = pd_inputs(1, 3, 2, 4, 3, logits=True, device=DEVICE)
-    with pytest.raises(ValueError, match="scores"):
+    with pytest.raises(ValueError, match="pd_bank_scan: dv must have shape"):
         kernels.pd_bank_scan(logits, scores[..., :3, :3], dv, b)
 
 
@@ -488,7 +482,7 @@ import importlib, itertools, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-mod = importlib.import_module("hf_ssm.kernels.pd_scan")  # (the package attribute pd_scan is the function)
+mod = importlib.import_module("hf_ssm.ops.pd.triton")
 
 failures = []
 for name, reverse, onehot in itertools.product(["_pd_bank_summary_kernel", "_pd_bank_apply_kernel"], [False, True], [True, False]):

@@ -1,4 +1,4 @@
-"""The roofline model of the Triton scans (hf_ssm/kernels/roofline.py): its command runs and writes its tables, one
+"""The roofline model of the Triton scans (hf_ssm/ops/roofline.py): its command runs and writes its tables, one
 count matches a hand calculation, and the bytes it gives every Triton launch of every family are the bytes the
 kernels' own tl.load / tl.store / atomics move, counted lane by lane in an instrumented Triton interpreter.
 """
@@ -13,7 +13,7 @@ import pytest
 import torch
 from op_checks import DEVICE, KERNEL_MARKS, kernels
 
-from hf_ssm.kernels import roofline
+from hf_ssm.ops import roofline
 
 # (B, T, H, N, m, K, chunk): 3 chunks, the last partial (8, 8, 3); padded lanes everywhere (H*N = 6 of a 256-lane
 # diag block, m = 3 in a 4 x 4 tile, N = 3 in 4 PD lanes, K = 3 in 16 dictionary lanes).
@@ -22,7 +22,7 @@ CASES = [(f, d) for f in roofline.FAMILIES for d in roofline.DTYPES if not (f ==
 
 
 def test_the_command_writes_its_tables_at_a_small_shape(tmp_path, capsys):
-    """`python -m hf_ssm.kernels.roofline` at a small shape prints the totals and the per-launch tables and writes
+    """`python -m hf_ssm.ops.roofline` at a small shape prints the totals and the per-launch tables and writes
     them as JSON and markdown, one result per family and dtype (diag_complex in float32 only); its forward apply of
     the real diagonal scan in float32 moves the bytes counted by hand from the kernel's loads and stores."""
     out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
@@ -129,7 +129,7 @@ def _inputs(family: str, dtype: torch.dtype, s: roofline.Shape):
     if family == "block_companion":
         return kernels.companion_scan, [leaf(0.3 * torch.rand(B, T, nb, m)), leaf(torch.randn(B, T, nb))]
     pairs = [leaf(0.5 * torch.randn(B, T, H, N, 2)), leaf(torch.randn(B, T, H, N, 2))]
-    op = kernels.pd_generated_scan if family == "pd_dictionary" else kernels.pd_bank_scan
+    op = kernels.pd_dictionary_scan if family == "pd_dictionary" else kernels.pd_bank_scan
     return op, [leaf(torch.randn(B, T, H, K)), leaf(torch.randn(H, K, N, N)), *pairs]
 
 

@@ -19,7 +19,7 @@ import torch
 from op_checks import DEVICE, KERNEL_MARKS, assert_close, kernels
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
-from hf_ssm.modeling import scan_dispatch
+from hf_ssm.ops import dispatch as scan_dispatch
 from model_checks import BENCHMARKS, tiny_config
 
 pytestmark = KERNEL_MARKS
@@ -106,7 +106,7 @@ def test_lru_and_deer_models_route_through_the_kernels(pattern, kernel, monkeypa
         assert bool(calls) == expected, backend
 
 
-@pytest.mark.parametrize(("pattern", "kernel"), [("P", "pd_generated_scan"), ("B", "block_scan"), ("L", "diag_scan")])
+@pytest.mark.parametrize(("pattern", "kernel"), [("P", "pd_dictionary_scan"), ("B", "block_scan"), ("L", "diag_scan")])
 def test_changing_scan_backend_on_a_built_model_rebinds_its_scans(pattern, kernel, monkeypatch):
     """`model.config.scan_backend = ...` after construction takes effect at the next forward (the mixers kept
     the backend bound when they were built, so the change was validated and then ignored)."""
@@ -181,13 +181,13 @@ def test_model_forward_backward_generate_triton_equals_torch(case, monkeypatch):
 def test_model_routes_through_the_kernels(monkeypatch):
     """backend "triton" really calls the kernels (and HF_SSM_SCAN_BACKEND overrides a "torch" config)."""
     calls = []
-    real = kernels.pd_generated_scan
+    real = kernels.pd_dictionary_scan
 
     def spy(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(kernels, "pd_generated_scan", spy)
+    monkeypatch.setattr(kernels, "pd_dictionary_scan", spy)
     monkeypatch.setenv(scan_dispatch.ENV_VAR, "triton")
     model = HybridSSMForCausalLM(tiny_config("P", scan_backend="torch")).to(DEVICE)
     model(torch.randint(1, 37, (1, 5), device=DEVICE))
@@ -223,7 +223,7 @@ def test_every_kernel_compiles_for_sm90_without_a_gpu():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     result = subprocess.run(
-        [sys.executable, "-m", "hf_ssm.kernels.compile_check", "--quick"], capture_output=True, text=True, env=env
+        [sys.executable, "-m", "hf_ssm.ops.compile_check", "--quick"], capture_output=True, text=True, env=env
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "all kernels compiled for sm_90" in result.stdout

@@ -1,9 +1,14 @@
-"""The block / companion / diagonal scan ops through their one signature (scan_dispatch.scan_ops): for every op
-family the torch backend == its sequential loop (values and gradients, with padding masks), a masked step is the
+"""The scan ops through their one signature (hf_ssm.ops.dispatch.scan_ops): every op of a family has one name
+and one signature in its reference, torch and Triton implementations; for the block / companion / diagonal ops the
+torch backend == its sequential loop (values and gradients, with padding masks), a masked step is the
 identity, T = 1 (the decoding step) skips the chunked scan, the ops are bound once per (setting, device), and the
 Triton backend == the torch backend. Each family's own scan tests: tests/ops/test_{block,diag,pd}_scans.py."""
 
 from __future__ import annotations
+
+import ast
+import importlib
+import inspect
 
 import pytest
 import torch
@@ -13,19 +18,18 @@ from op_checks import (
     compare,
     kernel_block_inputs,
     kernel_diag_inputs,
+    kernels,
     leaf,
     needs_kernels,
     rand,
     values_and_grads,
 )
-from torch import nn
 
-from hf_ssm.modeling import block_scan as torch_block_scan
-from hf_ssm.modeling import diag_scan as torch_diag_scan
-from hf_ssm.modeling import scan_dispatch
-from hf_ssm.modeling.block_scan import block_scan_sequential, companion_matrices
-from hf_ssm.modeling.diag_scan import diag_scan_sequential
 from hf_ssm.modeling.mixer_lru import normalize_gates
+from hf_ssm.ops import dispatch as scan_dispatch
+from hf_ssm.ops.block import reference as block_reference
+from hf_ssm.ops.diag import reference as diag_reference
+from model_checks import ROOT
 
 
 @pytest.fixture(autouse=True)
@@ -52,16 +56,11 @@ def _diag_inputs(batch, steps):
     return a, torch.randn(batch, steps, 4, 2, dtype=torch.float64)
 
 
-def _companion_loop(a, v, h0, mask):
-    m = a.shape[-1]
-    return block_scan_sequential(companion_matrices(a), nn.functional.pad(v.unsqueeze(-1), (0, m - 1)), h0, mask)
-
-
 # op name -> (inputs (B, T) -> tuple, initial-state shape from B, the sequential loop)
 FAMILIES = {
-    "block_scan": (_block_inputs, lambda B: (B, 3, 3), block_scan_sequential),
-    "companion_scan": (_companion_inputs, lambda B: (B, 3, 3), _companion_loop),
-    "diag_scan": (_diag_inputs, lambda B: (B, 4, 2), diag_scan_sequential),
+    "block_scan": (_block_inputs, lambda B: (B, 3, 3), block_reference.block_scan),
+    "companion_scan": (_companion_inputs, lambda B: (B, 3, 3), block_reference.companion_scan),
+    "diag_scan": (_diag_inputs, lambda B: (B, 4, 2), diag_reference.diag_scan),
 }
 
 
@@ -138,17 +137,35 @@ def test_ops_are_bound_once_per_setting_and_device(monkeypatch):
     assert scan_dispatch.scan_ops("triton", "cpu").source == f"{scan_dispatch.ENV_VAR}='torch'"
 
 
-def test_torch_ops_keep_the_old_reference_functions_signature():
-    """The torch references take the op signature directly: (inputs..., initial_state, mask)."""
-    A, b = _block_inputs(1, 5)
-    mask = torch.tensor([[True, False, True, True, False]])
-    torch.testing.assert_close(
-        torch_block_scan.block_scan(A, b, None, mask)[0], block_scan_sequential(A, b, None, mask)[0]
-    )
-    a, x = _diag_inputs(1, 5)
-    torch.testing.assert_close(
-        torch_diag_scan.diag_scan(a, x, None, mask)[0], diag_scan_sequential(a, x, None, mask)[0]
-    )
+# family -> its ops: each one name in hf_ssm/ops/<family>/{reference, parallel, triton}.py and on ScanOps
+OPS = {"pd": ("pd_scan", "pd_dictionary_scan", "pd_bank_scan"), "block": ("block_scan", "companion_scan"),
+       "diag": ("diag_scan",)}  # fmt: skip
+
+
+def _positional(fn) -> list[str]:
+    return [p.name for p in inspect.signature(fn).parameters.values() if p.kind == p.POSITIONAL_OR_KEYWORD]
+
+
+def _kernel_positional(family: str, name: str) -> list[str]:
+    """The positional parameters of a Triton op, read from its source (triton need not be installed)."""
+    tree = ast.parse((ROOT / "hf_ssm" / "ops" / family / "triton.py").read_text(encoding="utf-8"))
+    (fn,) = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == name]
+    return [arg.arg for arg in fn.args.args]
+
+
+def test_every_op_has_one_name_and_signature_in_its_implementations():
+    """An op is found under one name in its family's plain reference, its parallel torch implementation (exported
+    by the family package) and its Triton kernel, and on ScanOps; all take the same positional parameters."""
+    for family, names in OPS.items():
+        package = importlib.import_module(f"hf_ssm.ops.{family}")
+        reference = importlib.import_module(f"hf_ssm.ops.{family}.reference")
+        for name in names:
+            expected = _positional(getattr(package, name))
+            assert _positional(getattr(reference, name)) == expected, name
+            assert _kernel_positional(family, name) == expected, name
+            assert _positional(getattr(scan_dispatch.ScanOps, name))[1:] == expected, name
+            if kernels.AVAILABLE:
+                assert getattr(kernels, name).__module__ == f"hf_ssm.ops.{family}.triton"
 
 
 # ------------------------------------------------------------------------------------ Triton == torch

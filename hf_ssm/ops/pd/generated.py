@@ -1,26 +1,17 @@
-"""PD-SSM's generated transitions in PyTorch (docs/design.md §4): the dictionary and bank ops, each one autograd
+"""PD-SSM's generated transitions in parallel torch (docs/design.md §4): the torch implementations of
+``pd_dictionary_scan`` and ``pd_bank_scan`` (their contract is written once, in hf_ssm.ops.pd), each one autograd
 node for the generation of P_t, the scan and the straight-through backward.
 
-    op(selection, matrices, dv, b, initial_state=None, mask=None, temperature=1.0)
-        -> (states (B, T, H, N) complex64, final state (B, H, N) complex64)
+- dictionary (``DICTIONARY_OP``): P_t = column argmax of M_t = sum_k s_t,k M_k (the paper);
+- bank (``BANK_OP``): P_k = column argmax of score_k once per call, P_t = P_{argmax_k logits_t,k} (bank.py).
 
-- dictionary (``DICTIONARY_OP``): selection = the weights s_t (B, T, H, K), matrices = the dictionary
-  M (H, K, N, N); P_t = column argmax of M_t = sum_k s_t,k M_k (the paper).
-- bank (``BANK_OP``): selection = logits (B, T, H, K), matrices = score matrices (H, K, N, N); P_k =
-  column argmax of score_k once per call, P_t = P_{argmax_k logits_t,k} (pd_bank.py).
-
-Both are straight-through: the hard choices in the forward, the gradients of softmax(. / tau) (down each column of
-an N x N matrix, across the K logits) in the backward. dv, b, initial_state are complex (or real (..., 2) pairs).
-mask (B, T) bool: a False step is the identity transition with zero input and passes no gradient to its P.
-
-These are the torch implementations (the references of the Triton kernels); models and callers reach them, or the
-kernels, through ``scan_dispatch.ScanOps.pd_generated`` (``pd_dictionary_scan`` / ``pd_bank_scan``), which checks the
-inputs (``check_generated_inputs``) and takes the T = 1 decoding step (``GeneratedOp.step``) on either backend.
+Models and callers reach them, or the kernels, through ``hf_ssm.ops.dispatch.ScanOps.pd_generated``
+(``pd_dictionary_scan`` / ``pd_bank_scan``), which takes the T = 1 decoding step (``GeneratedOp.step``) on either
+backend. Both ops check their inputs with ``checks.check_generated_inputs``, as the kernels and the references do.
 
 The dictionary op never holds more than one chunk of tokens' N x N matrices: the forward keeps only idx, and the
 backward recomputes M_t and its column softmax chunk by chunk, so its memory is Theta(T H (N + K)). The bank op
-computes the K column argmaxes once per call and gathers idx_t from them. The dense plain-autograd loops the ops
-are tested against are ``hf_ssm.reference.pd``.
+computes the K column argmaxes once per call and gathers idx_t from them.
 """
 
 from __future__ import annotations
@@ -30,9 +21,9 @@ import math
 
 import torch
 
-from .pd_bank import bank_indices, bank_straight_through_grads, gather_bank
-from .pd_scan import _scatter_scan_chunked, as_complex, needs_grad, pd_scan_backward, pd_step
-from .scan_common import check_mask, default_chunk_size, where_kept
+from ..checks import check_generated_inputs, default_chunk_size, where_kept
+from .bank import bank_indices, bank_straight_through_grads, gather_bank
+from .parallel import _scatter_scan_chunked, as_complex, needs_grad, pd_scan_backward, pd_step
 
 # Elements of one chunk of (H, rows, N, N) matrices in the dictionary op (1 MiB of float32, cache-sized).
 GEN_CHUNK_ELEMENTS = 1 << 18
@@ -60,43 +51,6 @@ def _identity_where_masked(idx: torch.Tensor, mask: torch.Tensor | None) -> torc
     if mask is None:
         return idx
     return where_kept(mask, idx, torch.arange(idx.shape[-1], device=idx.device))
-
-
-def check_generated_inputs(name: str, selection, matrices, dv, b, x0, mask, temperature) -> None:
-    """The shapes every generated op (torch or Triton) takes, `name` in the errors: selection (B, T, H, K) with
-    T >= 1, matrices (H, K, N, N), dv and b (B, T, H, N) complex or (B, T, H, N, 2) real pairs, initial state
-    (B, H, N) (pairs: (B, H, N, 2)) or None, mask (B, T) bool or None, temperature > 0. (Shapes only, no tensor op:
-    it runs at every decoding step.)"""
-    dv_shape, b_shape, x0_shape = _complex_shape(dv), _complex_shape(b), _complex_shape(x0)
-    sel_shape, m_shape = tuple(selection.shape), tuple(matrices.shape)
-    if len(sel_shape) != 4:
-        raise ValueError(f"{name}: the selection must have shape (B, T, H, K), got {sel_shape}")
-    batch, steps, heads, k = sel_shape
-    if len(m_shape) != 4 or m_shape[:2] != (heads, k) or m_shape[2] != m_shape[3]:
-        raise ValueError(f"{name}: matrices must have shape (H, K, N, N) = ({heads}, {k}, N, N), got {m_shape}")
-    n = m_shape[3]
-    for label, shape in (("dv", dv_shape), ("b", b_shape)):
-        if shape != (batch, steps, heads, n):
-            raise ValueError(f"{name}: {label} must have shape (B, T, H, N) = {(batch, steps, heads, n)}, got {shape}")
-    if x0_shape is not None and x0_shape != (batch, heads, n):
-        raise ValueError(f"{name}: initial_state must have shape {(batch, heads, n)}, got {x0_shape}")
-    check_mask(mask, batch, steps, op=name)
-    if steps == 0:
-        raise ValueError(f"{name}: needs at least one time step (T >= 1)")
-    if not temperature > 0:
-        raise ValueError(f"{name}: temperature must be > 0, got {temperature!r}")
-
-
-def _complex_shape(t) -> tuple[int, ...] | None:
-    """The shape of t as complex numbers: a complex tensor's own, real pairs' without their trailing 2."""
-    if t is None:
-        return None
-    shape = tuple(t.shape)
-    if t.is_complex():
-        return shape
-    if shape[-1:] != (2,):
-        raise ValueError(f"a real dv / b / initial_state must end in a (real, imag) axis of 2, got {shape}")
-    return shape[:-1]
 
 
 def _scan_no_grad(idx, dv, b, x0):
@@ -227,12 +181,13 @@ def _dictionary_step_indices(sel, dictionary):
     return m.view(heads, -1, n, n).argmax(-2).transpose(0, 1)
 
 
-def _torch_dictionary(sel, dictionary, dv, b, x0=None, mask=None, temperature=1.0):
-    """The dictionary op in torch, any T (the decoding step is ``GeneratedOp.step``)."""
+def pd_dictionary_scan(selection, dictionary, dv, b, initial_state=None, mask=None, temperature=1.0):
+    """``hf_ssm.ops.pd.pd_dictionary_scan`` in torch, any T (the decoding step is ``GeneratedOp.step``)."""
+    check_generated_inputs("pd_dictionary_scan", selection, dictionary, dv, b, initial_state, mask, temperature)
     with torch.autocast(device_type=dv.device.type, enabled=False):
-        sel, dictionary = sel.float(), dictionary.float()
+        sel, dictionary = selection.float(), dictionary.float()
         dv, b = _mask_inputs(as_complex(dv), as_complex(b), mask)
-        x0 = torch.zeros_like(b[:, 0]) if x0 is None else as_complex(x0)
+        x0 = torch.zeros_like(b[:, 0]) if initial_state is None else as_complex(initial_state)
         if not needs_grad(sel, dictionary, dv, b, x0):
             return _scan_no_grad(dictionary_indices(sel, dictionary, mask), dv, b, x0)
         return _DictionaryScan.apply(sel, dictionary, dv, b, x0, mask, float(temperature))
@@ -274,12 +229,13 @@ def _bank_step_indices(logits, scores):
     return gather_bank(bank_indices(scores), logits[:, 0].argmax(dim=-1))
 
 
-def _torch_bank(logits, scores, dv, b, x0=None, mask=None, temperature=1.0):
-    """The bank op in torch, any T (the decoding step is ``GeneratedOp.step``)."""
+def pd_bank_scan(logits, scores, dv, b, initial_state=None, mask=None, temperature=1.0):
+    """``hf_ssm.ops.pd.pd_bank_scan`` in torch, any T (the decoding step is ``GeneratedOp.step``)."""
+    check_generated_inputs("pd_bank_scan", logits, scores, dv, b, initial_state, mask, temperature)
     with torch.autocast(device_type=dv.device.type, enabled=False):
         logits, scores = logits.float(), scores.float()
         dv, b = _mask_inputs(as_complex(dv), as_complex(b), mask)
-        x0 = torch.zeros_like(b[:, 0]) if x0 is None else as_complex(x0)
+        x0 = torch.zeros_like(b[:, 0]) if initial_state is None else as_complex(initial_state)
         if not needs_grad(logits, scores, dv, b, x0):
             idx = _identity_where_masked(gather_bank(bank_indices(scores), logits.argmax(dim=-1)), mask)
             return _scan_no_grad(idx, dv, b, x0)
@@ -293,8 +249,9 @@ def _torch_bank(logits, scores, dv, b, x0=None, mask=None, temperature=1.0):
 class GeneratedOp:
     """One generated PD op: `name` (its ScanOps method, in errors), `torch_op` (any T), `step_indices` (the
     transition of one decoding step: (selection (B, 1, H, K), matrices (H, K, N, N)) float32 -> idx (B, H, N)) and
-    `kernel` (the attribute of hf_ssm.kernels that runs it on Triton). ScanOps.pd_generated takes one; a transition
-    mode (pd_transitions.py) holds the one it calls."""
+    `kernel` (the attribute of hf_ssm.ops.kernels that runs it on Triton; the three implementations share the op's
+    name). ScanOps.pd_generated takes one; a transition mode (hf_ssm/modeling/pd_transitions.py) holds the one it
+    calls."""
 
     def __init__(self, name: str, torch_op, step_indices, kernel: str):
         self.name, self.torch_op, self.step_indices, self.kernel = name, torch_op, step_indices, kernel
@@ -303,9 +260,9 @@ class GeneratedOp:
         return f"GeneratedOp({self.name})"
 
     def step(self, selection, matrices, dv, b, x0=None, mask=None):
-        """The T = 1 decoding step (``pd_scan.is_decode_step``) of this op, on either backend: P chosen from
+        """The T = 1 decoding step (``parallel.is_decode_step``) of this op, on either backend: P chosen from
         selection (B, 1, H, K) and matrices (H, K, N, N) in float32 (like the chunked ops, also inside an autocast
-        region), then the one update ``pd_scan.pd_step``. Returns ((B, 1, H, N), (B, H, N)) complex64."""
+        region), then the one update ``parallel.pd_step``. Returns ((B, 1, H, N), (B, H, N)) complex64."""
         device = dv.device.type
         off = torch.autocast(device, enabled=False) if torch.is_autocast_enabled(device) else _NO_CONTEXT
         with off:
@@ -313,8 +270,8 @@ class GeneratedOp:
             return pd_step(idx, dv, b, x0, mask)
 
 
-DICTIONARY_OP = GeneratedOp("pd_dictionary_scan", _torch_dictionary, _dictionary_step_indices, "pd_generated_scan")
-BANK_OP = GeneratedOp("pd_bank_scan", _torch_bank, _bank_step_indices, "pd_bank_scan")
+DICTIONARY_OP = GeneratedOp("pd_dictionary_scan", pd_dictionary_scan, _dictionary_step_indices, "pd_dictionary_scan")
+BANK_OP = GeneratedOp("pd_bank_scan", pd_bank_scan, _bank_step_indices, "pd_bank_scan")
 
 
-__all__ = ["BANK_OP", "DICTIONARY_OP", "GeneratedOp", "check_generated_inputs", "dictionary_indices"]
+__all__ = ["BANK_OP", "DICTIONARY_OP", "GeneratedOp", "dictionary_indices", "pd_bank_scan", "pd_dictionary_scan"]

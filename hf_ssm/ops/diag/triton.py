@@ -1,13 +1,15 @@
-"""Triton diagonal scan x_t = a_t * x_{t-1} + b_t, real or complex (docs/design.md §3, §6).
+"""The diagonal family's Triton kernel: x_t = a_t * x_{t-1} + b_t, real or complex (docs/design.md §3, §6).
 
-The kernel twin of ``hf_ssm.modeling.diag_scan``: every channel is an independent scalar recurrence (the inner step
-of every DEER iteration of the lrc / gru / mgu mixers; ``diag_lru`` runs the block scan with m = 1). A padded step
+``diag_scan`` has the contract (one signature, one docstring) of hf_ssm.ops.diag and checks its inputs with the
+checks every diagonal implementation calls (hf_ssm.ops.checks): every channel is an independent scalar recurrence
+(the inner step of every DEER iteration of the lrc / gru / mgu mixers; ``diag_lru`` runs the block scan with m = 1).
+A padded step
 (mask False) is set to the identity (a = 1, b = 0) before the kernel, as the torch scan does. Layout (B, T, *S) for a,
 b and the states, (B, *S) for the initial / final states. Inputs float32, bfloat16 or float16 (accumulated in
 float32), or complex64.
 
 Backward: lambda_t = g_t + conj(a_{t+1}) lambda_{t+1}, run as nu_t = conj(a_t) lambda_t, lambda_t = g_t + nu_{t+1}
-(the same chunked schedule in reversed time, see ``_common``); grad_a_t = lambda_t conj(x_{t-1}), grad_b = lambda,
+(the same chunked schedule in reversed time, see ``triton_common``); grad_a_t = lambda_t conj(x_{t-1}), grad_b = lambda,
 grad_x0 = nu at the first step. The gradient of the final state enters as the reverse pass's initial state.
 """
 
@@ -17,9 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from hf_ssm.modeling.scan_common import check_diag_inputs, mask_steps
-
-from ._common import (
+from ..checks import check_diag_inputs, mask_steps
+from ..triton_common import (
     Layout,
     carry_chunk,
     cdiv,
@@ -307,14 +308,9 @@ def diag_scan(
     *,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Diagonal scan with autograd. Returns (states like a, final state (B, *S)), in a's dtype.
-
-    Args:
-        a, b: (B, T, *S) coefficients and inputs (float32 / bfloat16 / float16 / complex64, one dtype).
-        initial_state: (B, *S), zeros if None.
-        mask: optional (B, T) bool; a False step is the identity with zero input (padding).
-        chunk_size: time chunk of the schedule; ``_common.kernel_chunk_size(T)`` if None.
-    """
+    """``hf_ssm.ops.diag.diag_scan`` on the Triton kernels: a, b float32 / bfloat16 / float16 / complex64 (one
+    dtype), states in a's dtype. chunk_size: time chunk of the schedule, ``triton_common.kernel_chunk_size(T)`` if
+    None."""
     layout, chunk = _check(a, b, initial_state, mask, chunk_size)
     a, b = mask_steps(a, b, mask)
     states, final = _DiagScanFunction.apply(a, b, initial_state, layout, chunk)

@@ -1,4 +1,5 @@
-"""DEER: a non-linear recurrence x_t = F(x_{t-1}, inputs_t) solved over the whole sequence by Newton (docs/design.md §6).
+"""DEER in parallel torch: a non-linear recurrence x_t = F(x_{t-1}, inputs_t) solved over the whole sequence by Newton
+(docs/design.md §6); the contract of a solve is written once, in hf_ssm.ops.deer.
 
 Newton on the residual r_t = x_t - F(x_{t-1}) linearises every step around the current iterate x^(i):
 
@@ -11,7 +12,8 @@ J (B, T, m, m, D) with J[..., i, j, :] = dx_i / dx_prev_j, e.g. the diagonal LST
 Jacobian entry is a contiguous (B, T, D) plane, so the cells and the Newton updates are plain elementwise
 passes, never strided gathers or interleaving copies (on CPU those cost more than the arithmetic). The
 Jacobian is exact (the cell's analytic one, or forward-mode JVPs with one-hot-per-slot tangents). The linear
-scans are the ops of ``scan_dispatch.scan_ops`` (bound once per solve and backward). Padding is the identity at the
+scans are the ops of ``hf_ssm.ops.dispatch.scan_ops`` (bound once per solve and backward): the diagonal and block
+families' torch scans or Triton kernels, so DEER has no kernel of its own. Padding is the identity at the
 cell (F = x_prev, J = I, in ``_evaluate``), so every linear step and the adjoint keep the state there too.
 
 - Stopping: max|x^(i+1) - x^(i)| < tol on an undamped step, or max_iter (then a RuntimeWarning, and the last
@@ -30,7 +32,7 @@ cell (F = x_prev, J = I, in ``_evaluate``), so every linear step and the adjoint
   cotangent lambda gives dL/d(inputs, weights); dL/dx0 = J_0^T lambda_0. Saved for backward: the solution and
   the cell's inputs, so memory does not depend on the number of iterations.
 
-Cell protocol (duck-typed; see mixer_lrc.py):
+Cell protocol (duck-typed; see hf_ssm/modeling/mixer_lrc.py):
     block: int                                           1 = diagonal Jacobian, m = m x m blocks per channel
     step(x_prev, inputs, weights) -> x                   one exact step; inputs are per-step tensors (B, T, ...)
                                                          or (B, ...), weights broadcast (per channel)
@@ -46,7 +48,8 @@ import warnings
 
 import torch
 
-from .scan_dispatch import ScanOps, requested_backend, scan_ops
+from ..checks import check_deer_inputs
+from ..dispatch import ScanOps, requested_backend, scan_ops
 
 # Damping below this is dropped (back to plain Newton) after an accepted step.
 RELAX_TO_NEWTON = 0.1
@@ -64,7 +67,7 @@ class DEEROptions:
     max_iter: int = 100
     damping: float = 0.5
     max_growth: float = 1e3
-    scan_backend: str = "auto"  # which implementation runs the linear scans (scan_dispatch.scan_ops)
+    scan_backend: str = "auto"  # which implementation runs the linear scans (dispatch.scan_ops)
 
     def __post_init__(self):
         if not (isinstance(self.tol, (int, float)) and self.tol >= 0):
@@ -313,56 +316,13 @@ def deer_solve(
     mask: torch.Tensor | None = None,
     options: DEEROptions | None = None,
 ) -> tuple[torch.Tensor, SolveInfo]:
-    """Solve x_t = F(x_{t-1}, inputs_t; weights) for all t by DEER, differentiable by the implicit gradient.
-
-    Args:
-        cell: see the module docstring.
-        inputs: per-step tensors, each (B, T, ...) broadcastable against the state.
-        weights: per-channel tensors broadcastable against the state (the same at every step).
-        x0: (B, *S) initial state; the states are (B, T, *S) with S = (D,) or (m, D).
-        mask: optional (B, T) bool, False = padding: that step is the identity (the state does not change).
-        options: DEEROptions (defaults if None).
-    Returns (states (B, T, *S), SolveInfo).
-    """
+    """``hf_ssm.ops.deer.deer_solve``: Newton over the whole sequence, differentiable by the implicit gradient.
+    Returns (states (B, T, *S), SolveInfo)."""
     options = options or DEEROptions()
-    _check(cell, inputs, x0, mask)
+    check_deer_inputs(cell.block, inputs, x0, mask)
     info_box: list[SolveInfo] = []
     states = _DEERFunction.apply(cell, options, info_box, len(inputs), x0, mask, *inputs, *weights)
     return states, info_box[0]
-
-
-def sequential_rollout(
-    cell, inputs: tuple[torch.Tensor, ...], weights: tuple[torch.Tensor, ...], x0: torch.Tensor, mask=None
-) -> torch.Tensor:
-    """The same recurrence as a plain loop of exact steps, differentiable by autograd (reference, decoding)."""
-    _check(cell, inputs, x0, mask)
-    x, states = x0, []
-    # unbind, not inputs[:, t]: the backward of T slices would build T full-size gradients (O(T^2) work).
-    per_step = list(zip(*(i.unbind(1) for i in inputs)))
-    keep = None if mask is None else mask.view(*mask.shape, *([1] * (x0.dim() - 1))).unbind(1)
-    for t, step_inputs in enumerate(per_step):
-        x_new = cell.step(x, step_inputs, weights)
-        if keep is not None:
-            x_new = torch.where(keep[t], x_new, x)
-        x = x_new
-        states.append(x)
-    return torch.stack(states, dim=1)
-
-
-def _check(cell, inputs, x0, mask) -> None:
-    if not inputs:
-        raise ValueError("the cell needs at least one per-step input tensor")
-    batch, steps = inputs[0].shape[:2]
-    if steps == 0:
-        raise ValueError("the input sequence is empty (T = 0)")
-    if x0.shape[0] != batch or (cell.block > 1 and (x0.dim() != 3 or x0.shape[1] != cell.block)):
-        raise ValueError(
-            f"x0 must have shape (B, D) or (B, m, D) with B = {batch}, m = {cell.block}; got {tuple(x0.shape)}"
-        )
-    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != (batch, steps)):
-        raise ValueError(
-            f"mask must be a bool tensor of shape (B, T) = {(batch, steps)}, got {mask.dtype} {tuple(mask.shape)}"
-        )
 
 
 __all__ = [
@@ -372,5 +332,4 @@ __all__ = [
     "deer_solve",
     "jacobian_by_jvp",
     "newton_solve",
-    "sequential_rollout",
 ]

@@ -1,9 +1,9 @@
 """Roofline model of the Triton scans: every launch of a forward and a backward pass, its memory traffic counted from
 the kernel's own loads and stores, its arithmetic, and the times an H100 or H200 allows (docs/design.md §9).
 
-    python -m hf_ssm.kernels.roofline                                  # the acceptance shape of bench_kernels.py
-    python -m hf_ssm.kernels.roofline --json r.json --markdown r.md    # also as JSON / markdown tables
-    python -m hf_ssm.kernels.roofline --batch 2 --steps 37 --heads 2 --state 5 --blocks 3 --dict-size 3 --chunk 16
+    python -m hf_ssm.ops.roofline                                  # the acceptance shape of bench_kernels.py
+    python -m hf_ssm.ops.roofline --json r.json --markdown r.md    # also as JSON / markdown tables
+    python -m hf_ssm.ops.roofline --batch 2 --steps 37 --heads 2 --state 5 --blocks 3 --dict-size 3 --chunk 16
 
 Traffic of a Triton launch is its grid times what one program loads and stores, lane by lane as the kernel's
 tl.load / tl.store masks allow (masked-off lanes move nothing; a complex value is two 4-byte loads; an atomic add
@@ -35,10 +35,10 @@ import math
 import sys
 from dataclasses import asdict, dataclass, field
 
-from hf_ssm.kernels._common import cdiv, kernel_chunk_size, next_pow2
-from hf_ssm.kernels.block_scan import _tiles
-from hf_ssm.kernels.diag_scan import BLOCK_D
-from hf_ssm.kernels.pd_scan import GEN_BLOCK_T, ONEHOT_MAX_N
+from hf_ssm.ops.block.triton import _tiles
+from hf_ssm.ops.diag.triton import BLOCK_D
+from hf_ssm.ops.pd.triton import GEN_BLOCK_T, ONEHOT_MAX_N
+from hf_ssm.ops.triton_common import cdiv, kernel_chunk_size, next_pow2
 
 # Memory bandwidth (bytes/s): the datasheet figure and the device-to-device copy measured on this workplace's machines.
 GPUS = {
@@ -129,7 +129,7 @@ class Launch:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the diagonal scan (hf_ssm/kernels/diag_scan.py)
+# the diagonal scan (hf_ssm/ops/diag/triton.py)
 
 
 def _convert(phase: str, name: str, elements: int, src: int, dst: int, launches: int = 1) -> list[Launch]:
@@ -190,7 +190,7 @@ def diag_launches(s: Shape, dtype: str, complex_: bool) -> list[Launch]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the block scans (hf_ssm/kernels/block_scan.py)
+# the block scans (hf_ssm/ops/block/triton.py)
 
 
 def _block_flop(mp: int) -> dict:
@@ -215,12 +215,14 @@ def _block_pass(s: Shape, companion: bool, e: int, reverse: bool) -> list[Launch
     out = []
     if C > 1:
         out.append(Launch(
-            phase, "_block_summary_kernel", "triton", variant={**v, "BN": bn_sum}, grid=(S * C, cdiv(nb, bn_sum)), steps=min(L, s.steps),
+            phase, "_block_summary_kernel", "triton", variant={**v, "BN": bn_sum}, grid=(S * C, cdiv(nb, bn_sum)),
+            steps=min(L, s.steps),
             reads=S * C * cdiv(nb, bn_sum) * 8 + R * (a_step + g_step), writes=S * C * (state + nb * m * m * 4),
             flop=R * cdiv(nb, bn_sum) * bn_sum * fl["summary"], repeated=_cu_repeated(S * C * cdiv(nb, bn_sum), S),
         ))  # fmt: skip
         out.append(Launch(
-            phase, "_block_carry_kernel", "triton", variant={"REVERSE": reverse, "MP": mp, "BN": bn}, grid=(S, cdiv(nb, bn)), steps=C,
+            phase, "_block_carry_kernel", "triton", variant={"REVERSE": reverse, "MP": mp, "BN": bn},
+            grid=(S, cdiv(nb, bn)), steps=C,
             reads=S * C * (state + nb * m * m * 4) + (S * state if reverse else 0), writes=S * C * state,
             flop=S * C * cdiv(nb, bn) * bn * fl["carry"],
         ))  # fmt: skip
@@ -232,8 +234,9 @@ def _block_pass(s: Shape, companion: bool, e: int, reverse: bool) -> list[Launch
         reads += (R - S) * nb * m * 4
         writes += R * nb * m * (1 if companion else m) * 4
     flop = R * cdiv(nb, bn) * bn * (fl["rev_apply"] if reverse else fl["apply"])
-    out.append(Launch(phase, "_block_apply_kernel", "triton", reads, writes, flop, variant=v, grid=(S * C, cdiv(nb, bn)),
-                      steps=min(L, s.steps), repeated=_cu_repeated(S * C * cdiv(nb, bn), S)))  # fmt: skip
+    out.append(Launch(phase, "_block_apply_kernel", "triton", reads, writes, flop, variant=v,
+                      grid=(S * C, cdiv(nb, bn)), steps=min(L, s.steps),
+                      repeated=_cu_repeated(S * C * cdiv(nb, bn), S)))  # fmt: skip
     return out
 
 
@@ -250,7 +253,7 @@ def block_launches(s: Shape, dtype: str, companion: bool) -> list[Launch]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the PD scans (hf_ssm/kernels/pd_scan.py)
+# the PD scans (hf_ssm/ops/pd/triton.py)
 
 
 def _scatter(np_: int, onehot: bool) -> tuple[int, int, int, int]:
@@ -307,8 +310,9 @@ def _pd_pass(s: Shape, e: int, reverse: bool, bank: bool, write_z: bool) -> list
     else:
         reads, writes = reads + R * H * sc_r, writes + R * H * sc_w
         flop, other = R * H * (8 * np_ + sc_flop), R * H * sc_other
-    out.append(Launch(phase, f"{prefix}_apply_kernel", "triton", reads, writes, flop, other, variant=v, grid=(S * C, H),
-                      warps=warps, steps=min(L, s.steps), repeated=_cu_repeated(S * C * H, S) + bank_repeat))  # fmt: skip
+    out.append(Launch(phase, f"{prefix}_apply_kernel", "triton", reads, writes, flop, other, variant=v,
+                      grid=(S * C, H), warps=warps, steps=min(L, s.steps),
+                      repeated=_cu_repeated(S * C * H, S) + bank_repeat))  # fmt: skip
     return out
 
 
@@ -351,7 +355,7 @@ def _generation_launches(s: Shape, e: int) -> tuple[list[Launch], list[Launch]]:
 def _bank_torch(s: Shape, e: int) -> tuple[list[Launch], list[Launch]]:
     """The bank mode's torch work, from tensor sizes: logits to float32 and the bank's argmax (forward); the
     straight-through gradients of the logits and score matrices from lambda and z (backward,
-    hf_ssm.modeling.pd_bank.bank_straight_through_grads)."""
+    hf_ssm.ops.pd.bank.bank_straight_through_grads)."""
     R, H, K, n = s.rows, s.heads, s.dict_size, s.state
     tok = R * H * n * 8  # one complex64 (B, T, H, N) tensor: lambda, z, the gather buffer
     lg = R * H * K * 4  # one float32 (B, T, H, K) tensor
@@ -380,7 +384,7 @@ def _bank_torch(s: Shape, e: int) -> tuple[list[Launch], list[Launch]]:
 
 
 def pd_launches(s: Shape, dtype: str, mode: str) -> list[Launch]:
-    """pd_generated_scan (mode "dictionary") or pd_bank_scan ("bank") forward and backward, dv / b as (re, im)
+    """pd_dictionary_scan (mode "dictionary") or pd_bank_scan ("bank") forward and backward, dv / b as (re, im)
     pairs and the selection inputs in `dtype`."""
     e = DTYPES[dtype]
     bank = mode == "bank"
@@ -529,8 +533,8 @@ def _launch_table(result: dict) -> list[str]:
     lines = [
         f"{result['family']}, {result['dtype']} inputs:",
         "",
-        "| pass | launch | grid x warps, steps, blocks/SM | read MB | written MB | unique MB | GFLOP | H100 floors: memory / "
-        "unique / compute / latency | predicted H100 | predicted H200 |",
+        "| pass | launch | grid x warps, steps, blocks/SM | read MB | written MB | unique MB | GFLOP | "
+        "H100 floors: memory / unique / compute / latency | predicted H100 | predicted H200 |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for x in result["launches"]:
@@ -561,8 +565,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     parser.add_argument("--launch-dtypes", nargs="*", default=["float32"], choices=list(DTYPES),
                         help="dtypes whose per-launch tables are printed (the JSON has them all)")  # fmt: skip
-    parser.add_argument("--resources", default=None,
-                        help="compile_check --json output: resident blocks an SM of every compiled variant")  # fmt: skip
+    parser.add_argument(
+        "--resources", default=None, help="compile_check --json output: resident blocks an SM of every compiled variant"
+    )
     parser.add_argument("--json", default=None, help="write the whole report here as JSON")
     parser.add_argument("--markdown", default=None, help="write the printed tables here as markdown")
     args = parser.parse_args(argv)

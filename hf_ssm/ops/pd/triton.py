@@ -1,9 +1,11 @@
-"""Triton PD scan x_t = P_t D_t x_{t-1} + b_t (docs/design.md §4), and the fused generation of P with its backward.
-
-The kernel twin of ``hf_ssm.modeling.pd_scan.pd_scan``. Sparse form: idx_t[j] is the row of the 1 in column j of P_t,
-dv_t the complex diagonal of D_t. Layout (B, T, H, N) for idx (int32 or int64), dv and b, (B, H, N) for the initial
-and final states. dv, b, x0 are complex64, or real tensors with a trailing (real, imag) axis of 2 in float32 / bfloat16 / float16 (then read in
-their dtype and accumulated in float32). States are returned as complex64.
+"""The PD family's Triton kernels (docs/design.md §4): ``pd_scan`` (x_t = P_t D_t x_{t-1} + b_t), and
+``pd_dictionary_scan`` / ``pd_bank_scan`` with the generation of P fused in, each with its backward. Their contract
+(one signature, one docstring) is hf_ssm.ops.pd's; they check their inputs with the checks every PD implementation
+calls (hf_ssm.ops.checks) and add the kernels' own dtype rules. Sparse form: idx_t[j] is the row of the 1 in
+column j of P_t, dv_t the complex diagonal of D_t. Layout (B, T, H, N) for idx (int32 or int64), dv and b, (B, H, N)
+for the initial and final states. dv, b, x0 are complex64, or real tensors with a trailing (real, imag) axis of 2 in
+float32 / bfloat16 / float16 (then read in their dtype and accumulated in float32). States are returned as
+complex64.
 
 One program holds the state of one (sequence, chunk, head) on chip (N complex lanes, padded to a power of two):
 
@@ -14,7 +16,7 @@ One program holds the state of one (sequence, chunk, head) on chip (N complex la
 - backward, the adjoint recurrence lambda_t = g_t + A_{t+1}^H lambda_{t+1} with (A^H l)[j] = conj(dv[j]) l[idx[j]],
   only gathers; grad_dv_t[j] = lambda_t[idx_t[j]] conj(x_{t-1}[j]), grad_b = lambda, grad_x0 = A_0^H lambda_0.
 
-``pd_generated_scan`` fuses the generation of P into the same autograd node: the forward computes idx =
+``pd_dictionary_scan`` fuses the generation of P into the same autograd node: the forward computes idx =
 argmax_i (sum_k s_k M_k)[i, j] in a kernel, the backward computes the straight-through gradient
 dL/dM_t[i, j] = p[i, j] (G[i, j] - sum_i' p[i', j] G[i', j]) / tau with p the column softmax of M_t / tau and
 G[i, j] = Re(conj(lambda_t[i]) dv_t[j] x_{t-1}[j]), and reduces it straight into dL/ds (B, T, H, K) and
@@ -24,11 +26,10 @@ recomputes one column j of M_t for a block of time steps (a (BT x K) @ (K x N) p
 ``pd_bank_scan`` (bank transitions, after Flash PD-SSM): the bank idx_k = column argmax of score matrix k (H, K, N) is
 computed once per call; the scan kernels read the selection logits of each step, take k_t = argmax_k, and gather
 idx_t = bank[h, k_t] on chip, forward and backward. The straight-through gradients of the logits and the score
-matrices are formed from lambda and z in torch (``hf_ssm.modeling.pd_bank.bank_straight_through_grads``, shared
-with the torch op; a torch-only module, so this one imports nothing that imports it back).
+matrices are formed from lambda and z in torch (``bank.bank_straight_through_grads``, shared with the torch op).
 
-The model reaches these through ``hf_ssm.modeling.scan_dispatch.ScanOps`` (``pd_dictionary_scan`` ->
-``pd_generated_scan``, ``pd_bank_scan``, ``pd_scan``), which also takes the T = 1 decoding step on either backend.
+The model reaches these through ``hf_ssm.ops.dispatch.ScanOps`` (``pd_dictionary_scan``, ``pd_bank_scan``,
+``pd_scan``, the same names), which also takes the T = 1 decoding step on either backend.
 """
 
 from __future__ import annotations
@@ -37,10 +38,8 @@ import torch
 import triton
 import triton.language as tl
 
-from hf_ssm.modeling.pd_bank import bank_straight_through_grads
-from hf_ssm.modeling.scan_common import check_mask, where_kept
-
-from ._common import (
+from ..checks import check_generated_inputs, check_mask, check_pd_shapes, where_kept
+from ..triton_common import (
     Layout,
     as_real_pairs,
     carry_chunk,
@@ -57,8 +56,10 @@ from ._common import (
     step_token,
     upstream_grads,
 )
+from .bank import bank_straight_through_grads
 
-# Largest state size that uses the on-chip one-hot product for the scatter-add; above it, atomic adds into a scratch row.
+# Largest state size that uses the on-chip one-hot product for the scatter-add; above it, atomic adds into a scratch
+# row.
 ONEHOT_MAX_N = 128
 SCATTER_MODES = ("auto", "onehot", "atomic")
 # Rows (time steps) per program of the P-generation kernels (>= 16 for tl.dot).
@@ -117,7 +118,7 @@ def _scatter(idx, vr, vi, lanes, scratch_ptr, NP: tl.constexpr, ONEHOT: tl.const
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# scan kernels (schedule: see _common)
+# scan kernels (schedule: see triton_common)
 
 
 @triton.jit
@@ -172,7 +173,8 @@ def _pd_summary_body(
     lr = tl.zeros([NP], tl.float32)
     li = tl.zeros([NP], tl.float32)
     for s in range(steps):
-        _, idx, dr, di, gr, gi = _load_step(idx_ptr, logit_ptr, keep_ptr, dv_ptr, g_ptr, step_token(t0, steps, s, REVERSE),
+        t = step_token(t0, steps, s, REVERSE)
+        _, idx, dr, di, gr, gi = _load_step(idx_ptr, logit_ptr, keep_ptr, dv_ptr, g_ptr, t,
                                             h, lanes, lm, H, K, N, BANK, HAS_KEEP, KP)  # fmt: skip
         if REVERSE:  # nu <- conj(dv) (nu + g)[idx]; map <- conj(dv) map[idx]
             ur = tl.gather(lr + gr, idx, 0)
@@ -554,9 +556,8 @@ def _pd_pass(
 def _(idx, dv, g, cu, batch, steps, chunk, init, onehot, reverse, states, x0, write_z, bank_logits, bank_keep):
     out = dv.new_empty(dv.shape, dtype=torch.float32)
     final = out.new_empty(batch, *dv.shape[1:])
-    return (
-        out, final, torch.empty_like(out) if reverse else out.new_empty(0), torch.empty_like(out) if write_z else out.new_empty(0)
-    )  # fmt: skip
+    lam = torch.empty_like(out) if reverse else out.new_empty(0)
+    return out, final, lam, torch.empty_like(out) if write_z else out.new_empty(0)
 
 
 def _pass(idx, dv, g, layout: Layout, chunk, init, onehot, reverse, states=None, x0=None, write_z=False, bank=None):
@@ -714,51 +715,35 @@ class _PDBankScanFunction(torch.autograd.Function):
 
 
 def _prepare(dv, b, x0, chunk_size, scatter):
+    """dv, b, x0 as (..., 2) real pairs in a dtype the kernels take, the flat layout, the chunk and the scatter mode
+    (shapes checked by the caller)."""
     dv_r, b_r = as_real_pairs("dv", dv), as_real_pairs("b", b)
-    if dv_r.dim() != 5 or dv_r.shape != b_r.shape:
-        raise ValueError(
-            f"dv and b must share the shape (B, T, H, N) (complex) or (B, T, H, N, 2); got {tuple(dv.shape)}, {tuple(b.shape)}"
-        )
-    heads, n = dv_r.shape[2:4]
+    x0_r = None if x0 is None else as_real_pairs("x0", x0)
     layout, chunk = schedule(dv_r, "dv", chunk_size)
-    x0_r = None
-    if x0 is not None:
-        x0_r = as_real_pairs("x0", x0)
-        if tuple(x0_r.shape) != (layout.batch, heads, n, 2):
-            raise ValueError(f"x0 must have shape (B, H, N) = {(layout.batch, heads, n)}, got {tuple(x0.shape)}")
-    return dv_r, b_r, x0_r, layout, chunk, _scatter_mode(n, scatter)
+    return dv_r, b_r, x0_r, layout, chunk, _scatter_mode(dv_r.shape[3], scatter)
 
 
 def pd_scan(
     idx: torch.Tensor,
     dv: torch.Tensor,
     b: torch.Tensor,
-    x0: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
     p_soft: torch.Tensor | None = None,
     *,
     chunk_size: int | None = None,
     scatter: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PD scan with autograd. Returns (states (B, T, H, N) complex64, final (B, H, N) complex64).
+    """``hf_ssm.ops.pd.pd_scan`` on the Triton kernels. Returns complex64 states and final state.
 
-    Args:
-        idx: (B, T, H, N) int32 / int64, row of the 1 in each column of P_t.
-        dv, b: (B, T, H, N) complex64, or (B, T, H, N, 2) real pairs (float32 / bfloat16 / float16).
-        x0: (B, H, N) complex64 or (B, H, N, 2) initial states, zeros if None.
-        p_soft: optional (B, T, H, N, N) real; only receives the straight-through gradient of P_t (its values are
-            never read). For the memory-free version use ``pd_generated_scan``.
-        chunk_size: time chunk of the schedule; ``_common.kernel_chunk_size(T)`` if None.
-        scatter: ``"auto"`` (one-hot product for N <= 128, atomics above), ``"onehot"`` or ``"atomic"``.
+    The kernels' own rules: idx int32 or int64; dv, b, initial_state complex64 or (..., 2) real pairs in float32 /
+    bfloat16 / float16. For the version that never stores p_soft use ``pd_dictionary_scan``. chunk_size: time
+    chunk of the schedule, ``triton_common.kernel_chunk_size(T)`` if None; scatter: ``"auto"`` (one-hot product for
+    N <= 128, atomics above), ``"onehot"`` or ``"atomic"``.
     """
-    dv_r, b_r, x0_r, layout, chunk, onehot = _prepare(dv, b, x0, chunk_size, scatter)
-    if tuple(idx.shape) != tuple(dv_r.shape[:4]):
-        raise ValueError(f"idx must have shape (B, T, H, N) = {tuple(dv_r.shape[:4])}, got {tuple(idx.shape)}")
+    check_pd_shapes(idx, dv, b, initial_state, p_soft)
     if idx.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"idx must be int32 or int64, got {idx.dtype}")
-    if p_soft is not None and tuple(p_soft.shape) != (*idx.shape, idx.shape[-1]):
-        raise ValueError(
-            f"p_soft must have shape (B, T, H, N, N) = {(*idx.shape, idx.shape[-1])}, got {tuple(p_soft.shape)}"
-        )
+    dv_r, b_r, x0_r, layout, chunk, onehot = _prepare(dv, b, initial_state, chunk_size, scatter)
     states, final = _PDScanFunction.apply(idx, dv_r, b_r, x0_r, p_soft, layout, chunk, onehot)
     return torch.view_as_complex(states), torch.view_as_complex(final)
 
@@ -768,8 +753,14 @@ def pd_select(sel: torch.Tensor, dictionary: torch.Tensor, mask: torch.Tensor | 
 
     sel: (B, T, H, K) selection weights; dictionary: (H, K, N, N); mask: optional (B, T) bool, False = identity.
     """
+    if sel.dim() != 4 or dictionary.dim() != 4 or tuple(dictionary.shape[:2]) != tuple(sel.shape[2:]):
+        raise ValueError(
+            f"sel must have shape (B, T, H, K) and dictionary (H, K, N, N); got {tuple(sel.shape)} and "
+            f"{tuple(dictionary.shape)}"
+        )
     batch, steps, heads, k = sel.shape
-    _check_generation(sel, dictionary, mask)
+    check_mask(mask, batch, steps, op="pd_select")
+    _check_selection_dtypes(sel, dictionary)
     with torch.no_grad():
         idx = _pd_select(sel.reshape(batch * steps, heads, k).contiguous(), dictionary.contiguous(), keep_flags(mask))
     return idx.view(batch, steps, heads, -1)
@@ -783,41 +774,29 @@ def _mask_pairs(dv_r: torch.Tensor, b_r: torch.Tensor, mask: torch.Tensor | None
     return where_kept(mask, dv_r, one), where_kept(mask, b_r, torch.zeros((), dtype=b_r.dtype, device=b_r.device))
 
 
-def _check_generation(sel, dictionary, mask):
-    if sel.dim() != 4:
-        raise ValueError(f"sel must have shape (B, T, H, K), got {tuple(sel.shape)}")
-    heads, k = sel.shape[2:]
-    if dictionary.dim() != 4 or tuple(dictionary.shape[:2]) != (heads, k) or dictionary.shape[2] != dictionary.shape[3]:
-        raise ValueError(
-            f"dictionary must have shape (H, K, N, N) with (H, K) = {(heads, k)}, got {tuple(dictionary.shape)}"
-        )
-    check_float_dtype("sel", sel)
-    check_float_dtype("dictionary", dictionary)
-    check_mask(mask, *sel.shape[:2])
+def _check_selection_dtypes(selection, matrices):
+    check_float_dtype("the selection", selection)
+    check_float_dtype("the matrices", matrices)
 
 
-def pd_generated_scan(
-    sel: torch.Tensor,
+def pd_dictionary_scan(
+    selection: torch.Tensor,
     dictionary: torch.Tensor,
     dv: torch.Tensor,
     b: torch.Tensor,
-    x0: torch.Tensor | None = None,
-    *,
-    temperature: float = 1.0,
+    initial_state: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    *,
     chunk_size: int | None = None,
     scatter: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """P generation + PD scan in one autograd node, never storing a (B, T, H, N, N) tensor.
-
-    Equal to: M_t = einsum(sel, dictionary); idx = argmax over rows of M_t; p_soft = softmax(M_t / temperature) down
-    each column; ``pd_scan(idx, dv, b, x0, p_soft)``. Where mask (B, T) is False the step is the identity with zero
-    input (idx = j, dv = 1, b = 0) and passes no gradient to sel or the dictionary.
-    Gradients flow to sel (B, T, H, K), dictionary (H, K, N, N), dv, b and x0.
-    Returns (states (B, T, H, N) complex64, final (B, H, N) complex64).
+    """``hf_ssm.ops.pd.pd_dictionary_scan`` on the Triton kernels: P generation + PD scan in one autograd node,
+    never storing a (B, T, H, N, N) tensor (each program recomputes its columns of M_t on chip, forward and
+    backward). chunk_size and scatter as ``pd_scan``'s.
     """
     return _scan_with_generated_p(
-        _PDGeneratedScanFunction, ("sel", "dictionary"), sel, dictionary, dv, b, x0,
+        _PDGeneratedScanFunction, "pd_dictionary_scan", selection, dictionary, dv, b, initial_state,
         temperature, mask, chunk_size, scatter,
     )  # fmt: skip
 
@@ -827,39 +806,29 @@ def pd_bank_scan(
     scores: torch.Tensor,
     dv: torch.Tensor,
     b: torch.Tensor,
-    x0: torch.Tensor | None = None,
-    *,
-    temperature: float = 1.0,
+    initial_state: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    *,
     chunk_size: int | None = None,
     scatter: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bank-mode PD scan: P_t = P_{k_t}, k_t = argmax_k logits[..., k], P_k = column argmax of scores[h, k].
-
-    The bank (H, K, N) is computed once per call; the selection of k_t and the gather of its indices run inside the
-    scan kernels, so no (B, T, H, N) index tensor is ever written. Backward: straight-through through
-    softmax(logits / temperature) and the column softmax of scores / temperature (``ScanOps.pd_bank_scan`` on torch).
-    logits (B, T, H, K); scores (H, K, N, N); mask (B, T) bool, False = identity with zero input.
-    Returns (states (B, T, H, N) complex64, final (B, H, N) complex64).
+    """``hf_ssm.ops.pd.pd_bank_scan`` on the Triton kernels: the bank (H, K, N) is computed once per call; the
+    selection of k_t and the gather of its indices run inside the scan kernels, so no (B, T, H, N) index tensor is
+    ever written. chunk_size and scatter as ``pd_scan``'s.
     """
     return _scan_with_generated_p(
-        _PDBankScanFunction, ("logits", "scores"), logits, scores, dv, b, x0,
+        _PDBankScanFunction, "pd_bank_scan", logits, scores, dv, b, initial_state,
         temperature, mask, chunk_size, scatter,
     )  # fmt: skip
 
 
-def _scan_with_generated_p(function, names, selection, matrices, dv, b, x0, temperature, mask, chunk_size, scatter):
-    """The checks and the call shared by the dictionary and bank modes: selection (B, T, H, K) and matrices
-    (H, K, N, N), named `names` in errors, must match dv (B, T, H, N); masked steps get dv = 1, b = 0."""
+def _scan_with_generated_p(function, name, selection, matrices, dv, b, x0, temperature, mask, chunk_size, scatter):
+    """The checks and the call shared by the dictionary and bank modes (`name` in errors): the shapes every
+    generated op checks, the kernels' dtypes; masked steps get dv = 1, b = 0."""
+    check_generated_inputs(name, selection, matrices, dv, b, x0, mask, temperature)
+    _check_selection_dtypes(selection, matrices)
     dv_r, b_r, x0_r, layout, chunk, onehot = _prepare(dv, b, x0, chunk_size, scatter)
-    _check_generation(selection, matrices, mask)
-    if tuple(selection.shape[:3]) != tuple(dv_r.shape[:3]) or matrices.shape[-1] != dv_r.shape[3]:
-        raise ValueError(
-            f"{names[0]} (B, T, H, K) and {names[1]} (H, K, N, N) must match dv (B, T, H, N) = "
-            f"{tuple(dv_r.shape[:4])}; got {tuple(selection.shape)} and {tuple(matrices.shape)}"
-        )
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature!r}")
     dv_r, b_r = _mask_pairs(dv_r, b_r, mask)
     states, final = function.apply(
         selection, matrices, dv_r, b_r, x0_r, mask, float(temperature), layout, chunk, onehot
@@ -867,4 +836,4 @@ def _scan_with_generated_p(function, names, selection, matrices, dv, b, x0, temp
     return torch.view_as_complex(states), torch.view_as_complex(final)
 
 
-__all__ = ["ONEHOT_MAX_N", "pd_bank_scan", "pd_generated_scan", "pd_scan", "pd_select"]
+__all__ = ["ONEHOT_MAX_N", "pd_bank_scan", "pd_dictionary_scan", "pd_scan", "pd_select"]

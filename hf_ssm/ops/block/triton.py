@@ -1,12 +1,11 @@
-"""Triton block scans h_t = A_t h_{t-1} + b_t over N independent m x m blocks, m <= 8 (docs/design.md §5).
+"""The block family's Triton kernels: h_t = A_t h_{t-1} + b_t over N independent m x m blocks, m <= 8 (docs/design.md
+§5). ``block_scan`` and ``companion_scan`` have the contract (one signature, one docstring) of hf_ssm.ops.block and
+check their shapes with the checks every block implementation calls (hf_ssm.ops.checks). Two forms share one set of
+kernels:
 
-Two families share one set of kernels:
-
-- dense blocks (BD-LRU), the kernel twin of ``hf_ssm.modeling.block_scan.block_scan``:
-      A (B, T, N, m, m) (row i = output i), b (B, T, N, m), initial state (B, N, m) -> states (B, T, N, m), final (B, N, m);
+- dense blocks (BD-LRU): A (B, T, N, m, m) (row i = output i), b (B, T, N, m);
 - companion blocks (H-LRU): only the first row a (B, T, N, m) of each companion matrix and the input v (B, T, N) of
-  slot 0 are read (m + 1 numbers per step instead of m^2 + m); the matrix is rebuilt on chip. The reference is
-  ``block_scan(companion_matrices(a), pad(v))``.
+  slot 0 are read (m + 1 numbers per step instead of m^2 + m); the matrix is rebuilt on chip.
 
 Inputs float32 / bfloat16 / float16, accumulated in float32; states and gradients are returned in the input dtype.
 
@@ -21,9 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from hf_ssm.modeling.scan_common import check_block_shapes, check_block_state, check_companion_shapes
-
-from ._common import (
+from ..checks import check_block_shapes, check_block_state, check_companion_shapes
+from ..triton_common import (
     Layout,
     carry_chunk,
     cdiv,
@@ -213,7 +211,8 @@ def _tiles(N: int, mp: int) -> tuple[int, int]:
 
 @on_tensor_device
 def _run(A, g, layout: Layout, chunk, m, init, companion, reverse, states=None, x0=None, grad_A=False, keep=None):
-    """One chunked pass over the flattened (B*T) tokens: A (total, N, m, m) or (total, N, m) (companion first rows); g (total, N, m)
+    """One chunked pass over the flattened (B*T) tokens: A (total, N, m, m) or (total, N, m) (companion first rows);
+    g (total, N, m)
     or (total, N) (companion forward input). Returns (out (total, N, m), final (S, N, m), grad_A or None), float32."""
     total, N = A.shape[0], A.shape[1]
     S, C = layout.batch, layout.chunks(chunk)
@@ -352,15 +351,9 @@ def block_scan(
     *,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dense block scan with autograd. Returns (states (B, T, N, m) in b's dtype, final (B, N, m)).
-
-    Args:
-        A: (B, T, N, m, m) transitions (row i = output i), m <= 8.
-        b: (B, T, N, m) inputs (float32 / bfloat16 / float16; A may differ in dtype, both accumulate in float32).
-        initial_state: (B, N, m), zeros if None.
-        mask: optional (B, T) bool; a False step is the identity with zero input (padding).
-        chunk_size: time chunk of the schedule; ``_common.kernel_chunk_size(T)`` if None.
-    """
+    """``hf_ssm.ops.block.block_scan`` on the Triton kernels: m <= 8; A and b float32 / bfloat16 / float16 (they may
+    differ, both accumulate in float32); states in b's dtype. chunk_size: time chunk of the schedule,
+    ``triton_common.kernel_chunk_size(T)`` if None."""
     check_block_shapes(A, b, initial_state, mask)
     return _scan(A, b, initial_state, mask, chunk_size, companion=False)
 
@@ -373,16 +366,8 @@ def companion_scan(
     *,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Companion-block scan (H-LRU) with autograd: S_t = C(a_t) S_{t-1} + [v_t, 0, ..., 0].
-
-    Args:
-        a: (B, T, N, m) first rows of the companion matrices (a_{t,1} .. a_{t,m}), m <= 8.
-        v: (B, T, N) input of slot 0 (h_t's input term).
-        initial_state: (B, N, m), [h_0, h_{-1}, ...], zeros if None.
-        mask: optional (B, T) bool; a False step is the identity with zero input (padding), which the companion
-            form itself cannot express.
-    Returns (states (B, T, N, m), final (B, N, m)) in v's dtype; states[..., 0] is h_t.
-    """
+    """``hf_ssm.ops.block.companion_scan`` on the Triton kernels: m <= 8, states in v's dtype; chunk_size as
+    ``block_scan``'s."""
     check_companion_shapes(a, v)
     check_block_state(a, initial_state, mask)
     return _scan(a, v, initial_state, mask, chunk_size, companion=True)

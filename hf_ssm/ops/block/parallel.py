@@ -1,21 +1,10 @@
-"""Scans over dense m x m blocks: h_t = A_t h_{t-1} + b_t, independently for each of N blocks (docs/design.md §3, §5).
+"""The block family in parallel torch (docs/design.md §3, §5): the torch implementations of ``block_scan`` and
+``companion_scan`` (hf_ssm.ops.block, where their contract is written once), and their T = 1 decoding steps.
 
-This is the recurrence of BD-LRU (A_t^{(n)} the normalised gate block), of H-LRU (A_t^{(n)} the companion
-matrix of channel n) and of the LSTM's DEER step (2 x 2 blocks); with m = 1 it is the diagonal selective LRU.
-These are the torch implementations of the block-scan family, the references of the Triton kernels
-(hf_ssm.kernels.block_scan); models reach either through ``scan_dispatch.scan_ops``. One signature:
-
-    A             (B, T, N, m, m)  transitions, row i of a block is output i: h[i] = sum_j A[i, j] h_prev[j] + b[i]
-    b             (B, T, N, m)     inputs
-    initial_state (B, N, m)        or None (zeros)
-    mask          (B, T) bool      or None; a False step (padding) is the identity with zero input
-    -> states (B, T, N, m), final state (B, N, m)
-
-- ``block_scan_sequential``: a plain loop with autograd. The reference the parallel scan is tested against.
 - ``block_scan``: chunked parallel scan with a hand-written backward (the adjoint recurrence, which is again a
   block scan). About 2*sqrt(T) sequential steps instead of T, each composing m x m blocks over all chunks and
   blocks at once.
-- ``companion_scan``: H-LRU's form, the companion first rows a (B, T, N, m) and the slot-0 input v (B, T, N).
+- ``companion_scan``: H-LRU's form, ``block_scan`` on the companion matrices (``companion_matrices``).
 - ``block_step`` / ``companion_step``: one time step (T = 1, decoding): a single O(N m^2) / O(N m) update.
 """
 
@@ -24,11 +13,10 @@ from __future__ import annotations
 import torch
 from torch.nn.functional import pad as nn_pad
 
-from .scan_common import (
-    check_block_shapes,
+from ..checks import (
+    check_block_inputs,
     check_companion_shapes,
     check_mask,
-    default_chunk_size,
     into,
     resolve_chunk_size,
     state_gradients,
@@ -37,41 +25,12 @@ from .scan_common import (
 )
 
 
-def _check_inputs(A: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None, mask: torch.Tensor | None) -> None:
-    """The torch scans' contract: the block shapes, and A, b, initial_state of one real floating dtype."""
-    check_block_shapes(A, b, x0, mask)
-    if not (A.is_floating_point() and b.is_floating_point()) or A.dtype != b.dtype:
-        raise TypeError(f"A and b must share one real floating dtype, got {A.dtype} and {b.dtype}")
-    if x0 is not None and x0.dtype != b.dtype:
-        raise TypeError(f"initial_state must have the dtype of b ({b.dtype}), got {x0.dtype}")
-
-
 def _masked(A: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Padding = the identity transition with zero input: (A, b) with I and 0 where mask is False."""
     if mask is None:
         return A, b
     eye = torch.eye(b.shape[-1], dtype=A.dtype, device=A.device)
     return where_kept(mask, A, eye), where_kept(mask, b, 0.0)
-
-
-def block_scan_sequential(
-    A: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference loop, differentiable by autograd. Returns (states (B, T, N, m), final state (B, N, m)).
-
-    A masked step keeps the previous state (written independently of ``_masked``, so the tests compare two forms).
-    """
-    _check_inputs(A, b, initial_state, mask)
-    batch, _, blocks, m = b.shape
-    h = torch.zeros(batch, blocks, m, dtype=b.dtype, device=b.device) if initial_state is None else initial_state
-    keep = [None] * b.shape[1] if mask is None else mask.view(*mask.shape, 1, 1).unbind(1)
-    states = []
-    # unbind once: indexing A[:, t] inside the loop would make every step's backward write a full-size gradient
-    for A_t, b_t, keep_t in zip(A.unbind(1), b.unbind(1), keep):
-        new = (A_t @ h.unsqueeze(-1)).squeeze(-1) + b_t
-        h = new if keep_t is None else torch.where(keep_t, new, h)
-        states.append(h)
-    return torch.stack(states, dim=1), h
 
 
 # Internal layout of the parallel scan: step-major "structure of arrays", E (L, m, m+1, B, C, N) holds the
@@ -268,16 +227,9 @@ def block_scan(
     *,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Chunked parallel block scan. Returns (states (B, T, N, m), final state (B, N, m)).
-
-    Args:
-        A: (B, T, N, m, m) transitions (row i = output i).
-        b: (B, T, N, m) inputs, same dtype as A.
-        initial_state: (B, N, m), zeros if None.
-        mask: (B, T) bool or None; a False step is the identity with zero input.
-        chunk_size: time chunk; a power of two near sqrt(T) if None.
-    """
-    _check_inputs(A, b, initial_state, mask)
+    """``hf_ssm.ops.block.block_scan`` as a chunked parallel scan; A, b, initial_state of one real floating dtype.
+    chunk_size: time chunk, a power of two near sqrt(T) if None."""
+    check_block_inputs(A, b, initial_state, mask)
     chunk = resolve_chunk_size(chunk_size, b.shape[1])
     A, b = _masked(A, b, mask)
     return _BlockScanFunction.apply(A, b, initial_state, chunk)
@@ -302,11 +254,8 @@ def companion_scan(
     *,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """H-LRU's scan S_t = C(a_t) S_{t-1} + [v_t, 0, ..., 0] with S_t = [h_t, ..., h_{t-m+1}] (B, T, N, m).
-
-    a (B, T, N, m) companion first rows, v (B, T, N) slot-0 inputs; the rest as ``block_scan``, which this is
-    on the m x m companion matrices (the Triton kernel never builds them).
-    """
+    """``hf_ssm.ops.block.companion_scan``: ``block_scan`` on the m x m companion matrices of a (the Triton kernel
+    never builds them)."""
     check_companion_shapes(a, v)
     b = nn_pad(v.unsqueeze(-1), (0, a.shape[-1] - 1))
     return block_scan(companion_matrices(a), b, initial_state, mask, chunk_size=chunk_size)
@@ -322,7 +271,7 @@ def block_step(
     A: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``block_scan`` for T = 1 (decoding): the single update h = A_0 x0 + b_0, O(N m^2), no chunk machinery."""
-    _check_inputs(A, b, initial_state, mask)
+    check_block_inputs(A, b, initial_state, mask)
     if b.shape[1] != 1:
         raise ValueError(f"block_step takes one time step (T = 1), got T = {b.shape[1]}")
     A0, b0 = A[:, 0], b[:, 0]
@@ -347,13 +296,4 @@ def companion_step(
     return _single_step(torch.cat([h, S[..., :-1]], dim=-1), S, mask)
 
 
-__all__ = [
-    "block_scan",
-    "block_scan_sequential",
-    "block_step",
-    "check_mask",
-    "companion_matrices",
-    "companion_scan",
-    "companion_step",
-    "default_chunk_size",
-]
+__all__ = ["block_scan", "block_step", "companion_matrices", "companion_scan", "companion_step"]

@@ -1,17 +1,9 @@
-"""Diagonal linear scan x_t = a_t * x_{t-1} + b_t (elementwise), in plain PyTorch (docs/design.md §3).
+"""The diagonal family in parallel torch (docs/design.md §3): the torch implementation of ``diag_scan``
+(hf_ssm.ops.diag, where its contract is written once), its adjoint, and its T = 1 decoding step.
 
-Every channel is an independent scalar recurrence, so ``a`` is just a tensor of the states' shape. The scan is
-the inner step of DEER (each Newton iteration is one of these, with a_t a Jacobian diagonal that may be 0,
-negative or > 1) and of any diagonal SSM. This is the torch implementation of the diagonal-scan family, the
-reference of the Triton kernel (hf_ssm.kernels.diag_scan); models reach either through ``scan_dispatch.scan_ops``.
-
-One signature: ``diag_scan(a, b, initial_state=None, mask=None) -> (states, final_state)``; ``a``, ``b`` and the
-states are ``(B, T, *S)`` (S any channel shape: (D,), (H, N), ...), the initial and final states ``(B, *S)``,
-mask (B, T) bool (a False step, padding, is the identity with zero input). Real and complex dtypes; half /
-bfloat16 inputs are accumulated in float32 and the result is cast back to the inputs' dtype.
-
-- ``diag_scan_sequential``: a plain loop with autograd. The reference the parallel scan is tested against.
-- ``diag_scan``: chunked parallel scan with a hand-written backward (the adjoint recurrence).
+- ``diag_scan``: chunked parallel scan with a hand-written backward (the adjoint recurrence); half / bfloat16
+  inputs are accumulated in float32 and the result is cast back to the inputs' dtype.
+- ``diag_scan_adjoint``: the reverse-time recurrence of its backward (and of DEER's implicit gradient).
 - ``diag_step``: one time step (T = 1, decoding).
 
 The parallel form never divides: cumulative transitions are plain cumulative products inside a chunk, so a_t
@@ -23,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .scan_common import (
+from ..checks import (
     check_diag_inputs,
     into,
     mask_steps,
@@ -32,7 +24,7 @@ from .scan_common import (
     state_gradients,
     step_where_kept,
 )
-from .scan_common import default_chunk_size as sqrt_chunk_size
+from ..checks import default_chunk_size as sqrt_chunk_size
 
 # Inner chunk length cap: each level of the chunked scan is a loop of `chunk` steps over all chunks at once,
 # then the chunk-start states are themselves a diagonal scan of length T / chunk (solved recursively), so the
@@ -42,20 +34,6 @@ MAX_CHUNK = 64
 
 def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
-def diag_scan_sequential(
-    a: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference loop. Returns (states (B, T, *S), final state (B, *S)); a masked step keeps the state."""
-    check_diag_inputs(a, b, initial_state, mask)
-    x = torch.zeros_like(b[:, 0]) if initial_state is None else initial_state
-    states = []
-    for t in range(a.shape[1]):
-        new = a[:, t] * x + b[:, t]
-        x = step_where_kept(None if mask is None else mask[:, t], new, x)
-        states.append(x)
-    return torch.stack(states, dim=1), x
 
 
 def default_chunk_size(steps: int) -> int:
@@ -147,15 +125,8 @@ def diag_scan(
     *,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Chunked parallel diagonal scan with autograd. Returns (states (B, T, *S), final state (B, *S)).
-
-    Args:
-        a: (B, T, *S) transition coefficients (any real or complex value, including 0 and negatives).
-        b: (B, T, *S) inputs, same dtype as ``a``.
-        initial_state: (B, *S), zeros if None.
-        mask: (B, T) bool or None; a False step is the identity with zero input.
-        chunk_size: inner chunk length; ``default_chunk_size(T)`` if None.
-    """
+    """``hf_ssm.ops.diag.diag_scan`` as a chunked parallel scan, any real or complex dtype. chunk_size: inner chunk
+    length, ``default_chunk_size(T)`` if None."""
     check_diag_inputs(a, b, initial_state, mask)
     if chunk_size is not None:
         chunk_size = resolve_chunk_size(chunk_size, a.shape[1])
@@ -183,6 +154,5 @@ __all__ = [
     "default_chunk_size",
     "diag_scan",
     "diag_scan_adjoint",
-    "diag_scan_sequential",
     "diag_step",
 ]

@@ -1,51 +1,29 @@
-"""Scans over PD transitions x_t = P_t D_t x_{t-1} + b_t (docs/design.md §4), in plain PyTorch.
+"""The PD scan x_t = P_t D_t x_{t-1} + b_t in parallel torch (docs/design.md §4): the torch implementation of
+``pd_scan`` (hf_ssm.ops.pd, where the op's contract is written once), and the T = 1 decoding step of every PD op.
 
 A PD transition is stored sparsely: ``idx[j]`` is the row of the single 1 in column j of P, ``dv[j]`` the
 complex diagonal entry of D. Applying it is a scatter-add, composing two of them is two gathers, and the
 adjoint A^H is a gather, so no function here ever builds an N x N transition.
 
-Layout shared by every function: ``(B, T, H, N)`` for ``idx`` (int64), ``dv``, ``b`` and the returned
-states (complex64), ``(B, H, N)`` for the initial and final states.
-
 - ``pd_scan``: chunked parallel scan with a hand-written backward (the adjoint recurrence), the torch
-  implementation of every PD op (the generated transitions of pd_ops.py run it too). About 2*sqrt(T) sequential
-  steps instead of T, each over all chunks at once. It accepts ``p_soft`` (B, T, H, N, N), the soft column
-  distributions of P. Its values are never read: it only receives the straight-through gradient of the hard P,
+  implementation of every PD op (the generated transitions of generated.py run it too). About 2*sqrt(T) sequential
+  steps instead of T, each over all chunks at once. Its ``p_soft`` (B, T, H, N, N), the soft column distributions
+  of P, is never read: it only receives the straight-through gradient of the hard P,
   dL/dP_t[i, j] = Re(conj(lambda_t[i]) dv_t[j] x_{t-1}[j]) with lambda_t = dL/dx_t.
 - ``is_decode_step`` / ``pd_step``: the PD ops' one T = 1 rule and its one update, x = P D x0 + b, on either
-  backend (``scan_dispatch.ScanOps``).
-
-The sequential loop and the dense forms it is tested against live in ``hf_ssm.reference.pd`` (not in this
-portable folder).
+  backend (``hf_ssm.ops.dispatch.ScanOps``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .scan_common import previous_states, resolve_chunk_size, state_gradients, step_where_kept
+from ..checks import check_pd_inputs, previous_states, resolve_chunk_size, state_gradients, step_where_kept
 
 
 def _apply_pd(idx: torch.Tensor, dv: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """(P D x)[i] = sum_{j: idx[j] = i} dv[j] x[j], over the last axis (a scatter-add)."""
     return torch.zeros_like(x).scatter_add_(-1, idx, dv * x)
-
-
-def check_pd_inputs(idx, dv, b, x0):
-    """idx (B, T, H, N) int64, dv and b complex of its shape, x0 (B, H, N) or None."""
-    if idx.dim() != 4:
-        raise ValueError(f"idx must have shape (B, T, H, N), got {tuple(idx.shape)}")
-    if idx.dtype != torch.long:
-        raise TypeError(f"idx must be int64, got {idx.dtype}")
-    if dv.shape != idx.shape or b.shape != idx.shape:
-        raise ValueError(
-            f"idx, dv and b must share the shape (B, T, H, N); got {tuple(idx.shape)}, {tuple(dv.shape)}, {tuple(b.shape)}"
-        )
-    if not (dv.is_complex() and b.is_complex()):
-        raise TypeError(f"dv and b must be complex, got {dv.dtype} and {b.dtype}")
-    batch, _, heads, n = idx.shape
-    if x0 is not None and tuple(x0.shape) != (batch, heads, n):
-        raise ValueError(f"x0 must have shape (B, H, N) = {(batch, heads, n)}, got {tuple(x0.shape)}")
 
 
 def _pad_time(t: torch.Tensor, pad: int, value) -> torch.Tensor:
@@ -185,32 +163,19 @@ def pd_scan(
     idx: torch.Tensor,
     dv: torch.Tensor,
     b: torch.Tensor,
-    x0: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
     p_soft: torch.Tensor | None = None,
+    *,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Chunked parallel PD scan. Returns (states (B, T, H, N), final state (B, H, N)).
-
-    Args:
-        idx: (B, T, H, N) int64, row of the 1 in each column of P_t.
-        dv: (B, T, H, N) complex, diagonal of D_t.
-        b: (B, T, H, N) complex, input term.
-        x0: (B, H, N) complex initial state, zeros if None.
-        p_soft: optional (B, T, H, N, N) real; receives the straight-through gradient of P_t.
-        chunk_size: time chunk; ``scan_common.default_chunk_size(T)`` (a power of two near sqrt(T)) if None.
-    """
-    check_pd_inputs(idx, dv, b, x0)
+    """``hf_ssm.ops.pd.pd_scan`` as a chunked parallel scan with a hand-written backward; dv, b and initial_state
+    complex (one dtype), idx int64. chunk_size: time chunk, ``checks.default_chunk_size(T)`` (a power of two near
+    sqrt(T)) if None."""
+    check_pd_inputs(idx, dv, b, initial_state, p_soft)
     batch, steps, heads, n = idx.shape
-    if steps == 0:
-        raise ValueError("pd_scan needs at least one time step (T >= 1)")
+    x0 = initial_state
     if x0 is None:
         x0 = torch.zeros(batch, heads, n, dtype=b.dtype, device=b.device)
-    if dv.dtype != b.dtype or x0.dtype != b.dtype:
-        raise TypeError(f"dv, b and x0 must share one complex dtype, got {dv.dtype}, {b.dtype}, {x0.dtype}")
-    if p_soft is not None and tuple(p_soft.shape) != (batch, steps, heads, n, n):
-        raise ValueError(
-            f"p_soft must have shape (B, T, H, N, N) = {(batch, steps, heads, n, n)}, got {tuple(p_soft.shape)}"
-        )
     return _PDScanFunction.apply(idx, dv, b, x0, p_soft, resolve_chunk_size(chunk_size, steps))
 
 
@@ -280,7 +245,6 @@ def _pd_step_in_pairs(idx, dv, b, x0, mask):
 __all__ = [
     "as_complex",
     "as_pairs",
-    "check_pd_inputs",
     "is_decode_step",
     "needs_grad",
     "pd_scan",

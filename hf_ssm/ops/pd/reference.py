@@ -1,37 +1,39 @@
-"""PD-SSM references (docs/design.md §4): the loops and dense forms the PD scans and ops are tested against.
+"""The PD family's plain references (docs/design.md §4): the loops and dense forms the parallel torch scans
+(parallel.py, generated.py) and the Triton kernels (triton.py) are tested against, under the ops' own names and
+signatures (hf_ssm.ops.pd, where the contract is written once).
 
-Layout as in hf_ssm.modeling.pd_scan: idx (B, T, H, N) int64 (row of the 1 in each column of P_t), dv, b
-(B, T, H, N) complex, states (B, T, H, N), initial and final states (B, H, N).
+- ``pd_scan``: x_t = P_t D_t x_{t-1} + b_t as a plain loop with autograd;
+- ``pd_dictionary_scan`` / ``pd_bank_scan``: the dictionary and bank ops as dense loops over (B, T, H, N, N)
+  matrices with straight-through one-hots;
+- ``pd_compose`` / ``pd_to_dense`` / ``dense_pd_scan``: the product of two sparse PD matrices, the dense
+  (..., N, N) P D, and the scan of dense P.
 
-- ``pd_scan_sequential``: x_t = P_t D_t x_{t-1} + b_t as a plain loop with autograd (``pd_scan.pd_scan``'s oracle);
-- ``pd_compose`` / ``pd_to_dense``: the product of two sparse PD matrices, and the dense (..., N, N) P D;
-- ``pd_dictionary_reference`` / ``pd_bank_reference``: the dictionary and bank ops (pd_ops.py, and the Triton
-  kernels) as dense loops over (B, T, H, N, N) matrices with straight-through one-hots.
+Not part of the portable model code: nothing the model imports imports this module, so a saved checkpoint never
+carries it.
 """
 
 from __future__ import annotations
 
 import torch
 
-from hf_ssm.modeling.pd_scan import check_pd_inputs
-from hf_ssm.modeling.scan_common import where_kept
+from ..checks import check_generated_inputs, check_pd_inputs, where_kept
 
 
-def pd_scan_sequential(
+def pd_scan(
     idx: torch.Tensor,
     dv: torch.Tensor,
     b: torch.Tensor,
-    x0: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
     p_soft: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference loop. Returns (states (B, T, H, N), final state (B, H, N)).
+    """``hf_ssm.ops.pd.pd_scan`` as a plain loop. Returns (states (B, T, H, N), final state (B, H, N)).
 
     The straight-through term ``(p_soft - p_soft.detach()) @ z`` is zero in value and routes the gradient
     of the hard P to ``p_soft`` (B, T, H, N, N); it is written densely here because this function is a test oracle.
     """
-    check_pd_inputs(idx, dv, b, x0)
+    check_pd_inputs(idx, dv, b, initial_state, p_soft)
     batch, steps, heads, n = idx.shape
-    x = torch.zeros(batch, heads, n, dtype=b.dtype, device=b.device) if x0 is None else x0
+    x = torch.zeros(batch, heads, n, dtype=b.dtype, device=b.device) if initial_state is None else initial_state
     states = []
     for t in range(steps):
         z = dv[:, t] * x
@@ -82,18 +84,20 @@ def _column_one_hot(m: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(m).scatter_(-2, m.argmax(dim=-2, keepdim=True), 1.0)
 
 
-def pd_dictionary_reference(selection, dictionary, dv, b, initial_state=None, mask=None, temperature=1.0):
-    """The dictionary op as a dense loop: P_t = onehot + softmax - softmax.detach() of M_t = sum_k s_t,k M_k down
-    each column; selection (B, T, H, K), dictionary (H, K, N, N)."""
+def pd_dictionary_scan(selection, dictionary, dv, b, initial_state=None, mask=None, temperature=1.0):
+    """``hf_ssm.ops.pd.pd_dictionary_scan`` as a dense loop: P_t = onehot + softmax - softmax.detach() of
+    M_t = sum_k s_t,k M_k down each column; dv, b, initial_state complex."""
+    check_generated_inputs("pd_dictionary_scan", selection, dictionary, dv, b, initial_state, mask, temperature)
     m = torch.einsum("bthk,hkij->bthij", selection.float(), dictionary.float())
     p = _straight_through(_column_one_hot(m), torch.softmax(m / temperature, dim=-2))
     return dense_pd_scan(p, dv, b, initial_state, mask)
 
 
-def pd_bank_reference(logits, scores, dv, b, initial_state=None, mask=None, temperature=1.0):
-    """The bank op as a dense loop: e_t = straight-through one-hot of argmax logits (softmax(logits / tau)),
-    P_k = straight-through column one-hot of scores_k (column softmax), P_t = sum_k e_t,k P_k; logits (B, T, H, K),
-    scores (H, K, N, N)."""
+def pd_bank_scan(logits, scores, dv, b, initial_state=None, mask=None, temperature=1.0):
+    """``hf_ssm.ops.pd.pd_bank_scan`` as a dense loop: e_t = straight-through one-hot of argmax logits
+    (softmax(logits / tau)), P_k = straight-through column one-hot of scores_k (column softmax),
+    P_t = sum_k e_t,k P_k; dv, b, initial_state complex."""
+    check_generated_inputs("pd_bank_scan", logits, scores, dv, b, initial_state, mask, temperature)
     logits, scores = logits.float(), scores.float()
     hard_e = torch.zeros_like(logits).scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
     e = _straight_through(hard_e, torch.softmax(logits / temperature, dim=-1))
@@ -101,11 +105,4 @@ def pd_bank_reference(logits, scores, dv, b, initial_state=None, mask=None, temp
     return dense_pd_scan(torch.einsum("bthk,hkij->bthij", e, bank), dv, b, initial_state, mask)
 
 
-__all__ = [
-    "dense_pd_scan",
-    "pd_bank_reference",
-    "pd_compose",
-    "pd_dictionary_reference",
-    "pd_scan_sequential",
-    "pd_to_dense",
-]
+__all__ = ["dense_pd_scan", "pd_bank_scan", "pd_compose", "pd_dictionary_scan", "pd_scan", "pd_to_dense"]

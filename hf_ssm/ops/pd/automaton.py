@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from .pd_scan import pd_scan, pd_scan_backward
-from .scan_common import resolve_chunk_size
+from ..checks import resolve_chunk_size
+from .parallel import pd_scan, pd_scan_backward
 
 
 class _AutomatonDirectScan(torch.autograd.Function):
@@ -66,7 +66,7 @@ def automaton_direct_scan(
             D = 1, no input, a basis or zero start, guarantee every state is one).
         mask: optional (B, T), 0 at padded steps (they pass no gradient to their logits).
         temperature: the column softmax's temperature in the backward.
-        chunk_size: the scan's time chunk (``scan_common.default_chunk_size(T)`` if None).
+        chunk_size: the scan's time chunk (``checks.default_chunk_size(T)`` if None).
 
     Returns (states (B, T, H, N), final state (B, H, N)), as ``pd_scan`` with D = 1 and b = 0.
     """

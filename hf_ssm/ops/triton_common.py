@@ -1,5 +1,6 @@
-"""What every Triton scan shares: the flattened token layout, chunking, dtype rules, launch helpers, and the
-schedule's on-chip index arithmetic (which chunk a program runs, in which order, who writes the final state).
+"""What every Triton kernel of the op families (hf_ssm/ops/<family>/triton.py) shares: the flattened token layout,
+chunking, dtype rules, launch helpers, and the schedule's on-chip index arithmetic (which chunk a program runs, in
+which order, who writes the final state).
 
 Every scan here runs on a flat token axis: the input (B, T, ...) is flattened to (B*T, ...), and the kernels find
 row r between the boundaries cu[r] = r T and cu[r + 1] (the table `Layout.cu`). The state starts every row from
@@ -26,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hf_ssm.modeling.scan_common import resolve_chunk_size
+from .checks import resolve_chunk_size
 
 # Input dtypes the kernels accept (they load, convert to float32 and accumulate in float32).
 REAL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -42,7 +43,7 @@ def cdiv(a: int, b: int) -> int:
 
 def kernel_chunk_size(steps: int) -> int:
     """The time chunk of every Triton scan when none is given: the power of two at or above round(sqrt(T)), clamped to
-    [16, 128]. The torch scans use ``scan_common.default_chunk_size`` (the power of two nearest sqrt(T) in log scale)
+    [16, 128]. The torch scans use ``checks.default_chunk_size`` (the power of two nearest sqrt(T) in log scale)
     instead; the kernels need their own rule because a program runs its chunk's steps on chip:
 
     - at least 16: a shorter chunk launches programs that each do almost nothing, and a sequence of up to 16 steps

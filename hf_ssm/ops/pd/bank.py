@@ -6,8 +6,7 @@ With K score matrices per head (H, K, N, N): P_k = column argmax of score_k (the
 call), and step t uses P_t = P_{k_t} with k_t = argmax_k logits_t (B, T, H, K). The backward is straight-through:
 softmax(logits / tau) in place of the argmax over k, softmax(score_k / tau) down each column in place of P_k.
 
-Shared by the torch op (pd_ops.py) and the Triton kernel's backward (hf_ssm.kernels.pd_scan), so it imports only
-torch: the kernels import it without importing anything that imports them back.
+Shared by the torch op (generated.py) and the Triton kernel's backward (triton.py); it imports only torch.
 """
 
 from __future__ import annotations

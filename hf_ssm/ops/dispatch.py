@@ -1,17 +1,18 @@
-"""Which implementation runs a scan: the Triton kernels of ``hf_ssm.kernels`` or the PyTorch scans of this folder.
+"""The one dispatch of the op families: which implementation runs a scan, the Triton kernels (each family's
+``triton.py``, gathered in ``hf_ssm.ops.kernels``) or the parallel torch scans (each family's ``parallel.py``).
 
 The setting is the config's ``scan_backend`` (``"auto"``, ``"torch"`` or ``"triton"``); a non-empty environment
 variable ``HF_SSM_SCAN_BACKEND`` overrides it. With the tensors' device it gives the backend:
 
-- ``"torch"``: always the PyTorch scans (``pd_scan`` / ``pd_ops``, ``block_scan``, ``diag_scan``), the references;
+- ``"torch"``: always the PyTorch scans (hf_ssm.ops.pd, .block, .diag);
 - ``"auto"``: the Triton kernels on CUDA tensors when triton imports and the dtype is supported, else torch;
 - ``"triton"``: the Triton kernels, or a RuntimeError saying why they cannot run (no hf_ssm / triton, CPU tensors
   without ``TRITON_INTERPRET=1`` set before triton was imported, another device) or a ValueError for an unsupported
   input (float64, blocks larger than 8).
 
-This file belongs to the portable modeling code (copied next to checkpoints for trust_remote_code): the kernels are
-imported lazily inside a try block, so a checkpoint still loads, on the torch scans, where hf_ssm or triton is
-missing.
+This file travels with the portable modeling code (flattened next to checkpoints for trust_remote_code, see
+hf_ssm/modeling/portable.py): the kernels are imported lazily inside a try block, the one import of the Triton side
+from the torch side, so a checkpoint still loads, on the torch scans, where hf_ssm or triton is missing.
 
 Every scan family is reached through one ``ScanOps``, bound once per (setting, device) by ``scan_ops``: the block /
 companion and diagonal scans, and the PD-SSM ops (the dictionary and bank transitions generated inside the op, and
@@ -19,8 +20,8 @@ the scan of given PD transitions). A mixer asks for its op, computes the op's in
 (the identity transition) and the T = 1 decoding step live inside the ops.
 
 The ops take rectangular (B, T, ...) batches only, no ``cu_seqlens``: the model runs packed documents by
-re-gathering them one document per row (packing.py, docs/design.md §7.5), which serves every mixer, the DEER ones
-included, with a single code path.
+re-gathering them one document per row (hf_ssm/modeling/packing.py, docs/design.md §7.5), which serves every mixer,
+the DEER ones included, with a single code path.
 """
 
 from __future__ import annotations
@@ -29,16 +30,16 @@ import os
 
 import torch
 
-from .block_scan import block_scan as torch_block_scan
-from .block_scan import block_step as torch_block_step
-from .block_scan import companion_scan as torch_companion_scan
-from .block_scan import companion_step as torch_companion_step
-from .config_values import SCAN_BACKENDS
-from .diag_scan import diag_scan as torch_diag_scan
-from .diag_scan import diag_step as torch_diag_step
-from .pd_ops import BANK_OP, DICTIONARY_OP, GeneratedOp, check_generated_inputs
-from .pd_scan import as_complex, is_decode_step, pd_step
-from .pd_scan import pd_scan as torch_pd_scan
+from .block.parallel import block_scan as torch_block_scan
+from .block.parallel import block_step as torch_block_step
+from .block.parallel import companion_scan as torch_companion_scan
+from .block.parallel import companion_step as torch_companion_step
+from .checks import SCAN_BACKENDS, check_generated_inputs
+from .diag.parallel import diag_scan as torch_diag_scan
+from .diag.parallel import diag_step as torch_diag_step
+from .pd.generated import BANK_OP, DICTIONARY_OP, GeneratedOp
+from .pd.parallel import as_complex, is_decode_step, pd_step
+from .pd.parallel import pd_scan as torch_pd_scan
 
 ENV_VAR = "HF_SSM_SCAN_BACKEND"
 # Largest block size / order of the Triton block scans.
@@ -49,12 +50,14 @@ _kernels_cache: list = []  # [(module or None, reason or None)] once loaded
 
 
 def _load_kernels():
-    """(hf_ssm.kernels or None, reason it is unusable or None); imported once, on first need."""
+    """(hf_ssm.ops.kernels or None, reason it is unusable or None); imported once, on first need. Absolute and
+    inside a try block: the flattened copy next to a checkpoint reaches the installed package's kernels, and runs on
+    torch where hf_ssm or triton is missing."""
     if not _kernels_cache:
         try:
-            import hf_ssm.kernels as module  # the submodule only: `from hf_ssm import` would name the package root
+            import hf_ssm.ops.kernels as module
         except ImportError as exc:
-            _kernels_cache.append((None, f"hf_ssm.kernels cannot be imported ({exc})"))
+            _kernels_cache.append((None, f"hf_ssm.ops.kernels cannot be imported ({exc})"))
         else:
             reason = None if module.AVAILABLE else module.UNAVAILABLE_REASON
             _kernels_cache.append((module if module.AVAILABLE else None, reason))
@@ -141,8 +144,8 @@ class ScanOps:
     - ``diag_scan(a (B, T, *S), b (B, T, *S), initial_state (B, *S))``: the DEER linear steps;
     - ``pd_dictionary_scan(selection (B, T, H, K), dictionary (H, K, N, N), dv, b (B, T, H, N), initial_state
       (B, H, N), mask, temperature)`` and ``pd_bank_scan(logits (B, T, H, K), scores (H, K, N, N), ...)``: PD-SSM
-      with P_t generated inside the op, straight-through (pd_ops.py); both are ``pd_generated(op, ...)`` with the op
-      (pd_ops.DICTIONARY_OP / BANK_OP) that a transition mode holds (pd_transitions.py);
+      with P_t generated inside the op, straight-through (pd/generated.py); both are ``pd_generated(op, ...)`` with
+      the op (DICTIONARY_OP / BANK_OP) that a transition mode holds (hf_ssm/modeling/pd_transitions.py);
     - ``pd_scan(idx (B, T, H, N), dv, b (B, T, H, N), initial_state (B, H, N), p_soft (B, T, H, N, N))``: PD
       transitions given as indices (PD-SSM's direct transition); the caller applies its padding (identity idx,
       dv = 1, b = 0); p_soft, optional, receives the straight-through gradient of P_t.
@@ -151,9 +154,10 @@ class ScanOps:
 
     mask (B, T) bool: a False step (padding) is the identity transition with zero input. T = 1 (decoding) is one
     O(state) update on either backend, never the chunked machinery (for the PD ops: a step where no input needs a
-    gradient, ``pd_scan.is_decode_step``). The torch implementations (block_scan, diag_scan, pd_scan, pd_ops) are
-    the references; on the Triton backend an input the kernels cannot take (float64, m > 8) runs on torch where the
-    setting is "auto" and raises a ValueError where it is "triton".
+    gradient, ``pd.parallel.is_decode_step``). Every method has the name of its op in the family's three
+    implementations (``hf_ssm.ops.<family>.reference / parallel / triton``); on the Triton backend an input the
+    kernels cannot take (float64, m > 8) runs on torch where the setting is "auto" and raises a ValueError where it
+    is "triton".
     """
 
     def __init__(self, backend: str, source: str, strict: bool):
@@ -204,15 +208,14 @@ class ScanOps:
         return self.pd_generated(BANK_OP, logits, scores, dv, b, initial_state, mask, temperature)
 
     def pd_generated(self, op: GeneratedOp, selection, matrices, dv, b, initial_state=None, mask=None, temperature=1.0):
-        """The rule of the generated PD ops (`op`: pd_ops.DICTIONARY_OP or BANK_OP): check the inputs; T = 1 without
+        """The rule of the generated PD ops (`op`: DICTIONARY_OP or BANK_OP): check the inputs; T = 1 without
         gradient (decoding) is the op's one torch step on either backend; otherwise its kernel where this backend
         has the kernels and they take these inputs, else its torch op."""
         check_generated_inputs(op.name, selection, matrices, dv, b, initial_state, mask, temperature)
         if is_decode_step(selection.shape[1], selection, matrices, dv, b, initial_state):
             return op.step(selection, matrices, dv, b, initial_state, mask)
         if self._use_kernels(None, selection, matrices, dv, b, initial_state):
-            kernel = getattr(self._kernels, op.kernel)
-            return kernel(selection, matrices, dv, b, initial_state, temperature=temperature, mask=mask)
+            return getattr(self._kernels, op.kernel)(selection, matrices, dv, b, initial_state, mask, temperature)
         return op.torch_op(selection, matrices, dv, b, initial_state, mask, temperature)
 
     def pd_scan(self, idx, dv, b, initial_state=None, p_soft=None):

@@ -1,17 +1,17 @@
-"""Compile every Triton kernel of hf_ssm.kernels for a GPU architecture, without a GPU, and read what each variant
-needs of an SM: registers, spills, shared memory, and the occupancy that allows.
+"""Compile every Triton kernel of the op families (hf_ssm/ops/<family>/triton.py) for a GPU architecture, without
+a GPU, and read what each variant needs of an SM: registers, spills, shared memory, and the occupancy that allows.
 
 The interpreter tests (TRITON_INTERPRET=1) check what the kernels compute but not that they compile: the
 interpreter runs the Python body with numpy and accepts programs the compiler rejects. This compiles each kernel,
 over the constexpr variants the launchers use, through Triton's whole pipeline (TTIR -> TTGIR -> LLVM -> PTX ->
 cubin with the ptxas shipped in the triton wheel), which needs no GPU or driver:
 
-    python -m hf_ssm.kernels.compile_check            # sm_90 (H100 / H200)
-    python -m hf_ssm.kernels.compile_check --arch 80  # A100
-    python -m hf_ssm.kernels.compile_check --quick    # one variant per kernel (the test suite runs this)
-    python -m hf_ssm.kernels.compile_check --json r.json --markdown r.md   # the resource table as files too
-    python -m hf_ssm.kernels.compile_check --loaded   # on a GPU: also load each kernel, read the driver's counts
-    python -m hf_ssm.kernels.compile_check --jobs 8   # compile in 8 processes
+    python -m hf_ssm.ops.compile_check            # sm_90 (H100 / H200)
+    python -m hf_ssm.ops.compile_check --arch 80  # A100
+    python -m hf_ssm.ops.compile_check --quick    # one variant per kernel (the test suite runs this)
+    python -m hf_ssm.ops.compile_check --json r.json --markdown r.md   # the resource table as files too
+    python -m hf_ssm.ops.compile_check --loaded   # on a GPU: also load each kernel, read the driver's counts
+    python -m hf_ssm.ops.compile_check --jobs 8   # compile in 8 processes
 
 Each variant compiles in a fresh Triton cache, so the time printed is a cold compilation and ptxas really runs: its
 verbose report (registers a thread, spill stores / loads, stack frame, static shared memory) is read for every
@@ -58,8 +58,8 @@ SM90 = {
 
 
 def _variants():
-    """(module name, kernel name, pointer dtypes, constexprs, float args, num_warps) of every launch variant."""
-    diag, block, pd = "diag_scan", "block_scan", "pd_scan"
+    """(family, kernel name, pointer dtypes, constexprs, float args, num_warps) of every launch variant."""
+    diag, block, pd = "diag", "block", "pd"  # the families: hf_ssm.ops.<family>.triton
     for complex_, reverse in itertools.product([False, True], repeat=2):
         for dt in ["*fp32"] if complex_ else ["*fp32", "*bf16"]:
             ptrs = {"a_ptr": dt, "g_ptr": dt, "x0_ptr": dt, "cu_ptr": "*i32"}
@@ -67,7 +67,7 @@ def _variants():
             yield diag, "_diag_summary_kernel", ptrs, flags, (), 4
             yield diag, "_diag_carry_kernel", ptrs, {**flags, "HAS_INIT": True}, (), 4
             yield diag, "_diag_apply_kernel", ptrs, {**flags, "GRAD_A": reverse, "HAS_X0": True}, (), 4
-    tiles = importlib.import_module("hf_ssm.kernels.block_scan")._tiles
+    tiles = importlib.import_module("hf_ssm.ops.block.triton")._tiles
     for companion, reverse, m in itertools.product([False, True], [False, True], [1, 2, 3, 8]):
         mp = 1 << (m - 1).bit_length()
         bn, bn_sum = tiles(4096, mp)
@@ -171,8 +171,8 @@ def _compile(variant, arch: int, cache: str):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    module, name, ptrs, constexprs, floats, warps = variant
-    fn = getattr(importlib.import_module(f"hf_ssm.kernels.{module}"), name)
+    family, name, ptrs, constexprs, floats, warps = variant
+    fn = getattr(importlib.import_module(f"hf_ssm.ops.{family}.triton"), name)
     printed = io.StringIO()
     with knobs.cache.scope(), knobs.nvidia.scope():
         knobs.cache.dir = cache
@@ -187,8 +187,8 @@ def compile_variant(variant, arch: int, cache: str) -> dict:
     """Compile one variant (an item of _variants) for sm_<arch> into the empty cache folder `cache`; its record:
     names, cold compile time, ptxas's counts, shared memory, occupancy and launch problems. A variant that fails to
     compile has `error` set instead of the counts."""
-    module, name, ptrs, constexprs, floats, warps = variant
-    arg_names = getattr(importlib.import_module(f"hf_ssm.kernels.{module}"), name).arg_names
+    family, name, ptrs, constexprs, floats, warps = variant
+    arg_names = getattr(importlib.import_module(f"hf_ssm.ops.{family}.triton"), name).arg_names
     dtypes = {k: v for k, v in ptrs.items() if k in arg_names and v not in ("*fp32", "*i32")}
     record = {"kernel": name, "constexprs": constexprs, "pointer_dtypes": dtypes, "num_warps": warps, "error": None}
     start = time.perf_counter()
