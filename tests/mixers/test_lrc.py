@@ -137,6 +137,7 @@ def test_invalid_config_raises_naming_the_field(overrides, field):
 
 def test_trust_remote_code_loads_lrc_mixers_without_hf_ssm(tmp_path):
     """A checkpoint with every LrcSSM-family mixer loads with trust_remote_code where hf_ssm cannot be imported
-    (deer.py, diag_scan.py and mixer_lrc.py are copied with it) and gives identical logits."""
+    (the DEER solver, the diagonal scan and mixer_lrc.py are exported with it) and gives identical logits."""
     model = HybridSSMForCausalLM(tiny_config("LGMRA", lrc_num_channels=8))
-    assert {"deer.py", "diag_scan.py", "mixer_lrc.py"} <= assert_loads_without_hf_ssm(model, tmp_path / "lrc")
+    files = {"ops_deer_parallel.py", "ops_deer_reference.py", "ops_diag_parallel.py", "mixer_lrc.py"}
+    assert files <= assert_loads_without_hf_ssm(model, tmp_path / "lrc")

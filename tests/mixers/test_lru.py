@@ -323,7 +323,7 @@ def test_save_reload_is_bit_identical(tmp_path):
 
 
 def test_trust_remote_code_loads_without_hf_ssm(tmp_path):
-    """A checkpoint with every LRU mixer loads with trust_remote_code where hf_ssm cannot be imported (the copied
-    modeling folder must carry mixer_lru.py and block_scan.py) and gives identical logits."""
+    """A checkpoint with every LRU mixer loads with trust_remote_code where hf_ssm cannot be imported (the exported
+    code must carry mixer_lru.py and the block scans, ops_block_parallel.py) and gives identical logits."""
     model = HybridSSMForCausalLM(tiny_config("BAHD", lru_total_state_size=12, lru_group_size=3))
-    assert {"mixer_lru.py", "block_scan.py"} <= assert_loads_without_hf_ssm(model, tmp_path / "lru")
+    assert {"mixer_lru.py", "ops_block_parallel.py"} <= assert_loads_without_hf_ssm(model, tmp_path / "lru")

@@ -1,4 +1,4 @@
-"""Block scans (block_scan.py; BD-LRU dense m x m blocks, diag_lru with m = 1, H-LRU companion blocks, the LSTM's
+"""Block scans (hf_ssm/ops/block/; BD-LRU dense m x m blocks, diag_lru with m = 1, H-LRU companion blocks, the LSTM's
 DEER step): the chunked scan with its hand-written backward equals the sequential loop and finite differences,
 companion blocks are laid out as documented, and the Triton kernels (hf_ssm.ops.block.triton) equal the torch scans,
 values and gradients, in float32 and bfloat16, with padding masks (docs/design.md §5, §9)."""

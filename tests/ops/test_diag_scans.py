@@ -1,4 +1,4 @@
-"""Diagonal scans (diag_scan.py; the DEER steps of the lrc / gru / mgu mixers): the chunked parallel scan equals the
+"""Diagonal scans (hf_ssm/ops/diag/; the DEER steps of the lrc / gru / mgu mixers): the chunked parallel scan equals the
 sequential loop, values and gradients, real or complex, at any chunk length; bf16 accumulates in float32; bad input
 raises; and the Triton kernel (hf_ssm.ops.diag.triton) equals the torch scan (docs/design.md §6, §9)."""
 
