@@ -13,12 +13,12 @@ import hf_ssm.modeling.mixer_lrc as mixer_lrc
 from hf_ssm.modeling.configuration_hybrid_ssm import HybridSSMConfig
 from hf_ssm.modeling.mixer_lrc import LRC_MIXER_CLASSES
 from hf_ssm.modeling.mixer_lru import BlockDiagonalLRUMixer, DiagonalLRUMixer, HigherOrderLRUMixer
-from hf_ssm.ops import dispatch as scan_dispatch
+from hf_ssm.ops import dispatch
 
 
 @pytest.fixture(autouse=True)
 def _no_backend_override(monkeypatch):
-    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
 
 
 LRU_MIXERS = {"bd_lru": BlockDiagonalLRUMixer, "h_lru": HigherOrderLRUMixer, "diag_lru": DiagonalLRUMixer}
@@ -63,7 +63,7 @@ def test_decode_step_runs_no_chunk_machinery(name, monkeypatch):
         raise AssertionError("chunk machinery ran for T = 1")
 
     for name_ in ("torch_block_scan", "torch_companion_scan", "torch_diag_scan"):
-        monkeypatch.setattr(scan_dispatch, name_, fail)
+        monkeypatch.setattr(dispatch, name_, fail)
     monkeypatch.setattr(mixer_lrc, "deer_solve", fail)
     mixer = _mixer(name)
     state = mixer.initial_state(2) + 0.1
@@ -80,7 +80,7 @@ def test_autocast_runs_projections_in_bf16_and_scan_in_float32(name, monkeypatch
     for proj_name, module in mixer.named_modules():
         if isinstance(module, nn.Linear):
             module.register_forward_hook(lambda mod, args, out, n=proj_name: seen_linear.__setitem__(n, out.dtype))
-    real_ops = scan_dispatch.ScanOps
+    real_ops = dispatch.ScanOps
 
     class SpyOps(real_ops):
         def _record(self, tensors):
@@ -94,8 +94,8 @@ def test_autocast_runs_projections_in_bf16_and_scan_in_float32(name, monkeypatch
             self._record((a, v, initial_state))
             return super().companion_scan(a, v, initial_state, mask, **kw)
 
-    monkeypatch.setattr(scan_dispatch, "_bound_ops", {})
-    monkeypatch.setattr(scan_dispatch, "ScanOps", SpyOps)
+    monkeypatch.setattr(dispatch, "_bound_ops", {})
+    monkeypatch.setattr(dispatch, "ScanOps", SpyOps)
     real_solve = mixer_lrc.deer_solve
 
     def spy_solve(cell, inputs, weights, x0, mask=None, options=None):

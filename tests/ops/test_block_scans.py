@@ -21,7 +21,7 @@ from op_checks import (
 )
 
 from hf_ssm.modeling.mixer_lru import normalize_gates
-from hf_ssm.ops import dispatch as scan_dispatch
+from hf_ssm.ops import dispatch
 from hf_ssm.ops.block import block_scan, companion_matrices, reference
 
 
@@ -118,7 +118,7 @@ def test_block_scan_on_planar_views_equals_contiguous_input(steps):
 
 
 def _companion_reference(a, v, h0, mask=None):
-    return scan_dispatch.scan_ops("torch", DEVICE).companion_scan(a, v, h0, mask)
+    return dispatch.scan_ops("torch", DEVICE).companion_scan(a, v, h0, mask)
 
 
 @needs_kernels
@@ -180,7 +180,7 @@ def test_block_scans_with_padding_mask(companion):
         run = kernels.block_scan
 
         def ref(A, b, h0, mask):
-            return scan_dispatch.scan_ops("torch", DEVICE).block_scan(A, b, h0, mask)
+            return dispatch.scan_ops("torch", DEVICE).block_scan(A, b, h0, mask)
 
     ref_inputs = [leaf(t) for t in inputs]
     compare(lambda *t: run(*t, mask=mask, chunk_size=4), lambda *t: ref(*t, mask=mask), inputs, ref_inputs, 2e-5)

@@ -19,7 +19,7 @@ import torch
 from op_checks import DEVICE, KERNEL_MARKS, assert_close, kernels
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
-from hf_ssm.ops import dispatch as scan_dispatch
+from hf_ssm.ops import dispatch
 from model_checks import BENCHMARKS, tiny_config
 
 pytestmark = KERNEL_MARKS
@@ -30,52 +30,50 @@ pytestmark = KERNEL_MARKS
 
 
 def test_scan_backend_setting_is_validated(monkeypatch):
-    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
     assert HybridSSMConfig(scan_backend="triton").scan_backend == "triton"
     with pytest.raises(ValueError, match="scan_backend"):
         HybridSSMConfig(scan_backend="cuda")
     with pytest.raises(ValueError, match="scan_backend"):
-        scan_dispatch.resolve_backend("fast", "cpu")
+        dispatch.resolve_backend("fast", "cpu")
 
 
 def test_environment_overrides_the_config(monkeypatch):
-    monkeypatch.setenv(scan_dispatch.ENV_VAR, "torch")
-    assert scan_dispatch.resolve_backend("triton", DEVICE) == "torch"
-    monkeypatch.setenv(scan_dispatch.ENV_VAR, "triton")
-    assert scan_dispatch.resolve_backend("torch", DEVICE) == "triton"
-    monkeypatch.setenv(scan_dispatch.ENV_VAR, "fastest")
-    with pytest.raises(ValueError, match=scan_dispatch.ENV_VAR):
-        scan_dispatch.resolve_backend("auto", DEVICE)
+    monkeypatch.setenv(dispatch.ENV_VAR, "torch")
+    assert dispatch.resolve_backend("triton", DEVICE) == "torch"
+    monkeypatch.setenv(dispatch.ENV_VAR, "triton")
+    assert dispatch.resolve_backend("torch", DEVICE) == "triton"
+    monkeypatch.setenv(dispatch.ENV_VAR, "fastest")
+    with pytest.raises(ValueError, match=dispatch.ENV_VAR):
+        dispatch.resolve_backend("auto", DEVICE)
 
 
 def test_auto_uses_triton_only_on_cuda(monkeypatch):
-    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
-    assert scan_dispatch.resolve_backend("auto", "cpu") == "torch"  # even with the interpreter available
-    assert scan_dispatch.resolve_backend("torch", DEVICE) == "torch"
+    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
+    assert dispatch.resolve_backend("auto", "cpu") == "torch"  # even with the interpreter available
+    assert dispatch.resolve_backend("torch", DEVICE) == "torch"
     if DEVICE.type == "cuda":
-        assert scan_dispatch.resolve_backend("auto", DEVICE) == "triton"
-        assert scan_dispatch.resolve_backend("auto", DEVICE, unsupported="float64") == "torch"
+        assert dispatch.resolve_backend("auto", DEVICE) == "triton"
+        assert dispatch.resolve_backend("auto", DEVICE, unsupported="float64") == "torch"
 
 
 def test_triton_where_it_cannot_run_raises_clearly(monkeypatch):
-    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
     monkeypatch.setattr(kernels, "INTERPRET", False)  # as if TRITON_INTERPRET had not been set
     with pytest.raises(RuntimeError, match="scan_backend='triton'.*TRITON_INTERPRET=1"):
-        scan_dispatch.resolve_backend("triton", "cpu")
-    monkeypatch.setattr(
-        scan_dispatch, "_kernels_cache", [(None, "triton cannot be imported (No module named 'triton')")]
-    )
+        dispatch.resolve_backend("triton", "cpu")
+    monkeypatch.setattr(dispatch, "_kernels_cache", [(None, "triton cannot be imported (No module named 'triton')")])
     with pytest.raises(RuntimeError, match="scan_backend='triton'.*No module named 'triton'"):
-        scan_dispatch.resolve_backend("triton", DEVICE)
-    assert scan_dispatch.resolve_backend("auto", DEVICE) == "torch"  # auto falls back quietly
+        dispatch.resolve_backend("triton", DEVICE)
+    assert dispatch.resolve_backend("auto", DEVICE) == "torch"  # auto falls back quietly
 
 
 def test_triton_rejects_unsupported_dtype(monkeypatch):
-    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
     a = torch.rand(1, 4, 3, dtype=torch.float64, device=DEVICE)
     with pytest.raises(ValueError, match="float64"):
-        scan_dispatch.scan_ops("triton", DEVICE).diag_scan(a, a)
-    states, _ = scan_dispatch.scan_ops("auto", DEVICE).diag_scan(a, a)  # auto: the torch scan
+        dispatch.scan_ops("triton", DEVICE).diag_scan(a, a)
+    states, _ = dispatch.scan_ops("auto", DEVICE).diag_scan(a, a)  # auto: the torch scan
     assert states.dtype == torch.float64
 
 
@@ -95,7 +93,7 @@ def test_lru_and_deer_models_route_through_the_kernels(pattern, kernel, monkeypa
         return real(*args, **kwargs)
 
     monkeypatch.setattr(kernels, kernel, spy)
-    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
     ids = torch.randint(1, 37, (1, 6), device=DEVICE)
     for backend, expected in (("triton", True), ("torch", False)):
         calls.clear()
@@ -113,7 +111,7 @@ def test_changing_scan_backend_on_a_built_model_rebinds_its_scans(pattern, kerne
     calls = []
     real = getattr(kernels, kernel)
     monkeypatch.setattr(kernels, kernel, lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
-    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
     config = tiny_config(pattern, scan_backend="torch", lru_total_state_size=6, lru_group_size=3, lrc_num_channels=4)
     model = HybridSSMForCausalLM(config).to(DEVICE)
     ids = torch.randint(1, 37, (1, 5), device=DEVICE)
@@ -153,7 +151,7 @@ MODEL_CASES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(MODEL_CASES))
 def test_model_forward_backward_generate_triton_equals_torch(case, monkeypatch):
-    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
     pattern, overrides = MODEL_CASES[case]
     reference, fast = _model_pair(pattern, **overrides)
     ids = torch.randint(1, 37, (2, 7), device=DEVICE)
@@ -188,11 +186,11 @@ def test_model_routes_through_the_kernels(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(kernels, "pd_dictionary_scan", spy)
-    monkeypatch.setenv(scan_dispatch.ENV_VAR, "triton")
+    monkeypatch.setenv(dispatch.ENV_VAR, "triton")
     model = HybridSSMForCausalLM(tiny_config("P", scan_backend="torch")).to(DEVICE)
     model(torch.randint(1, 37, (1, 5), device=DEVICE))
     assert calls
-    monkeypatch.setenv(scan_dispatch.ENV_VAR, "torch")
+    monkeypatch.setenv(dispatch.ENV_VAR, "torch")
     calls.clear()
     model(torch.randint(1, 37, (1, 5), device=DEVICE))
     assert not calls

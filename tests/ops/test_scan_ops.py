@@ -26,7 +26,7 @@ from op_checks import (
 )
 
 from hf_ssm.modeling.mixer_lru import normalize_gates
-from hf_ssm.ops import dispatch as scan_dispatch
+from hf_ssm.ops import dispatch
 from hf_ssm.ops.block import reference as block_reference
 from hf_ssm.ops.diag import reference as diag_reference
 from model_checks import ROOT
@@ -34,11 +34,11 @@ from model_checks import ROOT
 
 @pytest.fixture(autouse=True)
 def _no_backend_override(monkeypatch):
-    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
 
 
 def _ops():
-    return scan_dispatch.scan_ops("torch", "cpu")
+    return dispatch.scan_ops("torch", "cpu")
 
 
 def _block_inputs(batch, steps, blocks=3, m=3):
@@ -108,7 +108,7 @@ def test_single_step_does_not_run_the_chunked_scan(family, monkeypatch):
         raise AssertionError("the chunked scan ran for T = 1")
 
     for name in ("torch_block_scan", "torch_companion_scan", "torch_diag_scan"):
-        monkeypatch.setattr(scan_dispatch, name, fail)
+        monkeypatch.setattr(dispatch, name, fail)
     make, state_shape, loop = FAMILIES[family]
     inputs = make(2, 1)
     h0 = torch.randn(state_shape(2), dtype=torch.float64)
@@ -121,20 +121,20 @@ def test_single_step_does_not_run_the_chunked_scan(family, monkeypatch):
 def test_ops_are_bound_once_per_setting_and_device(monkeypatch):
     """scan_ops returns the same bound ops for the same (setting, device); the environment override is honoured
     (and a different override binds different ops); the torch backend never touches the kernels."""
-    ops = scan_dispatch.scan_ops("torch", "cpu")
-    assert ops is scan_dispatch.scan_ops("torch", torch.device("cpu"))
+    ops = dispatch.scan_ops("torch", "cpu")
+    assert ops is dispatch.scan_ops("torch", torch.device("cpu"))
     assert ops.backend == "torch" and ops._kernels is None
-    assert scan_dispatch.scan_ops("auto", "cpu").backend == "torch"  # auto: the kernels only on CUDA
+    assert dispatch.scan_ops("auto", "cpu").backend == "torch"  # auto: the kernels only on CUDA
     calls = []
-    real = scan_dispatch.resolve_backend
-    monkeypatch.setattr(scan_dispatch, "resolve_backend", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = dispatch.resolve_backend
+    monkeypatch.setattr(dispatch, "resolve_backend", lambda *a, **k: calls.append(a) or real(*a, **k))
     for _ in range(3):
-        scan_dispatch.scan_ops("torch", "cpu")
+        dispatch.scan_ops("torch", "cpu")
     assert not calls  # bound already: no resolution per call
     with pytest.raises(ValueError, match="scan_backend"):
-        scan_dispatch.scan_ops("fast", "cpu")
-    monkeypatch.setenv(scan_dispatch.ENV_VAR, "torch")
-    assert scan_dispatch.scan_ops("triton", "cpu").source == f"{scan_dispatch.ENV_VAR}='torch'"
+        dispatch.scan_ops("fast", "cpu")
+    monkeypatch.setenv(dispatch.ENV_VAR, "torch")
+    assert dispatch.scan_ops("triton", "cpu").source == f"{dispatch.ENV_VAR}='torch'"
 
 
 # family -> its ops: each one name in hf_ssm/ops/<family>/{reference, parallel, triton}.py and on ScanOps
@@ -163,7 +163,7 @@ def test_every_op_has_one_name_and_signature_in_its_implementations():
             expected = _positional(getattr(package, name))
             assert _positional(getattr(reference, name)) == expected, name
             assert _kernel_positional(family, name) == expected, name
-            assert _positional(getattr(scan_dispatch.ScanOps, name))[1:] == expected, name
+            assert _positional(getattr(dispatch.ScanOps, name))[1:] == expected, name
             if kernels.AVAILABLE:
                 assert getattr(kernels, name).__module__ == f"hf_ssm.ops.{family}.triton"
 
@@ -185,11 +185,11 @@ OPS_CASES = {
 def test_triton_op_equals_torch_op_with_mask(op, steps, monkeypatch):
     """scan_ops("triton") == scan_ops("torch") for every block / diagonal op through the one public signature,
     with a padding mask and an initial state, values and gradients; T = 1 is the decoding step on both."""
-    monkeypatch.delenv(scan_dispatch.ENV_VAR, raising=False)
+    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
     tensors = OPS_CASES[op](2, steps)
     mask = torch.rand(2, steps, device=DEVICE) > 0.3
     mask[0, -1] = False  # a masked last step: the final state is the one before it
     inputs, ref_inputs = [leaf(t) for t in tensors], [leaf(t) for t in tensors]
-    fast = getattr(scan_dispatch.scan_ops("triton", DEVICE), op)
-    ref = getattr(scan_dispatch.scan_ops("torch", DEVICE), op)
+    fast = getattr(dispatch.scan_ops("triton", DEVICE), op)
+    ref = getattr(dispatch.scan_ops("torch", DEVICE), op)
     compare(lambda *t: fast(*t, mask), lambda *t: ref(*t, mask), inputs, ref_inputs, 2e-5)
