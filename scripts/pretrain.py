@@ -4,11 +4,11 @@ With no arguments: a tiny PD-SSM / attention hybrid (preset hybrid-pd_ssm-tiny) 
 corpus with the built-in byte-level tokenizer -- offline, a few minutes on a 2-core CPU. Examples:
 
     python scripts/pretrain.py
-    python scripts/pretrain.py --preset hybrid-bd_lru-small --dataset wikitext --dataset_config wikitext-103-raw-v1 \\
+    python scripts/pretrain.py --model_preset hybrid-bd_lru-small --dataset wikitext --dataset_config wikitext-103-raw-v1 \\
         --tokenizer gpt2 --block_size 1024 --batch_size 16 --max_steps 20000 --learning_rate 6e-4
-    python scripts/pretrain.py --train_files corpus/*.jsonl --streaming --preset pd_ssm-small
-    accelerate launch --config_file scripts/configs/multi_gpu.yaml scripts/pretrain.py --preset hybrid-pd_ssm-base ...
-    accelerate launch --config_file scripts/configs/fsdp.yaml --num_processes 8 scripts/pretrain.py --preset ...
+    python scripts/pretrain.py --train_files corpus/*.jsonl --streaming --model_preset pd_ssm-small
+    accelerate launch --config_file scripts/configs/multi_gpu.yaml scripts/pretrain.py --model_preset hybrid-pd_ssm-base ...
+    accelerate launch --config_file scripts/configs/fsdp.yaml --num_processes 8 scripts/pretrain.py --model_preset ...
     python scripts/pretrain.py --output_dir runs/pretrain/my_run --resume      # continue after an interruption
 
 The run folder holds settings.json, launch.json (the process layout of each launch), config.json, metrics.json
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     settings, accelerator, prepared = cli.start_run(
         parser, args, PretrainSettings, RESUME_SAFE_SETTINGS, prepare_pretraining
     )
-    name = settings.preset or Path(settings.config).stem
+    name = settings.model_preset or Path(settings.config).stem
     out = cli.run_folder(args.output_dir, f"runs/pretrain/{name}-")
     began = time.perf_counter()
     metrics = pretrain(settings, out, resume=args.resume, accelerator=accelerator, prepared=prepared)

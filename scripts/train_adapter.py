@@ -6,9 +6,9 @@ PD-SSM adapter; trained on 1-10 transitions, tested up to 80. Examples:
 
     python scripts/train_adapter.py
     python scripts/train_adapter.py --task cycle_navigation --base_model runs/adapter/parity/base
-    python scripts/train_adapter.py --base smollm2-135m --task parity --seeds 0-4   # real LLM, offline
-    python scripts/train_adapter.py --base smollm2-135m --task parity --preset lm_head --seed 0
-    python scripts/train_adapter.py --base smollm2-135m --task tracking_shuffled_objects --preset entity --seeds 0-2
+    python scripts/train_adapter.py --base_model smollm2-135m --task parity --seeds 0-4   # real LLM, offline
+    python scripts/train_adapter.py --base_model smollm2-135m --task parity --preset lm_head --seed 0
+    python scripts/train_adapter.py --base_model smollm2-135m --task tracking_shuffled_objects --preset entity --seeds 0-2
     accelerate launch scripts/train_adapter.py --base_model Qwen/Qwen2.5-1.5B --dtype bfloat16 --task s5
 
 Presets (hf_ssm/training/adapter/experiment_settings.py): on `smollm2-135m` a run takes the task's best validated recipe of
@@ -40,12 +40,12 @@ from hf_ssm.training.adapter.experiment_settings import (
 )
 from hf_ssm.training.adapter.records import results_table, summary_records, update_summary_json
 from hf_ssm.training.cli import (
-    FlagAction,
+    add_output_arguments,
+    add_seeds_argument,
     defer_settings_defaults,
     given_settings,
     group_options,
     run_folder,
-    seed_list,
     settings_parser,
 )
 
@@ -61,9 +61,8 @@ OPTION_GROUPS = {
         "train_max_preamble_sentences", "distractor_prob", "supervision", "answer_loss", "story_variety",
     ),
     "model": (
-        "base_model", "dtype", "methods", "mixer", "layer_index", "write_layer_index", "num_heads", "state_size",
-        "dict_size", "transition", "temperature", "initial_state", "input_map", "transitions_at", "standardize_input",
-        "classifier_per_head", "output_skip", "frozen_mixer_parameters", "dictionary_diagonal_init", "adapter_kind",
+        "base_model", "dtype", "methods", "mixer", "extra_config", "layer_index", "write_layer_index",
+        "transitions_at", "standardize_input", "classifier_per_head", "frozen_mixer_parameters", "adapter_kind",
         "entity_slots", "entity_tagger_width", "role_loss_weight",
         "tiny_hidden_size", "tiny_layers", "tiny_heads", "pretrain_steps", "pretrain_batch_size",
         "pretrain_max_minutes",
@@ -78,7 +77,7 @@ OPTION_GROUPS = {
         "eval_every", "fewshot_examples",
     ),
     "checkpointing and output": ("output_dir", "resume", "save_every", "summary", "model_card_dir"),
-    "experimental": ("identity_entry_logit", "shared_selection", "readout_learning_rate"),
+    "experimental": ("readout_learning_rate",),
 }  # fmt: skip
 
 
@@ -86,9 +85,10 @@ def _shown_default(field: dataclasses.Field) -> str:
     """What --help shows as a settings option's default: its own, and whether a preset may replace it."""
     if field.name == "preset":
         return "the base and task's default preset"
+    default = field.default_factory() if field.default is dataclasses.MISSING else field.default
     if field.name in PRESET_FIELDS:
-        return f"{field.default!r}; a preset may set it"
-    return repr(field.default)
+        return f"{default!r}; a preset may set it"
+    return repr(default)
 
 
 def presets_epilog() -> str:
@@ -100,7 +100,7 @@ def presets_epilog() -> str:
         for task, names in tasks.items():
             default = DEFAULT_PRESETS[base].get(task)
             ordered = [default, *(name for name in names if name != default)] if default else ["none", *names]
-            lines.append(f"  --base {base} --task {task}: {', '.join(ordered)}")
+            lines.append(f"  --base_model {base} --task {task}: {', '.join(ordered)}")
     return "\n".join(lines)
 
 
@@ -109,22 +109,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.epilog = presets_epilog()
     # A settings flag not given is a NotGiven in the namespace: the preset's value or the settings' default applies.
     defer_settings_defaults(parser, AdapterExperimentSettings, _shown_default)
-    parser.add_argument(
-        "--seeds",
-        type=seed_list,
-        default=None,
-        help="train these seeds one after another, each into <output_dir>/s<seed> (e.g. 0-4 or 0,2,5; not with --seed)",
+    add_seeds_argument(
+        parser,
+        "train these seeds one after another, each into <output_dir>/s<seed> (e.g. 0-4 or 0,2,5; not with --seed)",
     )
-    parser.add_argument("--output_dir", default=None, help="run folder (default runs/adapter/<task>-<time>)")
-    parser.add_argument("--resume", action="store_true", help="reuse the base and finished methods, resume checkpoints")
+    add_output_arguments(
+        parser, "runs/adapter/<task>-<time>", "reuse the base and finished methods, resume checkpoints"
+    )
     parser.add_argument(
         "--summary",
-        "--summary_json",
-        action=FlagAction,
-        deprecated=("--summary_json",),
         default="",
-        help="also merge one record per method into this JSON list (e.g. results/adapter/summary.json); "
-        "--summary_json: its deprecated spelling",
+        help="also merge one record per method into this JSON list (e.g. results/adapter/summary.json)",
     )
     parser.add_argument(
         "--model_card_dir",
@@ -138,12 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def resolved_settings(args: argparse.Namespace) -> AdapterExperimentSettings:
     """The settings of the parsed `args`: the defaults, under the preset's values (--preset, or the base and task's
-    default preset), under every flag given. Raises ValueError for a preset the base and task do not have."""
+    default preset), under every flag given (--extra_config: its keys over the preset's). Raises ValueError for a
+    preset the base and task do not have."""
     given = given_settings(AdapterExperimentSettings, args)
     defaults = AdapterExperimentSettings()
     base, task = given.get("base_model", defaults.base_model), given.get("task", defaults.task)
     preset = resolve_preset(base, task, given.get("preset"))
-    return AdapterExperimentSettings(**{**preset_values(base, task, preset), **given, "preset": preset})
+    values = preset_values(base, task, preset)
+    # extra_config merges key by key: the keys given over the preset's
+    config = {**values.get("extra_config", {}), **given.get("extra_config", {})}
+    return AdapterExperimentSettings(**{**values, **given, "preset": preset, "extra_config": config})
 
 
 def seed_runs(parser, args, settings: AdapterExperimentSettings) -> list[tuple[AdapterExperimentSettings, Path]]:

@@ -65,6 +65,8 @@ from hf_ssm.data.word_problems import WORD_PROBLEM_TASK
 from hf_ssm.training.checkpointing import check_run_folder_arguments
 from hf_ssm.training.cli import (
     NOT_GIVEN,
+    add_mixers_argument,
+    add_seeds_argument,
     add_suite_folder_arguments,
     chosen_mixers,
     comma_list,
@@ -72,14 +74,12 @@ from hf_ssm.training.cli import (
     given_settings,
     group_options,
     run_folder,
-    seed_list,
     settings_parser,
 )
 from hf_ssm.training.state_tracking.driver import check_resume_runs, train_with_restarts
 from hf_ssm.training.state_tracking.recipes import (
     MODEL_DEFAULTS,
     RECIPES,
-    SETTINGS_MOVED_TO_EXTRA_CONFIG,
     TASK_SETTINGS,
     default_recipe,
     resolve_settings,
@@ -116,15 +116,6 @@ def recipe_values() -> str:
     return "\n".join(lines)
 
 
-class MovedToExtraConfig(argparse.Action):
-    """An old flag of a PD-SSM setting that is now an --extra_config key (recipes.SETTINGS_MOVED_TO_EXTRA_CONFIG):
-    refused, naming the spelling to use."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        name = option_string.lstrip("-")
-        parser.error(f"{option_string} is now an --extra_config key: pass --extra_config {name}={values}")
-
-
 # --help's option groups, the common ones first (cli.group_options): every option of the parser is in one.
 OPTION_GROUPS = {
     "run": ("task", "tasks", "num_generators", "mixer", "mixers", "suite", "recipe", "seed", "seeds"),
@@ -157,7 +148,6 @@ OPTION_GROUPS = {
         "hidden_size",
         "state_size",
         "num_heads",
-        "dict_size",
         "lru_group_size",
         "block_type",
         "block_dropout",
@@ -204,13 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     defer_settings_defaults(parser, StateTrackingSettings)
     parser.set_defaults(task=None, mixer=None)  # not given: DEFAULT_TASKS, DEFAULT_MIXERS (unless --tasks, --mixers)
     parser.add_argument("--tasks", type=comma_list, help="comma-separated tasks (a suite)")
-    parser.add_argument("--mixers", type=comma_list, help="comma-separated mixers (a suite)")
+    add_mixers_argument(parser)
     parser.add_argument("--suite", action="store_true", help="run every task x mixer and write one comparison")
-    parser.add_argument(
-        "--seeds",
-        type=seed_list,
-        default=None,
-        help="several seeds, one after another, each in <output_dir>/s<seed>/: 0-4 or 0,2,5 (instead of --seed)",
+    add_seeds_argument(
+        parser, "several seeds, one after another, each in <output_dir>/s<seed>/: 0-4 or 0,2,5 (instead of --seed)"
     )
     add_suite_folder_arguments(parser, "runs/state_tracking/<time>", RESUME_SAFE_SETTINGS)
     parser.add_argument("--summary", default=None, help="also merge every seed's record into this summary.json")
@@ -220,8 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="restarts of the runs whose mixer is not pd_ssm (--restarts applies to pd_ssm; default 1)",
     )
-    for name in SETTINGS_MOVED_TO_EXTRA_CONFIG:
-        parser.add_argument(f"--{name}", action=MovedToExtraConfig, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     group_options(parser, OPTION_GROUPS)
     return parser
 

@@ -31,7 +31,14 @@ import sys
 from dataclasses import fields
 
 from hf_ssm.training.checkpointing import check_resume, check_run_folder_arguments
-from hf_ssm.training.cli import add_suite_folder_arguments, chosen_mixers, comma_list, run_folder, settings_parser
+from hf_ssm.training.cli import (
+    add_mixers_argument,
+    add_seeds_argument,
+    add_suite_folder_arguments,
+    chosen_mixers,
+    run_folder,
+    settings_parser,
+)
 from hf_ssm.training.timeseries.classification import (
     RESUME_SAFE_SETTINGS,
     TimeSeriesSettings,
@@ -46,18 +53,11 @@ DEFAULT_MIXERS = ["pd_ssm"]
 DEFAULT_SEEDS = [0, 1, 2]
 
 
-def seed_list(text: str) -> list[int]:
-    try:
-        return [int(s) for s in comma_list(text)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"seeds must be comma-separated integers, got {text!r}") from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = settings_parser(TimeSeriesSettings, description=__doc__)
     parser.set_defaults(mixer=None, seed=None)  # not given: DEFAULT_MIXERS, DEFAULT_SEEDS
-    parser.add_argument("--mixers", type=comma_list, help="comma-separated mixers, each run over every seed")
-    parser.add_argument("--seeds", type=seed_list, help=f"comma-separated seeds (default {DEFAULT_SEEDS})")
+    add_mixers_argument(parser)
+    add_seeds_argument(parser, f"seeds, each run over every mixer: 0-2 or 0,3 (default {DEFAULT_SEEDS})")
     add_suite_folder_arguments(parser, "runs/timeseries/<time>", RESUME_SAFE_SETTINGS)
     return parser
 

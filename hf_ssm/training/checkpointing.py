@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from ..modeling.legacy_names import RENAMED_CONFIG_FIELDS
+from .legacy_settings import upgrade_settings
 
 COMPLETE_MARKER = "checkpoint_complete.json"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -108,15 +109,23 @@ def _as_json(value):
 def check_resumed_settings(settings, recorded: dict, safe: Collection[str], where: str | os.PathLike) -> None:
     """ValueError naming every field of the dataclass `settings` that differs from `recorded` (the settings the
     run in `where` was trained with) and is not in `safe`. A field missing from `recorded` (a run written before
-    the field existed) counts as its default; one recorded under a name that was renamed since
-    (modeling/legacy_names.py, e.g. `lru_block_size`) counts under its new name."""
+    the field existed) counts as its default; one recorded under a name that was renamed since counts under its new
+    name (a config field: modeling/legacy_names.py, e.g. `lru_block_size`; a settings field, or one that moved into
+    `extra_config`: legacy_settings.py, e.g. the adapter's `transition`). `extra_config` compares over the class's
+    CONFIG_DEFAULTS, so that a key given at its wing default is the key not given."""
+    cls = type(settings)
+    config_defaults = getattr(cls, "CONFIG_DEFAULTS", None)
     recorded = {RENAMED_CONFIG_FIELDS.get(key, key): value for key, value in recorded.items()}
-    new = _as_json(dataclasses.asdict(settings))
-    defaults = _as_json(dataclasses.asdict(type(settings)()))
+    recorded = upgrade_settings(cls.__name__, recorded, config_defaults or {})
+    new, defaults = _as_json(dataclasses.asdict(settings)), _as_json(dataclasses.asdict(cls()))
+    for values in (new, defaults, recorded):
+        if config_defaults is not None and isinstance(values.get("extra_config"), dict):
+            values["extra_config"] = _as_json({**config_defaults, **values["extra_config"]})
     changed = [
-        f"{key} {recorded.get(key, defaults[key])!r} -> {value!r}"
+        change
         for key, value in new.items()
-        if key not in safe and recorded.get(key, defaults[key]) != value
+        if key not in safe
+        for change in _changes(key, recorded.get(key, defaults[key]), value)
     ]
     if changed:
         raise ValueError(
@@ -124,6 +133,17 @@ def check_resumed_settings(settings, recorded: dict, safe: Collection[str], wher
             f"Resume with the run's settings (its settings.json), or start a new run in another --output_dir; "
             f"settings that may change on resume: {sorted(safe)}"
         )
+
+
+def _changes(name: str, old, new) -> list[str]:
+    """The entries "name old -> new" where the two differ; two dicts (extra_config) give one entry per key."""
+    if old == new:
+        return []
+    if isinstance(old, dict) and isinstance(new, dict):
+        unset = "(not set)"
+        keys = sorted(k for k in {*old, *new} if old.get(k, unset) != new.get(k, unset))
+        return [f"{name}.{k} {old.get(k, unset)!r} -> {new.get(k, unset)!r}" for k in keys]
+    return [f"{name} {old!r} -> {new!r}"]
 
 
 def recorded_settings(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None) -> dict | None:

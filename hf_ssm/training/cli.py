@@ -1,8 +1,8 @@
 """Command-line pieces of the training scripts: --options from a settings dataclass (`settings_parser`, through
-transformers' HfArgumentParser), flags not given told from defaults (`NotGiven`, for recipes and presets),
-deprecated flag spellings (`FlagAction`), the run-folder arguments
-(and the default, time-stamped folder), CPU threads, the opening of a run (`start_run`) and the closing summary
-lines; the numeric check every settings dataclass runs first (`check_numeric_settings`)."""
+transformers' HfArgumentParser: one spelling per field, `--<field>`; old spellings refused naming the new one,
+legacy_settings.py), flags not given told from defaults (`NotGiven`, for recipes and presets), the run-folder
+arguments (and the default, time-stamped folder), --seeds, CPU threads, the opening of a run (`start_run`) and the
+closing summary lines; the numeric check every settings dataclass runs first (`check_numeric_settings`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import json
 import os
 import time
 import typing
-import warnings
+from argparse import SUPPRESS
 from collections.abc import Collection
 from pathlib import Path
 
@@ -22,6 +22,13 @@ from transformers import HfArgumentParser
 
 from ..modeling.config_values import check_number
 from .checkpointing import check_run_folder_arguments
+from .legacy_settings import (
+    MOVED_TO_EXTRA_CONFIG,
+    RENAMED_OPTIONS,
+    RENAMED_SETTINGS,
+    moved_option_message,
+    renamed_option_message,
+)
 from .loop import make_accelerator
 
 
@@ -30,9 +37,15 @@ def check_numeric_settings(settings, signed: Collection[str] = (), positive: Col
     int / float field of the dataclass `settings` must be a finite number (no nan, no inf), >= 0 unless it is in
     `signed` (a layer index counting from the end, a logit), and > 0 if it is in `positive` (a learning rate, a
     temperature: zero or less would train nothing or divide by zero). An unset optional (None) passes; the classes
-    check their own tighter ranges after this. ValueError naming the field."""
+    check their own tighter ranges after this. A numeric value of a dict field (an `extra_config` key: the config
+    checks its range) must be finite too. ValueError naming the field, or the key."""
     for f in dataclasses.fields(settings):
         value = getattr(settings, f.name)
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(item, float):
+                    check_number(f"{f.name}` key `{key}", item)
+            continue
         if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if f.name in signed:
@@ -53,28 +66,40 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 class FlagAction(argparse.Action):
-    """Stores an option's value, warning when it was given under a `deprecated` spelling (a FutureWarning naming the
-    spelling to use instead); with `merge`, the dicts of one occurrence (the items of --extra_config) merge into
+    """Stores an option's value; with `merge`, the dicts of one occurrence (the items of --extra_config) merge into
     one, later keys winning (a repeated flag replaces the earlier one, as argparse's own "store" does)."""
 
-    def __init__(self, option_strings, dest, deprecated=(), merge=False, **kwargs):
+    def __init__(self, option_strings, dest, merge=False, **kwargs):
         super().__init__(option_strings, dest, **kwargs)
-        self.deprecated, self.merge = tuple(deprecated), merge
-        self.preferred = next(o for o in option_strings if o not in self.deprecated)
+        self.merge = merge
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if option_string in self.deprecated:
-            warnings.warn(
-                f"{option_string} is deprecated and will be removed in the next release; use {self.preferred}",
-                FutureWarning,
-                stacklevel=2,
-            )
         if self.merge:
             merged = {}
             for value in values:
                 merged.update(value)
             values = merged
         setattr(namespace, self.dest, values)
+
+
+class RefusedOption(argparse.Action):
+    """An old spelling of an option (legacy_settings.py): hidden from --help, and a usage error naming the spelling
+    to use when given (`message(option_string, values)`)."""
+
+    def __init__(self, option_strings, dest, message, **kwargs):
+        super().__init__(option_strings, argparse.SUPPRESS, nargs="?", default=argparse.SUPPRESS, **kwargs)
+        self.message = message
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(self.message(option_string, values))
+
+
+def refuse_options(parser: argparse.ArgumentParser, renamed: dict) -> None:
+    """Refuse each old option of `renamed` ({old: new}) naming its new spelling."""
+    for old, new in renamed.items():
+        parser.add_argument(
+            old, action=RefusedOption, message=lambda o, v, new=new: renamed_option_message(o, new), help=SUPPRESS
+        )
 
 
 def config_fields_item(text: str) -> dict:
@@ -97,41 +122,70 @@ def config_fields_item(text: str) -> dict:
         return {key: value}  # a bare string, e.g. mixers=SASA
 
 
-def config_fields_field(help: str, aliases: tuple[str, ...] = (), deprecated: tuple[str, ...] = ()):
-    """A dict field of extra HybridSSMConfig fields, given on the command line as --extra_config (`settings_parser`:
-    JSON objects or KEY=VALUE items, merged); `deprecated`: old spellings among the flag's `aliases`, which warn."""
-    metadata = {
-        "help": help,
-        "aliases": list(aliases),
-        "nargs": "+",
-        "metavar": "JSON|KEY=VALUE",
-        "action": FlagAction,
-        "merge": True,
-        "deprecated": deprecated,
-    }
+def config_fields_field(help: str):
+    """A dict field of HybridSSMConfig fields, given on the command line as --extra_config (`settings_parser`:
+    JSON objects or KEY=VALUE items, merged)."""
+    metadata = {"help": help, "nargs": "+", "metavar": "JSON|KEY=VALUE", "action": FlagAction, "merge": True}
     return dataclasses.field(default_factory=dict, metadata=metadata)
 
 
 def settings_parser(settings_classes, description: str | None = None) -> HfArgumentParser:
-    """`transformers.HfArgumentParser` for the settings dataclasses `settings_classes`: one --option per field
-    (help, choices, aliases from the field's metadata). Two things it does not do by itself, measured with
-    transformers 5.24, are added here:
+    """`transformers.HfArgumentParser` for the settings dataclasses `settings_classes`: one --option per field,
+    spelled exactly as the field (help, choices from the field's metadata). Measured with transformers 5.25, three
+    things differ from HfArgumentParser's own:
 
     - a `dict` field gets `type=dict`, so `--extra_config '{"a": 1}'` fails with "invalid dict value": `dict` is
       registered as a type that reads one --extra_config item (`config_fields_item`);
-    - a bool field gets `--name [BOOL]` and, when it defaults to True, `--no_name` / `--no-name-with-dashes`; the
-      `--no-name` spelling the scripts accepted before (argparse.BooleanOptionalAction) is added where missing.
+    - HfArgumentParser adds a `--field-with-dashes` twin of every field and, for a bool that defaults to True,
+      `--no_field` / `--no-field`: one spelling stays, `--field` (a bool: `--field [true|false]`); the others,
+      and the `--no-field` the scripts accepted once, are refused naming it;
+    - the old spellings of legacy_settings.py (renamed options, fields that moved into `extra_config`) are refused
+      naming the new one.
     """
     parser = HfArgumentParser(settings_classes, description=description, formatter_class=HelpFormatter)
     parser.register("type", dict, config_fields_item)
     classes = settings_classes if isinstance(settings_classes, (list, tuple)) else [settings_classes]
+    fields = {}
     for cls in classes:
         hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            given = f.default is True and "_" not in f.name  # HfArgumentParser's --no-<name> of a True default
-            if hints[f.name] is bool and not given:
-                parser.add_argument(f"--no-{f.name}", action="store_false", dest=f.name, help=argparse.SUPPRESS)
+        fields.update({f.name: hints[f.name] for f in dataclasses.fields(cls)})
+    _one_spelling(parser, fields)
+    for cls in classes:
+        renamed = {f"--{old}": f"--{new}" for old, new in RENAMED_SETTINGS.get(cls.__name__, {}).items()}
+        refuse_options(parser, {**renamed, **RENAMED_OPTIONS.get(cls.__name__, {})})
+        for old, moved in MOVED_TO_EXTRA_CONFIG.get(cls.__name__, {}).items():
+            if old not in fields:
+                parser.add_argument(
+                    f"--{old}",
+                    action=RefusedOption,
+                    message=lambda o, v, moved=moved: moved_option_message(o, moved, v),
+                    help=SUPPRESS,
+                )
     return parser
+
+
+def _one_spelling(parser: argparse.ArgumentParser, fields: dict) -> None:
+    """Leave each settings field `fields` ({name: type}) the one option `--<name>`: HfArgumentParser's dashed twins
+    and bool negations are taken out and refused, naming the spelling to use."""
+    refused = {}
+    for action in list(parser._actions):
+        if action.dest not in fields:
+            continue
+        keep = f"--{action.dest}"
+        for option in [o for o in action.option_strings if o != keep]:
+            action.option_strings.remove(option)
+            del parser._option_string_actions[option]
+        if not action.option_strings:  # a --no_<field> action of HfArgumentParser's
+            for group in parser._action_groups:
+                if action in group._group_actions:
+                    group._remove_action(action)
+    for name, hint in fields.items():
+        if "_" in name:
+            refused[f"--{name.replace('_', '-')}"] = f"--{name}"
+        if hint is bool:
+            for negated in {f"--no_{name}", f"--no-{name}", f"--no-{name.replace('_', '-')}"}:
+                refused[negated] = f"--{name} false"
+    refuse_options(parser, {old: new for old, new in refused.items() if old not in parser._option_string_actions})
 
 
 class NotGiven:
@@ -192,15 +246,30 @@ def run_folder(output_dir: str | None, prefix: str) -> Path:
     return Path(output_dir or f"{prefix}{time.strftime('%Y%m%d-%H%M%S')}")
 
 
+def add_output_arguments(parser: argparse.ArgumentParser, default_output: str, resume_help: str) -> None:
+    """--output_dir (the run folder, default `default_output`) and --resume, declared once for every training
+    script."""
+    parser.add_argument("--output_dir", default=None, help=f"run folder (default {default_output})")
+    parser.add_argument("--resume", action="store_true", help=resume_help)
+
+
+def add_seeds_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    """--seeds (`seed_list`: 0-4, 0,2,5), the several seeds of one call, declared once for every script."""
+    parser.add_argument("--seeds", type=seed_list, default=None, help=help)
+
+
+def add_mixers_argument(parser: argparse.ArgumentParser) -> None:
+    """--mixers, the comma-separated mixers of a suite (`chosen_mixers`)."""
+    parser.add_argument("--mixers", type=comma_list, help="comma-separated mixers, each run over every seed")
+
+
 def add_suite_folder_arguments(parser: argparse.ArgumentParser, default_output: str, safe: Collection[str]) -> None:
     """--output_dir and --resume of the scripts that train several runs into one folder (state tracking, time
     series), each run resuming from its own latest checkpoint; `safe`: the settings a resume may change."""
-    parser.add_argument("--output_dir", default=None, help=f"run folder (default {default_output})")
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue each run from its latest checkpoint (with the same settings, apart from "
-        f"{', '.join(sorted(safe))})",
+    add_output_arguments(
+        parser,
+        default_output,
+        f"continue each run from its latest checkpoint (with the same settings, apart from {', '.join(sorted(safe))})",
     )
 
 
@@ -223,9 +292,8 @@ def print_eval_summary(metrics: dict) -> None:
 
 
 def add_run_folder_arguments(parser, default_output: str) -> None:
-    """--output_dir, --resume and --cpu_threads, the run-folder arguments of the training scripts."""
-    parser.add_argument("--output_dir", default=None, help=f"run folder (default {default_output})")
-    parser.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
+    """--output_dir, --resume and --cpu_threads, the run-folder arguments of the LM training scripts."""
+    add_output_arguments(parser, default_output, "continue from the run folder's latest checkpoint")
     parser.add_argument(
         "--cpu_threads",
         type=int,

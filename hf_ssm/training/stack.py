@@ -1,16 +1,35 @@
-"""The model of the small classification drivers (state tracking, time series): their settings -> the
-`HybridSSMConfig` keywords both build the same way.
+"""The model of the small classification drivers (state tracking, time series): their shared model settings
+(`StackSettings`) -> the `HybridSSMConfig` keywords both build the same way.
 
-Both settings dataclasses have `mixer` (what the pattern letter S stands for, or "attention" for the
-attention-only baseline), `pattern` (one layer per letter), `hidden_size` d and PD-SSM's `num_heads`,
-`state_size` (N per head) and `dict_size` (K). Each driver adds its own vocabulary, positions, labels and the
+Both settings dataclasses inherit `StackSettings`: `mixer` (what the pattern letter S stands for, or "attention"
+for the attention-only baseline), `pattern` (one layer per letter), `hidden_size` d, PD-SSM's `num_heads` and
+`state_size` (N per head), and `lru_group_size`. Any other HybridSSMConfig field (PD-SSM's dictionary size
+`pd_ssm_dict_size`, ...) is an `extra_config` key. Each driver adds its own vocabulary, positions, labels and the
 state widths of the other mixers.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..modeling import HybridSSMConfig
-from ..modeling.configuration_hybrid_ssm import ATTENTION
+from ..modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS
+from .settings_base import MixerSettings, help_field
+
+PATTERN_HELP = "one layer per letter: S = the mixer, " + ", ".join(f"{k} {v}" for k, v in PATTERN_LETTERS.items())
+
+
+@dataclass
+class StackSettings(MixerSettings):
+    """The model of a state-tracking or time-series run: a stack of mixer layers, one per pattern letter."""
+
+    pattern: str = help_field(PATTERN_HELP, default="S")
+    hidden_size: int = help_field("model width d", default=64)
+    state_size: int = help_field(
+        "PD-SSM: N, the state size of each head; the other mixers' state widths follow from it", default=8
+    )
+    num_heads: int = help_field("PD-SSM heads H (independent automata)", default=16)
+    lru_group_size: int = help_field("m: the BD-LRU block size, the H-LRU order", default=4)
 
 
 def stack_pattern(mixer: str, pattern: str) -> tuple[str, str]:
@@ -23,7 +42,7 @@ def stack_pattern(mixer: str, pattern: str) -> tuple[str, str]:
 
 def stack_config_fields(settings, pattern: str, ssm_mixer: str) -> dict:
     """The shared keywords: width d, SwiGLU width 2d, one layer per letter of `pattern`, d // 16 attention heads
-    (at least 1), and PD-SSM's heads, per-head state size and dictionary size."""
+    (at least 1), and PD-SSM's heads and per-head state size."""
     return dict(
         hidden_size=settings.hidden_size,
         intermediate_size=2 * settings.hidden_size,
@@ -33,5 +52,4 @@ def stack_config_fields(settings, pattern: str, ssm_mixer: str) -> dict:
         ssm_mixer=ssm_mixer,
         pd_ssm_num_heads=settings.num_heads,
         pd_ssm_head_state_size=settings.state_size,
-        pd_ssm_dict_size=settings.dict_size,
     )

@@ -80,8 +80,11 @@ KINDS = ["qwen2", "llama"]
 TINY_QUICK_RUN = [
     "--tiny_hidden_size", "16", "--tiny_heads", "2", "--pretrain_steps", "2", "--pretrain_batch_size", "2",
     "--max_steps", "3", "--eval_every", "3", "--batch_size", "4", "--eval_batch_size", "8",
-    "--eval_samples_per_bucket", "4", "--train_max_transitions", "3", "--state_size", "4", "--dict_size", "4",
+    "--eval_samples_per_bucket", "4", "--train_max_transitions", "3",
+    "--extra_config", "pd_ssm_head_state_size=4", "pd_ssm_dict_size=4",  # a test adds its own items right after
 ]  # fmt: skip
+# The mixer fields TINY_QUICK_RUN and the tiny settings below give the adapter's PD-SSM.
+TINY_MIXER = {"pd_ssm_head_state_size": 4, "pd_ssm_dict_size": 4}
 
 
 def cached_decode_logits(adapted, x: torch.Tensor, prefill: int = 5) -> torch.Tensor:
@@ -387,7 +390,7 @@ def test_answer_word_logits_equal_the_full_lm_head_at_those_words(method):
     from hf_ssm.training.adapter.methods import build_method
     from hf_ssm.training.adapter.scoring import _answer_logits, _full_logits, _head_is_linear
 
-    settings = AdapterExperimentSettings(state_size=4, dict_size=4, layer_index=0)
+    settings = AdapterExperimentSettings(extra_config=TINY_MIXER, layer_index=0)
     model, params, _ = build_method(method, settings, tiny_base(kind="llama"), num_classes=3)
     with torch.no_grad():
         for p in params:
@@ -469,21 +472,43 @@ def test_train_adapter_script_smoke_run(tmp_path):
     assert "| ssm |" in result.stdout and "| chance |" in result.stdout
     bad = run_script(*args, "--task", "dyck")
     assert bad.returncode == 2 and "`task` must be one of" in bad.stderr
-    bad = run_script(*args, "--initial_state", "e1")
-    assert bad.returncode == 2 and "`initial_state` must be one of" in bad.stderr
+    bad = run_script(*args, "--extra_config", "pd_ssm_initial_state=e1")
+    assert bad.returncode == 2 and "`pd_ssm_initial_state` must be one of" in bad.stderr
 
 
-def test_train_adapter_flags_keep_their_spellings_and_the_old_summary_flag_warns():
-    """The script's options come from AdapterExperimentSettings through HfArgumentParser: --base stays an alias of
-    --base_model; --summary_json, the old spelling of --summary, still works and warns naming --summary; a bad
-    value is still refused naming the field."""
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (["--base", "smollm2-135m"], "--base was renamed: use --base_model"),
+        (["--summary_json", "s.json"], "--summary_json was renamed: use --summary"),
+        (
+            ["--transition", "bank"],
+            "HybridSSMConfig field pd_ssm_transition; pass --extra_config pd_ssm_transition=bank",
+        ),
+        (["--num_heads", "16"], "pass --extra_config pd_ssm_num_heads=16"),
+        (["--dictionary_diagonal_init", "0"], "pass --extra_config pd_ssm_dictionary_diagonal_init=0"),
+        (["--no_standardize_input"], "use --standardize_input false"),
+        (["--base-model", "tiny"], "use --base_model"),
+    ],
+)
+def test_train_adapter_refuses_the_old_spellings_naming_the_new_ones(old, new, capsys):
+    """The script's options come from AdapterExperimentSettings through HfArgumentParser, one spelling each: the old
+    ones (--base, --summary_json, the PD-SSM fields now --extra_config keys, dashed twins, --no_<bool>) exit 2
+    naming the spelling to use."""
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("train_adapter").build_parser().parse_args(old)
+    assert exit_info.value.code == 2 and new in capsys.readouterr().err
+
+
+def test_train_adapter_flags_set_their_fields():
+    """--base_model, --summary and --extra_config set their fields; a bad value is refused naming the field."""
     script = load_script("train_adapter")
     parser = script.build_parser()
-    args = parser.parse_args(["--base", "smollm2-135m", "--summary", "s.json", "--dictionary_diagonal_init", "0"])
-    assert (args.base_model, args.summary, args.dictionary_diagonal_init) == ("smollm2-135m", "s.json", 0.0)
-    with pytest.warns(FutureWarning, match="--summary_json is deprecated.*use --summary"):
-        old = parser.parse_args(["--summary_json", "s.json"])
-    assert old.summary == "s.json" and parser.parse_args([]).summary == ""
+    args = parser.parse_args(
+        ["--base_model", "smollm2-135m", "--summary", "s.json", "--extra_config", "pd_ssm_dict_size=8"]
+    )
+    assert (args.base_model, args.summary, args.extra_config) == ("smollm2-135m", "s.json", {"pd_ssm_dict_size": 8})
+    assert parser.parse_args([]).summary == ""
     with pytest.raises(SystemExit) as exit_info:
         script.main(["--max_steps", "0"])
     assert exit_info.value.code == 2
@@ -522,18 +547,19 @@ def test_adapter_summary_merges_under_the_lock_and_keeps_every_runs_records(tmp_
 
 
 def test_experiment_input_map_none_builds_an_adapter_without_b_and_needs_a_start_state():
-    """--input_map none reaches the adapter's PD-SSM (no input map B); from x_0 = 0 it is refused, naming both."""
+    """--extra_config pd_ssm_input=none reaches the adapter's PD-SSM (no input map B); from x_0 = 0 it is refused,
+    naming both fields."""
     from hf_ssm.adapters.layer import SSMAdapter
     from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
 
-    settings = AdapterExperimentSettings(input_map="none", initial_state="one_hot")
+    settings = AdapterExperimentSettings(extra_config={"pd_ssm_input": "none", "pd_ssm_initial_state": "one_hot"})
     settings.validate()
     adapter = SSMAdapter(settings.adapter_config(), hidden_size=16)
     assert adapter.mixer.input_kind == "none" and not hasattr(adapter.mixer, "in_proj")
-    with pytest.raises(ValueError, match="input_map='none'.*initial_state"):
-        AdapterExperimentSettings(input_map="none").validate()
-    with pytest.raises(ValueError, match="input_map"):
-        AdapterExperimentSettings(input_map="zero", initial_state="one_hot").validate()
+    with pytest.raises(ValueError, match="pd_ssm_input='none'.*pd_ssm_initial_state"):
+        AdapterExperimentSettings(extra_config={"pd_ssm_input": "none"}).validate()
+    with pytest.raises(ValueError, match="pd_ssm_input"):
+        AdapterExperimentSettings(extra_config={"pd_ssm_input": "zero", "pd_ssm_initial_state": "one_hot"}).validate()
 
 
 def test_adapter_mixer_settings_override_the_near_identity_start():
@@ -764,7 +790,7 @@ def test_a_resumed_adapter_method_ends_as_the_uninterrupted_run(tmp_path, monkey
     settings = AdapterExperimentSettings(
         methods="ssm", tiny_hidden_size=16, tiny_layers=1, tiny_heads=2, pretrain_steps=2, pretrain_batch_size=2,
         max_steps=4, eval_every=1, save_every=2, warmup_steps=2, batch_size=4, eval_batch_size=8,
-        eval_samples_per_bucket=4, train_max_transitions=3, test_buckets="1-3,8-9", state_size=4, dict_size=4,
+        eval_samples_per_bucket=4, train_max_transitions=3, test_buckets="1-3,8-9", extra_config=TINY_MIXER,
     )  # fmt: skip
     method = tmp_path / "ssm"
     whole = run_experiment(settings, tmp_path)["results"][0]
@@ -813,56 +839,57 @@ def test_plot_adapter_legend_counts_seeds_not_records():
 
 
 def test_experiment_dictionary_diagonal_init_overrides_the_near_identity_start():
-    """--dictionary_diagonal_init replaces the adapter's near-identity diagonal (+1 on every score matrix) and
-    --transition reaches the mixer; by default the near-identity start stays."""
+    """--extra_config pd_ssm_dictionary_diagonal_init replaces the adapter's near-identity diagonal (+1 on every
+    score matrix) and pd_ssm_transition reaches the mixer; by default the near-identity start stays."""
     from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
 
-    def diagonal_mean(**overrides):
-        settings = AdapterExperimentSettings(state_size=8, dict_size=4, **overrides)
+    def diagonal_mean(**fields):
+        settings = AdapterExperimentSettings(extra_config={"pd_ssm_dict_size": 4, **fields})
         torch.manual_seed(0)
         from hf_ssm.adapters.layer import SSMAdapter
 
         adapter = SSMAdapter(settings.adapter_config(), 32)
-        assert adapter.mixer.transition.name == settings.transition
+        assert adapter.mixer.transition.name == settings.mixer_settings()["pd_ssm_transition"]
         return adapter.mixer.dictionary.diagonal(dim1=-2, dim2=-1).mean().item()
 
     assert abs(diagonal_mean() - 1.0) < 0.2
-    assert abs(diagonal_mean(transition="bank", dictionary_diagonal_init=0.0)) < 0.2
+    assert abs(diagonal_mean(pd_ssm_transition="bank", pd_ssm_dictionary_diagonal_init=0.0)) < 0.2
 
 
 def test_experiment_identity_entry_logit_reaches_the_mixer_and_is_pd_ssm_only():
-    """--identity_entry_logit starts entry 0 at the identity with the selection biased towards it (the rest of the
-    dictionary as --dictionary_diagonal_init says); with another mixer a PD-only flag is refused, not ignored."""
+    """pd_ssm_identity_entry_logit starts entry 0 at the identity with the selection biased towards it (the rest of
+    the dictionary as pd_ssm_dictionary_diagonal_init says); with another mixer a pd_ssm_* key is refused, not
+    ignored."""
     from hf_ssm.adapters.layer import SSMAdapter
     from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
 
-    settings = AdapterExperimentSettings(
-        state_size=8, dict_size=4, transition="bank", dictionary_diagonal_init=0.0, identity_entry_logit=3.0
-    )
+    fields = {"pd_ssm_transition": "bank", "pd_ssm_dictionary_diagonal_init": 0.0, "pd_ssm_identity_entry_logit": 3.0}
+    settings = AdapterExperimentSettings(extra_config={"pd_ssm_dict_size": 4, **fields})
     mixer = SSMAdapter(settings.adapter_config(), 32).mixer
     assert torch.equal(mixer.dictionary[:, 0], torch.eye(8).expand_as(mixer.dictionary[:, 0]))
     assert mixer.selection.bias.view(-1, 4)[:, 0].eq(3.0).all()
-    for name in ("identity_entry_logit", "dictionary_diagonal_init"):
-        with pytest.raises(ValueError, match=f"{name}.*pd_ssm"):
-            AdapterExperimentSettings(mixer="diag_lru", **{name: 1.0}).validate()
+    for name in ("pd_ssm_identity_entry_logit", "pd_ssm_dictionary_diagonal_init"):
+        with pytest.raises(ValueError, match=f"{name}.*pd_ssm mixer only"):
+            AdapterExperimentSettings(mixer="diag_lru", extra_config={name: 1.0}).validate()
 
 
 def test_experiment_output_skip_reaches_the_mixer_and_is_pd_ssm_only():
-    """--output_skip false removes the mixer's D_skip u (with out_proj frozen the readout sees the states through a
-    fixed map only); the default keeps the mixer's own default; with another mixer the flag is refused."""
+    """--extra_config pd_ssm_output_skip=false removes the mixer's D_skip u (with out_proj frozen the readout sees the
+    states through a fixed map only); the default keeps the mixer's own default; with another mixer the key is
+    refused."""
     from hf_ssm.adapters.layer import SSMAdapter
     from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
 
-    def adapter(**values):
-        settings = AdapterExperimentSettings(state_size=8, dict_size=4, **values)
+    def adapter(config=(), **values):
+        settings = AdapterExperimentSettings(extra_config={"pd_ssm_dict_size": 4, **dict(config)}, **values)
         settings.validate()
         return SSMAdapter(settings.adapter_config(), 32)
 
     assert adapter().mixer.skip is not None
-    fixed = adapter(output_skip=False, frozen_mixer_parameters="magnitude,phase,out_proj")
+    fixed = adapter({"pd_ssm_output_skip": False}, frozen_mixer_parameters="magnitude,phase,out_proj")
     assert fixed.mixer.skip is None and not fixed.mixer.out_proj.weight.requires_grad
-    with pytest.raises(ValueError, match="output_skip.*pd_ssm"):
-        AdapterExperimentSettings(mixer="diag_lru", output_skip=False).validate()
+    with pytest.raises(ValueError, match="pd_ssm_output_skip.*pd_ssm mixer only"):
+        AdapterExperimentSettings(mixer="diag_lru", extra_config={"pd_ssm_output_skip": False}).validate()
 
 
 # The tiny base at its smallest, one method, a few steps: a run of the driver in seconds.
@@ -870,7 +897,7 @@ _TINY_RUN = [
     "--methods", "ssm", "--tiny_hidden_size", "16", "--tiny_layers", "1", "--tiny_heads", "2", "--pretrain_steps", "2",
     "--pretrain_batch_size", "2", "--max_steps", "2", "--eval_every", "1", "--warmup_steps", "1", "--batch_size", "4",
     "--eval_batch_size", "8", "--eval_samples_per_bucket", "4", "--train_max_transitions", "3", "--test_buckets",
-    "1-3", "--state_size", "4", "--dict_size", "4", "--min_steps", "1",
+    "1-3", "--min_steps", "1", "--extra_config", "pd_ssm_head_state_size=4", "pd_ssm_dict_size=4",
 ]  # fmt: skip
 
 
@@ -884,17 +911,17 @@ def test_train_adapter_resume_refuses_changed_settings_before_touching_the_run_f
 
     script = load_script("train_adapter")
     out = tmp_path / "run"
-    common = [*_TINY_RUN, "--output_dir", str(out)]
-    assert script.main([*common, "--learning_rate", "0.01", "--num_heads", "2"]) == 0
+    common = ["--output_dir", str(out), *_TINY_RUN]  # ends with --extra_config items
+    assert script.main([*common, "pd_ssm_num_heads=2", "--learning_rate", "0.01"]) == 0
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     capsys.readouterr()
-    changed = ["--learning_rate", "0.5", "--num_heads", "4", "--methods", "ssm_classifier"]
+    changed = ["pd_ssm_num_heads=4", "--learning_rate", "0.5", "--methods", "ssm_classifier"]
     with pytest.raises(SystemExit) as exit_info:
         script.main([*common, *changed, "--resume"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
     listed = re.search(r"was trained with: (.*?)\. Resume with", err).group(1).split("; ")
-    assert listed == ["num_heads 2 -> 4", "learning_rate 0.01 -> 0.5"], err  # methods is resume-safe
+    assert listed == ["learning_rate 0.01 -> 0.5", "extra_config.pd_ssm_num_heads 2 -> 4"], err  # methods is safe
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     recorded = AdapterExperimentSettings(**json.loads((out / "settings.json").read_text()))
     safe_change = {"methods": "ssm,ssm_classifier", "eval_every": 2, "eval_samples_per_bucket": 8}

@@ -5,6 +5,7 @@ run per seed."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import shlex
@@ -23,11 +24,12 @@ from hf_ssm.training.adapter.experiment_settings import (
     preset_values,
 )
 from hf_ssm.training.adapter.records import reproduce_flags
+from hf_ssm.training.legacy_settings import upgrade_argv
 from model_checks import ROOT, load_script, run_script
 
 SUMMARY = ROOT / "results" / "adapter" / "summary.json"
 SCRIPT = "python scripts/train_adapter.py"
-BASE = f"--base {SMOLLM2}"
+BASE = f"--base_model {SMOLLM2}"
 
 # RESULTS.md §2, "SmolLM2-135M-Instruct": (table row, record selector (run_dir, method, seed), product command).
 # Every record of every row is listed (all seeds). Extra flags after the preset are where the published run itself
@@ -128,7 +130,7 @@ AWAITING_RUNS = {("tracking_shuffled_objects", "entity"), ("tracking_shuffled_ob
 DOCUMENTED = [
     *[
         ("docs/adapter.md: one shared choice per sentence", (f"{_EXP}/sent_shared_cyc/s{s}", "ssm_classifier", s),
-         f"{_CYC} --preset one_readout --seed {s} --shared_selection true")
+         f"{_CYC} --preset one_readout --seed {s} --extra_config pd_ssm_shared_selection=true")
         for s in (0, 1)
     ],
 ]  # fmt: skip
@@ -147,11 +149,14 @@ def _records() -> list[dict]:
 
 
 def _resolved(argv: list[str]):
-    """(settings, the other arguments) of scripts/train_adapter.py parsing `argv`, as main() resolves them."""
+    """(settings, the other arguments) of scripts/train_adapter.py parsing `argv`, as main() resolves them; the
+    settings' extra_config as the mixer's fields in effect (over the adapter's own, CONFIG_DEFAULTS), so that a key
+    given at its default compares equal to the key not given."""
     script = load_script("train_adapter")
     args = script.build_parser().parse_args(argv)
     settings = script.resolved_settings(args)
     settings.validate()
+    settings = dataclasses.replace(settings, extra_config=settings.mixer_settings())
     fields = {f.name for f in dataclasses.fields(AdapterExperimentSettings)}
     others = {k: v for k, v in vars(args).items() if k not in fields and k not in NOT_COMPARED}
     return settings, others
@@ -169,6 +174,8 @@ def test_every_published_row_is_one_product_command(row, selector, command):
     record = matches[0]
     recorded = shlex.split(record["command"])
     assert " ".join(recorded[:2]) == SCRIPT
+    # the records' commands were written under the options of their day: read in today's (legacy_settings.py)
+    recorded = [*recorded[:2], *upgrade_argv("AdapterExperimentSettings", recorded[2:])]
     # Most published runs predate presets: they ran on the plain defaults under their flags, which `--preset none`
     # gives (repeated flags such as `--task parity ... --task a5`: argparse's last value wins, as in the run). A run
     # that named its preset resolves as it ran.
@@ -215,24 +222,27 @@ def test_the_published_commands_cover_every_row_and_every_preset():
 def test_a_smollm2_run_takes_the_tasks_best_preset_unless_told(task):
     """Without --preset a SmolLM2 run takes the task's default preset (parity: per-head classifier, cycle navigation:
     per-head with the preamble, A5: one readout), recorded as `preset`; `--preset none` gives the plain defaults."""
-    settings, _ = _resolved(["--base", SMOLLM2, "--task", task])
+    settings, _ = _resolved(["--base_model", SMOLLM2, "--task", task])
     expected = {"parity": "per_head", "cycle_navigation": "per_head_preamble", "a5": "one_readout"}[task]
     assert settings.preset == DEFAULT_PRESETS[SMOLLM2][task] == expected
     values = PRESETS[SMOLLM2][task][expected]
-    assert all(getattr(settings, name) == value for name, value in values.items())
+    assert all(getattr(settings, name) == value for name, value in values.items() if name != "extra_config")
+    assert settings.extra_config.items() >= values["extra_config"].items()
     assert settings.classifier_per_head == (task != "a5")
     assert settings.train_max_preamble_sentences == (30 if task == "cycle_navigation" else 0)
-    plain, _ = _resolved(["--base", SMOLLM2, "--task", task, "--preset", "none"])
-    assert plain == AdapterExperimentSettings(base_model=SMOLLM2, task=task)
+    plain, _ = _resolved(["--base_model", SMOLLM2, "--task", task, "--preset", "none"])
+    plain_settings = AdapterExperimentSettings(base_model=SMOLLM2, task=task)
+    assert plain == dataclasses.replace(plain_settings, extra_config=plain_settings.mixer_settings())
 
 
 def test_the_tiny_base_keeps_its_defaults():
     """The script's no-argument run (the built-in tiny base) resolves to the settings' own defaults, preset `none`;
     so does a SmolLM2 task without a validated preset (s5)."""
-    settings, others = _resolved([])
+    script = load_script("train_adapter")
+    settings = script.resolved_settings(script.build_parser().parse_args([]))
     assert settings == AdapterExperimentSettings() and settings.preset == NO_PRESET
-    assert others == {"model_card_dir": ""}
-    s5, _ = _resolved(["--base", SMOLLM2, "--task", "s5"])
+    assert _resolved([])[1] == {"model_card_dir": ""}
+    s5 = script.resolved_settings(script.build_parser().parse_args(["--base_model", SMOLLM2, "--task", "s5"]))
     assert s5 == AdapterExperimentSettings(base_model=SMOLLM2, task="s5")
 
 
@@ -244,8 +254,13 @@ def test_flags_given_win_over_the_preset():
     assert (settings.learning_rate, settings.classifier_per_head) == (5e-3, False)
     assert settings.write_learning_rate == 0.1 and settings.train_max_preamble_sentences == 30  # the preset's
     assert settings.fewshot_examples == AdapterExperimentSettings().fewshot_examples  # no preset sets it: the default
-    default_lr, _ = _resolved([*shlex.split(_PARITY), "--learning_rate", "0.01", "--num_heads", "2"])
-    assert (default_lr.learning_rate, default_lr.num_heads, default_lr.preset) == (0.01, 2, "per_head")
+    default_lr, _ = _resolved(
+        [*shlex.split(_PARITY), "--learning_rate", "0.01", "--extra_config", "pd_ssm_num_heads=2"]
+    )
+    assert (default_lr.learning_rate, default_lr.extra_config["pd_ssm_num_heads"], default_lr.preset) == (
+        0.01, 2, "per_head",
+    )  # fmt: skip
+    assert default_lr.extra_config["pd_ssm_transition"] == "bank"  # --extra_config merges over the preset's keys
 
 
 @pytest.mark.parametrize(
@@ -267,7 +282,7 @@ def test_a_bad_preset_is_refused_naming_the_accepted_ones(argv, message, capsys)
     with pytest.raises(SystemExit) as exit_info:
         script.main(argv)
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
-    base = argv[argv.index("--base") + 1] if "--base" in argv else "tiny"
+    base = argv[argv.index("--base_model") + 1] if "--base_model" in argv else "tiny"
     task = argv[argv.index("--task") + 1] if "--task" in argv else "parity"
     assert str(accepted_presets(base, task)) in str(err.value)
 
@@ -294,14 +309,19 @@ def test_presets_are_valid_settings_of_their_task():
 def test_the_model_cards_command_gives_the_settings_back(name):
     """The model card's "Reproduce with" flags name the preset (unless it is the task's default) and only the values
     that differ from it; parsed, they give the run's settings back."""
-    settings, _ = _resolved([*shlex.split(_CYC), "--preset", name, "--seed", "3", "--eval_every", "50"])
+    script = load_script("train_adapter")
+
+    def resolved(flags: str) -> AdapterExperimentSettings:  # as the script resolves them (extra_config as given)
+        return script.resolved_settings(script.build_parser().parse_args(shlex.split(flags)))
+
+    settings = resolved(f"{_CYC} --preset {name} --seed 3 --eval_every 50")
     flags = reproduce_flags(settings)
     assert ("--preset" in flags) == (name != DEFAULT_PRESETS[SMOLLM2]["cycle_navigation"])
-    assert "--eval_every 50" in flags and "--seed 3" in flags and "--num_heads" not in flags
-    again, _ = _resolved(shlex.split(flags))
-    assert again == settings
-    plain = AdapterExperimentSettings(base_model=SMOLLM2, num_heads=4)
-    assert "--preset none" in reproduce_flags(plain) and _resolved(shlex.split(reproduce_flags(plain)))[0] == plain
+    assert "--eval_every 50" in flags and "--seed 3" in flags and "--extra_config" not in flags
+    assert resolved(flags) == settings
+    plain = AdapterExperimentSettings(base_model=SMOLLM2, extra_config={"pd_ssm_num_heads": 4})
+    assert "--preset none" in reproduce_flags(plain) and "--extra_config pd_ssm_num_heads=4" in reproduce_flags(plain)
+    assert resolved(reproduce_flags(plain)) == plain
     assert preset_values(SMOLLM2, "a5", "none") == {}
 
 
@@ -313,16 +333,17 @@ def test_help_lists_every_option_under_a_title(capsys):
     titles = [group.title for group in parser._action_groups if group._group_actions]
     assert titles == [*script.OPTION_GROUPS, "other options"]
     (other,) = [group for group in parser._action_groups if group.title == "other options"]
-    assert [action.dest for action in other._group_actions] == ["help"]
+    assert [action.dest for action in other._group_actions if action.help is not argparse.SUPPRESS] == ["help"]
     grouped = {action for group in parser._action_groups if group is not other for action in group._group_actions}
-    assert all(action in grouped for action in parser._actions if action.dest != "help")
+    shown = [action for action in parser._actions if action.help is not argparse.SUPPRESS]  # old spellings: hidden
+    assert all(action in grouped for action in shown if action.dest != "help")
     with pytest.raises(SystemExit) as exit_info:
         script.main(["--help"])
     text = capsys.readouterr().out
     assert exit_info.value.code == 0
     positions = [text.index(f"\n{title}:\n") for title in [*script.OPTION_GROUPS, "other options"]]
     assert positions == sorted(positions)
-    assert "--base smollm2-135m --task cycle_navigation: per_head_preamble, per_head" in text
+    assert "--base_model smollm2-135m --task cycle_navigation: per_head_preamble, per_head" in text
 
 
 def test_seeds_train_one_run_per_seed_and_record_the_preset(tmp_path):
@@ -355,8 +376,8 @@ def test_validation_frequency_does_not_change_the_trained_adapter(tmp_path):
     from safetensors.torch import load_file
 
     argv = [
-        "--methods", "ssm", *TINY_QUICK_RUN, "--tiny_layers", "2", "--test_buckets", "1-3", "--layer_index", "0",
-        "--write_layer_index", "-1", "--transitions_at", "sentence_ends", "--transition", "bank",
+        "--methods", "ssm", *TINY_QUICK_RUN, "pd_ssm_transition=bank", "--tiny_layers", "2", "--test_buckets", "1-3",
+        "--layer_index", "0", "--write_layer_index", "-1", "--transitions_at", "sentence_ends",
         "--standardize_input", "true", "--train_examples", "6", "--answer_loss", "vocab", "--min_steps", "3",
     ]  # fmt: skip
     runs = {every: tmp_path / f"every{every}" for every in (1, 3)}

@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from test_adapter import PD_SETTINGS, TINY_QUICK_RUN, VOCAB, cached_decode_logits, ids, randomise, tiny_base
+from test_adapter import PD_SETTINGS, TINY_MIXER, TINY_QUICK_RUN, VOCAB, cached_decode_logits, ids, randomise, tiny_base
 
 from hf_ssm.adapters import (
     ADAPTER_CONFIG_NAME,
@@ -183,9 +183,10 @@ def test_selection_learning_rate_puts_the_transition_choice_in_its_own_group():
     with pytest.raises(ValueError, match="standardize_input"):
         AdapterExperimentSettings(methods="ssm_lora", standardize_input=True).validate()
     for transition, name in (("bank", "mixer.selection.weight"), ("direct", "mixer.transition_proj.weight")):
+        mixer = {"pd_ssm_transition": transition, "pd_ssm_initial_state": "one_hot", "pd_ssm_input": "none"}
         settings = AdapterExperimentSettings(
-            state_size=4, dict_size=4, transition=transition, learning_rate=1e-2, selection_learning_rate=2e-3,
-            readout_learning_rate=3e-4, initial_state="one_hot", input_map="none",
+            extra_config={**TINY_MIXER, **mixer}, learning_rate=1e-2, selection_learning_rate=2e-3,
+            readout_learning_rate=3e-4,
         )  # fmt: skip
         model, _, _ = build_method("ssm_classifier", settings, tiny_base(), num_classes=3)
         groups = parameter_groups("ssm_classifier", model, settings)
@@ -203,9 +204,9 @@ def test_train_adapter_runs_with_sentence_ends_and_standardized_input(tmp_path):
 
     run = tmp_path / "run"
     result = run_script(
-        "train_adapter", "--output_dir", str(run), "--methods", "ssm_classifier", *TINY_QUICK_RUN,
+        "train_adapter", "--output_dir", str(run), "--methods", "ssm_classifier", *TINY_QUICK_RUN, "pd_ssm_transition=bank",
         "--tiny_layers", "1", "--test_buckets", "1-3", "--transitions_at", "sentence_ends", "--standardize_input", "true",
-        "--transition", "bank", "--selection_learning_rate", "2e-3", "--train_examples", "6",
+        "--selection_learning_rate", "2e-3", "--train_examples", "6",
         timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

@@ -162,7 +162,7 @@ def test_a_pretraining_run_records_the_corpus_and_refuses_a_resume_on_another(sm
     from hf_ssm.training.lm.pretraining import pretrain
 
     settings = PretrainSettings(
-        override={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "mixers": "A"},
+        extra_config={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "mixers": "A"},
         block_size=32, batch_size=2, eval_blocks=2, warmup_steps=1, sample_tokens=0, max_steps=2, eval_every=2,
         save_every=1,
     )  # fmt: skip

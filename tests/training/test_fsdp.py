@@ -33,7 +33,7 @@ RUN_ARGS = [
 ]  # fmt: skip
 # The same run on one process with the global batch of two: 4 blocks per step.
 SINGLE = dict(
-    override={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "mixers": "SA"},
+    extra_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "mixers": "SA"},
     dataset="builtin", block_size=64, builtin_documents=60, eval_documents=12, eval_blocks=4, warmup_steps=2,
     sample_tokens=0, learning_rate=1e-2, max_steps=4, eval_every=2, save_every=0, batch_size=4,
 )  # fmt: skip

@@ -19,7 +19,7 @@ from hf_ssm.training.loop import make_accelerator, open_run
 
 # A 1-layer attention model, 2 steps of 2 blocks of 32 tokens of the generated stories: about a second.
 TINY = dict(
-    override={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "mixers": "A"},
+    extra_config={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "mixers": "A"},
     dataset="builtin", block_size=32, batch_size=2, builtin_documents=20, eval_documents=4, eval_blocks=2,
     warmup_steps=1, sample_tokens=0, max_steps=2, eval_every=2, save_every=1,
 )  # fmt: skip

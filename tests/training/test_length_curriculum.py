@@ -72,7 +72,7 @@ def test_bad_curriculum_values_raise_a_clear_error(fields, message):
 
 def test_a_curriculum_run_records_its_curriculum(tmp_path):
     settings = _settings(
-        hidden_size=16, state_size=4, dict_size=4, batch_size=4, max_steps=4, eval_every=2, num_buckets=1,
+        hidden_size=16, state_size=4, extra_config={"pd_ssm_dict_size": 4}, batch_size=4, max_steps=4, eval_every=2, num_buckets=1,
         eval_samples_per_bucket=4, val_samples_per_bucket=4, test_min_length=40, test_max_length=44, restarts=1,
         length_curriculum_steps=3, length_curriculum_start=4,
     )  # fmt: skip

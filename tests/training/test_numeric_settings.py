@@ -21,7 +21,7 @@ from model_checks import load_script
 DRIVERS = {
     "state_tracking": (StateTrackingSettings, {}),
     "adapter": (AdapterExperimentSettings, {}),
-    "pretrain": (PretrainSettings, {"preset": "pd_ssm-tiny"}),
+    "pretrain": (PretrainSettings, {"model_preset": "pd_ssm-tiny"}),
     "finetune": (FinetuneSettings, {"model": "unused"}),
     "timeseries": (TimeSeriesSettings, {}),
 }
@@ -67,9 +67,16 @@ def test_nan_inf_and_negative_numeric_settings_are_refused_naming_the_field(driv
 
 def test_the_signed_adapter_settings_still_take_negative_values():
     """A negative layer index (counting from the end) and a negative logit / diagonal offset stay valid."""
-    AdapterExperimentSettings(
-        layer_index=-1, dictionary_diagonal_init=-0.5, identity_entry_logit=-2.0, methods="ssm", write_layer_index=-1
-    ).validate()
+    signed = {"pd_ssm_dictionary_diagonal_init": -0.5, "pd_ssm_identity_entry_logit": -2.0}
+    AdapterExperimentSettings(layer_index=-1, extra_config=signed, methods="ssm", write_layer_index=-1).validate()
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -1.0])
+def test_the_adapter_mixer_fields_are_checked_by_the_config(value):
+    """The adapter's mixer fields (extra_config keys) are checked: a nan or infinite value (every wing's extra_config)
+    and a negative temperature (HybridSSMConfig's own check) are refused naming the config field."""
+    with pytest.raises(ValueError, match="pd_ssm_temperature`"):
+        AdapterExperimentSettings(extra_config={"pd_ssm_temperature": value}).validate()
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "0"])

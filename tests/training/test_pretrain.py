@@ -41,7 +41,7 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM
 # python_stdlib: 11 MB to tokenize per run): a step takes milliseconds.
 TINY = dict(
     dataset="builtin",
-    override={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "mixers": "SA"},
+    extra_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "mixers": "SA"},
     block_size=64,
     batch_size=2,
     builtin_documents=60,
@@ -354,7 +354,8 @@ def test_loss_falls_and_run_folder_is_complete(tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--preset", "hybrid-pd_ssm-huge"], "unknown preset 'hybrid-pd_ssm-huge'"),
+        (["--model_preset", "hybrid-pd_ssm-huge"], "unknown preset 'hybrid-pd_ssm-huge'"),
+        (["--preset", "pd_ssm-tiny"], "--preset was renamed: use --model_preset"),
         (["--train_files", "/no/such/corpus.txt"], "file not found: /no/such/corpus.txt"),
         (["--dataset", "./no_such_folder"], "dataset folder not found"),
         (["--dataset", "hf-ssm-no-such-dataset-xyz"], "could not load dataset 'hf-ssm-no-such-dataset-xyz'"),
@@ -362,7 +363,7 @@ def test_loss_falls_and_run_folder_is_complete(tmp_path):
         (["--train_files", __file__], "known extensions"),
         (["--config", "/no/such/config.json"], "--config: file not found"),
         (["--extra_config", "hidden_size"], "KEY=VALUE"),
-        (["--override", "hidden_size"], "KEY=VALUE"),  # the deprecated spelling keeps the checks
+        (["--override", "hidden_size=32"], "--override was renamed: use --extra_config"),  # the old spelling
         (["--extra_config", "hiden_size=100"], "--extra_config: 'hiden_size' is not a HybridSSMConfig field; did you"),
         (["--extra_config", "pd_ssm_stat_size=4"], "did you mean `pd_ssm_head_state_size`"),
         (["--extra_config", '{"hidden_size": 32'], "not valid JSON"),
@@ -379,20 +380,31 @@ def test_bad_arguments_exit_with_a_clear_message(args, message, tmp_path, capsys
     assert not (tmp_path / "run").exists()
 
 
-def test_deprecated_override_flag_warns_and_still_sets_the_config_fields():
-    """--override is the old spelling of --extra_config (kept for one release): it warns naming the new flag and
-    gives the same settings; --extra_config also takes a JSON object."""
-    script = load_script("pretrain")
-    parser = script.build_parser()
-    with pytest.warns(FutureWarning, match="--override is deprecated.*use --extra_config"):
-        old = parser.parse_args(["--override", "hidden_size=32", "mixers=SA"])
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (["--override", "hidden_size=32"], "--override was renamed: use --extra_config"),
+        (["--no-reset_at_boundaries"], "use --reset_at_boundaries false"),
+        (["--no_reset_at_boundaries"], "use --reset_at_boundaries false"),
+        (["--learning-rate", "0.1"], "use --learning_rate"),
+    ],
+)
+def test_old_option_spellings_are_refused_naming_the_new_one(old, new, capsys):
+    """Every option has one spelling, the field's: --override (now --extra_config), a bool's --no-<field> and the
+    dashed twins are refused, exit status 2, naming the spelling to use."""
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("pretrain").build_parser().parse_args(old)
+    assert exit_info.value.code == 2 and new in capsys.readouterr().err
+
+
+def test_extra_config_takes_items_or_a_json_object():
+    """--extra_config KEY=VALUE items and a JSON object give the same config fields; a bool is --field false."""
+    parser = load_script("pretrain").build_parser()
     new = parser.parse_args(["--extra_config", "hidden_size=32", "mixers=SA"])
     as_json = parser.parse_args(["--extra_config", '{"hidden_size": 32, "mixers": "SA"}'])
-    assert old.override == new.override == as_json.override == {"hidden_size": 32, "mixers": "SA"}
-    assert (
-        parser.parse_args([]).override == {}
-        and parser.parse_args(["--no-reset_at_boundaries"]).reset_at_boundaries is False
-    )
+    assert new.extra_config == as_json.extra_config == {"hidden_size": 32, "mixers": "SA"}
+    assert parser.parse_args([]).extra_config == {}
+    assert parser.parse_args(["--reset_at_boundaries", "false"]).reset_at_boundaries is False
 
 
 def test_list_presets(capsys):
@@ -465,6 +477,6 @@ def test_resume_with_changed_settings_is_refused_before_the_run_folder_changes(t
             ]  # fmt: skip
         )
     assert exit_info.value.code == 2
-    assert "override {'hidden_size': 32" in capsys.readouterr().err
+    assert "extra_config.hidden_size 32 -> 64" in capsys.readouterr().err
     assert (run / "settings.json").read_text() == recorded
     assert check_resume(tiny(max_steps=4, eval_every=1, save_every=2), run, RESUME_SAFE_SETTINGS).name == "step_2"

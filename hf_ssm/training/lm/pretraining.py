@@ -275,10 +275,13 @@ def pretrain(settings: PretrainSettings, run_dir, resume: bool = False, accelera
         (run_dir / "config.json").write_text(prepared.config.to_json_string())
     set_seed(settings.seed)
     model = HybridSSMForCausalLM(prepared.config)
-    info = {"preset": settings.preset if settings.config is None else None, **model_summary(prepared.config, model)}
+    info = {
+        "preset": settings.model_preset if settings.config is None else None,
+        **model_summary(prepared.config, model),
+    }
     model, state = train_loop(
         model, prepared.tokenizer, prepared.train_source, prepared.eval_data, settings, run_dir, accelerator, resume,
-        desc=f"pretrain {settings.preset or Path(settings.config).name}",
+        desc=f"pretrain {settings.model_preset or Path(settings.config).name}",
     )  # fmt: skip
     extra = {"tokenizer": settings.tokenizer}
     if sample := closing_sample(settings, prepared.eval_data, prepared.tokenizer, model, accelerator):
@@ -288,6 +291,6 @@ def pretrain(settings: PretrainSettings, run_dir, resume: bool = False, accelera
     tokenizer = prepared.tokenizer
     if prepared.config.has_attention:
         tokenizer.model_max_length = prepared.config.max_position_embeddings
-    name = settings.preset or Path(settings.config).stem
+    name = settings.model_preset or Path(settings.config).stem
     save_model_dir(accelerator, model, tokenizer, run_dir / "model", metrics, {"model_name": f"hf-ssm-{name}"})
     return metrics

@@ -84,24 +84,17 @@ values are never changed once a published record cites it: a new protocol is a n
 from __future__ import annotations
 
 from ...data.word_problems import WORD_PROBLEM_TASK
+from ..legacy_settings import upgrade_settings
 
 # The HybridSSMConfig fields every state-tracking model starts from, under its `extra_config` (model_config):
-# PD-SSM as the pure automaton, D = 1, no input map B, x_0 = e_0 (a model without a PD-SSM layer ignores them).
-MODEL_DEFAULTS = {"pd_ssm_initial_state": "one_hot", "pd_ssm_diagonal": "unit", "pd_ssm_input": "none"}
-# Settings that were StateTrackingSettings fields copying the HybridSSMConfig field of the same name, and are now
-# `extra_config` keys: a record or settings.json that names one is read as that key (resolve_settings), and the
-# driver's old flag (--pd_ssm_transition direct) is refused naming --extra_config pd_ssm_transition=direct.
-SETTINGS_MOVED_TO_EXTRA_CONFIG = (
-    "pd_ssm_initial_state",
-    "pd_ssm_diagonal",
-    "pd_ssm_input",
-    "pd_ssm_transition",
-    "pd_ssm_transition_init_scale",
-    "pd_ssm_transition_norm",
-    "pd_ssm_output_skip",
-    "pd_ssm_output_init",
-    "pd_ssm_output_trainable",
-)
+# PD-SSM as the pure automaton, D = 1, no input map B, x_0 = e_0, a dictionary of K = 16 (a model without a PD-SSM
+# layer ignores them).
+MODEL_DEFAULTS = {
+    "pd_ssm_initial_state": "one_hot",
+    "pd_ssm_diagonal": "unit",
+    "pd_ssm_input": "none",
+    "pd_ssm_dict_size": 16,
+}
 DEFAULT_RECIPE = "table"  # PD-SSM runs of a task without its own recipe
 BASELINE_RECIPE = "residual"  # every other mixer
 # Recipe names that were renamed: refused with the new name in the message.
@@ -216,8 +209,12 @@ RECIPES: dict[str, dict] = {
         hidden_size=128,
         state_size=128,
         num_heads=1,
-        dict_size=8,
-        extra_config={"pd_ssm_initial_state": "one_hot", "pd_ssm_diagonal": "complex", "pd_ssm_input": "projection"},
+        extra_config={
+            "pd_ssm_dict_size": 8,
+            "pd_ssm_initial_state": "one_hot",
+            "pd_ssm_diagonal": "complex",
+            "pd_ssm_input": "projection",
+        },
         block_type="post_norm_mixer",
         block_dropout=0.01,
         supervision="last",
@@ -296,12 +293,12 @@ def resolve_settings(recipe: str, explicit: dict, task: str | None = None) -> di
     `explicit["task"]`, if any) over them, and the `explicit` ones on top (they always win).
 
     `extra_config` (HybridSSMConfig fields) merges key by key, the explicit ones over the recipe's (the model
-    puts both over MODEL_DEFAULTS: settings.model_config). A setting of SETTINGS_MOVED_TO_EXTRA_CONFIG
-    among `explicit` (a record or settings.json written before they moved) is read as that extra_config key."""
+    puts both over MODEL_DEFAULTS: settings.model_config). A field that moved into extra_config
+    (legacy_settings.MOVED_TO_EXTRA_CONFIG: `dict_size`, the old `pd_ssm_*` settings) among `explicit` (a record or
+    settings.json written before it moved) is read as that extra_config key."""
     check_recipe(recipe)
-    explicit = dict(explicit)
-    moved = {name: explicit.pop(name) for name in SETTINGS_MOVED_TO_EXTRA_CONFIG if name in explicit}
-    config = {**RECIPES[recipe].get("extra_config", {}), **moved, **explicit.get("extra_config", {})}
+    explicit = upgrade_settings("StateTrackingSettings", explicit)
+    config = {**RECIPES[recipe].get("extra_config", {}), **explicit.get("extra_config", {})}
     own = TASK_SETTINGS.get(task if task is not None else explicit.get("task"), {})
     values = {**RECIPES[recipe], **own, **explicit, "recipe": recipe, "extra_config": config}
     if recipe in SQUARE_OUTPUT_RECIPES and "hidden_size" not in explicit:

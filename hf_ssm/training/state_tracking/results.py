@@ -19,6 +19,7 @@ import json
 import statistics
 from pathlib import Path
 
+from ..legacy_settings import upgrade_settings
 from ..reports import accuracy_cells, markdown_table, merge_summary, pyplot, save_figure
 from .recipes import resolve_settings
 from .settings import StateTrackingSettings
@@ -70,6 +71,7 @@ def run_records(results: dict, run_dir: str | Path, recipe: str) -> list[dict]:
     for folder in folders:
         settings_file = folder / "settings.json"
         settings = json.loads(settings_file.read_text()) if settings_file.is_file() else {}
+        settings = upgrade_settings("StateTrackingSettings", settings)  # a restart finished under the old names
         seed_results = results if folder == run_dir else json.loads((folder / "results.json").read_text())
         records.append(run_record(seed_results, recipe, str(folder), recipe_overrides(settings, recipe)))
     return records

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from ...data import TASK_NAMES, get_task
 from ...data.state_tracking import SUPERVISIONS
 from ...data.word_problems import WORD_PROBLEM_TASK, WordProblemDataset, load_word_problem_file, word_problem_task
 from ...modeling import HybridSSMConfig
 from ...modeling.config_values import BLOCK_TYPES, PD_SSM_PROJECTED_TRANSITIONS, check_choice
-from ...modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS, SSM_MIXERS, check_config_keys
+from ...modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
 from ...modeling.mixer_registry import pattern_letters, width_matched_fields
-from ..cli import check_numeric_settings, config_fields_field
+from ..cli import check_numeric_settings
 from ..optimization import LR_SCHEDULES
-from ..stack import stack_config_fields, stack_pattern
+from ..settings_base import ConfigFieldSettings, TrackingSettings
+from ..stack import StackSettings, stack_config_fields, stack_pattern
 from .evaluation import far_lengths
 from .recipes import MODEL_DEFAULTS, RECIPE_NAMES, check_recipe
 from .teacher_forcing import check_teacher_forcing
@@ -49,7 +51,6 @@ CHOICES = {
     "lr_schedule": LR_SCHEDULES,
     "embedding_init": EMBEDDING_INITS,
 }
-PATTERN_HELP = "one layer per letter: S = the mixer, " + ", ".join(f"{k} {v}" for k, v in PATTERN_LETTERS.items())
 
 
 # Where a file run's validation rows come from (FileSplits.source): --validation_file; the training file's longest
@@ -111,13 +112,28 @@ class RunPlan:
 
 
 @dataclass
-class StateTrackingSettings:
-    """Everything one training run depends on (saved to the run folder as settings.json)."""
+class StateTrackingSettings(StackSettings, ConfigFieldSettings, TrackingSettings):
+    """Everything one training run depends on (saved to the run folder as settings.json). The shared fields
+    (optimisation, cadence, seed, the task protocol, the model stack, extra_config) are declared in
+    training/settings_base.py and training/stack.py; these defaults are the `residual` recipe's."""
 
-    task: str = field(
-        default="parity",
-        metadata={"help": f"one task: {', '.join(TASK_NAMES)} ({WORD_PROBLEM_TASK}: set by --data_file)"},
-    )
+    DEFAULTS = {
+        "batch_size": 64,
+        "max_steps": 1000,
+        "warmup_steps": 50,
+        "save_every": 500,
+        "eval_samples_per_bucket": 1024,  # 128 gave +- 4 points of noise
+    }
+    HELP = {
+        "task": f"one of {', '.join(TASK_NAMES)} ({WORD_PROBLEM_TASK}: set by --data_file)",
+        "supervision": f"{' or '.join(SUPERVISIONS)}",
+        "mixer": f"one of {', '.join((*SSM_MIXERS, ATTENTION))}",
+        "extra_config": "state tracking: over the recipe's (which sets the PD-SSM layer's: pd_ssm_transition, "
+        "pd_ssm_diagonal, pd_ssm_input, pd_ssm_initial_state, pd_ssm_output_skip, ...) and MODEL_DEFAULTS, e.g. "
+        "pd_ssm_transition=bank or '{\"pd_ssm_magnitude_bias_init\": 3.0}'",
+    }
+    CONFIG_DEFAULTS: ClassVar[dict] = MODEL_DEFAULTS
+
     # Word-problem files (hf_ssm/data/word_problems.py: CSV `length,input,target` or `seed,input,target`, JSONL or a
     # JSON array) instead of a generated task: the training rows, the validation rows (file_splits: a validation
     # file, else the training file's longest lengths held out, or with validation_lengths "train" its last rows) and
@@ -153,14 +169,6 @@ class StateTrackingSettings:
     sequence_length: int | None = field(default=None, metadata={"help": "mqar: the fixed sequence length (256)"})
     num_queries: int | None = field(default=None, metadata={"help": "mqar: queries per sequence (None: every pair)"})
     num_data_tokens: int | None = field(default=None, metadata={"help": "selective_copying: tokens to copy (16)"})
-    mixer: str = field(default="pd_ssm", metadata={"help": f"one mixer: {', '.join((*SSM_MIXERS, ATTENTION))}"})
-    # One layer per letter, HybridSSMConfig's pattern letters with S = `mixer` (A attention, P pd_ssm, B bd_lru...).
-    pattern: str = field(default="S", metadata={"help": PATTERN_HELP})
-    hidden_size: int = 64
-    state_size: int = 8
-    num_heads: int = 16  # PD-SSM heads (independent automata; more heads, more chances to find the task's)
-    dict_size: int = 16
-    lru_group_size: int = 4
     train_min_length: int = 3
     train_max_length: int = 40
     # Length curriculum (docs/design.md §8.3): over the first length_curriculum_steps steps the longest training
@@ -175,26 +183,14 @@ class StateTrackingSettings:
     test_min_length: int = 40
     test_max_length: int = 256
     num_buckets: int = 6
-    eval_samples_per_bucket: int = 1024  # test sequences per length bucket (128 gave +- 4 points of noise)
-    batch_size: int = 64
-    max_steps: int = 1000
-    learning_rate: float = 1e-2
-    weight_decay: float = 0.0
-    warmup_steps: int = 50
-    grad_clip: float = 1.0
-    eval_every: int = 50
     # "train": select on training lengths; "test": on held-out test-length samples (a file run: on the training file's
     # longest lengths, held out of training, unless it has a validation_file; file_splits)
     validation_lengths: str = "test"
     val_samples_per_bucket: int = 64
-    target_accuracy: float = 0.99
-    min_steps: int = 0  # no early stop before this step (longer training sharpens |D| -> 1 for long sequences)
     # Far lengths ("1000,4000"; "" = none): after the test, far_samples_per_bucket sequences of each length exactly
     # (a learnt automaton that is right is right at any length; docs/design.md §8.3).
     far_lengths: str = field(default="", metadata={"help": "far test lengths, e.g. 1000,4000 ('' = none)"})
     far_samples_per_bucket: int = field(default=256, metadata={"help": "sequences per far length"})
-    save_every: int = 500
-    seed: int = 0
     # Random restarts (train_with_restarts): seeds seed, seed + 1000, seed + 2000, ... (state_tracking.restart_seeds:
     # runs of consecutive seeds share no restart); the restart with the best validation accuracy is kept, and no
     # further restart starts once one reaches target_accuracy. The test set never takes part.
@@ -210,7 +206,6 @@ class StateTrackingSettings:
             "help": "settings preset (driver default: the task's recipe for pd_ssm: table, s5 table_wide, modular_arithmetic table_curriculum; residual for every other mixer)",
         },
     )
-    supervision: str = "every"
     block_type: str = "pre_norm_residual"
     block_dropout: float = 0.0
     decay_embedding: bool = True
@@ -240,16 +235,6 @@ class StateTrackingSettings:
     # the group is what stops it; with attention off for 400 steps SAA still did not learn A5 (docs/design.md §8.7).
     attention_frozen_steps: int = field(
         default=0, metadata={"help": "steps before the attention layers (output at zero until then) start learning"}
-    )
-    # HybridSSMConfig fields, over MODEL_DEFAULTS (recipes.py): the PD-SSM layer's options (pd_ssm_transition,
-    # pd_ssm_diagonal, pd_ssm_input, pd_ssm_initial_state, pd_ssm_output_*, ...) are set here, by the recipe or by hand.
-    extra_config: dict = config_fields_field(
-        "HybridSSMConfig fields over the recipe's (which sets the PD-SSM layer's: pd_ssm_transition, pd_ssm_diagonal, "
-        "pd_ssm_input, pd_ssm_initial_state, pd_ssm_output_skip, ...): a JSON object, e.g. "
-        "'{\"pd_ssm_magnitude_bias_init\": 3.0}', or KEY=VALUE items, e.g. pd_ssm_transition=bank (--config: the "
-        "deprecated spelling)",
-        aliases=("--config",),
-        deprecated=("--config",),
     )
 
     def validate(self) -> RunPlan:

@@ -14,6 +14,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -31,11 +32,12 @@ from ...modeling import HybridSSMConfig, HybridSSMForTimeSeriesClassification
 from ...modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
 from .. import loop
 from ..checkpointing import atomic_save_dir
-from ..cli import check_numeric_settings, config_fields_field
+from ..cli import check_numeric_settings
 from ..loop import batch_ranges, eval_mode
 from ..optimization import warmup_cosine_schedule
 from ..reports import markdown_table, pyplot, save_figure
-from ..stack import stack_config_fields, stack_pattern
+from ..settings_base import ConfigFieldSettings, DatasetSettings, TrainingSettings
+from ..stack import StackSettings, stack_config_fields, stack_pattern
 
 BEST_WEIGHTS = "best_model.safetensors"
 # Settings a resumed run may change (checkpointing.check_resume): when it checkpoints and how long it waits for a
@@ -46,13 +48,28 @@ SYNTHETIC_SERIES = 32  # series generated for --dataset synthetic when --synthet
 
 
 @dataclass
-class TimeSeriesSettings:
-    """Everything one training run depends on (saved to the run folder as settings.json)."""
+class TimeSeriesSettings(StackSettings, ConfigFieldSettings, DatasetSettings, TrainingSettings):
+    """Everything one training run depends on (saved to the run folder as settings.json). The shared fields
+    (optimisation, checkpoint cadence in epochs, seed, the model stack, extra_config, dataset) are declared in
+    training/settings_base.py and training/stack.py."""
 
-    dataset: str = field(
-        default="BasicMotions",
-        metadata={"help": f"a name, folder or .ts file; '{SYNTHETIC}': generated series of --synthetic_shape"},
-    )
+    DEFAULTS = {
+        "dataset": "BasicMotions",
+        "hidden_size": 32,
+        "state_size": 16,
+        "num_heads": 1,
+        "batch_size": 8,
+        "learning_rate": 5e-3,
+        "weight_decay": 0.01,
+        "save_every": 10,
+    }
+    HELP = {
+        "dataset": f"a UEA / UCR name, folder or .ts file; '{SYNTHETIC}': generated series of --synthetic_shape",
+        "mixer": f"one of {', '.join((*SSM_MIXERS, ATTENTION))}",
+        "state_size": "time series: also the LRUs' total state and the LrcSSM cells' channels",
+    }
+    CONFIG_DEFAULTS: ClassVar[dict] = {"pd_ssm_dict_size": 8}
+
     data_dir: str | None = field(
         default=None, metadata={"help": "folder holding <dataset>/ or the .ts files (None: aeon's)"}
     )
@@ -69,26 +86,14 @@ class TimeSeriesSettings:
     test_fraction: float = 0.15
     missing: str = field(default="raise", metadata={"choices": MISSING_POLICIES, "help": "'?' / NaN policy"})
     missing_indicators: bool = field(default=False, metadata={"help": "append the observed mask as channels"})
-    mixer: str = field(default="pd_ssm", metadata={"help": f"one mixer: {', '.join((*SSM_MIXERS, ATTENTION))}"})
-    pattern: str = field(default="S", metadata={"help": "any HybridSSMConfig pattern; S = the mixer"})
-    hidden_size: int = 32
-    state_size: int = 16
-    num_heads: int = 1
-    dict_size: int = 8
-    lru_group_size: int = 4
-    batch_size: int = 8
-    max_epochs: int = 50
-    patience: int = 15
-    learning_rate: float = 5e-3
-    weight_decay: float = 0.01
-    warmup_epochs: int = 2
-    grad_clip: float = 1.0
-    save_every: int = 10
-    seed: int = 0
-    extra_config: dict = config_fields_field("more HybridSSMConfig fields: a JSON object or KEY=VALUE items")
+    max_epochs: int = field(default=50, metadata={"help": "training epochs at most"})
+    patience: int = field(default=15, metadata={"help": "stop after this many epochs without a new best"})
+    warmup_epochs: int = field(default=2, metadata={"help": "epochs of linear learning-rate warm-up"})
 
     def validate(self) -> None:
         check_numeric_settings(self, positive=("learning_rate",))
+        if not self.dataset:
+            raise ValueError(f"`dataset` must name a dataset (or {SYNTHETIC!r}), got {self.dataset!r}")
         self._validate_synthetic()
         if self.mixer not in (*SSM_MIXERS, ATTENTION):
             raise ValueError(f"`mixer` must be one of {[*SSM_MIXERS, ATTENTION]}, got {self.mixer!r}")
@@ -96,7 +101,7 @@ class TimeSeriesSettings:
             raise ValueError(f"`split` must be one of {list(SPLIT_MODES)}, got {self.split!r}")
         if self.missing not in MISSING_POLICIES:
             raise ValueError(f"`missing` must be one of {list(MISSING_POLICIES)}, got {self.missing!r}")
-        for name in ("hidden_size", "state_size", "num_heads", "dict_size", "lru_group_size", "batch_size"):
+        for name in ("hidden_size", "state_size", "num_heads", "lru_group_size", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
         for name in ("max_epochs", "patience"):
@@ -146,7 +151,7 @@ def model_config(settings: TimeSeriesSettings, input_channels: int, num_labels: 
         classifier_pooling="mean",  # as in the papers: average over time, then classify
         use_cache=False,
     )
-    options.update(settings.extra_config)
+    options.update({**settings.CONFIG_DEFAULTS, **settings.extra_config})
     return HybridSSMConfig(**options)
 
 
