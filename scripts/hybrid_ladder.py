@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hf_ssm.training.cli import seed_list
+from hf_ssm.training.cli import add_seeds_argument, refuse_options
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RECORD = ROOT / "results" / "state_tracking" / "ladder.json"
@@ -232,7 +232,7 @@ def probe_recorded(full: dict, runs_dir: Path) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rungs", default=",".join(RUNG_NAMES), help=f"comma-separated, from {', '.join(RUNG_NAMES)}")
-    parser.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="e.g. 0-2 or 0,3")
+    add_seeds_argument(parser, "e.g. 0-2 or 0,3", default=[0, 1, 2])
     parser.add_argument(
         "--variants",
         default="",
@@ -242,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--record", type=Path, default=DEFAULT_RECORD, help="the ladder's JSON record")
     parser.add_argument("--runs_dir", type=Path, default=Path.home() / ".cache" / "hf_ssm" / "ladder")
     parser.add_argument("--resume", action="store_true", help="continue interrupted runs from their checkpoints")
-    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each run")
+    parser.add_argument("--cpu_threads", type=int, default=1, help="OMP_NUM_THREADS of each run")
+    refuse_options(parser, {"--threads": "--cpu_threads"})
     parser.add_argument("--table", action="store_true", help="print the recorded ladder and exit")
     parser.add_argument(
         "--probe", action="store_true", help="add head_information to recorded runs without it (from --runs_dir)"
@@ -272,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                 if str(seed) in record.get(key, {}):
                     continue
                 runs_dir = args.runs_dir.expanduser()
-                result = run_rung(name, args.task, seed, runs_dir, args.resume, args.threads, variants)
+                result = run_rung(name, args.task, seed, runs_dir, args.resume, args.cpu_threads, variants)
                 record.setdefault(key, {})[str(seed)] = result
                 _write_record(args.record, full)
                 print(f"{key} seed {seed}: test mean {_pct(result['test_mean'])} %", flush=True)

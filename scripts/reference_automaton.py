@@ -9,7 +9,7 @@ no schedule, fresh training sequences every step (the package's task generators,
 `hf_ssm.data.state_tracking.get_task`).
 
 Evaluation as the package's (hf_ssm/training/state_tracking/evaluation.py `evaluate`): last-position accuracy in length buckets
-of the test range, `--eval_samples` sequences per bucket drawn with data seed 20,000 + the bucket's low end.
+of the test range, `--eval_samples_per_bucket` sequences per bucket drawn with data seed 20,000 + the bucket's low end.
 
     OMP_NUM_THREADS=1 python scripts/reference_automaton.py --task a5 --seed 2
     python scripts/reference_automaton.py --task parity --seed 0 --json runs/ref_parity_0.json
@@ -19,14 +19,14 @@ state its previous label names instead of the model's own state, so every labell
 P[v_t] e_(label t-1) -> e_(label t), with no credit to assign through time; the test always runs free. With the
 group's order as N this learns S5 with 32 generators (docs/design.md §8.7):
 
-    OMP_NUM_THREADS=1 python scripts/reference_automaton.py --task s5 --num_generators 32 --heads 1 --states 120 \
-        --fixed_readout --teacher_forcing_steps 2000 --seed 0
+    OMP_NUM_THREADS=1 python scripts/reference_automaton.py --task s5 --num_generators 32 --num_heads 1 \
+        --state_size 120 --fixed_readout --teacher_forcing_steps 2000 --seed 0
 
 --beside_layer DIR also trains the package's PD-SSM layer on the same task and seed with the driver's default
 recipe (`table`, one run: restarts 1) and the same heads, batch, lengths, test size and at most the same steps, in
 DIR, and prints the two side by side (the layer's record in the JSON under "layer"):
 
-    OMP_NUM_THREADS=1 python scripts/reference_automaton.py --task s5 --heads 32 --seed 0 --beside_layer runs/s5_pair
+    OMP_NUM_THREADS=1 python scripts/reference_automaton.py --task s5 --num_heads 32 --seed 0 --beside_layer runs/s5_pair
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ import torch
 from torch import nn
 
 from hf_ssm.data.state_tracking import StateTrackingDataset, collate_state_tracking, get_task
+from hf_ssm.training.cli import refuse_options
+from hf_ssm.training.legacy_settings import RENAMED_OPTIONS
 from hf_ssm.training.state_tracking.driver import length_buckets
 from hf_ssm.training.state_tracking.evaluation import TEST_SEED
 
@@ -151,17 +153,17 @@ def train_layer(args, task_kwargs: dict) -> dict:
         mixer="pd_ssm",
         seed=args.seed,
         restarts=1,
-        num_heads=args.heads,
-        state_size=args.states,
+        num_heads=args.num_heads,
+        state_size=args.state_size,
         batch_size=args.batch_size,
         train_min_length=args.train_min_length,
         train_max_length=args.train_max_length,
-        max_steps=args.steps,
-        min_steps=min(args.steps, resolve_settings("table", {})["min_steps"]),
+        max_steps=args.max_steps,
+        min_steps=min(args.max_steps, resolve_settings("table", {})["min_steps"]),
         test_min_length=args.test_min_length,
         test_max_length=args.test_max_length,
         num_buckets=args.num_buckets,
-        eval_samples_per_bucket=args.eval_samples,
+        eval_samples_per_bucket=args.eval_samples_per_bucket,
         **task_kwargs,
     )
     return train_state_tracking(StateTrackingSettings(**resolve_settings("table", explicit)), args.beside_layer)
@@ -184,9 +186,9 @@ def evaluate(model, task, buckets, samples: int, batch_size: int = 256) -> list[
 
 
 def test_record(name, model, task, buckets, args, losses, cpu0, train_cpu) -> dict:
-    """Score `model` on `buckets` (args.eval_samples sequences each) and return the run's record: `name`, the
+    """Score `model` on `buckets` (args.eval_samples_per_bucket sequences each) and return the run's record: `name`, the
     arguments, CPU seconds since cpu0, the loss curve and the test buckets with their mean."""
-    test = evaluate(model, task, buckets, args.eval_samples)
+    test = evaluate(model, task, buckets, args.eval_samples_per_bucket)
     return {
         "model": name,
         "args": vars(args),
@@ -214,10 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--task", default="a5")
     parser.add_argument("--num_generators", type=int, default=None, help="a5 / s5 only (default 2)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--states", type=int, default=8, help="N, states per head")
-    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--max_steps", type=int, default=2000, help="Adam steps")
+    parser.add_argument("--num_heads", type=int, default=16, help="heads H (independent automata)")
+    parser.add_argument("--state_size", type=int, default=8, help="N, states per head")
+    parser.add_argument("--learning_rate", type=float, default=1e-2, help="Adam's learning rate (constant)")
     parser.add_argument(
         "--detach_state", action="store_true", help="no gradient into x_{t-1}: each P_t learns from its position alone"
     )
@@ -236,45 +238,47 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--test_min_length", type=int, default=40)
     parser.add_argument("--test_max_length", type=int, default=256)
     parser.add_argument("--num_buckets", type=int, default=6)
-    parser.add_argument("--eval_samples", type=int, default=1024, help="test sequences per length bucket")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--eval_samples_per_bucket", type=int, default=1024, help="test sequences per length bucket")
+    parser.add_argument("--cpu_threads", type=int, default=1, help="torch threads")
     parser.add_argument("--json", default=None, help="write the record here")
     parser.add_argument(
         "--beside_layer", default=None, help="also train the PD-SSM layer (recipe table) in this folder"
     )
+    # the options' spellings before they took the names of the settings they mirror (StateTrackingSettings)
+    refuse_options(parser, RENAMED_OPTIONS["reference_automaton"])
     return parser
 
 
 def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.cpu_threads)
     torch.manual_seed(args.seed)
     kwargs = {} if args.num_generators is None else {"num_generators": args.num_generators}
     task = get_task(args.task, **kwargs)
     model = ReferenceAutomaton(
         task.vocab_size,
         task.num_classes,
-        args.heads,
-        args.states,
+        args.num_heads,
+        args.state_size,
         fixed_readout=args.fixed_readout,
         detach_state=args.detach_state,
         teacher_forcing=args.teacher_forcing_steps > 0,
     )
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=args.lr)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=args.learning_rate)
     train = StateTrackingDataset(
-        task, args.steps * args.batch_size, args.train_min_length, args.train_max_length, seed=args.seed
+        task, args.max_steps * args.batch_size, args.train_min_length, args.train_max_length, seed=args.seed
     )
     cpu0 = time.process_time()
     losses = []
-    for step in range(args.steps):
+    for step in range(args.max_steps):
         batch = collate_state_tracking([train[step * args.batch_size + i] for i in range(args.batch_size)])
         forced = batch["labels"] if step < args.teacher_forcing_steps else None
         loss = sequence_loss(model(batch["input_ids"], forced), batch["labels"])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if step % 100 == 0 or step == args.steps - 1:
+        if step % 100 == 0 or step == args.max_steps - 1:
             losses.append({"step": step, "loss": loss.item()})
     train_cpu = time.process_time() - cpu0
     buckets = length_buckets(args.test_min_length, args.test_max_length, args.num_buckets)
@@ -282,7 +286,7 @@ def main(argv=None) -> dict:
     mean = record["test_mean_accuracy"]
     cells = bucket_cells(record["test"])
     print(
-        f"{args.task} seed {args.seed} steps {args.steps}: mean {100 * mean:.1f}% [{cells}] "
+        f"{args.task} seed {args.seed} steps {args.max_steps}: mean {100 * mean:.1f}% [{cells}] "
         f"loss {losses[-1]['loss']:.4f} train CPU {train_cpu:.1f} s, total CPU {record['cpu_seconds']:.1f} s"
     )
     if args.beside_layer:

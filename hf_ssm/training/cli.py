@@ -253,9 +253,9 @@ def add_output_arguments(parser: argparse.ArgumentParser, default_output: str, r
     parser.add_argument("--resume", action="store_true", help=resume_help)
 
 
-def add_seeds_argument(parser: argparse.ArgumentParser, help: str) -> None:
+def add_seeds_argument(parser: argparse.ArgumentParser, help: str, default: list[int] | None = None) -> None:
     """--seeds (`seed_list`: 0-4, 0,2,5), the several seeds of one call, declared once for every script."""
-    parser.add_argument("--seeds", type=seed_list, default=None, help=help)
+    parser.add_argument("--seeds", type=seed_list, default=default, help=help)
 
 
 def add_mixers_argument(parser: argparse.ArgumentParser) -> None:

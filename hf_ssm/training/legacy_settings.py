@@ -79,10 +79,20 @@ RENAMED_SETTINGS: dict[str, dict[str, str]] = {
     "PretrainSettings": {"override": "extra_config", "preset": "model_preset"},
 }
 
-# {settings class name: {old option: new option}}: options of the script that fills the class.
+# {settings class name (or a script without one): {old option: new option}}: options of the script that fills the
+# class.
 RENAMED_OPTIONS: dict[str, dict[str, str]] = {
     "StateTrackingSettings": {"--config": "--extra_config"},
     "AdapterExperimentSettings": {"--base": "--base_model", "--summary_json": "--summary"},
+    # scripts/reference_automaton.py: its options mirror StateTrackingSettings fields and now take their names
+    "reference_automaton": {
+        "--steps": "--max_steps",
+        "--heads": "--num_heads",
+        "--states": "--state_size",
+        "--lr": "--learning_rate",
+        "--eval_samples": "--eval_samples_per_bucket",
+        "--threads": "--cpu_threads",
+    },
 }
 
 

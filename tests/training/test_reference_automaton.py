@@ -9,9 +9,9 @@ import pytest
 
 from model_checks import load_script, run_script
 
-TINY = ["--task", "parity", "--steps", "5", "--heads", "2", "--states", "4", "--batch_size", "8",
+TINY = ["--task", "parity", "--max_steps", "5", "--num_heads", "2", "--state_size", "4", "--batch_size", "8",
         "--train_max_length", "12", "--test_min_length", "12", "--test_max_length", "20", "--num_buckets", "2",
-        "--eval_samples", "8"]  # fmt: skip
+        "--eval_samples_per_bucket", "8"]  # fmt: skip
 
 
 def test_reference_beside_the_layer_scores_both_on_the_same_test_buckets(tmp_path):
