@@ -200,7 +200,8 @@ def table(record: dict) -> list[str]:
         for s in seeds:
             far = "/".join(_pct(v) for v in runs[s]["far"].values())
             bits = runs[s].get("head_bits")
-            informative = f" [{sum(b >= 1 for b in bits)} heads]" if bits else ""
+            count = sum(b >= 1 for b in bits or ())
+            informative = f" [{count} head{'' if count == 1 else 's'}]" if bits else ""
             cells.append(f"s{s} {_pct(runs[s]['test_mean'])}" + (f" ({far})" if far else "") + informative)
         spread = f"{_pct(statistics.mean(means))} ± {_pct(statistics.stdev(means))}" if len(means) > 1 else "—"
         cpus = [runs[s]["cpu_seconds"] for s in seeds]

@@ -42,7 +42,7 @@ A task of a base with presets but none validated for it takes `none` (SmolLM2 on
 `tracking_shuffled_objects`, whose `one_readout` and `lora` presets run the protocol of RESULTS.md's BIG-Bench Hard
 table: stories of 1-7 swaps, tested with n, 4n and 8n swaps).
 
-The entity-tracking presets of `tracking_shuffled_objects` (docs/adapter.md; not yet run, so no default): `entity`
+The entity-tracking presets of `tracking_shuffled_objects` (docs/adapter.md; `entity` ran on seed 0 only: no default): `entity`
 (the entity-tracking adapter, `adapter_kind="entity_tracking"`, reading layer 6 with its classifier readout; trained
 on 1024 "varied" stories of 1-7 swaps: seventy names, the benchmark's five scenarios and six more, options shuffled
 in half; tested at n, 4n and 8n swaps and on the held-out stories (`heldout_buckets`: unseen names, options
