@@ -70,7 +70,11 @@ RUNGS = (
 RUNG_NAMES = tuple(r.name for r in RUNGS)
 
 # Changes under test, each tried on top of every rung (docs/design.md §8.8 gives what each did).
-VARIANTS = (Rung("heads32", "32 heads of N = 8 (d = 512): twice the search in parallel (§8.3)", ("--num_heads", "32")),)
+VARIANTS = (
+    Rung("heads32", "32 heads of N = 8 (d = 512): twice the search in parallel (§8.3)", ("--num_heads", "32")),
+    # mixer_mlp's two differences apart: its SwiGLU block kept but one hidden unit wide (the RMSNorm stays)
+    Rung("mlp1", "the SwiGLU block 1 unit wide (intermediate_size=1)", (), ("intermediate_size=1",)),
+)
 VARIANT_NAMES = tuple(v.name for v in VARIANTS)
 
 
