@@ -175,7 +175,14 @@ def save_with_reference(model, directory, inputs: dict, output: str = "logits") 
 
 def load_without_hf_ssm(jobs: list[dict], workdir) -> list[dict]:
     """Run BLOCKED_LOAD on `jobs` in one subprocess (one interpreter start for all of them); its JSON results."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(Path(workdir) / "modules")}
+    # the parent's thread count: bit-identical logits need the same float sums in both processes
+    threads = str(torch.get_num_threads())
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(Path(workdir) / "modules"),
+        "OMP_NUM_THREADS": threads,
+    }
     result = subprocess.run(
         [sys.executable, "-c", BLOCKED_LOAD, json.dumps(jobs)], capture_output=True, text=True, cwd=workdir, env=env
     )

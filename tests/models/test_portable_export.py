@@ -110,7 +110,13 @@ def test_exported_checkpoint_and_config_load_and_save_again_without_hf_ssm(tmp_p
     save_with_reference(model, tmp_path / "model", {"input_ids": torch.randint(1, 37, (2, 9))})
     config.save_pretrained(tmp_path / "config")
     assert {"configuration_hybrid_ssm.py", "ops_checks.py", "ops_dispatch.py"} <= set(os.listdir(tmp_path / "config"))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    threads = str(torch.get_num_threads())  # the same float sums as this process's reference
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(tmp_path / "modules"),
+        "OMP_NUM_THREADS": threads,
+    }
     folders = [str(tmp_path / name) for name in ("model", "again", "config")]
     result = subprocess.run(
         [sys.executable, "-c", BLOCKED_RESAVE, *folders], capture_output=True, text=True, cwd=tmp_path, env=env
