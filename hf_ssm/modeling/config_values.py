@@ -16,17 +16,8 @@ from hf_ssm.ops.checks import SCAN_BACKENDS as SCAN_BACKENDS
 # What the PD-SSM diagonal D may be: both magnitude and phase learnt, magnitude only (arg D = 0), or D = 1.
 PD_SSM_DIAGONALS = ("complex", "magnitude", "unit")
 PD_SSM_INITIAL_STATES = ("zeros", "one_hot", "head_basis", "learned")
-# How PD-SSM makes P_t: mix a dictionary per token (the paper), pick one of a bank of fixed matrices (Flash PD-SSM), or
-# read P_t's column logits straight off a linear map of the input (a free transition table per token).
-# Each is one class of pd_transitions.py (its TRANSITIONS table holds the same names).
-PD_SSM_TRANSITIONS = ("dictionary", "bank", "direct")
-# The modes with a dictionary (or bank) of K matrices per head and a selection W_s: pd_ssm_identity_entry_logit.
-PD_SSM_DICTIONARY_TRANSITIONS = ("dictionary", "bank")
-# The modes whose selection may be one choice for every head (pd_ssm_shared_selection).
-PD_SSM_SHARED_SELECTION_TRANSITIONS = ("bank",)
-# The modes that read P_t's logits off W_P u_t (`transition_proj`): pd_ssm_transition_input_size / _norm / _init_scale
-# and the training's transition_lr_scale.
-PD_SSM_PROJECTED_TRANSITIONS = ("direct",)
+# How PD-SSM makes P_t (pd_ssm_transition) is not listed here: its accepted values are the names of the transition
+# modes registered in pd_transitions.py (TRANSITIONS, with each mode's capability flags), the one list of them.
 # What PD-SSM adds to the state each step: b_t = B u_t (the paper) or nothing (the state is x_0 moved by A_t alone).
 PD_SSM_INPUTS = ("projection", "none")
 # How PD-SSM's output map C starts: N(0, initializer_range^2) like every linear map, or the identity.

@@ -219,7 +219,8 @@ class HybridSSMConfig(PretrainedConfig):
             table, as in a minimal automaton with one logit table per token. W_P starts N(0, s^2 / d) with
             s = `pd_ssm_transition_init_scale`, so a unit-RMS input (the normed token embedding) starts with
             N(0, s^2) logits, a different random transition for each token. Straight-through gradients in every
-            mode (the column softmax at `pd_ssm_temperature` in the backward).
+            mode (the column softmax at `pd_ssm_temperature` in the backward). The accepted values are the modes
+            registered in pd_transitions.py (`transition_names()`; `register_transition` adds one at run time).
         pd_ssm_output_skip: whether the PD-SSM output adds D_skip * u_t to Re(C x_t) (default True, the paper);
             False: y_t = Re(C x_t) and the layer has no D_skip (a post-norm block then has no skip either).
         pd_ssm_output_init: how C (the map of [Re x, Im x] of every head to width d) starts. `"normal"` (default):

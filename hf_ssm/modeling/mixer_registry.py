@@ -232,23 +232,23 @@ def _load_lstm():
 def _check_pd_ssm(config) -> None:
     from .config_values import (
         PD_SSM_DIAGONALS,
-        PD_SSM_DICTIONARY_TRANSITIONS,
         PD_SSM_INITIAL_STATES,
         PD_SSM_INPUTS,
         PD_SSM_OUTPUT_INITS,
-        PD_SSM_PROJECTED_TRANSITIONS,
-        PD_SSM_SHARED_SELECTION_TRANSITIONS,
-        PD_SSM_TRANSITIONS,
         check_choice,
         check_number,
         check_positive_int,
     )
 
+    # the transition modes' one list and their capability flags (imported here, when a config is checked: the
+    # module imports torch and the PD ops, which this module and the config do not when they are imported)
+    from .pd_transitions import transition_class, transition_names
+
     for name in ("pd_ssm_num_heads", "pd_ssm_head_state_size", "pd_ssm_dict_size", "pd_ssm_mlp_width"):
         check_positive_int(name, getattr(config, name))
     check_choice("pd_ssm_diagonal", config.pd_ssm_diagonal, PD_SSM_DIAGONALS)
     check_choice("pd_ssm_initial_state", config.pd_ssm_initial_state, PD_SSM_INITIAL_STATES)
-    check_choice("pd_ssm_transition", config.pd_ssm_transition, PD_SSM_TRANSITIONS)
+    mode = transition_class(config.pd_ssm_transition)  # ValueError naming the registered modes
     check_choice("pd_ssm_input", config.pd_ssm_input, PD_SSM_INPUTS)
     if config.pd_ssm_input == "none" and config.pd_ssm_initial_state == "zeros":
         raise ValueError(
@@ -277,25 +277,25 @@ def _check_pd_ssm(config) -> None:
                 f"`pd_ssm_transition_input_size` must be None (all hidden_size features) or an int in [1, hidden_size "
                 f"= {config.hidden_size}], got {k_in!r}"
             )
-        if config.pd_ssm_transition not in PD_SSM_PROJECTED_TRANSITIONS:
+        if not mode.has_projection:
             raise ValueError(
                 "`pd_ssm_transition_input_size` sizes the direct transition's W_P: it needs "
-                f"pd_ssm_transition={_choices(PD_SSM_PROJECTED_TRANSITIONS)} (got {config.pd_ssm_transition!r}; "
-                "leave it None)"
+                f"pd_ssm_transition={_choices(transition_names('has_projection'))} (got "
+                f"{config.pd_ssm_transition!r}; leave it None)"
             )
-    if config.pd_ssm_shared_selection and config.pd_ssm_transition not in PD_SSM_SHARED_SELECTION_TRANSITIONS:
+    if config.pd_ssm_shared_selection and not mode.can_share_selection:
         raise ValueError(
             "`pd_ssm_shared_selection` shares the choice of a bank entry across heads: it needs "
-            f"pd_ssm_transition={_choices(PD_SSM_SHARED_SELECTION_TRANSITIONS)} (got {config.pd_ssm_transition!r}; "
-            "set it to False)"
+            f"pd_ssm_transition={_choices(transition_names('can_share_selection'))} (got "
+            f"{config.pd_ssm_transition!r}; set it to False)"
         )
     if config.pd_ssm_identity_entry_logit is not None:
         check_number("pd_ssm_identity_entry_logit", config.pd_ssm_identity_entry_logit)
-        if config.pd_ssm_transition not in PD_SSM_DICTIONARY_TRANSITIONS:
+        if not mode.has_dictionary:
             raise ValueError(
                 "`pd_ssm_identity_entry_logit` needs a dictionary or bank to hold the identity entry; "
                 f"pd_ssm_transition={config.pd_ssm_transition!r} has none (set it to None, or pd_ssm_transition to "
-                f"{_choices(PD_SSM_DICTIONARY_TRANSITIONS)})"
+                f"{_choices(transition_names('has_dictionary'))})"
             )
 
 

@@ -16,8 +16,15 @@ All are straight-through: softmax(. / tau) in place of each hardmax in the backw
 
 A mode object holds the config's numbers only; the mixer passes itself to every method, and the parameters are
 registered on the mixer, so their state-dict names (`mixer.selection.weight`, `mixer.dictionary`,
-`mixer.transition_proj.weight`, ...) are the layer's own whatever the mode. Adding a mode is one class here and one
-entry in `TRANSITIONS` (its name also goes into config_values.PD_SSM_TRANSITIONS, which the config checks).
+`mixer.transition_proj.weight`, ...) are the layer's own whatever the mode.
+
+`TRANSITIONS` is the one list of the modes: config.pd_ssm_transition's accepted values are its names, which the
+config checks through `transition_class` (mixer_registry's pd_ssm checks, when a config with a pd_ssm layer is
+validated), and the config checks of the fields that only some modes read ask the mode's class for its capability
+flags (`has_dictionary`, `can_share_selection`, `has_projection`). Adding a mode is one class here and one
+`register_transition(name, cls)` call, here for a built-in mode or at run time from any code; nothing else lists the
+names. (A mode registered at run time is not written into a checkpoint's flat code: save_pretrained exports this
+file as it is, so such a checkpoint loads only where the same registration runs first.)
 """
 
 from __future__ import annotations
@@ -50,9 +57,21 @@ class TorchInit:
 
 class PDTransition:
     """How a PD-SSM layer makes P_t. `name` is its config.pd_ssm_transition value; `fused_decode`: the mixer's fused
-    decode step (mixer_pd_ssm.py) can run it."""
+    decode step (mixer_pd_ssm.py) can run it.
+
+    The capability flags, read by the config's checks of the fields that only some modes use (class attributes, so
+    that the checks need no mode object):
+        has_dictionary: a dictionary (or bank) of K matrices per head and a selection W_s (`selection`,
+            `dictionary`): pd_ssm_identity_entry_logit may be set.
+        can_share_selection: the selection may be one choice for every head (pd_ssm_shared_selection).
+        has_projection: P_t's logits are W_P u_t (`transition_proj`): pd_ssm_transition_input_size may be set, and
+            the state-tracking training's transition_lr_scale scales W_P's learning rate.
+    """
 
     fused_decode = False
+    has_dictionary = False
+    can_share_selection = False
+    has_projection = False
 
     def __init__(self, name: str, config):
         self.name = name
@@ -92,6 +111,7 @@ class DictionaryTransition(PDTransition):
 
     op = DICTIONARY_OP
     fused_decode = True
+    has_dictionary = True
 
     def __init__(self, name: str, config):
         super().__init__(name, config)
@@ -171,6 +191,7 @@ class BankTransition(DictionaryTransition):
     (K logits) for every head."""
 
     op = BANK_OP
+    can_share_selection = True
 
     @property
     def fused_decode(self) -> bool:
@@ -188,6 +209,8 @@ class DirectTransition(PDTransition):
     """P_t = column argmax of W_P u_t (N x N logits per head, no dictionary and no selection). Parameters:
     `transition_proj` (nn.Linear k_in -> H N^2, no bias; k_in = pd_ssm_transition_input_size or d) and, with
     pd_ssm_transition_norm, `transition_norm` (RMSNorm(k_in) with its own gain; else the attribute is None)."""
+
+    has_projection = True
 
     def __init__(self, name: str, config):
         super().__init__(name, config)
@@ -253,17 +276,73 @@ class DirectTransition(PDTransition):
         return scan_ops(mixer.scan_backend, u.device).pd_scan(idx, dv, b, x0, p_soft)
 
 
-# config.pd_ssm_transition -> its mode (the names' other home is config_values.PD_SSM_TRANSITIONS, the config's choices)
-TRANSITIONS = {"dictionary": DictionaryTransition, "bank": BankTransition, "direct": DirectTransition}
+# The capability flags of a mode class (PDTransition's docstring), as transition_names takes them.
+CAPABILITIES = ("has_dictionary", "can_share_selection", "has_projection")
+# config.pd_ssm_transition -> its mode class, in registration order: the one list of the accepted names.
+TRANSITIONS: dict[str, type[PDTransition]] = {}
+
+
+def register_transition(name: str, cls: type[PDTransition]) -> type[PDTransition]:
+    """Make `cls` (a PDTransition subclass) the mode of config.pd_ssm_transition == `name`; returns `cls`.
+
+    The config accepts `name` from then on (its check reads TRANSITIONS), and a PD-SSM layer of that config holds
+    a `cls(name, config)`. ValueError for a name that is not a non-empty string or is already taken, TypeError for
+    a class that is not a PDTransition subclass."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a transition mode's name must be a non-empty string, got {name!r}")
+    if name in TRANSITIONS:
+        raise ValueError(f"transition mode {name!r} is already registered (registered: {list(TRANSITIONS)})")
+    if not (isinstance(cls, type) and issubclass(cls, PDTransition)):
+        raise TypeError(f"transition mode {name!r}: the class must be a subclass of PDTransition, got {cls!r}")
+    TRANSITIONS[name] = cls
+    return cls
+
+
+def unregister_transition(name: str) -> None:
+    """Remove mode `name` (one registered at run time, e.g. by a test); ValueError naming the registered ones."""
+    transition_class(name)
+    del TRANSITIONS[name]
+
+
+def transition_class(name) -> type[PDTransition]:
+    """The mode class of pd_ssm_transition `name`: the one check of the field's value (the config's, through
+    mixer_registry). ValueError naming the field and the accepted values for any other value."""
+    if not isinstance(name, str) or name not in TRANSITIONS:
+        raise ValueError(f"`pd_ssm_transition` must be one of {list(TRANSITIONS)}, got {name!r}")
+    return TRANSITIONS[name]
+
+
+def transition_names(capability: str | None = None) -> tuple[str, ...]:
+    """The registered mode names, in registration order; with `capability` (one of CAPABILITIES) only those of the
+    modes that have it, as the config's errors name them."""
+    if capability is not None and capability not in CAPABILITIES:
+        raise ValueError(f"`capability` must be one of {list(CAPABILITIES)}, got {capability!r}")
+    return tuple(name for name, cls in TRANSITIONS.items() if capability is None or getattr(cls, capability))
 
 
 def transition_mode(config) -> PDTransition:
     """The mode object of config.pd_ssm_transition (a config saved before the field existed loads with its default,
     "dictionary", HybridSSMConfig's dataclass default)."""
     name = config.pd_ssm_transition
-    if name not in TRANSITIONS:
-        raise ValueError(f"`pd_ssm_transition` must be one of {list(TRANSITIONS)}, got {name!r}")
-    return TRANSITIONS[name](name, config)
+    return transition_class(name)(name, config)
 
 
-__all__ = ["TRANSITIONS", "BankTransition", "DictionaryTransition", "DirectTransition", "PDTransition", "TorchInit"]
+register_transition("dictionary", DictionaryTransition)
+register_transition("bank", BankTransition)
+register_transition("direct", DirectTransition)
+
+
+__all__ = [
+    "CAPABILITIES",
+    "TRANSITIONS",
+    "BankTransition",
+    "DictionaryTransition",
+    "DirectTransition",
+    "PDTransition",
+    "TorchInit",
+    "register_transition",
+    "transition_class",
+    "transition_mode",
+    "transition_names",
+    "unregister_transition",
+]

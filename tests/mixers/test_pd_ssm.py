@@ -15,11 +15,13 @@ import hf_ssm.ops.pd.generated as pd_generated
 import hf_ssm.ops.pd.parallel as pd_parallel
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM, HybridSSMForTokenClassification
 from hf_ssm.modeling.mixer_pd_ssm import PDSSMMixer
+from hf_ssm.modeling.pd_transitions import transition_names
 from hf_ssm.ops.pd import bank_indices
 from model_checks import assert_loads_without_hf_ssm, max_cached_decode_error, reload_is_bit_identical, tiny_config
 
-TRANSITIONS = ["dictionary", "bank"]  # the two generated inside a dictionary-shaped op (ops/pd/generated.py)
-ALL_TRANSITIONS = [*TRANSITIONS, "direct"]
+# the modes generated inside a dictionary-shaped op (ops/pd/generated.py): dictionary and bank; and every mode
+TRANSITIONS = list(transition_names("has_dictionary"))
+ALL_TRANSITIONS = list(transition_names())
 
 
 def mixer(**overrides) -> PDSSMMixer:

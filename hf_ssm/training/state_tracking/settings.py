@@ -14,9 +14,10 @@ from ...data import TASK_NAMES, get_task
 from ...data.state_tracking import SUPERVISIONS
 from ...data.word_problems import WORD_PROBLEM_TASK, WordProblemDataset, load_word_problem_file, word_problem_task
 from ...modeling import HybridSSMConfig
-from ...modeling.config_values import BLOCK_TYPES, PD_SSM_PROJECTED_TRANSITIONS, check_choice
+from ...modeling.config_values import BLOCK_TYPES, check_choice
 from ...modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
 from ...modeling.mixer_registry import pattern_letters, width_matched_fields
+from ...modeling.pd_transitions import transition_class, transition_names
 from ..cli import check_numeric_settings
 from ..optimization import LR_SCHEDULES
 from ..settings_base import ConfigFieldSettings, TrackingSettings
@@ -263,10 +264,11 @@ class StateTrackingSettings(StackSettings, ConfigFieldSettings, TrackingSettings
         self._validate_lengths(task)
         files = self.file_splits() if self.data_file else None
         config = model_config(self, task)  # the pattern letters, the sizes: HybridSSMConfig's own checks
-        # a model without a pd_ssm layer has no W_P: the scale is unused there
-        projected = config.pd_ssm_transition in PD_SSM_PROJECTED_TRANSITIONS
-        if self.transition_lr_scale != 1 and "pd_ssm" in config.mixers and not projected:
-            choices = " / ".join(map(repr, PD_SSM_PROJECTED_TRANSITIONS))
+        # a model without a pd_ssm layer has no W_P: the scale is unused there (with one, the config has checked
+        # the mode's name; its class says whether it has a W_P)
+        pd_ssm = "pd_ssm" in config.mixers
+        if self.transition_lr_scale != 1 and pd_ssm and not transition_class(config.pd_ssm_transition).has_projection:
+            choices = " / ".join(map(repr, transition_names("has_projection")))
             raise ValueError(
                 f"`transition_lr_scale` = {self.transition_lr_scale} scales the learning rate of the direct transition "
                 f"map W_P only: it needs pd_ssm_transition={choices} (got {config.pd_ssm_transition!r}; pass "
