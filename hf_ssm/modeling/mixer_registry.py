@@ -241,7 +241,7 @@ def _check_pd_ssm(config) -> None:
     )
 
     # the transition modes' one list and their capability flags (imported here, when a config is checked: the
-    # module imports torch and the PD ops, which this module and the config do not when they are imported)
+    # module imports the PD ops, which this module and the config do not import when they are imported)
     from .pd_transitions import transition_class, transition_names
 
     for name in ("pd_ssm_num_heads", "pd_ssm_head_state_size", "pd_ssm_dict_size", "pd_ssm_mlp_width"):
