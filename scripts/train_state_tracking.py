@@ -246,12 +246,11 @@ def plan_runs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
     try:
         if file_run:  # the lengths of the files (a malformed file is refused here, naming its row and column)
             runs = [(replace(settings, **file_lengths(settings)), run_dir) for settings, run_dir in runs]
-        for settings, _ in runs:  # validated once, here: train_with_restarts is told so
-            settings.validate()
+        plans = [settings.validate() for settings, _ in runs]  # validated once, here: train_with_restarts is told so
         check_run_folder_arguments(args.resume, args.output_dir)
-        for settings, run_dir in runs:
-            if args.resume:  # refuse changed settings before any run trains or rewrites its settings.json
-                check_resume_runs(settings, run_dir)
+        for (settings, run_dir), plan in zip(runs, plans):
+            if args.resume:  # refuse changed settings or files before any run trains or rewrites its settings.json
+                check_resume_runs(settings, run_dir, plan.fingerprints)
     except ValueError as err:
         parser.error(str(err))
     return out, runs

@@ -521,8 +521,6 @@ def test_file_validation_holds_out_whole_lengths_or_reads_its_own_file(tmp_path)
     """The held-out validation lengths are never trained on: no training row has them. With --validation_file the
     whole training file trains and that file validates; --validation_lengths train keeps the earlier split, the
     training file's last rows at the training lengths."""
-    from hf_ssm.training.state_tracking.settings import data_fingerprints
-
     _write_z5(tmp_path / "train.csv", 30, [3, 4, 5], dense=True, seed=0)
     _write_z5(tmp_path / "test.csv", 4, [9], dense=False, seed=1)
     _write_z5(tmp_path / "val.csv", 5, [7, 8], dense=True, seed=2)
@@ -540,9 +538,9 @@ def test_file_validation_holds_out_whole_lengths_or_reads_its_own_file(tmp_path)
     assert len(splits.train) + len(splits.validation) + splits.unused == 30 and settings.train_max_length == 4
     settings, splits = planned("--validation_file", str(tmp_path / "val.csv"))
     assert (len(splits.train), len(splits.validation), splits.source) == (30, 5, "validation_file")
-    assert settings.train_max_length == 5 and set(data_fingerprints(settings)) == {
+    assert settings.train_max_length == 5 and list(settings.validate().fingerprints) == [
         "data_file", "validation_file", "test_data_file",
-    }  # fmt: skip
+    ]  # fmt: skip
     settings, splits = planned("--validation_lengths", "train", "--val_samples_per_bucket", "4")
     assert (len(splits.train), len(splits.validation), splits.source) == (26, 4, "last_rows")
     assert splits.validation.inputs == load_word_problem_file(tmp_path / "train.csv").inputs[26:]

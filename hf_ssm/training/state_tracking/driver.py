@@ -48,7 +48,6 @@ from .settings import (
     FileSplits,
     RunPlan,
     StateTrackingSettings,
-    data_fingerprints,
     model_config,
 )
 from .teacher_forcing import fix_readout, teacher_forced_loss
@@ -163,14 +162,14 @@ def train_state_tracking(
     config, a file run's rows), here, and every step reads the plan.
     """
     plan = settings.validate() if not validated else settings.plan()
-    _announce_files(plan.files)
+    if resume:  # before begin_run rewrites settings.json
+        check_data_files(plan.fingerprints, run_dir)
+    _announce_files(plan.file_record)
     return _train_run(settings, plan, run_dir, accelerator, resume)
 
 
 def _train_run(settings: StateTrackingSettings, plan: RunPlan, run_dir: str | Path, accelerator, resume: bool) -> dict:
-    """train_state_tracking with validated `settings` and their `plan`."""
-    if resume:  # before begin_run rewrites settings.json
-        check_data_files(settings, run_dir)
+    """train_state_tracking with validated `settings` and their `plan`, the data files checked for a resume."""
     accelerator, run_dir, found = loop.begin_run(settings, run_dir, resume, RESUME_SAFE_SETTINGS, accelerator)
     task, files = plan.task, plan.files
     val_rows, test_rows = (None, None) if files is None else (files.validation, files.test)
@@ -186,7 +185,7 @@ def _train_run(settings: StateTrackingSettings, plan: RunPlan, run_dir: str | Pa
         **_file_rows(test_rows),
     )  # fmt: skip
     far = evaluate_far_lengths(final_model, settings, task, plan.far_lengths, accelerator.device)
-    results = _results(settings, task, files, run, outcome, test, far, final_model)
+    results = _results(settings, plan, run, outcome, test, far, final_model)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         atomic_save_dir(run_dir / "model", lambda tmp: final_model.save_pretrained(tmp))  # no checkpoint marker
@@ -253,7 +252,7 @@ def _train(
     model, history, best, clock = run.model, run.history, run.best, run.clock
     num_train_samples = settings.max_steps * settings.batch_size * accelerator.num_processes
     last = {}  # the loss of the latest step
-    fingerprints = data_fingerprints(settings)  # a file run's files, compared on resume (check_data_files)
+    fingerprints = plan.fingerprints  # a file run's files, compared on resume (check_data_files)
     attention_delay = _AttentionDelay(accelerator.unwrap_model(model), settings.attention_frozen_steps)
 
     def train_step(step: int) -> None:
@@ -307,8 +306,9 @@ def _train(
     )  # fmt: skip
 
 
-def _results(settings: StateTrackingSettings, task, files, run: _Run, outcome, test: dict, far, final_model) -> dict:
+def _results(settings: StateTrackingSettings, plan: RunPlan, run: _Run, outcome, test: dict, far, final_model) -> dict:
     """The run's results.json content (`final_model`: the tested model, unwrapped)."""
+    task = plan.task
     return {
         "task": settings.task,
         "mixer": settings.mixer,
@@ -337,7 +337,7 @@ def _results(settings: StateTrackingSettings, task, files, run: _Run, outcome, t
         "scored_positions": task.scored_positions,
         "chance_accuracy": task.chance_accuracy,
         "size_name": task.size_name,
-        **_file_record(settings, task, files),
+        **plan.file_record,
     }
 
 
@@ -346,39 +346,24 @@ def _file_rows(rows) -> dict:
     return {} if rows is None else {"rows": rows}
 
 
-def _file_record(settings: StateTrackingSettings, task, files: FileSplits | None) -> dict:
-    """What results.json says about a word-problem file run (nothing for a generated task): the files and their
-    fingerprints, the classes, the rows of each split, where validation came from, the ignored columns."""
-    if files is None:
-        return {}
-    return {
-        "data_file": settings.data_file,
-        "test_data_file": settings.test_data_file,
-        **({"validation_file": settings.validation_file} if settings.validation_file else {}),
-        "data_files": data_fingerprints(settings),
-        "num_classes": task.num_classes,
-        "dense_targets": task.labels_every_prefix,
-        **files.describe(),
-        "far_test": "none: a word-problem file run is tested on its test file's rows only",
-    }
-
-
-def _announce_files(files: FileSplits | None) -> None:
+def _announce_files(record: dict) -> None:
     """One log line (main process) saying where a file run's validation rows come from and which columns of its
-    files were ignored; nothing for a generated task."""
+    files were ignored, from its `RunPlan.file_record`; nothing for a generated task (an empty record)."""
     from accelerate import PartialState
 
-    if files is None or not PartialState().is_main_process:
+    if not record or not PartialState().is_main_process:
         return
-    described = files.describe()
-    rows, validation = described["rows"], described["validation_rows"]
-    source = {
-        "validation_file": f"the validation file {files.validation.path}",
-        "longest_lengths": "the training file's longest lengths, held out of training",
-        "last_rows": "the training file's last rows, at the training lengths",
-    }[files.source]
-    unused = f" ({files.unused} more rows of those lengths neither trained on nor validated)" if files.unused else ""
-    ignored = "; ".join(f"{name}: {', '.join(columns)}" for name, columns in described["ignored_columns"].items())
+    rows, validation = record["rows"], record["validation_rows"]
+    if validation["source"] == "validation_file":
+        source = f"the validation file {record['data_files']['validation_file']['path']}"
+    else:
+        source = {
+            "longest_lengths": "the training file's longest lengths, held out of training",
+            "last_rows": "the training file's last rows, at the training lengths",
+        }[validation["source"]]
+    unused = validation["held_out_unused"]
+    unused = f" ({unused} more rows of those lengths neither trained on nor validated)" if unused else ""
+    ignored = "; ".join(f"{name}: {', '.join(columns)}" for name, columns in record["ignored_columns"].items())
     print(
         f"word-problem files: training on {rows['train']} rows, validating on {rows['validation']} rows of lengths "
         f"{validation['lengths']} from {source}{unused}, testing on {rows['test']} rows"
@@ -386,12 +371,11 @@ def _announce_files(files: FileSplits | None) -> None:
     )
 
 
-def check_data_files(settings: StateTrackingSettings, run_dir: str | Path) -> None:
+def check_data_files(current: dict, run_dir: str | Path) -> None:
     """ValueError naming every file of a file run whose bytes differ from those the run in `run_dir` was trained
-    on (`data_fingerprints`, recorded in its latest checkpoint, else its results.json): a resume would otherwise
-    cycle through other rows from the step it resumes at. A run recorded before fingerprints were kept, or not
-    started, passes."""
-    current = data_fingerprints(settings)
+    on: `current` is the run's RunPlan.fingerprints ({} for a generated task: nothing to compare), the recorded ones
+    are in its latest checkpoint, else its results.json. A resume would otherwise cycle through other rows from the
+    step it resumes at. A run recorded before fingerprints were kept, or not started, passes."""
     if not current:
         return
     run_dir = Path(run_dir)
@@ -444,8 +428,8 @@ def train_with_restarts(
     plan = settings.validate() if not validated else settings.plan()
     run_dir = Path(run_dir)
     if resume:
-        check_resume_runs(settings, run_dir)  # every restart, before any trains
-    _announce_files(plan.files)
+        check_resume_runs(settings, run_dir, plan.fingerprints)  # every restart, before any trains
+    _announce_files(plan.file_record)
     runs = []
     for seeded, seed_dir in _restart_runs(settings, run_dir):
         finished = seed_dir / "results.json"
@@ -511,18 +495,16 @@ def _restart_runs(settings: StateTrackingSettings, run_dir: Path) -> list[tuple[
     return [(s, run_dir / f"seed_{s.seed}") for s in seeded]
 
 
-def check_resume_runs(settings: StateTrackingSettings, run_dir: str | Path) -> None:
-    """ValueError unless `train_with_restarts(settings, run_dir, resume=True)` continues every restart with the
-    settings it was trained with (apart from RESUME_SAFE_SETTINGS): finished ones (kept as they are) and
-    interrupted ones (continued from their checkpoint)."""
-    run_dir = Path(run_dir)
-    restarts = _restart_runs(settings, run_dir) if settings.restarts > 1 else []
-    if not restarts:
-        check_resume(settings, run_dir, RESUME_SAFE_SETTINGS)
-        check_data_files(settings, run_dir)
-    for seeded, seed_dir in restarts:
-        check_data_files(seeded, seed_dir)
-        if (seed_dir / "results.json").is_file() and (recorded := recorded_settings(seed_dir)) is not None:
+def check_resume_runs(settings: StateTrackingSettings, run_dir: str | Path, fingerprints: dict) -> None:
+    """ValueError unless `train_with_restarts(settings, run_dir, resume=True)` continues every restart (a single
+    run: run_dir itself) on the same data files (`fingerprints`: the RunPlan's) and with the settings it was trained
+    with (apart from RESUME_SAFE_SETTINGS): finished restarts (kept as they are) and interrupted ones (continued
+    from their checkpoint)."""
+    for seeded, seed_dir in _restart_runs(settings, Path(run_dir)):
+        check_data_files(fingerprints, seed_dir)
+        finished = settings.restarts > 1 and (seed_dir / "results.json").is_file()
+        recorded = recorded_settings(seed_dir) if finished else None
+        if recorded is not None:
             check_resumed_settings(seeded, recorded, RESUME_SAFE_SETTINGS, seed_dir)
         else:
             check_resume(seeded, seed_dir, RESUME_SAFE_SETTINGS)

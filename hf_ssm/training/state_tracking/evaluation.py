@@ -66,30 +66,9 @@ def evaluate(model, settings, task, buckets, seed: int, device, samples_per_buck
     return bucket_accuracy(model, buckets, score_bucket)
 
 
-def far_lengths(settings, task) -> list[int]:
-    """`settings.far_lengths` "1000,4000" -> [1000, 4000] ("" -> []); ValueError naming the field otherwise, or
-    naming the lengths that are not lengths of `task` (the run's Task)."""
-    try:
-        lengths = [int(x) for x in settings.far_lengths.split(",") if x.strip()]
-    except ValueError:
-        lengths = [0]
-    if any(length <= settings.test_max_length for length in lengths):
-        raise ValueError(
-            f"`far_lengths` must be comma-separated lengths above test_max_length ({settings.test_max_length}), "
-            f"e.g. '1000,4000', or '' for none; got {settings.far_lengths!r}"
-        )
-    invalid = [length for length in lengths if not task.valid_length(length)]
-    if invalid:  # refused before training, not when the test reaches them
-        raise ValueError(
-            f"`far_lengths` {invalid} are not lengths of task {settings.task!r} ({task._length_rule()}); got "
-            f"{settings.far_lengths!r}"
-        )
-    return lengths
-
-
 def evaluate_far_lengths(model, settings, task, lengths, device) -> dict | None:
     """The test report's far part: `settings.far_samples_per_bucket` fresh sequences of each far length in
-    `lengths` (`far_lengths`) exactly (None when there are none), in batches of about FAR_BATCH_TOKENS tokens."""
+    `lengths` (RunPlan.far_lengths) exactly (None when there are none), in batches of about FAR_BATCH_TOKENS tokens."""
     if not lengths:
         return None
     buckets = []
@@ -101,4 +80,4 @@ def evaluate_far_lengths(model, settings, task, lengths, device) -> dict | None:
     return {"buckets": buckets, "mean_accuracy": sum(b["accuracy"] for b in buckets) / len(buckets)}
 
 
-__all__ = ["FAR_SEED", "TEST_SEED", "evaluate", "evaluate_far_lengths", "far_lengths"]
+__all__ = ["FAR_SEED", "TEST_SEED", "evaluate", "evaluate_far_lengths"]

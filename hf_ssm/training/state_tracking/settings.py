@@ -22,7 +22,6 @@ from ..cli import check_numeric_settings
 from ..optimization import LR_SCHEDULES
 from ..settings_base import ConfigFieldSettings, TrackingSettings
 from ..stack import StackSettings, stack_config_fields, stack_pattern
-from .evaluation import far_lengths
 from .recipes import MODEL_DEFAULTS, RECIPE_NAMES, check_recipe
 from .teacher_forcing import check_teacher_forcing
 
@@ -58,7 +57,7 @@ CHOICES = {
 # lengths, held out of training (validation_lengths "test", the default: select on lengths past the training ones);
 # the training file's last val_samples_per_bucket rows (validation_lengths "train", at the training lengths).
 VALIDATION_SOURCES = ("validation_file", "longest_lengths", "last_rows")
-# The settings that name a file run's files, in FileSplits / data_fingerprints order.
+# The settings that name a file run's files, in FileSplits.files order.
 FILE_SETTINGS = ("data_file", "validation_file", "test_data_file")
 
 
@@ -77,12 +76,20 @@ class FileSplits:
     source: str
     unused: int = 0
 
+    def files(self) -> dict[str, WordProblemDataset]:
+        """{setting (FILE_SETTINGS order): the rows read from its file} of every file the run reads."""
+        read = {"data_file": self.train, "validation_file": self.validation, "test_data_file": self.test}
+        return {name: rows for name, rows in read.items() if name != "validation_file" or self.source == name}
+
+    def fingerprints(self) -> dict:
+        """{setting: {"path", "sha256", "size"}} of each file the run reads, as read: recorded in results.json and
+        the checkpoints, compared when the run resumes."""
+        return {name: rows.fingerprint for name, rows in self.files().items()}
+
     def describe(self) -> dict:
         """What a run's log line and results.json say about its rows: the counts, the validation lengths and
         their source, and each file's ignored columns."""
-        files = {"data_file": self.train, "test_data_file": self.test}
-        if self.source == "validation_file":
-            files["validation_file"] = self.validation
+        files = self.files()
         return {
             "rows": {"train": len(self.train), "validation": len(self.validation), "test": len(self.test)},
             "validation_rows": {
@@ -104,12 +111,18 @@ class RunPlan:
     task: the run's Task. config: the model's HybridSSMConfig (each model is built from its own copy).
     files: a word-problem file run's rows (FileSplits: training, validation, test), None for a generated task.
     far_lengths: the far test lengths (`far_lengths`), () for none.
+    fingerprints: a file run's files as read (`FileSplits.fingerprints`), {} for a generated task: recorded in the
+        checkpoints and results.json, compared when the run resumes (driver.check_data_files).
+    file_record: what results.json says about a file run's files (`file_record`; the run's log line reads it
+        too), {} for a generated task.
     """
 
     task: object
     config: HybridSSMConfig
     files: FileSplits | None
     far_lengths: tuple[int, ...]
+    fingerprints: dict
+    file_record: dict
 
 
 @dataclass
@@ -263,7 +276,10 @@ class StateTrackingSettings(StackSettings, ConfigFieldSettings, TrackingSettings
             raise ValueError(str(err).replace("`vocab_size`", "`task_vocab_size`")) from None
         self._validate_lengths(task)
         files = self.file_splits() if self.data_file else None
-        config = model_config(self, task)  # the pattern letters, the sizes: HybridSSMConfig's own checks
+        fingerprints = files.fingerprints() if files is not None else {}  # the files as read: a resume compares them
+        record = file_record(self, task, files, fingerprints) if files is not None else {}
+        far = tuple(far_lengths(self, task))
+        config = _model_config(self, task, far)  # the pattern letters, the sizes: HybridSSMConfig's own checks
         # a model without a pd_ssm layer has no W_P: the scale is unused there (with one, the config has checked
         # the mode's name; its class says whether it has a W_P)
         pd_ssm = "pd_ssm" in config.mixers
@@ -281,7 +297,7 @@ class StateTrackingSettings(StackSettings, ConfigFieldSettings, TrackingSettings
                 f"`attention_frozen_steps` = {self.attention_frozen_steps} needs an attention layer, and the "
                 f"model's layers are {list(config.mixers)} (add one with --pattern, e.g. SA, or pass 0)"
             )
-        return RunPlan(task, config, files, tuple(far_lengths(self, task)))
+        return RunPlan(task, config, files, far, fingerprints, record)
 
     def _validate_counts(self) -> None:
         """The counts of at least 1, the target accuracy in (0, 1], and a learning-rate floor only with a schedule
@@ -488,15 +504,39 @@ def file_lengths(settings: StateTrackingSettings) -> dict:
     }
 
 
-def data_fingerprints(settings: StateTrackingSettings) -> dict:
-    """{setting: {"path", "sha256", "size"}} of each file a file run reads ({} for a generated task): recorded in
-    results.json and the checkpoints, compared when the run resumes."""
-    if not settings.data_file:
-        return {}
+def far_lengths(settings, task) -> list[int]:
+    """`settings.far_lengths` "1000,4000" -> [1000, 4000] ("" -> []); ValueError naming the field otherwise, or
+    naming the lengths that are not lengths of `task` (the run's Task)."""
+    try:
+        lengths = [int(x) for x in settings.far_lengths.split(",") if x.strip()]
+    except ValueError:
+        lengths = [0]
+    if any(length <= settings.test_max_length for length in lengths):
+        raise ValueError(
+            f"`far_lengths` must be comma-separated lengths above test_max_length ({settings.test_max_length}), "
+            f"e.g. '1000,4000', or '' for none; got {settings.far_lengths!r}"
+        )
+    invalid = [length for length in lengths if not task.valid_length(length)]
+    if invalid:  # refused before training, not when the test reaches them
+        raise ValueError(
+            f"`far_lengths` {invalid} are not lengths of task {settings.task!r} ({task._length_rule()}); got "
+            f"{settings.far_lengths!r}"
+        )
+    return lengths
+
+
+def file_record(settings: StateTrackingSettings, task, files: FileSplits, fingerprints: dict) -> dict:
+    """What results.json says about a word-problem file run: the files and their `fingerprints`, the classes of
+    `task` (its Task), the rows of each split of `files`, where validation came from, the ignored columns."""
     return {
-        name: load_word_problem_file(getattr(settings, name)).fingerprint
-        for name in FILE_SETTINGS
-        if getattr(settings, name)
+        "data_file": settings.data_file,
+        "test_data_file": settings.test_data_file,
+        **({"validation_file": settings.validation_file} if settings.validation_file else {}),
+        "data_files": fingerprints,
+        "num_classes": task.num_classes,
+        "dense_targets": task.labels_every_prefix,
+        **files.describe(),
+        "far_test": "none: a word-problem file run is tested on its test file's rows only",
     }
 
 
@@ -504,6 +544,12 @@ def model_config(settings: StateTrackingSettings, task=None) -> HybridSSMConfig:
     """The HybridSSMConfig of a run: one layer per pattern letter (HybridSSMConfig's letters, S = the mixer).
     `task`: the run's Task where the caller has resolved it (a driver does, once), else `settings.build_task()`."""
     task = task if task is not None else settings.build_task()
+    return _model_config(settings, task, far_lengths(settings, task))
+
+
+def _model_config(settings: StateTrackingSettings, task, far: tuple[int, ...]) -> HybridSSMConfig:
+    """model_config of the run's Task `task` and far test lengths `far` (StateTrackingSettings.plan resolves each
+    once)."""
     pattern, ssm_mixer = stack_pattern(settings.mixer, settings.pattern)
     letters = {**pattern_letters(), "S": ssm_mixer}
     mixers = sorted({letters[ch] for ch in pattern if ch in letters})
@@ -516,9 +562,7 @@ def model_config(settings: StateTrackingSettings, task=None) -> HybridSSMConfig:
         "vocab_size": task.vocab_size,
         # the longest sequence in tokens, the far test lengths included (for mqar the lengths count pairs, at a
         # fixed sequence length)
-        "max_position_embeddings": task.num_tokens(
-            max(settings.test_max_length, settings.train_max_length, *far_lengths(settings, task))
-        ),
+        "max_position_embeddings": task.num_tokens(max(settings.test_max_length, settings.train_max_length, *far)),
         "block_type": settings.block_type,
         "block_dropout": settings.block_dropout,
         "num_labels": task.num_classes,
