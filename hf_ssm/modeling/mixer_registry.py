@@ -244,11 +244,11 @@ def _check_pd_ssm(config) -> None:
     # module imports the PD ops, which this module and the config do not import when they are imported)
     from .pd_transitions import transition_class, transition_names
 
+    mode = transition_class(config.pd_ssm_transition)  # the layer's kind first: ValueError naming the modes
     for name in ("pd_ssm_num_heads", "pd_ssm_head_state_size", "pd_ssm_dict_size", "pd_ssm_mlp_width"):
         check_positive_int(name, getattr(config, name))
     check_choice("pd_ssm_diagonal", config.pd_ssm_diagonal, PD_SSM_DIAGONALS)
     check_choice("pd_ssm_initial_state", config.pd_ssm_initial_state, PD_SSM_INITIAL_STATES)
-    mode = transition_class(config.pd_ssm_transition)  # ValueError naming the registered modes
     check_choice("pd_ssm_input", config.pd_ssm_input, PD_SSM_INPUTS)
     if config.pd_ssm_input == "none" and config.pd_ssm_initial_state == "zeros":
         raise ValueError(
