@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import resource
 import sys
 import time
@@ -54,6 +53,7 @@ from pathlib import Path
 import torch
 
 from hf_ssm.training.cli import seed_list
+from hf_ssm.training.reports import write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "lm"  # python_stdlib's records; a corpus of one's own needs its own --results
@@ -451,7 +451,7 @@ def train_one(run: Run, corpus: Corpus, args, argv: list[str]) -> dict:
         save_model(model, corpus.tokenizer, run_dir / "model")
         record["saved_model"] = f"{run.phase}/{run.name}/model"  # under --runs_dir
     check_results_corpus(args.results, corpus.fingerprint)  # another process may have written since the start
-    _write_json(run.record_path(args.results), record)
+    write_json_atomic(run.record_path(args.results), record)
     return record
 
 
@@ -465,13 +465,6 @@ def save_model(model, tokenizer, target: Path) -> None:
         tokenizer.save_pretrained(tmp)
 
     atomic_save_dir(target, write)
-
-
-def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 # ----------------------------------------------------------------------------------------------------------------

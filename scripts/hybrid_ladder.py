@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hf_ssm.training.cli import add_seeds_argument, refuse_options
+from hf_ssm.training.reports import write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RECORD = ROOT / "results" / "state_tracking" / "ladder.json"
@@ -215,14 +216,6 @@ def table(record: dict) -> list[str]:
     return lines
 
 
-def _write_record(path: Path, full: dict) -> None:
-    """The ladder's JSON, replaced whole (an interrupted write leaves the previous file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(full, indent=1) + "\n")
-    os.replace(tmp, path)
-
-
 def probe_recorded(full: dict, runs_dir: Path) -> None:
     """head_information for every recorded run that lacks it and whose model is still in `runs_dir`."""
     for task, record in full.items():
@@ -270,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     record = full.setdefault(args.task, {})
     if args.probe:
         probe_recorded(full, args.runs_dir.expanduser())
-        _write_record(args.record, full)
+        write_json_atomic(args.record, full)
     elif not args.table:
         for name in rungs:
             key = record_key(name, variants)
@@ -280,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs_dir = args.runs_dir.expanduser()
                 result = run_rung(name, args.task, seed, runs_dir, args.resume, args.cpu_threads, variants)
                 record.setdefault(key, {})[str(seed)] = result
-                _write_record(args.record, full)
+                write_json_atomic(args.record, full)
                 print(f"{key} seed {seed}: test mean {_pct(result['test_mean'])} %", flush=True)
     print("\n".join(table(record)))
     return 0

@@ -65,8 +65,17 @@ def merge_summary(path: str | Path, records: list[dict], key: tuple[str, ...], i
             raise ValueError(f"{path} must hold a JSON list of records, found {type(merged).__name__}")
         new_keys = {tuple(r[k] for k in key) for r in records}
         merged = [r for r in merged if tuple(r.get(k) for k in key) not in new_keys] + list(records)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(merged, f, indent=indent)
-        os.replace(tmp, path)
+        write_json_atomic(path, merged, indent=indent, end="")
     return merged
+
+
+def write_json_atomic(path: str | os.PathLike, data, indent: int | None = 1, end: str = "\n") -> None:
+    """Write `data` as JSON (then `end`) to `path` whole or not at all: a temporary file in the same folder, then
+    os.replace (an interrupted write leaves the previous file). Makes the folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=indent)
+        f.write(end)
+    os.replace(tmp, path)

@@ -219,18 +219,18 @@ def test_a_results_folder_holding_another_corpus_records_is_refused(tmp_path):
     results = tmp_path / "lm"
     argv = ["--phase", "sweep", "--models", "transformer", *flags, "--results", str(results), "--device", "cpu"]
     own = bench_lm.corpus_source(bench_lm.parse_args(argv)).fingerprint
-    bench_lm._write_json(results / "sweep" / "stdlib.json", _record(default_corpus().fingerprint))
+    bench_lm.write_json_atomic(results / "sweep" / "stdlib.json", _record(default_corpus().fingerprint))
     with pytest.raises(ValueError, match="--results .*sweep/stdlib.json was trained on python_stdlib"):
         bench_lm.main(argv)
     with pytest.raises(ValueError, match="--results"):
         bench_lm.best_rate(results, "transformer", "d128", "byte", own)
     with pytest.raises(ValueError, match="not on local_files"):
         bench_lm.check_results_corpus(results, own)
-    bench_lm._write_json(results / "full" / "own.json", _record(own))
+    bench_lm.write_json_atomic(results / "full" / "own.json", _record(own))
     with pytest.raises(ValueError, match="records of two corpora are never mixed"):
         bench_lm.main(["--phase", "report", "--results", str(results)])
     (results / "sweep" / "stdlib.json").unlink()
-    bench_lm._write_json(results / "sweep" / "own.json", _record(own, rate=3e-3))
+    bench_lm.write_json_atomic(results / "sweep" / "own.json", _record(own, rate=3e-3))
     bench_lm.check_results_corpus(results, own)
     assert bench_lm.best_rate(results, "transformer", "d128", "byte", own) == 3e-3
 
