@@ -66,6 +66,16 @@ def test_a_variant_changes_every_rung_by_its_own_flags_only():
     assert ladder.record_key("mixer_mlp", ("heads32",)) == "mixer_mlp+heads32"
 
 
+def test_wp_step_divides_the_transition_learning_rate_by_the_root_of_the_width():
+    """`wp_step` sets transition_lr_scale = 1/sqrt(d) for the width the rung trains (d = 256, or 512 with heads32)."""
+    parser = driver.build_parser()
+    for variants, width in ((("wp_step",), 256), (("heads32", "wp_step"), 512)):
+        _, runs = driver.plan_runs(parser, parser.parse_args(ladder.rung_arguments("mixer_mlp", "a5", 0, variants)))
+        ((settings, _),) = runs
+        assert settings.hidden_size == width
+        assert abs(settings.transition_lr_scale - width**-0.5) < 1e-4, variants
+
+
 def test_the_table_puts_a_variant_row_after_the_plain_rungs_and_names_its_change():
     run = {"far": {}, "cpu_seconds": 10.0, "test_mean": 1.0}
     record = {"table+heads32": {"0": run}, "mixer_mlp": {"0": run}, "table": {"0": run}}
