@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hf_ssm.training.cli import add_seeds_argument, refuse_options
-from hf_ssm.training.reports import write_json_atomic
+from hf_ssm.training.reports import update_json_locked
 from hf_ssm.training.state_tracking.recipes import RECIPES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -233,15 +233,31 @@ def table(record: dict) -> list[str]:
     return lines
 
 
-def probe_recorded(full: dict, runs_dir: Path) -> None:
-    """head_information for every recorded run that lacks it and whose model is still in `runs_dir`."""
+def probe_recorded(full: dict, runs_dir: Path) -> dict[tuple[str, str, str], dict]:
+    """head_information for every recorded run that lacks it and whose model is still in `runs_dir`; returns the
+    probed runs by (task, key, seed)."""
+    probed = {}
     for task, record in full.items():
         for key, runs in record.items():
             for seed, run in runs.items():
                 model = runs_dir / task / key / f"seed{seed}" / "model"
                 if "head_bits" not in run and model.is_dir():
                     run["head_bits"] = head_information(model, task)
+                    probed[task, key, seed] = run
                     print(f"{task} {key} seed {seed}: head bits {run['head_bits']}", flush=True)
+    return probed
+
+
+def _record_runs(path: Path, runs: dict[tuple[str, str, str], dict]) -> dict:
+    """Set each (task, key, seed) -> run of `runs` in the record at `path` as it is on disk now (under
+    update_json_locked's lock); returns the whole record."""
+
+    def with_runs(full: dict) -> dict:
+        for (task, key, seed), run in runs.items():
+            full.setdefault(task, {}).setdefault(key, {})[seed] = run
+        return full
+
+    return update_json_locked(path, with_runs, {})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -279,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     full = json.loads(args.record.read_text()) if args.record.is_file() else {}
     record = full.setdefault(args.task, {})
     if args.probe:
-        probe_recorded(full, args.runs_dir.expanduser())
-        write_json_atomic(args.record, full)
+        probed = probe_recorded(full, args.runs_dir.expanduser())
+        full = _record_runs(args.record, probed)
     elif not args.table:
         for name in rungs:
             key = record_key(name, variants)
@@ -289,8 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 runs_dir = args.runs_dir.expanduser()
                 result = run_rung(name, args.task, seed, runs_dir, args.resume, args.cpu_threads, variants)
-                record.setdefault(key, {})[str(seed)] = result
-                write_json_atomic(args.record, full)
+                # merged into the record as it is now: another ladder process may have recorded runs meanwhile
+                full = _record_runs(args.record, {(args.task, key, str(seed)): result})
+                record = full[args.task]
                 print(f"{key} seed {seed}: test mean {_pct(result['test_mean'])} %", flush=True)
     print("\n".join(table(record)))
     return 0

@@ -53,20 +53,29 @@ def save_figure(fig, path: str | Path, dpi: int = 120) -> None:
 def merge_summary(path: str | Path, records: list[dict], key: tuple[str, ...], indent: int = 2) -> list[dict]:
     """Merge `records` into the JSON list at `path` (created if missing); returns the merged list.
 
-    A record whose `key` fields equal a new record's is replaced; the others are kept. The read, merge and write
-    happen under an exclusive lock on `<path>.lock` (never committed: .gitignore), so that runs merging into
-    the same file at once keep each other's records."""
+    A record whose `key` fields equal a new record's is replaced; the others are kept (under update_json_locked's
+    lock, so that runs merging into the same file at once keep each other's records)."""
+    new_keys = {tuple(r[k] for k in key) for r in records}
+
+    def merge(merged):
+        if not isinstance(merged, list):
+            raise ValueError(f"{path} must hold a JSON list of records, found {type(merged).__name__}")
+        return [r for r in merged if tuple(r.get(k) for k in key) not in new_keys] + list(records)
+
+    return update_json_locked(path, merge, default=[], indent=indent, end="")
+
+
+def update_json_locked(path: str | Path, change, default, indent: int | None = 1, end: str = "\n"):
+    """Read the JSON at `path` (`default` if missing), write `change(data)` back whole (write_json_atomic) and return
+    it. The read, change and write happen under an exclusive lock on `<path>.lock` (never committed: .gitignore), so
+    that two processes updating one record file keep each other's changes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        merged = json.loads(path.read_text()) if path.is_file() else []
-        if not isinstance(merged, list):
-            raise ValueError(f"{path} must hold a JSON list of records, found {type(merged).__name__}")
-        new_keys = {tuple(r[k] for k in key) for r in records}
-        merged = [r for r in merged if tuple(r.get(k) for k in key) not in new_keys] + list(records)
-        write_json_atomic(path, merged, indent=indent, end="")
-    return merged
+        data = change(json.loads(path.read_text()) if path.is_file() else default)
+        write_json_atomic(path, data, indent=indent, end=end)
+    return data
 
 
 def write_json_atomic(path: str | os.PathLike, data, indent: int | None = 1, end: str = "\n") -> None:

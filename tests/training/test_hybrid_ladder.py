@@ -3,6 +3,8 @@ one the driver accepts and trains the settings the rung names, and the table rep
 
 from __future__ import annotations
 
+import json
+
 from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 from model_checks import load_script
 
@@ -112,3 +114,24 @@ def test_head_information_finds_the_head_that_runs_a5_on_five_points(tmp_path):
     model.save_pretrained(tmp_path)
     bits = ladder.head_information(tmp_path, "a5", words=256)
     assert abs(bits[0] - 2.32) < 0.05 and max(bits[1:]) < 0.05, bits
+
+
+def test_a_run_recorded_by_another_ladder_process_meanwhile_is_kept(tmp_path, monkeypatch):
+    """Two ladder processes share one record: each run is merged into the file as it is on disk when the run ends, so
+    a run the other process recorded after this one started is not overwritten."""
+    record = tmp_path / "ladder.json"
+    record.write_text(json.dumps({"a5": {"table": {"0": {"test_mean": 1.0, "far": {}, "cpu_seconds": 1.0}}}}))
+    other = {"test_mean": 0.5, "far": {}, "cpu_seconds": 1.0}
+
+    def run_rung(name, task, seed, *args):
+        # meanwhile, another process records its own run
+        full = json.loads(record.read_text())
+        full["a5"]["table+heads32"] = {"0": other}
+        record.write_text(json.dumps(full))
+        return {"test_mean": 0.25, "far": {}, "cpu_seconds": 2.0}
+
+    monkeypatch.setattr(ladder, "run_rung", run_rung)
+    ladder.main(["--rungs", "mixer_mlp", "--seeds", "0", "--record", str(record), "--runs_dir", str(tmp_path)])
+    runs = json.loads(record.read_text())["a5"]
+    assert runs["table"]["0"]["test_mean"] == 1.0 and runs["table+heads32"]["0"] == other
+    assert runs["mixer_mlp"]["0"]["test_mean"] == 0.25
