@@ -90,6 +90,10 @@ VARIANTS = (
     Rung("mlp1", "the SwiGLU block 1 unit wide (intermediate_size=1)", (), ("intermediate_size=1",)),
     # W_P's relative Adam step back to `table`'s where it reads sqrt(d) e_v (mixer_mlp and later rungs)
     Rung("wp_step", "W_P's learning rate / sqrt(d) (transition_lr_scale)", derived=_transition_step_per_width),
+    # a user's model: the token embedding starts at the model's own N(0, 0.02^2) init, not at one-hot rows
+    Rung(
+        "normal_embedding", "the token embedding initialised N(0, 0.02^2), not one-hot", ("--embedding_init", "normal")
+    ),
 )
 VARIANT_NAMES = tuple(v.name for v in VARIANTS)
 

@@ -78,6 +78,14 @@ def test_wp_step_divides_the_transition_learning_rate_by_the_root_of_the_width()
         assert abs(settings.transition_lr_scale - width**-0.5) < 1e-4, variants
 
 
+def test_normal_embedding_starts_the_embedding_at_the_models_own_init():
+    parser = driver.build_parser()
+    args = ladder.rung_arguments("residual", "a5", 0, ("heads32", "wp_step", "normal_embedding"))
+    _, runs = driver.plan_runs(parser, parser.parse_args(args))
+    ((settings, _),) = runs
+    assert settings.embedding_init == "normal" and not settings.freeze_embedding
+
+
 def test_the_table_puts_a_variant_row_after_the_plain_rungs_and_names_its_change():
     run = {"far": {}, "cpu_seconds": 10.0, "test_mean": 1.0}
     record = {"table+heads32": {"0": run}, "mixer_mlp": {"0": run}, "table": {"0": run}}
