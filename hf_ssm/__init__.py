@@ -23,6 +23,7 @@ from .modeling import (
     HybridSSMModel,
     HybridSSMPreTrainedModel,
 )
+from .training.optimization import parameter_groups
 from .version import __version__ as __version__
 
 # Each model class, the Auto class its saved auto_map names (trust_remote_code), and whether that Auto class
@@ -44,4 +45,9 @@ for _model_class, _auto_class, _local in _AUTO_CLASSES:
     _model_class.register_for_auto_class(_auto_class.__name__)
 del _model_class, _auto_class, _local
 
-__all__ = ["HybridSSMConfig", "HybridSSMPreTrainedModel", *(entry[0].__name__ for entry in _AUTO_CLASSES)]
+__all__ = [
+    "HybridSSMConfig",
+    "HybridSSMPreTrainedModel",
+    "parameter_groups",
+    *(entry[0].__name__ for entry in _AUTO_CLASSES),
+]

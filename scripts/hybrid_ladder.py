@@ -52,7 +52,7 @@ class Rung:
     change: str  # what this rung adds to the one before
     flags: tuple[str, ...] = ()  # its own flags (added to the earlier rungs')
     extra_config: tuple[str, ...] = ()  # its own KEY=VALUE config fields (merged with the earlier rungs')
-    # flags whose values follow from the merged flags so far (e.g. a learning rate that depends on the width)
+    # config fields whose values follow from the merged flags so far (e.g. a learning rate that depends on the width)
     derived: Callable[[dict[str, str]], dict[str, str]] | None = None
 
 
@@ -76,11 +76,11 @@ RUNG_NAMES = tuple(r.name for r in RUNGS)
 
 
 def _transition_step_per_width(flags: dict[str, str]) -> dict[str, str]:
-    """transition_lr_scale = 1/sqrt(d), d = 2 H N: W_P's init scale is 1 where it reads RMSNorm(e_v) = sqrt(d) e_v, so
+    """pd_ssm_transition_lr_scale = 1/sqrt(d), d = 2 H N: W_P's init scale is 1 where it reads RMSNorm(e_v) = sqrt(d) e_v, so
     its entries are sqrt(d) times smaller than `table`'s and the same Adam step moves them sqrt(d) times as far."""
     heads = int(flags.get("--num_heads", RECIPES["table"]["num_heads"]))
     width = 2 * heads * RECIPES["table"]["state_size"]
-    return {"--transition_lr_scale": f"{width**-0.5:.4g}"}
+    return {"pd_ssm_transition_lr_scale": f"{width**-0.5:.4g}"}
 
 
 # Changes under test, each tried on top of every rung (docs/design.md §8.8 gives what each did).
@@ -89,7 +89,7 @@ VARIANTS = (
     # mixer_mlp's two differences apart: its SwiGLU block kept but one hidden unit wide (the RMSNorm stays)
     Rung("mlp1", "the SwiGLU block 1 unit wide (intermediate_size=1)", (), ("intermediate_size=1",)),
     # W_P's relative Adam step back to `table`'s where it reads sqrt(d) e_v (mixer_mlp and later rungs)
-    Rung("wp_step", "W_P's learning rate / sqrt(d) (transition_lr_scale)", derived=_transition_step_per_width),
+    Rung("wp_step", "W_P's learning rate / sqrt(d) (pd_ssm_transition_lr_scale)", derived=_transition_step_per_width),
     # a user's model: the token embedding starts at the model's own N(0, 0.02^2) init, not at one-hot rows
     Rung(
         "normal_embedding", "the token embedding initialised N(0, 0.02^2), not one-hot", ("--embedding_init", "normal")
@@ -105,11 +105,13 @@ def rung_arguments(name: str, task: str, seed: int, variants: tuple[str, ...] = 
     flags: dict[str, str] = {}
     extra: dict[str, str] = {}
     chosen = [VARIANTS[VARIANT_NAMES.index(v)] for v in variants]
-    for rung in (*RUNGS[: RUNG_NAMES.index(name) + 1], *chosen):
+    chosen_and_rungs = (*RUNGS[: RUNG_NAMES.index(name) + 1], *chosen)
+    for rung in chosen_and_rungs:
         flags.update(zip(rung.flags[::2], rung.flags[1::2]))
-        if rung.derived is not None:
-            flags.update(rung.derived(flags))
         extra.update(item.split("=", 1) for item in rung.extra_config)
+    for rung in chosen_and_rungs:
+        if rung.derived is not None:  # from the flags of every rung and variant
+            extra.update(rung.derived(flags))
     for flag, value in flags.items():
         args += [flag, value]
     if extra:

@@ -180,7 +180,6 @@ OPTION_GROUPS = {
     "experimental (set by the recipes)": (
         "embedding_init",
         "freeze_embedding",
-        "transition_lr_scale",
         "teacher_forcing_steps",
         "attention_frozen_steps",
     ),

@@ -231,6 +231,12 @@ class HybridSSMConfig(PretrainedConfig):
             (requires_grad False; saved and loaded like any weight): with `pd_ssm_output_init="identity"` the rest of
             the model reads the heads' states themselves throughout training.
         pd_ssm_transition_init_scale: s above (> 0, default 1.0); read by `pd_ssm_transition="direct"` only.
+        pd_ssm_transition_lr_scale: the learning rate of the direct transition's W_P (`transition_proj`) as a multiple
+            of the model's (> 0, default 1.0), applied by `hf_ssm.parameter_groups` (the optimizer's parameter
+            groups; what the model computes does not depend on it). Why (docs/design.md §8.8): where W_P reads the
+            block's RMSNorm(u), one Adam step moves a token's logits sqrt(d) (one-hot-like u) to d (dense u) times as
+            far as a free logit table's step; 1/sqrt(d) gives the table's step back. Needs a mode with a W_P
+            (`pd_ssm_transition="direct"`) where it differs from 1.
         pd_ssm_transition_norm: whether the direct transition reads RMSNorm(u_t) (its own trained gain, initialised
             at 1) instead of u_t (default False): P_t's logits are W_P RMSNorm(u_t), unit-RMS input whatever block
             feeds the mixer (the post-norm block feeds it the raw N(0, 0.02^2) embedding). Read by
@@ -344,6 +350,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_initial_state: str = "zeros"
     pd_ssm_transition: str = "dictionary"
     pd_ssm_transition_init_scale: float = 1.0
+    pd_ssm_transition_lr_scale: float = 1.0
     pd_ssm_transition_norm: bool = False
     pd_ssm_output_skip: bool = True
     pd_ssm_output_init: str = "normal"

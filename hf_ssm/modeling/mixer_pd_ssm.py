@@ -136,6 +136,11 @@ class PDSSMMixer(nn.Module):
         self.skip = nn.Parameter(torch.ones(d)) if config.pd_ssm_output_skip else None
         self.transition.finish_init(self)
 
+    def learning_rate_scales(self) -> dict[str, float]:
+        """{parameter name: learning rate as a multiple of the model's} of the parameters the config trains at their
+        own rate (pd_ssm_transition_lr_scale: W_P); read by hf_ssm.parameter_groups."""
+        return self.transition.learning_rate_scales(self)
+
     def init_parameters(self, init) -> None:
         """(Re)draws the start values with `init`'s functions (transformers.initialization, which skip loaded
         weights; the model's _init_weights calls this through the registry): the transition mode's parameters, the

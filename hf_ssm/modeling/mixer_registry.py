@@ -270,6 +270,13 @@ def _check_pd_ssm(config) -> None:
         if not isinstance(getattr(config, name), bool):
             raise ValueError(f"`{name}` must be True or False, got {getattr(config, name)!r}")
     check_number("pd_ssm_transition_init_scale", config.pd_ssm_transition_init_scale, low=0, low_open=True)
+    check_number("pd_ssm_transition_lr_scale", config.pd_ssm_transition_lr_scale, low=0, low_open=True)
+    if config.pd_ssm_transition_lr_scale != 1 and not mode.has_projection:
+        raise ValueError(
+            "`pd_ssm_transition_lr_scale` scales the learning rate of the direct transition's W_P: it needs "
+            f"pd_ssm_transition={_choices(transition_names('has_projection'))} (got {config.pd_ssm_transition!r}; "
+            "leave it 1.0)"
+        )
     k_in = config.pd_ssm_transition_input_size
     if k_in is not None:
         if isinstance(k_in, bool) or not isinstance(k_in, int) or not 1 <= k_in <= config.hidden_size:

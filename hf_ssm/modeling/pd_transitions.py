@@ -64,8 +64,8 @@ class PDTransition:
         has_dictionary: a dictionary (or bank) of K matrices per head and a selection W_s (`selection`,
             `dictionary`): pd_ssm_identity_entry_logit may be set.
         can_share_selection: the selection may be one choice for every head (pd_ssm_shared_selection).
-        has_projection: P_t's logits are W_P u_t (`transition_proj`): pd_ssm_transition_input_size may be set, and
-            the state-tracking training's transition_lr_scale scales W_P's learning rate.
+        has_projection: P_t's logits are W_P u_t (`transition_proj`): pd_ssm_transition_input_size and
+            pd_ssm_transition_lr_scale (W_P's learning rate, `learning_rate_scales`) may be set.
     """
 
     fused_decode = False
@@ -75,6 +75,11 @@ class PDTransition:
 
     def __init__(self, name: str, config):
         self.name = name
+
+    def learning_rate_scales(self, mixer: nn.Module) -> dict[str, float]:
+        """{parameter name in `mixer`: its learning rate as a multiple of the model's} for the parameters whose
+        learning rate the config scales (none here; hf_ssm.parameter_groups reads it)."""
+        return {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -218,6 +223,11 @@ class DirectTransition(PDTransition):
         # W_P N(0, s^2 / k_in): N(0, s^2) logits for a unit-RMS input
         self.init_std = config.pd_ssm_transition_init_scale / math.sqrt(self.input_size)
         self.norm = config.pd_ssm_transition_norm
+        # configs written before the field (an adapter's, a checkpoint's) train W_P at the model's rate
+        self.lr_scale = float(getattr(config, "pd_ssm_transition_lr_scale", 1.0))
+
+    def learning_rate_scales(self, mixer) -> dict[str, float]:
+        return {"transition_proj.weight": self.lr_scale} if self.lr_scale != 1 else {}
 
     def add_parameters(self, mixer, config) -> None:
         n = mixer.head_state_size

@@ -57,6 +57,8 @@ MOVED_TO_EXTRA_CONFIG: dict[str, dict[str, Moved]] = {
     "StateTrackingSettings": {
         "dict_size": Moved("pd_ssm_dict_size", kind=int),
         **{name: Moved(name, kind=kind) for name, kind in _STATE_TRACKING_PD_SSM.items()},
+        # W_P's learning rate as a multiple of the model's: the config's since parameter_groups reads it there
+        "transition_lr_scale": Moved("pd_ssm_transition_lr_scale", kind=float),
     },
     "TimeSeriesSettings": {"dict_size": Moved("pd_ssm_dict_size", kind=int)},
     "AdapterExperimentSettings": {

@@ -39,38 +39,52 @@ def warmup_cosine_schedule(optimizer, warmup_steps: int, total_steps: int, min_r
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def parameter_groups(
-    model, weight_decay: float, decay_embedding: bool, lr: float | None = None, transition_lr_scale: float = 1.0
-) -> list[dict]:
-    """AdamW groups of the trained parameters (frozen ones, requires_grad False, are left out): every parameter
-    decays by `weight_decay`, except the input embedding when `decay_embedding` is False (the PD-SSM authors'
-    setting); with `transition_lr_scale` != 1 the weights of PD-SSM's direct transition maps (`transition_proj`)
-    get their own groups at lr * transition_lr_scale."""
-    embedding = {id(p) for p in model.get_input_embeddings().parameters()}
-    scaled = set()
-    if transition_lr_scale != 1:
-        scaled = {id(p) for name, p in model.named_parameters() if ".transition_proj." in f".{name}"}
-    # (embedding without decay, scaled lr) -> group; the scaled one last, the others in their earlier order
-    groups = {}
-    for p in model.parameters():
+def parameter_groups(model, learning_rate: float, weight_decay: float = 0.0, decays=None) -> list[dict]:
+    """Optimizer parameter groups of `model`'s trained parameters (requires_grad False ones are left out), each group
+    with its own "lr" and "weight_decay": every parameter at `learning_rate`, except those a layer trains at its own
+    multiple of it — a PD-SSM layer's W_P at learning_rate * config.pd_ssm_transition_lr_scale (the layer's
+    `learning_rate_scales`) — and `weight_decay` on the parameters `decays(name, parameter)` picks (default: the
+    matrices, dim >= 2, as transformers' Trainer: no decay on biases, norm gains or D_skip), 0 on the others.
+
+    In a plain loop, or handed to transformers' Trainer:
+
+        optimizer = torch.optim.AdamW(hf_ssm.parameter_groups(model, 1e-3, weight_decay=0.1))
+        trainer = Trainer(model=model, args=args, train_dataset=data, optimizers=(optimizer, None))
+
+    The groups come in a fixed order: decayed, not decayed, then each scaled rate (ascending)."""
+    scales = {}
+    for prefix, module in model.named_modules():
+        own = getattr(module, "learning_rate_scales", None)
+        if callable(own):
+            scales.update({f"{prefix}.{name}" if prefix else name: scale for name, scale in own().items()})
+    if decays is None:
+        decays = _decays_matrices
+    groups: dict[tuple[float, bool], dict] = {}
+    for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        key = (not decay_embedding and id(p) in embedding, id(p) in scaled)
-        group = groups.setdefault(key, {"params": [], "weight_decay": 0.0 if key[0] else weight_decay})
+        decay, scale = bool(decays(name, p)), scales.get(name, 1.0)
+        group = groups.setdefault(
+            (scale, decay), {"params": [], "lr": learning_rate * scale, "weight_decay": weight_decay if decay else 0.0}
+        )
         group["params"].append(p)
-        if key[1]:
-            group["lr"] = lr * transition_lr_scale
-    return [groups[key] for key in sorted(groups, key=lambda k: (k[1], k[0]))]
+    return [groups[key] for key in sorted(groups, key=lambda k: (k[0] != 1.0, k[0], not k[1]))]
+
+
+def _decays_matrices(name: str, parameter) -> bool:
+    return parameter.dim() >= 2
 
 
 def build_optimizer(model, settings) -> torch.optim.Optimizer:
-    groups = parameter_groups(
-        model,
-        settings.weight_decay,
-        settings.decay_embedding,
-        settings.learning_rate,
-        getattr(settings, "transition_lr_scale", 1.0),
-    )
+    """AdamW over parameter_groups at settings.learning_rate: every trained parameter decays by settings.weight_decay
+    (the state-tracking recipes' rule), except the input embedding when settings.decay_embedding is False (the PD-SSM
+    authors' setting)."""
+    embedding = {id(p) for p in model.get_input_embeddings().parameters()}
+
+    def decays(name, parameter) -> bool:
+        return settings.decay_embedding or id(parameter) not in embedding
+
+    groups = parameter_groups(model, settings.learning_rate, settings.weight_decay, decays)
     return torch.optim.AdamW(groups, lr=settings.learning_rate)
 
 

@@ -69,13 +69,14 @@ def test_a_variant_changes_every_rung_by_its_own_flags_only():
 
 
 def test_wp_step_divides_the_transition_learning_rate_by_the_root_of_the_width():
-    """`wp_step` sets transition_lr_scale = 1/sqrt(d) for the width the rung trains (d = 256, or 512 with heads32)."""
+    """`wp_step` sets pd_ssm_transition_lr_scale = 1/sqrt(d) for the width the rung trains (d = 256, or 512 with
+    heads32), whichever order the variants come in."""
     parser = driver.build_parser()
-    for variants, width in ((("wp_step",), 256), (("heads32", "wp_step"), 512)):
+    for variants, width in ((("wp_step",), 256), (("heads32", "wp_step"), 512), (("wp_step", "heads32"), 512)):
         _, runs = driver.plan_runs(parser, parser.parse_args(ladder.rung_arguments("mixer_mlp", "a5", 0, variants)))
         ((settings, _),) = runs
         assert settings.hidden_size == width
-        assert abs(settings.transition_lr_scale - width**-0.5) < 1e-4, variants
+        assert abs(settings.extra_config["pd_ssm_transition_lr_scale"] - width**-0.5) < 1e-4, variants
 
 
 def test_normal_embedding_starts_the_embedding_at_the_models_own_init():

@@ -112,6 +112,8 @@ def _old_names(cls, values: dict) -> dict:
 CASES = [
     PretrainSettings(model_preset="pd_ssm-tiny", extra_config={"hidden_size": 32}),
     StateTrackingSettings(extra_config={"pd_ssm_dict_size": 8, "pd_ssm_transition": "bank"}),
+    # transition_lr_scale: W_P's learning rate, a settings field until parameter_groups read it off the config
+    StateTrackingSettings(extra_config={"pd_ssm_transition": "direct", "pd_ssm_transition_lr_scale": 0.25}),
     TimeSeriesSettings(extra_config={"pd_ssm_dict_size": 4}),
     AdapterExperimentSettings(extra_config={"pd_ssm_transition": "bank", "pd_ssm_output_skip": False}),
     AdapterExperimentSettings(),
@@ -161,6 +163,8 @@ def test_a_recorded_command_reads_in_the_new_spellings():
     )
     given = upgrade_argv("StateTrackingSettings", ["--dict_size", "8", "--config", "pd_ssm_dict_size=4"])
     assert given == ["--extra_config", "pd_ssm_dict_size=8", "pd_ssm_dict_size=4"]
+    scaled = upgrade_argv("StateTrackingSettings", ["--transition_lr_scale", "0.04419"])
+    assert scaled == ["--extra_config", "pd_ssm_transition_lr_scale=0.04419"]
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))

@@ -1,6 +1,6 @@
-"""The state-tracking settings `freeze_embedding` (the token embedding is not trained),
-`transition_lr_scale` (the learning rate of PD-SSM's direct transition map W_P, as a multiple of learning_rate) and
-`embedding_init` (one-hot token codes): their validation, the optimizer and model they build, a run that keeps the
+"""The state-tracking settings `freeze_embedding` (the token embedding is not trained) and `embedding_init`, and the
+config field `pd_ssm_transition_lr_scale` (the learning rate of PD-SSM's direct transition map W_P, as a multiple of
+learning_rate, set through extra_config) (one-hot token codes): their validation, the optimizer and model they build, a run that keeps the
 embedding, the record and the resume check."""
 
 from __future__ import annotations
@@ -30,16 +30,21 @@ def tiny(**fields) -> StateTrackingSettings:
     return StateTrackingSettings(**{**TINY, "extra_config": DIRECT, **fields})
 
 
+def scaled(scale: float, **layer) -> dict:
+    """extra_config of the direct layer with W_P at `scale` times the learning rate."""
+    return {"extra_config": {**DIRECT, "pd_ssm_transition_lr_scale": scale, **layer}}
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"transition_lr_scale": 0.0}, "`transition_lr_scale` must be a finite number > 0, got 0.0"),
-        ({"transition_lr_scale": -1.0}, "`transition_lr_scale` must be a finite number > 0, got -1.0"),
-        ({"transition_lr_scale": 0.5, "extra_config": {}}, "`transition_lr_scale` = 0.5 scales the learning rate"),
+        (scaled(0.0), "`pd_ssm_transition_lr_scale` must be"),
+        (scaled(-1.0), "`pd_ssm_transition_lr_scale` must be"),
         (
-            {"transition_lr_scale": 0.5, "extra_config": {"pd_ssm_transition": "bank"}},
-            "needs pd_ssm_transition='direct' (got 'bank'",
+            {"extra_config": {"pd_ssm_transition_lr_scale": 0.5}},
+            "`pd_ssm_transition_lr_scale` scales the learning rate",
         ),
+        (scaled(0.5, pd_ssm_transition="bank"), "needs pd_ssm_transition='direct' (got 'bank'"),
         ({"embedding_init": "eye"}, "`embedding_init` must be one of ['normal', 'one_hot'], got 'eye'"),
         (
             {"embedding_init": "one_hot", "task": "a5", "hidden_size": 2},
@@ -55,7 +60,7 @@ def test_bad_transition_lr_scale_or_embedding_init_is_refused_naming_the_field(f
 
 def test_transition_lr_scale_is_unused_without_a_pd_ssm_layer():
     """A baseline trained under the same recipe (no pd_ssm layer, so no W_P) accepts the scale and has one group."""
-    settings = tiny(transition_lr_scale=0.5, mixer="diag_lru")
+    settings = tiny(mixer="diag_lru", **scaled(0.5))
     settings.validate()
     assert len(build_optimizer(build_model(settings), settings).param_groups) == 1
 
@@ -63,14 +68,14 @@ def test_transition_lr_scale_is_unused_without_a_pd_ssm_layer():
 def test_transition_lr_scale_gives_w_p_its_own_learning_rate_through_the_schedule():
     """W_P (`transition_proj.weight`) is alone in a group at learning_rate * scale; the warm-up and cosine keep the
     ratio at every step; with scale 1 there is one group, as before."""
-    settings = tiny(transition_lr_scale=0.25, learning_rate=1e-2, warmup_steps=2, max_steps=6)
+    settings = tiny(learning_rate=1e-2, warmup_steps=2, max_steps=6, **scaled(0.25))
     settings.validate()
     model = build_model(settings)
     optimizer = build_optimizer(model, settings)
     w_p = model.model.layers[0].mixer.transition_proj.weight
-    (scaled,) = [g for g in optimizer.param_groups if any(p is w_p for p in g["params"])]
-    (rest,) = [g for g in optimizer.param_groups if g is not scaled]
-    assert len(scaled["params"]) == 1 and scaled["lr"] == pytest.approx(2.5e-3) and rest["lr"] == pytest.approx(1e-2)
+    (w_p_group,) = [g for g in optimizer.param_groups if any(p is w_p for p in g["params"])]
+    (rest,) = [g for g in optimizer.param_groups if g is not w_p_group]
+    assert len(w_p_group["params"]) == 1 and w_p_group["lr"] == pytest.approx(2.5e-3) and rest["lr"] == pytest.approx(1e-2)
     assert sum(len(g["params"]) for g in optimizer.param_groups) == len(
         [p for p in model.parameters() if p.requires_grad]
     )
@@ -78,14 +83,14 @@ def test_transition_lr_scale_gives_w_p_its_own_learning_rate_through_the_schedul
     for _ in range(5):
         optimizer.step()
         scheduler.step()
-        assert scaled["lr"] == pytest.approx(0.25 * rest["lr"])
-    assert len(build_optimizer(model, tiny()).param_groups) == 1
+        assert w_p_group["lr"] == pytest.approx(0.25 * rest["lr"])
+    assert len(build_optimizer(build_model(tiny()), tiny()).param_groups) == 1  # scale 1: one group
 
 
 def test_paper_groups_keep_their_order_with_a_scaled_transition():
     """Weight decay off the embedding and a scaled W_P: [decayed, embedding, W_P] (the first two in the order a saved
     optimizer state of the paper recipe has them)."""
-    settings = tiny(transition_lr_scale=0.5, weight_decay=0.01, decay_embedding=False)
+    settings = tiny(weight_decay=0.01, decay_embedding=False, **scaled(0.5))
     model = build_model(settings)
     groups = build_optimizer(model, settings).param_groups
     assert [g["weight_decay"] for g in groups] == [0.01, 0.0, 0.01]
@@ -97,7 +102,7 @@ def test_frozen_embedding_is_left_out_of_the_optimizer_and_never_changes(tmp_pat
     """freeze_embedding: requires_grad False, in no optimizer group; after training the saved model's embedding is
     its initial value (the rest has trained), the model reloads with the same outputs, and results.json and the
     summary's overrides record both settings."""
-    settings = tiny(freeze_embedding=True, transition_lr_scale=0.5)
+    settings = tiny(freeze_embedding=True, **scaled(0.5))
     initial = build_model(settings)
     embedding = initial.get_input_embeddings().weight
     assert not embedding.requires_grad
@@ -111,10 +116,10 @@ def test_frozen_embedding_is_left_out_of_the_optimizer_and_never_changes(tmp_pat
     trained = build_model(settings)
     trained.load_state_dict(saved.state_dict())
     torch.testing.assert_close(trained.eval()(ids).logits, saved(ids).logits)
-    assert (results["freeze_embedding"], results["transition_lr_scale"]) == (True, 0.5)
+    assert results["freeze_embedding"] is True
     recorded = json.loads((tmp_path / "settings.json").read_text())
     overrides = recipe_overrides(recorded, "residual")
-    assert overrides["freeze_embedding"] is True and overrides["transition_lr_scale"] == 0.5
+    assert overrides["freeze_embedding"] is True and overrides["extra_config"]["pd_ssm_transition_lr_scale"] == 0.5
 
 
 def test_one_hot_embedding_makes_w_p_a_free_table_per_token():
@@ -148,7 +153,8 @@ def test_one_hot_frozen_embedding_survives_training_and_reload(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("field", "value"), [("freeze_embedding", True), ("transition_lr_scale", 0.5), ("embedding_init", "one_hot")]
+    ("field", "value"),
+    [("freeze_embedding", True), ("extra_config", scaled(0.5)["extra_config"]), ("embedding_init", "one_hot")],
 )
 def test_resume_refuses_a_changed_freeze_or_transition_lr(tmp_path, monkeypatch, field, value):
     """Both change the training of every later step: not resume-safe, so a changed value is refused by name."""
@@ -158,7 +164,8 @@ def test_resume_refuses_a_changed_freeze_or_transition_lr(tmp_path, monkeypatch,
     settings = tiny(max_steps=8, min_steps=8)  # no early stop before the kill
     kill_at_evaluation(monkeypatch, st, 3, train_state_tracking, settings, tmp_path)
     changed = tiny(max_steps=8, min_steps=8, **{field: value})
-    with pytest.raises(ValueError, match=f"{field} "):
+    named = "extra_config.pd_ssm_transition_lr_scale" if field == "extra_config" else field
+    with pytest.raises(ValueError, match=f"{named} "):
         train_state_tracking(changed, tmp_path, resume=True)
 
 
@@ -184,8 +191,8 @@ def test_direct_recipe_builds_the_documented_model_and_optimizer():
     assert mixer.transition_proj.weight.std().item() == pytest.approx(0.02, rel=0.05)
     assert not model.get_input_embeddings().weight.requires_grad and mixer.transition_norm.weight.requires_grad
     optimizer = build_optimizer(model, settings)
-    (scaled,) = [g for g in optimizer.param_groups if any(p is mixer.transition_proj.weight for p in g["params"])]
-    assert scaled["lr"] == pytest.approx(1e-2 / 256) and len(scaled["params"]) == 1
+    (w_p_group,) = [g for g in optimizer.param_groups if any(p is mixer.transition_proj.weight for p in g["params"])]
+    assert w_p_group["lr"] == pytest.approx(1e-2 / 256) and len(w_p_group["params"]) == 1
     scheduler = build_scheduler(optimizer, settings)
     for _ in range(3):
         assert [g["lr"] for g in optimizer.param_groups] == [1e-2, 1e-2 / 256]

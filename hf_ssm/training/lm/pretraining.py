@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from ...data.lm_corpus import IGNORE_INDEX, corpus_fingerprint, make_batch
 from ..checkpointing import latest_checkpoint, read_metadata
 from ..loop import Stopwatch, eval_mode, load_checkpoint, make_accelerator, open_run, run_training, save_checkpoint
-from ..optimization import warmup_cosine_factor
+from ..optimization import parameter_groups, warmup_cosine_factor
 from .lm_settings import (
     RESUME_SAFE_SETTINGS,
     PretrainSettings,
@@ -53,12 +53,12 @@ def learning_rate_at(step: int, s: TrainSettings) -> float:
     return s.learning_rate * warmup_cosine_factor(step, s.warmup_steps, s.max_steps, s.min_lr_ratio)
 
 
-def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    decay, no_decay = [], []
-    for _, param in model.named_parameters():
-        if param.requires_grad:
-            (decay if param.dim() >= 2 else no_decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+def _optimizer(model, settings) -> tuple[torch.optim.AdamW, list[float]]:
+    """AdamW over hf_ssm.parameter_groups, and each group's rate as a multiple of the schedule's (a PD-SSM W_P's
+    pd_ssm_transition_lr_scale), read here, before a resumed optimizer state overwrites the groups' rates."""
+    groups = parameter_groups(model, settings.learning_rate, settings.weight_decay)
+    optimizer = torch.optim.AdamW(groups, lr=settings.learning_rate, betas=(settings.adam_beta1, settings.adam_beta2))
+    return optimizer, [group["lr"] / settings.learning_rate for group in optimizer.param_groups]
 
 
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,11 +123,7 @@ def train_loop(
     """Train `model` (already on the CPU, not yet prepared); returns (prepared model, TrainState)."""
     if settings.gradient_checkpointing:
         model.activation_checkpointing_enable()
-    optimizer = torch.optim.AdamW(
-        _param_groups(model, settings.weight_decay),
-        lr=settings.learning_rate,
-        betas=(settings.adam_beta1, settings.adam_beta2),
-    )
+    optimizer, multiples = _optimizer(model, settings)
     model, optimizer = accelerator.prepare(model, optimizer)
     device, world, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
     B, A = settings.batch_size, settings.gradient_accumulation_steps
@@ -143,8 +139,8 @@ def train_loop(
 
     def train_step(step: int) -> dict | None:
         lr = learning_rate_at(step, settings)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        for group, multiple in zip(optimizer.param_groups, multiples, strict=True):
+            group["lr"] = lr * multiple
         micro = []
         for a in range(A):
             ids, starts = train_source.blocks(state.blocks + (a * world + rank) * B, B)

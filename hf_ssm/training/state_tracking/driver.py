@@ -325,7 +325,6 @@ def _results(settings: StateTrackingSettings, plan: RunPlan, run: _Run, outcome,
         "supervision": settings.supervision,
         "freeze_embedding": settings.freeze_embedding,
         "embedding_init": settings.embedding_init,
-        "transition_lr_scale": settings.transition_lr_scale,
         "train_lengths": [settings.train_min_length, settings.train_max_length],
         "length_curriculum": [settings.length_curriculum_start, settings.length_curriculum_steps]
         if settings.length_curriculum_steps

@@ -8,7 +8,7 @@ other mixer `residual` (the baselines). An explicit `--recipe` applies to every 
   free per-token table included. `direct` with the token embedding frozen at one-hot codes
   (`embedding_init="one_hot"`) and no norm in front of W_P, so that token v's logits W_P e_v are column v of W_P: a
   free N x N table per head and token, N(0, 1) entries (init scale sqrt(d) = 16) stepped by Adam at the full 1e-2
-  (`transition_lr_scale` 1); C the identity, frozen, and the block `mixer_only`, so that the model's final RMSNorm and
+  (`pd_ssm_transition_lr_scale` 1); C the identity, frozen, and the block `mixer_only`, so that the model's final RMSNorm and
   the classifier read the one-hot states themselves (a LayerNorm there, as in `direct`'s post-norm block, took the
   reference from 9 of 10 seeds to 3 of 10 on A5: docs/design.md §8.3). No early stop before step 300: at step 50
   parity's validation is already 100 % with a model that is not exact at 1,000. Up to 3 restarts (seeds s, s + 1000,
@@ -50,7 +50,7 @@ other mixer `residual` (the baselines). An explicit `--recipe` applies to every 
   `pd_ssm_transition_norm`: the norm's gain trained), W_P starting at N(0, 0.02^2) (init scale 0.32 = 0.02 sqrt(d):
   N(0, 0.1) logits); the states reach the classifier through a frozen random C (N(0, 0.02^2), not trained; the
   block's LayerNorm then undoes its scale) and no D_skip u. The token embedding is frozen at its init
-  (`freeze_embedding`), W_P learns at 1e-2 / d (`transition_lr_scale` = 1/256: one Adam step then moves a token's
+  (`freeze_embedding`), W_P learns at 1e-2 / d (`pd_ssm_transition_lr_scale` = 1/256: one Adam step then moves a token's
   logits about as far as a step of a free per-token table); Adam at a constant 1e-2 (`lr_schedule="constant"`, no
   warm-up, no clipping); training stops only at 100 % validation, within 2,000 steps. Every other value as
   `residual`. On A5 it learns 1 seed of 5 where `residual` learns 3 (docs/design.md §8.3): an experiment.
@@ -106,6 +106,7 @@ _DIRECT_LAYER = {  # HybridSSMConfig fields of `direct`'s PD-SSM layer
     "pd_ssm_transition_norm": True,
     "pd_ssm_output_skip": False,
     "pd_ssm_output_trainable": False,  # C stays at its random N(0, 0.02^2) init
+    "pd_ssm_transition_lr_scale": 1 / 256,  # 1 / d
 }
 _DIRECT = dict(
     num_heads=16,
@@ -113,7 +114,6 @@ _DIRECT = dict(
     block_type="post_norm_mixer",
     extra_config=_DIRECT_LAYER,
     freeze_embedding=True,
-    transition_lr_scale=1 / 256,  # 1 / d
     lr_schedule="constant",
     warmup_steps=0,
     grad_clip=0.0,
@@ -129,9 +129,9 @@ _TABLE = {  # `direct` with the reference automaton's free per-token table and a
         "pd_ssm_transition_init_scale": 16.0,  # sqrt(d): W_P's entries, hence the table's logits, N(0, 1)
         "pd_ssm_transition_norm": False,  # W_P reads e_v itself: column v of W_P is token v's table
         "pd_ssm_output_init": "identity",
+        "pd_ssm_transition_lr_scale": 1.0,  # a table entry's own Adam step, as the reference's
     },
     "embedding_init": "one_hot",
-    "transition_lr_scale": 1.0,  # a table entry's own Adam step, as the reference's
     "min_steps": 300,  # parity reaches 100 % validation at step 50 with a model not yet exact at 1,000 (99.2 %)
     "far_lengths": "1000,4000",  # an automaton that is right is right at any length: test it far out
 }

@@ -17,7 +17,6 @@ from ...modeling import HybridSSMConfig
 from ...modeling.config_values import BLOCK_TYPES, check_choice
 from ...modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
 from ...modeling.mixer_registry import pattern_letters, width_matched_fields
-from ...modeling.pd_transitions import transition_class, transition_names
 from ..cli import check_numeric_settings
 from ..optimization import LR_SCHEDULES
 from ..settings_base import ConfigFieldSettings, TrackingSettings
@@ -226,12 +225,8 @@ class StateTrackingSettings(StackSettings, ConfigFieldSettings, TrackingSettings
     lr_schedule: str = "cosine"
     min_learning_rate: float = 0.0
     # The token embedding is not trained (requires_grad False: it stays at its N(0, 0.02^2) init, fixed
-    # nearly orthogonal token codes), and the learning rate of PD-SSM's direct transition map W_P
-    # (pd_ssm_transition="direct", `transition_proj`) is learning_rate * transition_lr_scale. Why (muP-style): one
-    # Adam step moves every entry of W_P by about lr, so it moves a token's logit W_P u by about lr * sum_i |u_i|,
-    # d times the step a free per-token logit table takes; dividing W_P's lr by d * RMS(u) gives the table's step.
+    # nearly orthogonal token codes). (W_P's own learning rate is the config's pd_ssm_transition_lr_scale.)
     freeze_embedding: bool = False
-    transition_lr_scale: float = 1.0
     # The token embedding's start: "normal" (HybridSSMConfig's N(0, initializer_range^2)) or "one_hot" (token v is
     # the basis vector e_v; needs hidden_size >= the task's vocabulary). One-hot codes make W_P u_v column v of W_P:
     # with the embedding frozen and no transition norm, W_P is then a free N x N logit table per head and token, Adam
@@ -254,7 +249,7 @@ class StateTrackingSettings(StackSettings, ConfigFieldSettings, TrackingSettings
     def validate(self) -> RunPlan:
         """ValueError naming the first wrong setting: the values on their own first (numbers, choices, the config
         keys, the counts, the files), then against what they resolve to (`plan`). Returns that RunPlan."""
-        check_numeric_settings(self, positive=("learning_rate", "transition_lr_scale"))
+        check_numeric_settings(self, positive=("learning_rate",))
         for name, accepted in CHOICES.items():
             check_choice(name, getattr(self, name), accepted)
         check_recipe(self.recipe)
@@ -280,16 +275,6 @@ class StateTrackingSettings(StackSettings, ConfigFieldSettings, TrackingSettings
         record = file_record(self, task, files, fingerprints) if files is not None else {}
         far = tuple(far_lengths(self, task))
         config = _model_config(self, task, far)  # the pattern letters, the sizes: HybridSSMConfig's own checks
-        # a model without a pd_ssm layer has no W_P: the scale is unused there (with one, the config has checked
-        # the mode's name; its class says whether it has a W_P)
-        pd_ssm = "pd_ssm" in config.mixers
-        if self.transition_lr_scale != 1 and pd_ssm and not transition_class(config.pd_ssm_transition).has_projection:
-            choices = " / ".join(map(repr, transition_names("has_projection")))
-            raise ValueError(
-                f"`transition_lr_scale` = {self.transition_lr_scale} scales the learning rate of the direct transition "
-                f"map W_P only: it needs pd_ssm_transition={choices} (got {config.pd_ssm_transition!r}; pass "
-                "--transition_lr_scale 1 with another transition)"
-            )
         if self.teacher_forcing_steps:
             check_teacher_forcing(config, task, self.supervision)
         if self.attention_frozen_steps and "attention" not in config.mixers:
