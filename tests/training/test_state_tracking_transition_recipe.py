@@ -75,7 +75,9 @@ def test_transition_lr_scale_gives_w_p_its_own_learning_rate_through_the_schedul
     w_p = model.model.layers[0].mixer.transition_proj.weight
     (w_p_group,) = [g for g in optimizer.param_groups if any(p is w_p for p in g["params"])]
     (rest,) = [g for g in optimizer.param_groups if g is not w_p_group]
-    assert len(w_p_group["params"]) == 1 and w_p_group["lr"] == pytest.approx(2.5e-3) and rest["lr"] == pytest.approx(1e-2)
+    assert (
+        len(w_p_group["params"]) == 1 and w_p_group["lr"] == pytest.approx(2.5e-3) and rest["lr"] == pytest.approx(1e-2)
+    )
     assert sum(len(g["params"]) for g in optimizer.param_groups) == len(
         [p for p in model.parameters() if p.requires_grad]
     )
