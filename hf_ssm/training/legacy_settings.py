@@ -95,6 +95,15 @@ RENAMED_OPTIONS: dict[str, dict[str, str]] = {
         "--eval_samples": "--eval_samples_per_bucket",
         "--threads": "--cpu_threads",
     },
+    # scripts/eval_nl_state_tracking.py: its options take the names of the adapter settings they mean
+    # (AdapterExperimentSettings); its records keep their keys ("model", "fewshot")
+    "eval_nl_state_tracking": {
+        "--model": "--base_model",
+        "--num_stories": "--eval_samples_per_bucket",
+        "--fewshot": "--fewshot_examples",
+        "--transitions": "--test_buckets",
+        "--batch_size": "--eval_batch_size",
+    },
 }
 
 

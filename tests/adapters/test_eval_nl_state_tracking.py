@@ -3,6 +3,7 @@ without an SSM adapter, scored by number of transitions; run here on a tiny offl
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 
@@ -11,9 +12,13 @@ import pytest
 from hf_ssm.adapters import SSMAdapterConfig, attach_ssm_adapter
 from hf_ssm.adapters.tiny_base import build_tiny_qwen2, build_word_tokenizer
 from hf_ssm.data import nl_state_tracking as nl
+from hf_ssm.training.legacy_settings import upgrade_argv
 from model_checks import ROOT, load_script, run_script
 
-EVAL = ["--task", "parity", "--transitions", "1-3,8", "--num_stories", "6", "--batch_size", "4", "--fewshot", "1"]
+EVAL = [
+    "--task", "parity", "--test_buckets", "1-3,8", "--eval_samples_per_bucket", "6", "--eval_batch_size", "4",
+    "--fewshot_examples", "1",
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +35,7 @@ def tiny_base(tmp_path_factory):
 def test_scores_a_base_and_an_adapted_base_by_transitions(tiny_base, tmp_path):
     folder, model = tiny_base
     out = tmp_path / "base.json"
-    result = run_script("eval_nl_state_tracking", "--model", str(folder), *EVAL, "--out", str(out), timeout=300)
+    result = run_script("eval_nl_state_tracking", "--base_model", str(folder), *EVAL, "--out", str(out), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads(out.read_text())
     assert [(b["min_transitions"], b["max_transitions"], b["stories"]) for b in record["buckets"]] == [
@@ -38,7 +43,7 @@ def test_scores_a_base_and_an_adapted_base_by_transitions(tiny_base, tmp_path):
     ]  # fmt: skip
     assert all(0.0 <= b["accuracy"] <= 1.0 and b["mean_tokens"] > 0 for b in record["buckets"])
     assert record["num_classes"] == 2 and record["cpu_seconds"] > 0 and out.with_suffix(".png").is_file()
-    assert "1-3:" in result.stdout and "--transitions 1-3,8" in record["command"]
+    assert "1-3:" in result.stdout and "--test_buckets 1-3,8" in record["command"]
     assert "parity 8-8" in result.stderr  # every bucket shows its progress
 
     adapter_dir = tmp_path / "adapter"
@@ -46,7 +51,7 @@ def test_scores_a_base_and_an_adapted_base_by_transitions(tiny_base, tmp_path):
     attach_ssm_adapter(model, config).save_pretrained(adapter_dir)
     out = tmp_path / "adapted.json"
     result = run_script(
-        "eval_nl_state_tracking", "--model", str(folder), "--adapter", str(adapter_dir), *EVAL, "--out", str(out),
+        "eval_nl_state_tracking", "--base_model", str(folder), "--adapter", str(adapter_dir), *EVAL, "--out", str(out),
         timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -56,21 +61,45 @@ def test_scores_a_base_and_an_adapted_base_by_transitions(tiny_base, tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--transitions", "1-3,x"], "`transitions` must look like '1-10,40,80'"),
-        (["--transitions", "5-2"], "must satisfy 1 <= low <= high"),
-        (["--num_stories", "0"], "--num_stories must be >= 1"),
+        (["--test_buckets", "1-3,x"], "`test_buckets` must look like '1-10,40,80'"),
+        (["--test_buckets", "5-2"], "must satisfy 1 <= low <= high"),
+        (["--eval_samples_per_bucket", "0"], "--eval_samples_per_bucket must be >= 1"),
+        (["--eval_batch_size", "0"], "--eval_batch_size must be >= 1"),
+        (["--fewshot_examples", "-1"], "--fewshot_examples must be >= 0"),
         (["--task", "dyck"], "invalid choice: 'dyck'"),
         (
-            ["--task", "tracking_shuffled_objects", "--transitions", "n,2x"],
-            "`transitions` must look like '1-7,n,4n,8n'",
+            ["--task", "tracking_shuffled_objects", "--test_buckets", "n,2x"],
+            "`test_buckets` must look like '1-7,n,4n,8n'",
         ),
     ],
 )
 def test_bad_arguments_exit_with_a_clear_message(args, message, capsys):
     script = load_script("eval_nl_state_tracking")
     with pytest.raises(SystemExit) as exit_info:
-        script.main(["--model", "unused", *args])
+        script.main(["--base_model", "unused", *args])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("--model", "--base_model"),
+        ("--num_stories", "--eval_samples_per_bucket"),
+        ("--fewshot", "--fewshot_examples"),
+        ("--transitions", "--test_buckets"),
+        ("--batch_size", "--eval_batch_size"),
+    ],
+)
+def test_an_old_option_spelling_is_refused_naming_the_new_one(old, new, capsys):
+    """The options are named as the adapter settings they mean (AdapterExperimentSettings); the old spellings are
+    hidden from --help and refused with a usage error naming the new one, before anything loads."""
+    script = load_script("eval_nl_state_tracking")
+    parser = script.build_parser()
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(["--base_model", "unused", old, "1"])
+    assert exit_info.value.code == 2 and f"{old} was renamed: use {new}" in capsys.readouterr().err
+    visible = {o for a in parser._actions if a.help is not argparse.SUPPRESS for o in a.option_strings}
+    assert old not in visible and new in visible
 
 
 def test_first_word_reads_the_answer_out_of_a_continuation():
@@ -82,9 +111,10 @@ def test_first_word_reads_the_answer_out_of_a_continuation():
     )
 
 
-def test_an_adapter_alone_is_scored_on_its_recorded_base_with_the_adapter_defaults(tiny_base, tmp_path):
-    """With --adapter and no --model the base is the one the adapter's config records, with no few-shot prefix and
-    at 40 transitions (the defaults of an adapter's own answer); an adapter recording no base needs --model."""
+def test_an_adapter_alone_is_scored_on_its_recorded_base_with_the_adapter_defaults(tiny_base, tmp_path, capsys):
+    """With --adapter and no --base_model the base is the one the adapter's config records, with no few-shot prefix
+    and at 40 transitions (the defaults of an adapter's own answer); an adapter recording no base needs
+    --base_model."""
     from transformers import AutoModelForCausalLM
 
     folder, _ = tiny_base
@@ -98,7 +128,7 @@ def test_an_adapter_alone_is_scored_on_its_recorded_base_with_the_adapter_defaul
     attach_ssm_adapter(model, config).save_pretrained(adapter_dir)
     out = tmp_path / "adapted.json"
     result = run_script(
-        "eval_nl_state_tracking", "--adapter", str(adapter_dir), "--task", "parity", "--num_stories", "2",
+        "eval_nl_state_tracking", "--adapter", str(adapter_dir), "--task", "parity", "--eval_samples_per_bucket", "2",
         "--out", str(out), timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -111,16 +141,18 @@ def test_an_adapter_alone_is_scored_on_its_recorded_base_with_the_adapter_defaul
     script = load_script("eval_nl_state_tracking")
     with pytest.raises(SystemExit) as exit_info:
         script.main(["--adapter", str(anonymous)])
-    assert exit_info.value.code == 2
+    assert exit_info.value.code == 2 and "--base_model is required" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "results" / "adapter" / "generate").glob("*.json")))
 def test_the_published_greedy_answers_are_product_commands(path, tmp_path):
     """Every published greedy-answer record (RESULTS.md §2, the LM-head adapters' own answer at 40) was made by a
     command whose every option is now a default: `--adapter DIR --task TASK --out FILE` resolves to the same
-    arguments (the base read from an adapter config that records smollm2-135m, as the published adapters do)."""
+    arguments (the base read from an adapter config that records smollm2-135m, as the published adapters do). The
+    records' commands use the options' old spellings (--model, --num_stories, ...): they read in the new ones."""
     recorded = shlex.split(json.loads(path.read_text())["command"])
     assert recorded[:2] == ["python", "scripts/eval_nl_state_tracking.py"]
+    recorded = [*recorded[:2], *upgrade_argv("eval_nl_state_tracking", recorded[2:])]
     adapter = tmp_path / "adapter"  # the run folders are not in the repository: the same flags on a stand-in
     SSMAdapterConfig(layer_index=3, base_model_name_or_path="smollm2-135m").save_pretrained(adapter)
     argv = recorded[2:]
@@ -203,8 +235,8 @@ def test_scores_tracking_shuffled_objects_by_objects_and_swaps(tracking_base, tm
 
     monkeypatch.setattr(so, "shuffled_objects_story", recording_story)
     monkeypatch.setattr(GenerationMixin, "generate", fake_generate)
-    args = ["--model", str(tracking_base), "--task", "tracking_shuffled_objects", "--transitions", "n,2n",
-            "--num_stories", "4", "--batch_size", "4"]  # fmt: skip
+    args = ["--base_model", str(tracking_base), "--task", "tracking_shuffled_objects", "--test_buckets", "n,2n",
+            "--eval_samples_per_bucket", "4", "--eval_batch_size", "4"]  # fmt: skip
     mode = "right"
     assert script.main([*args, "--out", str(tmp_path / "right.json")]) == 0
     record = json.loads((tmp_path / "right.json").read_text())
@@ -273,7 +305,8 @@ def test_scores_a_bbh_file_item_by_item_and_logs_every_evaluation(tracking_base,
 
     script = load_script("eval_nl_state_tracking")
     path, log, out = own_bbh_file(tmp_path), tmp_path / "log.jsonl", tmp_path / "record.json"
-    args = ["--model", str(tracking_base), "--bbh_file", str(path), "--bbh_log", str(log), "--batch_size", "2"]
+    args = ["--base_model", str(tracking_base), "--bbh_file", str(path), "--bbh_log", str(log), "--eval_batch_size",
+            "2"]  # fmt: skip
     assert script.main([*args, "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest() and record["items"] == 5
@@ -286,7 +319,7 @@ def test_scores_a_bbh_file_item_by_item_and_logs_every_evaluation(tracking_base,
     for scoring in ("loglik", "greedy"):
         right = sum(p[scoring] == p["target"][1] for p in record["predictions"])
         assert record["accuracy"][scoring] == right / 5
-    assert script.main([*args, "--out", str(tmp_path / "again.json"), "--fewshot", "0"]) == 0
+    assert script.main([*args, "--out", str(tmp_path / "again.json"), "--fewshot_examples", "0"]) == 0
     first, second = [json.loads(text) for text in log.read_text().splitlines()]
     assert (first["sha256"], first["out"], first["accuracy"]) == (record["sha256"], str(out), record["accuracy"])
     assert (second["out"], second["fewshot"]) == (str(tmp_path / "again.json"), 0)
@@ -299,7 +332,7 @@ def test_scores_a_bbh_file_item_by_item_and_logs_every_evaluation(tracking_base,
     data["examples"][2]["target"] = "(D)"
     broken.write_text(json.dumps(data))
     with pytest.raises(SystemExit) as exit_info:
-        script.main(["--model", "no/such/model", "--bbh_file", str(broken), "--bbh_log", str(log)])
+        script.main(["--base_model", "no/such/model", "--bbh_file", str(broken), "--bbh_log", str(log)])
     assert exit_info.value.code == 2 and "examples[2].target '(D)' is not one of its options" in capsys.readouterr().err
 
 
@@ -328,7 +361,7 @@ def test_log_likelihood_after_a_cached_prefix_equals_the_whole_prompt():
 
 
 def test_an_entity_tracker_is_scored_by_its_classifier_and_asked_as_it_was_trained(
-    tracking_base, tmp_path, monkeypatch
+    tracking_base, tmp_path, monkeypatch, capsys
 ):
     """An entity tracker with the classifier readout, on a BIG-Bench Hard file: scored by its classifier (no
     generation), the prompt "<input>\\nAnswer:" and no shots. With the LM-head readout, on generated stories of the
@@ -364,7 +397,7 @@ def test_an_entity_tracker_is_scored_by_its_classifier_and_asked_as_it_was_train
     monkeypatch.setattr(GenerationMixin, "generate", fake_generate)
     out = tmp_path / "lm_head.json"
     argv = ["--adapter", str(folders["lm_head"]), "--task", "tracking_shuffled_objects", "--story_variety", "varied",
-            "--transitions", "n", "--num_stories", "2", "--out", str(out)]  # fmt: skip
+            "--test_buckets", "n", "--eval_samples_per_bucket", "2", "--out", str(out)]  # fmt: skip
     assert script.main(argv) == 0
     record = json.loads(out.read_text())
     # (the word-level tokenizer decodes "\nAnswer:" as " answer :")
@@ -372,5 +405,5 @@ def test_an_entity_tracker_is_scored_by_its_classifier_and_asked_as_it_was_train
     assert record["story_variety"] == "varied" and record["fewshot"] == 0
     assert [b["answers"] for b in record["buckets"]] == [{"B": 2}] * 3  # the bare letter " b" read as B
     with pytest.raises(SystemExit) as exit_info:  # shots would be read as the story's people
-        script.main([*argv, "--fewshot", "2"])
-    assert exit_info.value.code == 2
+        script.main([*argv, "--fewshot_examples", "2"])
+    assert exit_info.value.code == 2 and "use --fewshot_examples 0" in capsys.readouterr().err
