@@ -95,8 +95,8 @@ RENAMED_OPTIONS: dict[str, dict[str, str]] = {
         "--eval_samples": "--eval_samples_per_bucket",
         "--threads": "--cpu_threads",
     },
-    # scripts/eval_nl_state_tracking.py: its options take the names of the adapter settings they mean
-    # (AdapterExperimentSettings); its records keep their keys ("model", "fewshot")
+    # scripts/eval_nl_state_tracking.py and scripts/demo_adapter.py: their options take the names of the adapter
+    # settings they mean (AdapterExperimentSettings); the records keep their keys ("model", "fewshot")
     "eval_nl_state_tracking": {
         "--model": "--base_model",
         "--num_stories": "--eval_samples_per_bucket",
@@ -104,6 +104,8 @@ RENAMED_OPTIONS: dict[str, dict[str, str]] = {
         "--transitions": "--test_buckets",
         "--batch_size": "--eval_batch_size",
     },
+    # demo_adapter.py keeps --transitions: the number of sentences of its one story, not buckets
+    "demo_adapter": {"--model": "--base_model", "--fewshot": "--fewshot_examples"},
 }
 
 
