@@ -52,7 +52,8 @@ from pathlib import Path
 
 import torch
 
-from hf_ssm.training.cli import seed_list
+from hf_ssm.training.cli import refuse_options, seed_list
+from hf_ssm.training.legacy_settings import RENAMED_OPTIONS
 from hf_ssm.training.reports import write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -553,7 +554,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sweep_bytes", type=int, default=2_000_000, help="training bytes of a sweep run")
     parser.add_argument("--full_bytes", type=int, default=10_000_000, help="training bytes of a full run")
     parser.add_argument("--save_every", type=int, default=100, help="checkpoint every N steps")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (two single-thread jobs on 2 cores)")
+    parser.add_argument("--cpu_threads", type=int, default=1, help="torch threads (two single-thread jobs on 2 cores)")
+    refuse_options(parser, RENAMED_OPTIONS["bench_lm"])
     parser.add_argument(
         "--device", choices=("cpu", "cuda"), default=None, help="where to train and score (default: cuda if available)"
     )
@@ -585,7 +587,7 @@ def parse_args(argv: list[str]):
     args.learning_rates = [float(x) for x in args.learning_rates.split(",") if x]
     if len(args.learning_rates) < 3 and args.phase == "sweep":
         raise SystemExit("--learning_rates: the sweep needs at least three rates")
-    for name in ("sweep_bytes", "full_bytes", "save_every", "threads"):
+    for name in ("sweep_bytes", "full_bytes", "save_every", "cpu_threads"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name} must be >= 1, got {getattr(args, name)}")
     _parse_corpus_args(args)
@@ -634,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
         check_results_corpus(args.results, corpus_source(args).fingerprint if args.train_files else None)
         write_report(args.results)
         return 0
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.cpu_threads)
     source = corpus_source(args)
     check_results_corpus(args.results, source.fingerprint)
     planned = planned_runs(args, source.fingerprint)

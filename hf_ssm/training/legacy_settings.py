@@ -106,6 +106,8 @@ RENAMED_OPTIONS: dict[str, dict[str, str]] = {
     },
     # demo_adapter.py keeps --transitions: the number of sentences of its one story, not buckets
     "demo_adapter": {"--model": "--base_model", "--fewshot": "--fewshot_examples"},
+    # benchmarks/bench_lm.py: as scripts/hybrid_ladder.py's (the record's key `threads` stays)
+    "bench_lm": {"--threads": "--cpu_threads"},
 }
 
 

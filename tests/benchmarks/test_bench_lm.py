@@ -204,6 +204,17 @@ def test_the_three_files_flags_go_together_and_need_a_results_folder_of_their_ow
     assert default.results == bench_lm.RESULTS and default.train_files is None
 
 
+def test_cpu_threads_is_spelled_as_the_other_scripts_and_threads_is_refused(capsys):
+    """--cpu_threads (as hybrid_ladder.py's and reference_automaton.py's); the old --threads is refused naming it,
+    and --cpu_threads 0 naming itself."""
+    assert bench_lm.parse_args(["--phase", "sweep", "--cpu_threads", "2", "--device", "cpu"]).cpu_threads == 2
+    with pytest.raises(SystemExit) as exit_info:
+        bench_lm.parse_args(["--phase", "sweep", "--threads", "2"])
+    assert exit_info.value.code == 2 and "--threads was renamed: use --cpu_threads" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--cpu_threads must be >= 1"):
+        bench_lm.parse_args(["--phase", "sweep", "--cpu_threads", "0"])
+
+
 def _record(corpus: dict, model: str = "transformer", rate: float = 1e-3) -> dict:
     run = {"model": model, "size": "d128", "tokenizer": "byte"}
     return {"run": run, "corpus": corpus, "validation_bpb": 3.0, "learning_rate": rate}
