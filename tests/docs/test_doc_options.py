@@ -24,7 +24,9 @@ SCRIPTS = (
     "demo_adapter",
     "make_model_card",
 )
-COMMAND = re.compile(r"python (?:-m )?scripts/(\w+)\.py((?:[^`\n]|\\\n)*)")
+# a command runs on over lines ending in "\" (or "\\" in a docstring); the continuation is tried first, else the
+# backslash would be read as a character and the command cut at the line's end
+COMMAND = re.compile(r"python (?:-m )?scripts/(\w+)\.py((?:\\\\?\n|[^`\n])*)")
 OPTION = re.compile(r"(?<![\w-])(--[a-z][\w-]*)")
 
 
