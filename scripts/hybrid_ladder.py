@@ -90,6 +90,13 @@ VARIANTS = (
     Rung("mlp1", "the SwiGLU block 1 unit wide (intermediate_size=1)", (), ("intermediate_size=1",)),
     # W_P's relative Adam step back to `table`'s where it reads sqrt(d) e_v (mixer_mlp and later rungs)
     Rung("wp_step", "W_P's learning rate / sqrt(d) (pd_ssm_transition_lr_scale)", derived=_transition_step_per_width),
+    # C back to the frozen identity on the rungs above trained_c (where training C stopped the search)
+    Rung(
+        "c_frozen",
+        "C frozen at the identity again (pd_ssm_output_trainable=false)",
+        (),
+        ("pd_ssm_output_trainable=false",),
+    ),
     # a user's model: the token embedding starts at the model's own N(0, 0.02^2) init, not at one-hot rows
     Rung(
         "normal_embedding", "the token embedding initialised N(0, 0.02^2), not one-hot", ("--embedding_init", "normal")

@@ -87,6 +87,15 @@ def test_normal_embedding_starts_the_embedding_at_the_models_own_init():
     assert settings.embedding_init == "normal" and not settings.freeze_embedding
 
 
+def test_c_frozen_undoes_trained_c_on_the_rungs_above_it():
+    parser = driver.build_parser()
+    for rung in ("trained_c", "four_layers"):
+        args = ladder.rung_arguments(rung, "a5", 0, ("heads32", "wp_step", "c_frozen"))
+        _, runs = driver.plan_runs(parser, parser.parse_args(args))
+        ((settings, _),) = runs
+        assert settings.extra_config["pd_ssm_output_trainable"] is False, rung
+
+
 def test_the_table_puts_a_variant_row_after_the_plain_rungs_and_names_its_change():
     run = {"far": {}, "cpu_seconds": 10.0, "test_mean": 1.0}
     record = {"table+heads32": {"0": run}, "mixer_mlp": {"0": run}, "table": {"0": run}}
