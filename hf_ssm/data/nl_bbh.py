@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .nl_story import ANSWER_PROMPT
 
-__all__ = ["BBHFile", "BBHItem", "adapter_prompt", "parse_bbh", "read_bbh_file"]
+__all__ = ["BBHFile", "BBHItem", "ShuffleTrace", "adapter_prompt", "parse_bbh", "read_bbh_file", "shuffle_trace"]
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 OPTIONS_HEADER = "\nOptions:\n"
@@ -121,3 +121,77 @@ def adapter_prompt(item: BBHItem) -> str:
     """The prompt an adapter trained on the package's stories answers: the item's input, then a line "Answer:" (the
     generated stories' prompt, hf_ssm.data.shuffled_objects); its answer word is the option letter."""
     return f"{item.input}\n{ANSWER_PROMPT}"
+
+
+# --- Error analysis of recorded predictions (scripts/analyze_bbh.py). No model or adapter reads any of this: it
+# parses tracking_shuffled_objects' English to say which items a model got wrong and how.
+
+# The benchmark's five scenarios, by a phrase of the introduction's first sentence.
+SCENARIOS = {
+    "square dance": "dance partners",
+    "trade books": "books",
+    "soccer match": "positions",
+    "gift exchange": "presents",
+    "playing a game": "balls",
+}
+_SWAP = re.compile(r"(?:First|Then|Finally), (\w+) and (\w+) (?:swap|switch|trade)")
+_ASKED = re.compile(r"At the end of the \w+, (\w+) (?:is|has)")
+
+
+@dataclass(frozen=True)
+class ShuffleTrace:
+    """A tracking_shuffled_objects item read for analysis: its scenario, the people in the introduction's order, the
+    swaps (pairs of indices into `people`), the asked person's index, and `holders[t][i]`: the option index person i
+    holds after t swaps (t = 0: the introduction, where person i holds option i, the benchmark's layout)."""
+
+    scenario: str
+    people: tuple[str, ...]
+    swaps: tuple[tuple[int, int], ...]
+    asked: int
+    holders: tuple[tuple[int, ...], ...]
+
+    @property
+    def asked_swaps(self) -> int:
+        """How many swaps the asked person took part in."""
+        return sum(self.asked in pair for pair in self.swaps)
+
+    @property
+    def steps_since_asked_swap(self) -> int | None:
+        """Swaps after the asked person's last one (0: it was the last swap; None: never swapped)."""
+        for back, pair in enumerate(reversed(self.swaps)):
+            if self.asked in pair:
+                return back
+        return None
+
+    def error_kind(self, predicted: int) -> str:
+        """What a predicted option is, for the asked person: "right"; "earlier" (what they held at the start or after
+        an earlier swap: a later swap missed); else "other's" (what another person holds at the end)."""
+        if predicted == self.holders[-1][self.asked]:
+            return "right"
+        if any(step[self.asked] == predicted for step in self.holders[:-1]):
+            return "earlier"
+        return "other's"
+
+
+def shuffle_trace(item: BBHItem) -> ShuffleTrace:
+    """The ShuffleTrace of a tracking_shuffled_objects item (ValueError naming the item where its text does not
+    follow the benchmark's layout: the people listed before " are ", one "X and Y swap/switch/trade" per swap, the
+    question "At the end of the ..., X is/has")."""
+    story = item.input.split(OPTIONS_HEADER)[0]
+    first = story.split(" are ", 1)[0]
+    people = tuple(name.strip() for name in re.split(r", and |, | and ", first))
+    scenario = next((name for phrase, name in SCENARIOS.items() if phrase in story.split(".")[0]), "other")
+    index = {name: i for i, name in enumerate(people)}
+    swaps = tuple((index.get(a), index.get(b)) for a, b in _SWAP.findall(story))
+    asked = _ASKED.search(story)
+    if len(people) != len(item.options) or not swaps or asked is None or asked.group(1) not in index:
+        raise ValueError(f"item {item.index}: not in tracking_shuffled_objects' layout (people {people}, options "
+                         f"{len(item.options)}, swaps {len(swaps)}, question {asked and asked.group(0)!r})")  # fmt: skip
+    if any(i is None or j is None for i, j in swaps):
+        raise ValueError(f"item {item.index}: a swap names someone outside the introduction {people}")
+    holders = [tuple(range(len(people)))]
+    for i, j in swaps:
+        now = list(holders[-1])
+        now[i], now[j] = now[j], now[i]
+        holders.append(tuple(now))
+    return ShuffleTrace(scenario, people, swaps, index[asked.group(1)], tuple(holders))
