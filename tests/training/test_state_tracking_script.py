@@ -178,6 +178,7 @@ def test_restarts_validate_the_settings_once(tmp_path, monkeypatch):
     HybridSSMConfig: 4 times for 3 restarts): each restart trains through the driver's inner run, which never
     validates."""
     import hf_ssm.training.state_tracking.driver as st
+    import hf_ssm.training.state_tracking.results as st_results
 
     validations, restarts = [], []
     original = StateTrackingSettings.validate
@@ -191,7 +192,7 @@ def test_restarts_validate_the_settings_once(tmp_path, monkeypatch):
                 "cpu_seconds": 0.0, "task": settings.task, "mixer": settings.mixer, "train_lengths": [3, 40]}  # fmt: skip
 
     monkeypatch.setattr(st, "_train_run", fake_restart)
-    monkeypatch.setattr(st, "plot_accuracy_vs_length", lambda results, path: None)
+    monkeypatch.setattr(st_results, "plot_accuracy_vs_length", lambda results, path: None)
     results = st.train_with_restarts(StateTrackingSettings(restarts=3), tmp_path)
     assert len(results["restarts"]) == 3 and restarts == [0, 1000, 2000] and len(validations) == 1
 

@@ -41,7 +41,7 @@ from ..checkpointing import (
 )
 from ..optimization import build_optimizer, build_scheduler
 from .evaluation import TEST_SEED, evaluate, evaluate_far_lengths
-from .results import plot_accuracy_vs_length
+from .results import kept_results, run_results, write_results
 from .settings import (
     RESUME_SAFE_SETTINGS,
     VALIDATION_SEED,
@@ -185,12 +185,11 @@ def _train_run(settings: StateTrackingSettings, plan: RunPlan, run_dir: str | Pa
         **_file_rows(test_rows),
     )  # fmt: skip
     far = evaluate_far_lengths(final_model, settings, task, plan.far_lengths, accelerator.device)
-    results = _results(settings, plan, run, outcome, test, far, final_model)
+    results = run_results(settings, plan, run, outcome, test, far, final_model)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         atomic_save_dir(run_dir / "model", lambda tmp: final_model.save_pretrained(tmp))  # no checkpoint marker
-        (run_dir / "results.json").write_text(json.dumps(results, indent=2))
-        plot_accuracy_vs_length([results], run_dir / "accuracy_vs_length.png")
+        write_results(run_dir, results)
     return results
 
 
@@ -306,40 +305,6 @@ def _train(
     )  # fmt: skip
 
 
-def _results(settings: StateTrackingSettings, plan: RunPlan, run: _Run, outcome, test: dict, far, final_model) -> dict:
-    """The run's results.json content (`final_model`: the tested model, unwrapped)."""
-    task = plan.task
-    return {
-        "task": settings.task,
-        "mixer": settings.mixer,
-        "pattern": settings.pattern,
-        "parameters": sum(p.numel() for p in final_model.parameters()),
-        "seed": settings.seed,
-        "steps": outcome.units,
-        "best_step": run.best.record["step"],
-        "validation": {"lengths": settings.validation_lengths, "accuracy": run.best.record["accuracy"]},
-        "stopped_early": outcome.stopped_early,
-        "train_seconds": run.clock.seconds,
-        "cpu_seconds": run.clock.cpu_seconds,  # this process's CPU time (all its threads), plus any before a resume
-        "recipe": settings.recipe,
-        "supervision": settings.supervision,
-        "freeze_embedding": settings.freeze_embedding,
-        "embedding_init": settings.embedding_init,
-        "train_lengths": [settings.train_min_length, settings.train_max_length],
-        "length_curriculum": [settings.length_curriculum_start, settings.length_curriculum_steps]
-        if settings.length_curriculum_steps
-        else None,
-        "history": run.history,
-        "test": test,
-        **({"far": far} if far is not None else {}),
-        # what the test scores and its chance level (a uniform guess over the classes, Task.chance_accuracy)
-        "scored_positions": task.scored_positions,
-        "chance_accuracy": task.chance_accuracy,
-        "size_name": task.size_name,
-        **plan.file_record,
-    }
-
-
 def _file_rows(rows) -> dict:
     """evaluate()'s keyword for a word-problem file's rows; none for a generated task (its call stays as it was)."""
     return {} if rows is None else {"rows": rows}
@@ -443,33 +408,16 @@ def train_with_restarts(
 
 
 def _keep_best(settings: StateTrackingSettings, run_dir: Path, runs: list[dict]) -> dict:
-    """The results of restarts `runs` (their results dicts, in order): the best one's, by validation accuracy
-    (ties: the earlier seed), with every restart listed and the training times summed; written to run_dir with
-    that run's model and settings.json."""
+    """The results of restarts `runs` (their results dicts, in order): the best one's (`kept_results`), written to
+    run_dir with that run's model and settings.json."""
     from accelerate import PartialState
 
-    kept = max(runs, key=lambda r: (r["validation"]["accuracy"], -r["seed"]))
-    results = {
-        **kept,
-        "train_seconds": sum(r["train_seconds"] for r in runs),
-        "cpu_seconds": sum(r["cpu_seconds"] for r in runs),
-        "restarts": [
-            {
-                "seed": r["seed"],
-                "validation_accuracy": r["validation"]["accuracy"],
-                "test_mean_accuracy": r["test"]["mean_accuracy"],
-                "steps": r["steps"],
-                "train_seconds": r["train_seconds"],
-            }
-            for r in runs
-        ],
-    }
+    results = kept_results(runs)
     if PartialState().is_main_process:
-        source = run_dir / f"seed_{kept['seed']}" / "model"
+        source = run_dir / f"seed_{results['seed']}" / "model"
         atomic_save_dir(run_dir / "model", lambda tmp: shutil.copytree(source, tmp, dirs_exist_ok=True))
         (run_dir / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
-        (run_dir / "results.json").write_text(json.dumps(results, indent=2))
-        plot_accuracy_vs_length([results], run_dir / "accuracy_vs_length.png")
+        write_results(run_dir, results)
     return results
 
 

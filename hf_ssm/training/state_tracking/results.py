@@ -1,4 +1,6 @@
-"""results/state_tracking/summary.json: one record per trained seed, merged across runs.
+"""A state-tracking run's results: its results.json (`run_results`; a run with restarts keeps the best one,
+`kept_results`), written with its plot of accuracy against length (`write_results`), and
+results/state_tracking/summary.json: one record per trained seed, merged across runs.
 
 A record is {task, mixer, recipe, seed, steps, cpu_seconds, test_accuracy_by_bucket, test_mean_accuracy} plus
 `run` (the run folder), `train_seconds` (wall clock), `best_validation_accuracy`, `validation_curve` ([step,
@@ -22,13 +24,76 @@ from pathlib import Path
 from ..legacy_settings import upgrade_settings
 from ..reports import accuracy_cells, markdown_table, merge_summary, pyplot, save_figure
 from .recipes import resolve_settings
-from .settings import StateTrackingSettings
+from .settings import RunPlan, StateTrackingSettings
 
 KEY = ("task", "mixer", "recipe", "seed", "run")
 
 
 # Settings that identify a record by themselves (its key) or that change per seed; never listed as overrides.
 NOT_OVERRIDES = frozenset({"task", "mixer", "seed", "recipe", "num_generators"})
+
+
+def run_results(settings: StateTrackingSettings, plan: RunPlan, run, outcome, test: dict, far, final_model) -> dict:
+    """A run's results.json content: `run` the driver's run state (its best weights' record, history and clock),
+    `outcome` its loop.LoopResult, `test` and `far` the test reports, `final_model` the tested model, unwrapped."""
+    task = plan.task
+    return {
+        "task": settings.task,
+        "mixer": settings.mixer,
+        "pattern": settings.pattern,
+        "parameters": sum(p.numel() for p in final_model.parameters()),
+        "seed": settings.seed,
+        "steps": outcome.units,
+        "best_step": run.best.record["step"],
+        "validation": {"lengths": settings.validation_lengths, "accuracy": run.best.record["accuracy"]},
+        "stopped_early": outcome.stopped_early,
+        "train_seconds": run.clock.seconds,
+        "cpu_seconds": run.clock.cpu_seconds,  # this process's CPU time (all its threads), plus any before a resume
+        "recipe": settings.recipe,
+        "supervision": settings.supervision,
+        "freeze_embedding": settings.freeze_embedding,
+        "embedding_init": settings.embedding_init,
+        "train_lengths": [settings.train_min_length, settings.train_max_length],
+        "length_curriculum": [settings.length_curriculum_start, settings.length_curriculum_steps]
+        if settings.length_curriculum_steps
+        else None,
+        "history": run.history,
+        "test": test,
+        **({"far": far} if far is not None else {}),
+        # what the test scores and its chance level (a uniform guess over the classes, Task.chance_accuracy)
+        "scored_positions": task.scored_positions,
+        "chance_accuracy": task.chance_accuracy,
+        "size_name": task.size_name,
+        **plan.file_record,
+    }
+
+
+def kept_results(runs: list[dict]) -> dict:
+    """The results.json content of a run with restarts, from its restarts' `runs` (their results dicts, in order):
+    the best one's, by validation accuracy (ties: the earlier seed), with every restart listed under "restarts" and
+    the training times summed."""
+    kept = max(runs, key=lambda r: (r["validation"]["accuracy"], -r["seed"]))
+    return {
+        **kept,
+        "train_seconds": sum(r["train_seconds"] for r in runs),
+        "cpu_seconds": sum(r["cpu_seconds"] for r in runs),
+        "restarts": [
+            {
+                "seed": r["seed"],
+                "validation_accuracy": r["validation"]["accuracy"],
+                "test_mean_accuracy": r["test"]["mean_accuracy"],
+                "steps": r["steps"],
+                "train_seconds": r["train_seconds"],
+            }
+            for r in runs
+        ],
+    }
+
+
+def write_results(run_dir: Path, results: dict) -> None:
+    """Write a run's `results` to run_dir/results.json and its plot to run_dir/accuracy_vs_length.png."""
+    (run_dir / "results.json").write_text(json.dumps(results, indent=2))
+    plot_accuracy_vs_length([results], run_dir / "accuracy_vs_length.png")
 
 
 def run_record(results: dict, recipe: str, run: str, overrides: dict | None = None) -> dict:
