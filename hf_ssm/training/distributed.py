@@ -5,17 +5,23 @@
 - `check_launch`: refuses a run whose processes did not join (each would train the whole run alone, into the same
   run folder) and an FSDP launch that is not running as FSDP (it would train as something else without a word);
 - `fsdp_on_cpu`: FSDP2 for several CPU processes over gloo, which accelerate does not set up by itself;
-- `process_layout`: what a run records about its processes (launch.json, metrics.json);
+- `process_layout`: what a run records about its processes (launch.json, metrics.json, a checkpoint's metadata);
+- `record_launch`: each launch of a run appended to its launch.json; `check_resumed_layout`: refuses to resume a
+  checkpoint saved sharded (FSDP) or whole in a launch that would read it the other way (both run by loop.open_run);
 - `plain_class`: the model under its own class while `save_pretrained` writes it (FSDP2 swaps the class).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
+
+from .checkpointing import read_metadata
 
 # The variables accelerate itself reads for the size of a launch: torchrun / `accelerate launch` (WORLD_SIZE), then
 # the MPI launchers (Intel MPI, Open MPI, MVAPICH).
@@ -124,6 +130,34 @@ def process_layout(accelerator) -> dict:
             fsdp_state_dict_type=getattr(state_dict_type, "name", str(state_dict_type)),
         )
     return layout
+
+
+def check_resumed_layout(accelerator, checkpoint: Path) -> None:
+    """ValueError when `checkpoint` was saved under FSDP (sharded weights and optimizer state) and this launch does
+    not run FSDP, or the other way round: accelerator.load_state would look for files the checkpoint does not
+    have. A checkpoint without a recorded layout (saved before it was recorded) passes."""
+    saved = read_metadata(checkpoint).get("process_layout")
+    if saved is None:
+        return
+    now = process_layout(accelerator)
+    if (saved["distributed_type"] == "FSDP") != (now["distributed_type"] == "FSDP"):
+        raise ValueError(
+            f"--resume: {checkpoint} was saved with distributed_type {saved['distributed_type']} on "
+            f"{saved['num_processes']} process(es), this launch runs {now['distributed_type']} on "
+            f"{now['num_processes']}; FSDP checkpoints are sharded: resume an FSDP run with the FSDP config "
+            "(scripts/configs/fsdp.yaml) and any other run without it"
+        )
+
+
+def record_launch(accelerator, run_dir: Path, resume: bool, found: Path | None) -> None:
+    """Append this launch to run_dir/launch.json, {"launches": [...]}: its process layout
+    (`process_layout`: process count, distributed type, mixed precision, device, FSDP settings) and the
+    checkpoint it resumed from ("resumed_from": the folder name, or None). A fresh run starts the list anew; a
+    resumed one keeps the earlier launches, so a run continued under another layout says so."""
+    path = run_dir / "launch.json"
+    launches = json.loads(path.read_text())["launches"] if resume and path.is_file() else []
+    launches.append({**process_layout(accelerator), "resumed_from": found.name if found is not None else None})
+    path.write_text(json.dumps({"launches": launches}, indent=2))
 
 
 def _type_name(distributed_type) -> str:

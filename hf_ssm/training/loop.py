@@ -46,7 +46,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from .checkpointing import atomic_save_dir, check_resume, prune_checkpoints, read_metadata
-from .distributed import check_launch, fsdp_on_cpu, fsdp_requested, process_layout
+from .distributed import check_launch, check_resumed_layout, fsdp_on_cpu, fsdp_requested, process_layout, record_launch
 
 
 def make_accelerator(mixed_precision: str | None = "auto", cpu: bool | None = None):
@@ -92,9 +92,9 @@ def open_run(accelerator, settings, run_dir: Path, resume: bool, safe: Collectio
 
     A launch whose processes did not join is refused first (distributed.check_launch). With `resume`, settings
     that differ from the run's own (apart from `safe`) are refused next (checkpointing.check_resume), and a
-    checkpoint saved sharded (FSDP) or whole that this launch would read the other way (`check_resumed_layout`),
-    so a refused run leaves the folder as it was; then the folder gets the dataclass `settings` as settings.json and
-    this launch's process layout in launch.json (`record_launch`).
+    checkpoint saved sharded (FSDP) or whole that this launch would read the other way
+    (distributed.check_resumed_layout), so a refused run leaves the folder as it was; then the folder gets the
+    dataclass `settings` as settings.json and this launch's process layout in launch.json (distributed.record_launch).
     """
     check_launch(accelerator)
     found = check_resume(settings, run_dir, safe) if resume else None
@@ -106,34 +106,6 @@ def open_run(accelerator, settings, run_dir: Path, resume: bool, safe: Collectio
         record_launch(accelerator, run_dir, resume, found)
     accelerator.wait_for_everyone()
     return found
-
-
-def check_resumed_layout(accelerator, checkpoint: Path) -> None:
-    """ValueError when `checkpoint` was saved under FSDP (sharded weights and optimizer state) and this launch does
-    not run FSDP, or the other way round: accelerator.load_state would look for files the checkpoint does not
-    have. A checkpoint without a recorded layout (saved before it was recorded) passes."""
-    saved = read_metadata(checkpoint).get("process_layout")
-    if saved is None:
-        return
-    now = process_layout(accelerator)
-    if (saved["distributed_type"] == "FSDP") != (now["distributed_type"] == "FSDP"):
-        raise ValueError(
-            f"--resume: {checkpoint} was saved with distributed_type {saved['distributed_type']} on "
-            f"{saved['num_processes']} process(es), this launch runs {now['distributed_type']} on "
-            f"{now['num_processes']}; FSDP checkpoints are sharded: resume an FSDP run with the FSDP config "
-            "(scripts/configs/fsdp.yaml) and any other run without it"
-        )
-
-
-def record_launch(accelerator, run_dir: Path, resume: bool, found: Path | None) -> None:
-    """Append this launch to run_dir/launch.json, {"launches": [...]}: its process layout
-    (distributed.process_layout: process count, distributed type, mixed precision, device, FSDP settings) and the
-    checkpoint it resumed from ("resumed_from": the folder name, or None). A fresh run starts the list anew; a
-    resumed one keeps the earlier launches, so a run continued under another layout says so."""
-    path = run_dir / "launch.json"
-    launches = json.loads(path.read_text())["launches"] if resume and path.is_file() else []
-    launches.append({**process_layout(accelerator), "resumed_from": found.name if found is not None else None})
-    path.write_text(json.dumps({"launches": launches}, indent=2))
 
 
 class Stopwatch:
