@@ -180,6 +180,8 @@ def _train_run(settings: StateTrackingSettings, plan: RunPlan, run_dir: str | Pa
     final_model = accelerator.unwrap_model(run.model)
     if run.best.state is not None:
         final_model.load_state_dict(run.best.state)
+    if accelerator.is_main_process:  # the kept weights, saved as soon as training ends (no checkpoint marker)
+        atomic_save_dir(run_dir / "model", lambda tmp: final_model.save_pretrained(tmp))
     test = evaluate(
         final_model, settings, task, test_buckets, TEST_SEED, accelerator.device, settings.eval_samples_per_bucket,
         **_file_rows(test_rows),
@@ -188,7 +190,6 @@ def _train_run(settings: StateTrackingSettings, plan: RunPlan, run_dir: str | Pa
     results = run_results(settings, plan, run, outcome, test, far, final_model)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        atomic_save_dir(run_dir / "model", lambda tmp: final_model.save_pretrained(tmp))  # no checkpoint marker
         write_results(run_dir, results)
     return results
 
