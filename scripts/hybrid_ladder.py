@@ -8,6 +8,7 @@ Each rung adds one difference to the rung before it (RUNGS; docs/design.md §8.8
     mixer_mlp          + an RMSNorm in front of the layer and a SwiGLU block after it (`block_type="mixer_mlp"`)
     residual           + the residual around the layer: the pre-norm residual block of a hybrid
     trained_c          + C trained (from the identity)
+    with_attention     + an attention layer after it (pattern SA)
     after_attention    + an attention layer before it (pattern AS)
     four_layers        + a 4-layer stack with two attention layers (pattern SASA)
 
@@ -40,9 +41,11 @@ from pathlib import Path
 from hf_ssm.training.cli import add_seeds_argument, refuse_options
 from hf_ssm.training.reports import update_json_locked
 from hf_ssm.training.state_tracking.recipes import RECIPES
+from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RECORD = ROOT / "results" / "state_tracking" / "ladder.json"
+TABLE_LEARNING_RATE = RECIPES["table"].get("learning_rate", StateTrackingSettings.learning_rate)
 LEARNT = 0.99  # a run learnt the task when its test mean over 40-256 reaches this
 
 
@@ -69,6 +72,7 @@ RUNGS = (
         "residual", "+ the residual around the layer (pre-norm residual block)", ("--block_type", "pre_norm_residual")
     ),
     Rung("trained_c", "+ C trained", (), ("pd_ssm_output_trainable=true",)),
+    Rung("with_attention", "+ an attention layer after it (SA)", ("--pattern", "SA")),
     Rung("after_attention", "+ an attention layer before it (AS)", ("--pattern", "AS")),
     Rung("four_layers", "+ two attention layers, 4 layers (SASA)", ("--pattern", "SASA")),
 )
@@ -76,11 +80,13 @@ RUNG_NAMES = tuple(r.name for r in RUNGS)
 
 
 def _transition_step_per_width(flags: dict[str, str]) -> dict[str, str]:
-    """pd_ssm_transition_lr_scale = 1/sqrt(d), d = 2 H N: W_P's init scale is 1 where it reads RMSNorm(e_v) = sqrt(d) e_v, so
-    its entries are sqrt(d) times smaller than `table`'s and the same Adam step moves them sqrt(d) times as far."""
+    """pd_ssm_transition_lr_scale such that W_P learns at table's rate / sqrt(d), d = 2 H N, whatever the rate of the
+    rest: W_P's init scale is 1 where it reads RMSNorm(e_v) = sqrt(d) e_v, so its entries are sqrt(d) times smaller
+    than `table`'s and the same Adam step moves them sqrt(d) times as far."""
     heads = int(flags.get("--num_heads", RECIPES["table"]["num_heads"]))
     width = 2 * heads * RECIPES["table"]["state_size"]
-    return {"pd_ssm_transition_lr_scale": f"{width**-0.5:.4g}"}
+    rest = float(flags.get("--learning_rate", TABLE_LEARNING_RATE))
+    return {"pd_ssm_transition_lr_scale": f"{TABLE_LEARNING_RATE / rest * width**-0.5:.4g}"}
 
 
 # Changes under test, each tried on top of every rung (docs/design.md §8.8 gives what each did).
@@ -90,6 +96,8 @@ VARIANTS = (
     Rung("mlp1", "the SwiGLU block 1 unit wide (intermediate_size=1)", (), ("intermediate_size=1",)),
     # W_P's relative Adam step back to `table`'s where it reads sqrt(d) e_v (mixer_mlp and later rungs)
     Rung("wp_step", "W_P's learning rate / sqrt(d) (pd_ssm_transition_lr_scale)", derived=_transition_step_per_width),
+    # everything but W_P at 1e-3 (with wp_step, W_P keeps table's relative step): attention and the MLPs move slower
+    Rung("slow_rest", "every rate but W_P's at 1e-3", ("--learning_rate", "1e-3")),
     # C back to the frozen identity on the rungs above trained_c (where training C stopped the search)
     Rung(
         "c_frozen",

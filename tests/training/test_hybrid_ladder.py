@@ -26,6 +26,7 @@ def test_each_rung_adds_its_own_difference_to_the_one_before():
         "mixer_mlp": {"block_type": "mixer_mlp", "pd_ssm_transition_init_scale": 1.0},
         "residual": {"block_type": "pre_norm_residual"},
         "trained_c": {"pd_ssm_output_trainable": True},
+        "with_attention": {"pattern": "SA"},
         "after_attention": {"pattern": "AS"},
         "four_layers": {"pattern": "SASA"},
     }
@@ -77,6 +78,13 @@ def test_wp_step_divides_the_transition_learning_rate_by_the_root_of_the_width()
         ((settings, _),) = runs
         assert settings.hidden_size == width
         assert abs(settings.extra_config["pd_ssm_transition_lr_scale"] - width**-0.5) < 1e-4, variants
+    # with the rest at 1e-3, W_P's own rate stays table's 1e-2 / sqrt(d)
+    args = ladder.rung_arguments("after_attention", "a5", 0, ("heads32", "wp_step", "slow_rest"))
+    _, runs = driver.plan_runs(parser, parser.parse_args(args))
+    ((settings, _),) = runs
+    assert settings.learning_rate == 1e-3
+    scale = settings.extra_config["pd_ssm_transition_lr_scale"]
+    assert abs(settings.learning_rate * scale - 1e-2 * 512**-0.5) < 1e-6
 
 
 def test_normal_embedding_starts_the_embedding_at_the_models_own_init():
