@@ -40,7 +40,7 @@ from pathlib import Path
 
 from hf_ssm.training.cli import add_seeds_argument, refuse_options
 from hf_ssm.training.reports import update_json_locked
-from hf_ssm.training.state_tracking.recipes import RECIPES
+from hf_ssm.training.state_tracking.recipes import RECIPES, transition_lr_scale
 from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,12 +81,11 @@ RUNG_NAMES = tuple(r.name for r in RUNGS)
 
 def _transition_step_per_width(flags: dict[str, str]) -> dict[str, str]:
     """pd_ssm_transition_lr_scale such that W_P learns at table's rate / sqrt(d), d = 2 H N, whatever the rate of the
-    rest: W_P's init scale is 1 where it reads RMSNorm(e_v) = sqrt(d) e_v, so its entries are sqrt(d) times smaller
-    than `table`'s and the same Adam step moves them sqrt(d) times as far."""
+    rest (recipes.transition_lr_scale, which `hybrid_block` uses too)."""
     heads = int(flags.get("--num_heads", RECIPES["table"]["num_heads"]))
     width = 2 * heads * RECIPES["table"]["state_size"]
     rest = float(flags.get("--learning_rate", TABLE_LEARNING_RATE))
-    return {"pd_ssm_transition_lr_scale": f"{TABLE_LEARNING_RATE / rest * width**-0.5:.4g}"}
+    return {"pd_ssm_transition_lr_scale": f"{transition_lr_scale(rest, width):.4g}"}
 
 
 # Changes under test, each tried on top of every rung (docs/design.md §8.8 gives what each did).

@@ -138,7 +138,7 @@ def test_explicit_values_override_the_recipe_and_the_warmup_follows_max_steps():
     assert paper_settings(max_steps=50, warmup_steps=7).warmup_steps == 7
     with pytest.raises(
         ValueError,
-        match=r"`recipe` must be one of \['table', 'table_wide', 'table_curriculum', 'table_forced', 'hybrid', 'hybrid_recall'",
+        match=r"`recipe` must be one of \['table', 'table_wide', 'table_curriculum', 'table_forced', 'hybrid', 'hybrid_block', 'hybrid_recall'",
     ):
         resolve_settings("papers", {})
 
@@ -156,7 +156,7 @@ def test_bad_recipe_exits_with_code_2_naming_the_accepted_values(tmp_path):
     assert result.returncode == 2
     assert (
         "--recipe: invalid choice: 'authors'" in result.stderr
-        and "'table', 'table_wide', 'table_curriculum', 'table_forced', 'hybrid', 'hybrid_recall', 'residual', "
+        and "'table', 'table_wide', 'table_curriculum', 'table_forced', 'hybrid', 'hybrid_block', 'hybrid_recall', 'residual', "
         "'residual_narrow', 'direct', 'paper'"
         in result.stderr
     )
@@ -381,3 +381,26 @@ def test_hybrid_recall_recipe_tests_recall_at_64_or_more_pairs_in_256_tokens():
     task = s.build_task()
     assert (task.sequence_length, task.num_keys, task.num_values, s.far_lengths) == (256, 127, 127, "")
     assert length_buckets(s.test_min_length, s.test_max_length, s.num_buckets)[-1] == (65, 80)
+
+
+def test_hybrid_block_recipe_builds_the_ladders_layer_and_trains_w_p_at_its_own_rate():
+    """--recipe hybrid_block: the PD-SSM layer (direct transitions, C the frozen identity, 32 heads of N = 8, d = 512)
+    in a pre-norm residual block reading a trained embedding, then attention; everything at 1e-3 but W_P at
+    1e-2 / sqrt(d) — also when the rate or the width is given (the scale follows them), unless the scale itself is."""
+    settings = StateTrackingSettings(**resolve_settings("hybrid_block", {"task": "a5"}))
+    settings.validate()
+    model = build_model(settings)
+    config, mixer = model.config, model.model.layers[0].mixer
+    assert (config.mixers, config.block_type, config.hidden_size) == (["pd_ssm", "attention"], "pre_norm_residual", 512)
+    assert (config.pd_ssm_num_heads, config.pd_ssm_head_state_size, config.pd_ssm_transition) == (32, 8, "direct")
+    assert torch.equal(mixer.out_proj.weight, torch.eye(512)) and not mixer.out_proj.weight.requires_grad
+    assert model.get_input_embeddings().weight.requires_grad and settings.restarts == 1
+    groups = build_optimizer(model, settings).param_groups
+    (w_p,) = [g for g in groups if any(p is mixer.transition_proj.weight for p in g["params"])]
+    assert w_p["lr"] == pytest.approx(1e-2 * 512**-0.5, rel=1e-5) and len(w_p["params"]) == 1
+    assert {g["lr"] for g in groups if g is not w_p} == {1e-3}
+    faster = resolve_settings("hybrid_block", {"task": "a5", "learning_rate": 3e-3, "num_heads": 16})
+    assert faster["hidden_size"] == 256
+    assert faster["extra_config"]["pd_ssm_transition_lr_scale"] * 3e-3 == pytest.approx(1e-2 / 16, rel=1e-5)
+    given = resolve_settings("hybrid_block", {"extra_config": {"pd_ssm_transition_lr_scale": 0.5}})
+    assert given["extra_config"]["pd_ssm_transition_lr_scale"] == 0.5

@@ -31,6 +31,13 @@ other mixer `residual` (the baselines). An explicit `--recipe` applies to every 
   as `table`'s 16 gives without the norm; at 16 they would start at std 16, saturated). `--pattern SS` and
   `--mixers attention --pattern SS` give the single-mixer models of the same recipe, with as many trained
   parameters.
+- `hybrid_block` (docs/design.md §8.8, the ladder's layer): the PD-SSM layer where a user puts it. `table`'s layer
+  (direct transitions, the pure automaton, C the frozen identity) reading a trained token embedding (one-hot at the
+  start) through the pre-norm residual block with SwiGLU, then an attention layer (`pattern="SA"`; `--pattern AS` or
+  `SASA` put attention first or stack four), 32 heads of N = 8 (d = 512). Everything trains at a constant 1e-3 but
+  W_P, which trains at 1e-2 / sqrt(d) (`pd_ssm_transition_lr_scale` follows the rate and the width:
+  `transition_lr_scale`): behind the RMSNorm W_P reads sqrt(d) e_v, so its init scale is 1 and a full step would move
+  its entries sqrt(d) times as far as `table`'s. First runs only (`restarts` 1).
 - `hybrid_recall`: `hybrid` on multi-query associative recall at the claim's sizes: 256 tokens (127 keys, 127
   values), training on 4-80 pairs, test buckets 16-80 pairs (the last 65-80), no far lengths (the length is
   fixed); Adam at 3e-3 after 50 warm-up steps, cosine decay, gradient clipping at 1, at most 3,000 steps,
@@ -143,6 +150,21 @@ _HYBRID = {  # `table`'s layer, then attention, in pre-norm residual blocks
     "extra_config": {**_TABLE["extra_config"], "pd_ssm_transition_init_scale": 1.0},  # W_P reads sqrt(d) e_v
 }
 
+# W_P's own rate behind the block's RMSNorm: `table`'s 1e-2 / sqrt(d) (docs/design.md §8.8), as a multiple of the
+# recipe's rate (pd_ssm_transition_lr_scale, set by resolve_settings for the recipes of TRANSITION_STEP_RECIPES)
+TRANSITION_RATE = 1e-2
+
+_HYBRID_BLOCK = {  # the layer where a user puts it: trained embedding, pre-norm residual blocks, attention after it
+    **_TABLE,
+    "num_heads": 32,  # d = 2 H N = 512: twice `table`'s search in parallel
+    "pattern": "SA",
+    "block_type": "pre_norm_residual",
+    "freeze_embedding": False,
+    "learning_rate": 1e-3,  # attention and the MLPs at 1e-3; W_P at TRANSITION_RATE / sqrt(d)
+    "restarts": 1,
+    "extra_config": {**_TABLE["extra_config"], "pd_ssm_transition_init_scale": 1.0},  # W_P reads sqrt(d) e_v
+}
+
 _MQAR = {  # mqar at the claim's sizes: 256 tokens, 127 keys and 127 values, 4-80 pairs
     "task_vocab_size": 256,
     "sequence_length": 256,
@@ -187,6 +209,7 @@ RECIPES: dict[str, dict] = {
         "restarts": 1,
     },
     "hybrid": _HYBRID,
+    "hybrid_block": _HYBRID_BLOCK,
     "hybrid_recall": {
         **_HYBRID,
         **_MQAR,  # the claim's sizes are mqar's own task settings
@@ -263,10 +286,22 @@ TASK_SETTINGS: dict[str, dict] = {
 TASK_RECIPES = {"s5": "table_wide", "modular_arithmetic": "table_curriculum"}
 # Recipes whose hidden_size follows the heads: d = 2 H N (C maps the heads' [Re x, Im x] onto d, square), unless
 # hidden_size is given.
-SQUARE_OUTPUT_RECIPES = frozenset({"table", "table_wide", "table_forced", "hybrid", "hybrid_recall", "direct"})
+SQUARE_OUTPUT_RECIPES = frozenset(
+    {"table", "table_wide", "table_forced", "hybrid", "hybrid_recall", "hybrid_block", "direct"}
+)
+# Recipes whose W_P learns at TRANSITION_RATE / sqrt(d) whatever their own rate and width (transition_lr_scale),
+# unless pd_ssm_transition_lr_scale is given.
+TRANSITION_STEP_RECIPES = frozenset({"hybrid_block"})
 # Warm-up as a fraction of max_steps, per recipe (None: the `warmup_steps` value as it stands); a recipe with a
 # fraction sets its own max_steps (an explicit --max_steps overrides it).
 WARMUP_FRACTIONS: dict[str, float] = {"paper": 0.1}
+
+
+def transition_lr_scale(learning_rate: float, hidden_size: int) -> float:
+    """pd_ssm_transition_lr_scale that trains W_P at TRANSITION_RATE / sqrt(d) where the rest trains at
+    `learning_rate`: W_P reads the block's RMSNorm(e_v) = sqrt(d) e_v, so its init scale is 1 and its entries are
+    sqrt(d) times smaller than `table`'s; the same Adam step would move them sqrt(d) times as far (§8.8)."""
+    return round(TRANSITION_RATE / learning_rate * hidden_size**-0.5, 6)
 
 
 def default_recipe(mixer: str, task: str | None = None) -> str:
@@ -303,6 +338,8 @@ def resolve_settings(recipe: str, explicit: dict, task: str | None = None) -> di
     values = {**RECIPES[recipe], **own, **explicit, "recipe": recipe, "extra_config": config}
     if recipe in SQUARE_OUTPUT_RECIPES and "hidden_size" not in explicit:
         values["hidden_size"] = 2 * values["num_heads"] * values["state_size"]
+    if recipe in TRANSITION_STEP_RECIPES and "pd_ssm_transition_lr_scale" not in explicit.get("extra_config", {}):
+        config["pd_ssm_transition_lr_scale"] = transition_lr_scale(values["learning_rate"], values["hidden_size"])
     fraction = WARMUP_FRACTIONS.get(recipe)
     if fraction is not None and "warmup_steps" not in explicit:
         values["warmup_steps"] = round(fraction * values["max_steps"])
