@@ -57,14 +57,18 @@ def step_seconds(shape: dict, general: bool, length: int, steps: int) -> float:
     return statistics.median(times[1:])
 
 
-def main():
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (each times every shape and path)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per round")
     parser.add_argument("--length", type=int, default=39, help="sequence length (modular arithmetic: odd)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None, help="also write the figures as JSON here")
-    args = parser.parse_args()
+    return parser
+
+
+def main():
+    args = build_parser().parse_args()
     torch.set_num_threads(args.threads)
     figures = {(s, p): [] for s in SHAPES for p in PATHS}
     for _ in range(args.rounds):

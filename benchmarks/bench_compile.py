@@ -110,7 +110,7 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/bench_compile.json", help="JSON file (the Markdown goes next to it)")
     parser.add_argument("--context", type=int, default=256)
@@ -119,7 +119,11 @@ def main() -> None:
     parser.add_argument("--train-length", type=int, default=1024, help="0: no training section")
     parser.add_argument("--train-rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     models = build_models()

@@ -22,7 +22,7 @@ from hf_ssm.modeling.configuration_hybrid_ssm import HybridSSMConfig
 from hf_ssm.modeling.mixer_lrc import LRC_MIXER_CLASSES
 
 
-def parse_args() -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384], help="sequence lengths T")
     p.add_argument("--mixers", nargs="+", default=["lrc_ssm"], choices=sorted(LRC_MIXER_CLASSES), help="cells to time")
@@ -34,7 +34,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the results as JSON here")
-    return p.parse_args()
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def time_fwd_bwd(mixer, u: torch.Tensor) -> tuple[float, torch.Tensor]:

@@ -299,7 +299,7 @@ def markdown(results) -> str:
     return "\n".join(lines)
 
 
-def main():
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/bench_hybrid.json", help="JSON file (the Markdown goes next to it)")
     parser.add_argument(
@@ -319,6 +319,11 @@ def main():
     parser.add_argument(
         "--profile", type=int, default=None, metavar="T", help="only print an op profile of training steps at T"
     )
+    return parser
+
+
+def main():
+    parser = build_parser()
     args = parser.parse_args()
     if args.new_tokens < 2:
         parser.error("--new-tokens must be >= 2 (decode time is measured between generation steps)")

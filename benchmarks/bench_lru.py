@@ -118,7 +118,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main():
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=4096, help="sequence length T")
     parser.add_argument("--width", type=int, default=256, help="recurrent state width (N x m; pd_ssm: 4 heads x N)")
@@ -129,7 +129,11 @@ def main():
     parser.add_argument("--seq-repeats", type=int, default=3, help="timed runs of the sequential loop")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
-    args = parser.parse_args()
+    return parser
+
+
+def main():
+    args = build_parser().parse_args()
     torch.set_num_threads(args.threads)
 
     load_before = os.getloadavg()[0]

@@ -123,7 +123,7 @@ def peak_bytes(mixer, u) -> int:
     return peak_rss_rise(lambda: fwd_bwd(mixer, u))
 
 
-def main():
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (each runs every mixer once)")
     parser.add_argument("--mem-steps", type=int, nargs="*", default=[1024, 4096, 16384], help="T of the memory table")
@@ -137,7 +137,11 @@ def main():
         help="B,T,d,K of each timed size (default: the two sizes of the targets)",
     )
     parser.add_argument("--out", default=None, help="also write the figures as JSON here")
-    args = parser.parse_args()
+    return parser
+
+
+def main():
+    args = build_parser().parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
     print(

@@ -280,7 +280,7 @@ def int_list(text: str) -> list[int]:
     return values
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--lengths", type=int_list, default=list(DEFAULT_LENGTHS), help="comma-separated T (default 1024,...,65536)"
@@ -302,6 +302,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="HybridSSMConfig.scan_backend (auto: Triton on CUDA, torch on CPU)")  # fmt: skip
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--out", default=None, help="also write the figures as JSON here")
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.smoke:
         args.lengths, args.rounds = list(SMOKE_LENGTHS), min(args.rounds, 2)
