@@ -20,6 +20,8 @@ import torch
 
 from hf_ssm.data import StateTrackingDataset, collate_state_tracking, get_task
 from hf_ssm.modeling.mixer_pd_ssm import PDSSMMixer
+from hf_ssm.training.cli import refuse_options
+from hf_ssm.training.legacy_settings import RENAMED_OPTIONS
 from hf_ssm.training.optimization import build_optimizer
 from hf_ssm.training.state_tracking.driver import build_model
 from hf_ssm.training.state_tracking.recipes import resolve_settings
@@ -62,14 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (each times every shape and path)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per round")
     parser.add_argument("--length", type=int, default=39, help="sequence length (modular arithmetic: odd)")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--cpu_threads", type=int, default=1)
+    refuse_options(parser, RENAMED_OPTIONS["bench_automaton_step"])
     parser.add_argument("--out", default=None, help="also write the figures as JSON here")
     return parser
 
 
 def main():
     args = build_parser().parse_args()
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.cpu_threads)
     figures = {(s, p): [] for s in SHAPES for p in PATHS}
     for _ in range(args.rounds):
         for shape_name, shape in SHAPES.items():
@@ -86,7 +89,13 @@ def main():
             )
             print(f"| {shape_name} | {path} | {median:.3f} | {general / median:.2f}x |")
     if args.out:
-        record = {"threads": args.threads, "batch": 64, "length": args.length, "torch": torch.__version__, "rows": rows}
+        record = {
+            "threads": args.cpu_threads,
+            "batch": 64,
+            "length": args.length,
+            "torch": torch.__version__,
+            "rows": rows,
+        }
         with open(args.out, "w") as f:
             json.dump(record, f, indent=2)
 

@@ -27,6 +27,9 @@ from bench_common import load_average, run_record
 from bench_hybrid import VOCAB, _ratios, build_models, cpu_clock, interleaved, training_step_fn
 from transformers import StaticCache
 
+from hf_ssm.training.cli import refuse_options
+from hf_ssm.training.legacy_settings import RENAMED_OPTIONS
+
 
 def decode_fn(model, forward, context: int, new_tokens: int):
     """() -> (wall s per token, CPU s per token) of greedy one-token steps of `forward` after an eager prefill."""
@@ -118,14 +121,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--decode-rounds", type=int, default=9)
     parser.add_argument("--train-length", type=int, default=1024, help="0: no training section")
     parser.add_argument("--train-rounds", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    parser.add_argument("--cpu_threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    refuse_options(parser, RENAMED_OPTIONS["bench_compile"])
     return parser
 
 
 def main() -> None:
     args = build_parser().parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.cpu_threads:
+        torch.set_num_threads(args.cpu_threads)
     models = build_models()
     results = {
         **run_record(),

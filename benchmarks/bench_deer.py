@@ -20,6 +20,8 @@ import torch
 
 from hf_ssm.modeling.configuration_hybrid_ssm import HybridSSMConfig
 from hf_ssm.modeling.mixer_lrc import LRC_MIXER_CLASSES
+from hf_ssm.training.cli import refuse_options
+from hf_ssm.training.legacy_settings import RENAMED_OPTIONS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-size", type=int, default=64, help="lrc_num_channels D")
     p.add_argument("--tol", type=float, default=1e-4, help="deer_tol")
     p.add_argument("--repeats", type=int, default=3, help="passes per measurement; the fastest is reported")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--cpu_threads", type=int, default=0, help="torch threads (0: torch's default)")
+    refuse_options(p, RENAMED_OPTIONS["bench_deer"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the results as JSON here")
     return p
@@ -53,8 +56,8 @@ def time_fwd_bwd(mixer, u: torch.Tensor) -> tuple[float, torch.Tensor]:
 
 def main() -> None:
     args = parse_args()
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    if args.cpu_threads > 0:
+        torch.set_num_threads(args.cpu_threads)
     rows = []
     for name in args.mixers:
         config = HybridSSMConfig(
@@ -114,7 +117,8 @@ def main() -> None:
             f"| {r['newton_iterations']} | {r['max_abs_diff']:.1e} |"
         )
     if args.out:
-        meta = {k: v for k, v in vars(args).items() if k != "out"}
+        # `threads`, the records' key from before --cpu_threads, in its place: old and new records read alike
+        meta = {("threads" if k == "cpu_threads" else k): v for k, v in vars(args).items() if k != "out"}
         meta.update(torch=torch.__version__, threads=torch.get_num_threads(), machine=platform.machine())
         with open(args.out, "w") as f:
             json.dump({"settings": meta, "results": rows}, f, indent=2)

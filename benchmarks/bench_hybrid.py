@@ -14,11 +14,11 @@ depth, heads (no grouping), MLP width and vocabulary; both with attn_implementat
 
 Every time is taken twice: wall clock and this process's CPU time. The default is one torch thread: on a machine
 shared with other jobs the CPU-time ratio then stays put while wall times swing with the load (with two threads
-each parallel region also waits for a descheduled thread). `--threads 0` keeps torch's default, for a quiet machine.
+each parallel region also waits for a descheduled thread). `--cpu_threads 0` keeps torch's default, for a quiet machine.
 
     python benchmarks/bench_hybrid.py --decode-rounds 15 --out results/bench_hybrid.json   (also writes .md next to it)
     python benchmarks/bench_hybrid.py --train-lengths --decode-rounds 15 --out /tmp/decode.json   (decode only)
-    python benchmarks/bench_hybrid.py --profile 1024 --threads 0     (where a training step's time goes; no JSON)
+    python benchmarks/bench_hybrid.py --profile 1024 --cpu_threads 0     (where a training step's time goes; no JSON)
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from torch import nn
 from transformers import LogitsProcessor, LogitsProcessorList, Qwen2Config, Qwen2ForCausalLM
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
+from hf_ssm.training.cli import refuse_options
+from hf_ssm.training.legacy_settings import RENAMED_OPTIONS
 
 WIDTH, LAYERS, HEADS, VOCAB, MLP = 256, 4, 4, 256, 688
 
@@ -311,11 +313,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--decode-rounds", type=int, default=5, help="after one warm-up round")
     parser.add_argument(
-        "--threads",
+        "--cpu_threads",
         type=int,
         default=1,
         help="torch threads (default 1: on a shared machine the CPU-time ratio is then the robust figure; 0 = torch's)",
     )
+    refuse_options(parser, RENAMED_OPTIONS["bench_hybrid"])
     parser.add_argument(
         "--profile", type=int, default=None, metavar="T", help="only print an op profile of training steps at T"
     )
@@ -327,8 +330,8 @@ def main():
     args = parser.parse_args()
     if args.new_tokens < 2:
         parser.error("--new-tokens must be >= 2 (decode time is measured between generation steps)")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.cpu_threads:
+        torch.set_num_threads(args.cpu_threads)
     if torch.get_num_threads() > 1:
         print("note: with more than one thread the CPU time includes the thread pool's waiting; compare wall times")
 

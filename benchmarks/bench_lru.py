@@ -24,6 +24,8 @@ from bench_common import wall_times
 from hf_ssm import HybridSSMConfig
 from hf_ssm.modeling.modeling_hybrid_ssm import SSM_MIXER_CLASSES
 from hf_ssm.ops.block import block_scan, companion_matrices, reference
+from hf_ssm.training.cli import refuse_options
+from hf_ssm.training.legacy_settings import RENAMED_OPTIONS
 
 # (mixer, m); pd_ssm has no block size (its state width is heads x N, see make_mixer)
 CASES = [("diag_lru", 1), ("bd_lru", 2), ("bd_lru", 4), ("bd_lru", 8), ("h_lru", 2), ("h_lru", 4), ("pd_ssm", None)]
@@ -127,14 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each mixer (best reported)")
     parser.add_argument("--scan-repeats", type=int, default=10, help="timed runs of the parallel scan")
     parser.add_argument("--seq-repeats", type=int, default=3, help="timed runs of the sequential loop")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
+    parser.add_argument("--cpu_threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
+    refuse_options(parser, RENAMED_OPTIONS["bench_lru"])
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     return parser
 
 
 def main():
     args = build_parser().parse_args()
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.cpu_threads)
 
     load_before = os.getloadavg()[0]
     rows = run(args)

@@ -19,7 +19,7 @@
 
     python benchmarks/bench_pd.py                      # both sizes, memory at 1k / 4k / 16k
     python benchmarks/bench_pd.py --rounds 3 --mem-steps 1024   # quicker
-    python benchmarks/bench_pd.py --threads 1 --out results/bench_pd_1thread.json   # also writes the JSON
+    python benchmarks/bench_pd.py --cpu_threads 1 --out results/bench_pd_1thread.json   # also writes the JSON
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from bench_common import peak_rss_rise
 from hf_ssm import HybridSSMConfig
 from hf_ssm.modeling.modeling_hybrid_ssm import SSM_MIXER_CLASSES
 from hf_ssm.ops.pd import GeneratedOp
+from hf_ssm.training.cli import refuse_options
+from hf_ssm.training.legacy_settings import RENAMED_OPTIONS
 
 MIXERS = [
     ("pd dictionary", "pd_ssm", {"pd_ssm_transition": "dictionary"}),
@@ -129,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mem-steps", type=int, nargs="*", default=[1024, 4096, 16384], help="T of the memory table")
     parser.add_argument("--mem-batch", type=int, default=2)
     parser.add_argument("--mem-d", type=int, default=64, help="d = N of the memory table")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--cpu_threads", type=int, default=torch.get_num_threads())
+    refuse_options(parser, RENAMED_OPTIONS["bench_pd"])
     parser.add_argument(
         "--sizes",
         nargs="*",
@@ -142,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main():
     args = build_parser().parse_args()
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.cpu_threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
     print(
         "\n| B | T | d = N | K | state width (reals) | mixer | fwd+bwd median (ms) | / diag_lru "

@@ -45,6 +45,8 @@ from torch.nn.attention import SDPBackend
 from hf_ssm import HybridSSMConfig
 from hf_ssm.modeling.mixer_registry import ATTENTION, mixer_names, mixer_spec, width_matched_fields
 from hf_ssm.modeling.modeling_hybrid_ssm import HybridSSMModel
+from hf_ssm.training.cli import refuse_options
+from hf_ssm.training.legacy_settings import RENAMED_OPTIONS
 
 DEFAULT_LENGTHS = (1024, 4096, 16384, 65536)
 SMOKE_LENGTHS = (64, 128)
@@ -300,7 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--scan_backend", "--scan-backend", dest="scan_backend", default="auto",
                    help="HybridSSMConfig.scan_backend (auto: Triton on CUDA, torch on CPU)")  # fmt: skip
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--cpu_threads", type=int, default=0, help="torch threads (0: torch's default)")
+    refuse_options(p, RENAMED_OPTIONS["bench_scaling"])
     p.add_argument("--out", default=None, help="also write the figures as JSON here")
     return p
 
@@ -321,8 +324,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--max_seconds must be >= 0 (0: no limit), got {args.max_seconds}")
     if not args.max_gib > 0:
         p.error(f"--max_gib must be > 0, got {args.max_gib}")
-    if args.threads < 0:
-        p.error(f"--threads must be >= 0 (0: torch's default), got {args.threads}")
+    if args.cpu_threads < 0:
+        p.error(f"--cpu_threads must be >= 0 (0: torch's default), got {args.cpu_threads}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
     try:
@@ -334,11 +337,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    if args.cpu_threads > 0:
+        torch.set_num_threads(args.cpu_threads)
     record = run_record()
     record["load_average_start"] = record.pop("load_average")
-    settings = {k: v for k, v in vars(args).items() if k not in ("cases", "out")}
+    settings = {k: v for k, v in vars(args).items() if k not in ("cases", "out", "cpu_threads")}
+    settings["threads"] = args.cpu_threads  # the records' key from before --cpu_threads: old and new records read alike
     record.update(settings=settings, ratio_slack=RATIO_SLACK, memory_target_gib=MEMORY_TARGET_GIB)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}, "

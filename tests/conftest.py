@@ -21,8 +21,8 @@ def _seed():
 
 @pytest.fixture(autouse=True)
 def _torch_threads():
-    """A test that sets torch's thread count (an entry point's --threads) leaves it as it found it: float sums depend
-    on the count, and a later test compares numbers computed here with a subprocess's."""
+    """A test that sets torch's thread count (an entry point's --cpu_threads) leaves it as it found it: float sums
+    depend on the count, and a later test compares numbers computed here with a subprocess's."""
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)

@@ -108,6 +108,14 @@ RENAMED_OPTIONS: dict[str, dict[str, str]] = {
     "demo_adapter": {"--model": "--base_model", "--fewshot": "--fewshot_examples"},
     # benchmarks/bench_lm.py: as scripts/hybrid_ladder.py's (the record's key `threads` stays)
     "bench_lm": {"--threads": "--cpu_threads"},
+    # the other benchmarks/bench_*.py that set torch's threads: the same spelling (their records' `threads` stays)
+    "bench_pd": {"--threads": "--cpu_threads"},
+    "bench_hybrid": {"--threads": "--cpu_threads"},
+    "bench_compile": {"--threads": "--cpu_threads"},
+    "bench_deer": {"--threads": "--cpu_threads"},
+    "bench_scaling": {"--threads": "--cpu_threads"},
+    "bench_lru": {"--threads": "--cpu_threads"},
+    "bench_automaton_step": {"--threads": "--cpu_threads"},
 }
 
 

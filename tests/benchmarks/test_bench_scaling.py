@@ -33,9 +33,10 @@ def table_rows(stdout: str, title: str) -> list[list[str]]:
 def test_tiny_run_prints_tables_and_verdicts_and_json_has_every_mixer(tmp_path):
     """`--lengths 64,128`: the time table has the growth ratio beside the ideal 2, the targets table a verdict
     ("met" or "MISSED") for every SSM row, and the JSON one record per registered mixer (PD-SSM twice) plus
-    attention, each with a measured time and peak at both lengths, and the run's torch, threads and loads."""
+    attention, each with a measured time and peak at both lengths, and the run's torch, threads and loads (the
+    settings keep the key `threads` of the records written before --cpu_threads)."""
     out = tmp_path / "scaling.json"
-    result = run_bench("--lengths", "64,128", "--rounds", "1", "--threads", "1", "--out", str(out))
+    result = run_bench("--lengths", "64,128", "--rounds", "1", "--cpu_threads", "1", "--out", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
 
     header, *time_rows = table_rows(result.stdout, "fwd+bwd median (ms)")
@@ -57,6 +58,7 @@ def test_tiny_run_prints_tables_and_verdicts_and_json_has_every_mixer(tmp_path):
         assert [cell["T"] for cell in row["cells"]] == [64, 128]
         assert all(cell["median_s"] > 0 and cell["peak_bytes"] >= 0 for cell in row["cells"]), row["label"]
     assert record["threads"] == 1 and record["torch"] and record["load_average_start"] and record["load_average_end"]
+    assert record["settings"]["threads"] == 1 and "cpu_threads" not in record["settings"]
 
 
 def test_attention_over_the_memory_budget_is_skipped_not_run(tmp_path):
@@ -64,7 +66,7 @@ def test_attention_over_the_memory_budget_is_skipped_not_run(tmp_path):
     estimate and sdpa backend in the JSON) and not timed; the SSM rows beside it still run."""
     out = tmp_path / "scaling.json"
     result = run_bench(
-        "--smoke", "--mixers", "attention,diag_lru", "--max_gib", "1e-6", "--threads", "1", "--out", str(out)
+        "--smoke", "--mixers", "attention,diag_lru", "--max_gib", "1e-6", "--cpu_threads", "1", "--out", str(out)
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "| attention (sdpa) | — | skipped: needs ~" in result.stdout
