@@ -29,8 +29,8 @@ default: n, 4n and 8n swaps):
 With --adapter the shuffled-objects stories are asked as the adapter was trained, "<story>\nAnswer:" (no shots by
 default), and --story_variety picks the stories' variety (hf_ssm.data.shuffled_objects: "varied", "heldout", ...).
 
-An adapter trained with the LM-head readout answers through the frozen model's head; one trained with the
-classifier readout leaves the head as it was, so its own answer is the base's (score it with train_adapter.py).
+An adapter trained with the LM-head readout answers through the frozen model's head (its greedy answer); one trained
+with the classifier readout answers by its classifier (the option of its best class), as on BIG-Bench Hard's files.
 
 BIG-Bench Hard's own files (--bbh_file, read as published: hf_ssm.data.nl_bbh; evaluation only, never trained or
 selected on): every item is scored by the option letter's log-likelihood (the letter after "A: (" in the few-shot
@@ -63,6 +63,7 @@ from hf_ssm.adapters.feature_cache import FrozenPrefix
 from hf_ssm.data.nl_bbh import adapter_prompt, read_bbh_file
 from hf_ssm.data.nl_state_tracking import ALL_NL_TASK_NAMES, get_nl_task
 from hf_ssm.data.shuffled_objects import (
+    LETTERS,
     SHUFFLED_OBJECTS_TASK_NAMES,
     VARIETIES,
     bbh_fewshot_prefix,
@@ -170,7 +171,9 @@ def generate_after_prefix(model, tokenizer, prompts: list[str], prefix_ids, pref
 def score_choice_bucket(model, tokenizer, task, low: int, high: int, objects: int, args) -> dict:
     """Exact match of the option letter on `args.eval_samples_per_bucket` stories of `objects` people and low..high
     swaps, each after the `args.fewshot_examples` solved examples of the same n (bbh_fewshot_prompt). The examples are
-    the same for every story of the bucket, so their KV cache is computed once (generate_after_prefix)."""
+    the same for every story of the bucket, so their KV cache is computed once (generate_after_prefix). An adapter
+    with the classifier readout answers by its classifier (its generated tokens would be the base's); its buckets'
+    `mean_tokens` is then 0 (nothing generated)."""
     rng = random.Random(f"hf_ssm.eval_nl:{task.stream_name}:{args.seed}:{objects}:{low}-{high}")
     shots = bbh_shots(task, objects, args.fewshot_examples, args.seed + 1)
     count = args.eval_samples_per_bucket
@@ -181,11 +184,15 @@ def score_choice_bucket(model, tokenizer, task, low: int, high: int, objects: in
     cached = bool(prefix) and not args.adapter
     prefix_ids, prefix_cache = shared_prefix_cache(model, tokenizer, prefix) if cached else (None, None)
     correct, lengths, answers = 0, [], {}
+    classifier = bool(args.adapter) and SSMAdapterConfig.from_pretrained(args.adapter).readout == "classifier"
     starts = range(0, len(stories), args.eval_batch_size)
     for start in evaluation_progress(starts, f"{task.name} n={objects} {low}-{high}", total=len(starts)):
         chunk = stories[start : start + args.eval_batch_size]
         prompts = [prefix + s.prompt if args.adapter else bbh_fewshot_prompt(s, shots) for s in chunk]
-        if cached:
+        if classifier:  # the adapter's own answer: its classifier's best of the story's options
+            letters = [LETTERS[int(row.argmax())] for row in classifier_scores(model, tokenizer, prompts)[:, :objects]]
+            outputs = [(letter, 0) for letter in letters]
+        elif cached:
             outputs = generate_after_prefix(model, tokenizer, prompts, prefix_ids, prefix_cache, args.max_new_tokens)
         else:
             batch = tokenizer(prompts, return_tensors="pt", padding=True)
@@ -195,8 +202,12 @@ def score_choice_bucket(model, tokenizer, task, low: int, high: int, objects: in
             width = batch["input_ids"].shape[1]
             outputs = [(row, int(mask.sum())) for row, mask in zip(out[:, width:], batch["attention_mask"])]
         for story, (row, length) in zip(chunk, outputs):
-            letter = answered_letter(
-                tokenizer.decode(row, skip_special_tokens=True), "answer" if args.adapter else "qa"
+            letter = (
+                row
+                if classifier
+                else answered_letter(
+                    tokenizer.decode(row, skip_special_tokens=True), "answer" if args.adapter else "qa"
+                )
             )
             correct += f"({letter})" == story.choice
             answers[letter] = answers.get(letter, 0) + 1
@@ -216,20 +227,28 @@ def score_choice_bucket(model, tokenizer, task, low: int, high: int, objects: in
 @torch.no_grad()
 def score_bucket(model, tokenizer, task, prefix: str, low: int, high: int, args) -> dict:
     """Greedy answers to `args.eval_samples_per_bucket` fresh stories of low..high transitions,
-    `args.eval_batch_size` at a time."""
+    `args.eval_batch_size` at a time; an adapter with the classifier readout answers by its classifier instead (the
+    word of its best class)."""
     rng = random.Random(f"hf_ssm.eval_nl:{task.name}:{args.seed}:{low}-{high}")
     count = args.eval_samples_per_bucket
     stories = [task.sample(rng.randint(low, high), rng, args.distractor_prob) for _ in range(count)]
     correct, lengths, answers = 0, [], {}
+    classifier = bool(args.adapter) and SSMAdapterConfig.from_pretrained(args.adapter).readout == "classifier"
     starts = range(0, len(stories), args.eval_batch_size)
     for start in evaluation_progress(starts, f"{task.name} {low}-{high}", total=len(starts)):
         chunk = stories[start : start + args.eval_batch_size]
-        batch = tokenizer([prefix + s.prompt for s in chunk], return_tensors="pt", padding=True)
-        out = model.generate(
-            **batch, max_new_tokens=args.max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
-        )
-        for story, row, mask in zip(chunk, out[:, batch["input_ids"].shape[1] :], batch["attention_mask"]):
-            word = first_word(tokenizer.decode(row, skip_special_tokens=True))
+        prompts = [prefix + s.prompt for s in chunk]
+        batch = tokenizer(prompts, return_tensors="pt", padding=True)
+        if classifier:  # the adapter's own answer: its best class's word
+            scores = classifier_scores(model, tokenizer, prompts)[:, : task.num_classes]
+            words = [task.answer_words[int(row.argmax())].lower() for row in scores]
+        else:
+            out = model.generate(
+                **batch, max_new_tokens=args.max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            )
+            words = [first_word(tokenizer.decode(row, skip_special_tokens=True))
+                     for row in out[:, batch["input_ids"].shape[1] :]]  # fmt: skip
+        for story, word, mask in zip(chunk, words, batch["attention_mask"]):
             correct += word == story.answer_word.lower()
             answers[word] = answers.get(word, 0) + 1
             lengths.append(int(mask.sum()))

@@ -31,7 +31,9 @@ order of the introduction, one paragraph), "varied" (the entity-tracking adapter
 names in random order, options shuffled against the introduction in half of the stories, BIG-Bench Hard's line break
 after the introduction in half, six more scenarios, EXTRA_FAMILIES), "heldout" (its held-out test: twenty names never
 used in training, options always shuffled, and scenarios whose phrases no training story uses, HELDOUT_FAMILIES) and
-"heldout_names" (the same with the benchmark's scenarios, FAMILIES). Every story records the role of each piece of
+"heldout_names" (the same with the benchmark's scenarios, FAMILIES); "mixed_roles" ("varied" plus ROLE_FAMILIES:
+partners who are names of the same pool as the people, titles that hold names and articles) and "heldout_roles" (its
+held-out test: HELDOUT_NAMES in HELDOUT_ROLE_FAMILIES). Every story records the role of each piece of
 its text (`NLStory.roles`, ROLES), the labels the adapter's tagger trains on; the adapter itself reads only the frozen
 model's features.
 """
@@ -48,11 +50,13 @@ __all__ = [
     "EXTRA_FAMILIES",
     "FAMILIES",
     "HELDOUT_FAMILIES",
+    "HELDOUT_ROLE_FAMILIES",
     "HELDOUT_NAMES",
     "LAYOUTS",
     "OBJECT_COUNTS",
     "OPTION_ORDERS",
     "ROLE",
+    "ROLE_FAMILIES",
     "ROLES",
     "TRAINING_FAMILIES",
     "TRAIN_NAMES",
@@ -97,7 +101,7 @@ ROLES = ("none", "name", "object", "swap_end", "option", "option_text")
 ROLE = {name: i for i, name in enumerate(ROLES)}
 OPTION_ORDERS = ("introduction", "shuffled")  # the options in the people's order (BIG-Bench Hard's) or shuffled
 LAYOUTS = ("space", "newline")  # the sentence after the introduction follows it on the same line, or on the next
-VARIETIES = ("plain", "varied", "heldout", "heldout_names")
+VARIETIES = ("plain", "varied", "heldout", "heldout_names", "mixed_roles", "heldout_roles")
 # Sentences that change nothing (only with distractor_prob / preamble_sentences; the benchmark has none).
 DISTRACTORS = ("{name} checks the time.", "{name} hums a quiet tune.", "Somebody laughs nearby.", "{name} yawns.")
 
@@ -115,6 +119,9 @@ class ScenarioFamily:
     question: str
     objects: tuple[str, ...]
     option: str = "{object}"
+    # True: the objects are people too, drawn from the story's name pool (never one of its people), so that a name is
+    # a holder or an object by its place in the sentence alone; `objects` is then empty.
+    objects_are_names: bool = False
 
 
 FAMILIES: dict[str, ScenarioFamily] = {
@@ -382,6 +389,104 @@ EXTRA_FAMILIES: dict[str, ScenarioFamily] = {
 TRAINING_FAMILIES = {**FAMILIES, **EXTRA_FAMILIES}
 # Scenarios whose phrases no training story uses (the "heldout" variety): another verb for the swap ("exchange"),
 # another question ("When the party ends, ...", "After the rehearsal, ..."), other objects.
+# Scenarios where a name is an object or part of one (the "mixed_roles" variety adds them to TRAINING_FAMILIES): the
+# partners are names of the same pool as the people, the titles hold names and articles. BIG-Bench Hard's dance
+# partners and books are names and titles the other training scenarios never show as objects; none of these titles
+# is one of the benchmark's.
+ROLE_FAMILIES: dict[str, ScenarioFamily] = {
+    family.name: family
+    for family in (
+        ScenarioFamily(
+            "named_dance_partners",
+            "{people} are dancers at a square dance. At the start of a song, they each have a partner: {holdings}. "
+            "Throughout the song, the dancers often trade partners.",
+            "{person} is dancing with {object}",
+            "{a} and {b} switch partners.",
+            "At the end of the dance, {person} is dancing with",
+            (),
+            objects_are_names=True,
+        ),
+        ScenarioFamily(
+            "doubles_partners",
+            "{people} are playing in a doubles tournament. Before the first round, each of them is paired with a "
+            "partner: {holdings}. Between rounds, pairs of players swap partners.",
+            "{person} plays with {object}",
+            "{a} and {b} swap partners.",
+            "At the end of the tournament, {person} plays with",
+            (),
+            objects_are_names=True,
+        ),
+        ScenarioFamily(
+            "titled_books",
+            "{people} are friends and avid readers who occasionally trade books. At the start of the semester, they "
+            "each buy one new book: {holdings}. As the semester proceeds, they start trading around the new books.",
+            "{person} gets {object}",
+            "{a} and {b} swap books.",
+            "At the end of the semester, {person} has",
+            (
+                "The Time Machine",
+                "Jane Eyre",
+                "Vanity Fair",
+                "Great Expectations",
+                "Treasure Island",
+                "Oliver Twist",
+                "Little Women",
+                "Robinson Crusoe",
+                "Don Quixote",
+                "The Jungle Book",
+                "Wuthering Heights",
+                "The Secret Garden",
+                "Heart of Darkness",
+                "Anna Karenina",
+                "The Three Musketeers",
+                "Peter Pan",
+                "Silas Marner",
+                "The Count of Monte Cristo",
+                "David Copperfield",
+                "Daniel Deronda",
+            ),
+        ),  # fmt: skip
+    )
+}
+# Held-out scenarios of the same kind (the "heldout_roles" variety, with HELDOUT_NAMES): opponents that are names,
+# plays whose titles hold names; no phrase of theirs is in a training scenario.
+HELDOUT_ROLE_FAMILIES: dict[str, ScenarioFamily] = {
+    family.name: family
+    for family in (
+        ScenarioFamily(
+            "chess_opponents",
+            "{people} meet at a chess club. When the evening starts, each of them faces an opponent: {holdings}. "
+            "Between games, the players exchange opponents.",
+            "{person} faces {object}",
+            "{a} and {b} exchange opponents.",
+            "When the evening is over, {person} faces",
+            (),
+            objects_are_names=True,
+        ),
+        ScenarioFamily(
+            "plays",
+            "{people} act in a theatre company. At the start of the season, each of them is cast in a play: "
+            "{holdings}. During the season, the actors exchange roles.",
+            "{person} is cast in {object}",
+            "{a} and {b} exchange roles.",
+            "After the season, {person} is cast in",
+            (
+                "The Tempest",
+                "King Lear",
+                "Hedda Gabler",
+                "Uncle Vanya",
+                "The Seagull",
+                "Hamlet",
+                "Othello",
+                "Macbeth",
+                "Peer Gynt",
+                "Cyrano de Bergerac",
+                "The Cherry Orchard",
+                "Julius Caesar",
+            ),
+        ),  # fmt: skip
+    )
+}
 HELDOUT_FAMILIES: dict[str, ScenarioFamily] = {
     family.name: family
     for family in (
@@ -432,7 +537,7 @@ HELDOUT_FAMILIES: dict[str, ScenarioFamily] = {
         ),  # fmt: skip
     )
 }
-ALL_FAMILIES = {**TRAINING_FAMILIES, **HELDOUT_FAMILIES}
+ALL_FAMILIES = {**TRAINING_FAMILIES, **HELDOUT_FAMILIES, **ROLE_FAMILIES, **HELDOUT_ROLE_FAMILIES}
 
 
 def _check_int(name: str, value, low: int) -> int:
@@ -581,7 +686,14 @@ def shuffled_objects_story(
         raise ValueError(f"unknown scenario family {family!r}; accepted: {', '.join(sorted(ALL_FAMILIES))}")
     spec = ALL_FAMILIES[family]
     people = _pick(rng, names, num_objects)
-    objects = _pick(rng, spec.objects, num_objects)
+    if spec.objects_are_names:
+        others = [name for name in names if name not in people]
+        if len(others) < num_objects:
+            raise ValueError(f"scenario {family!r} draws its objects from `names` too: it needs 2 x num_objects = "
+                             f"{2 * num_objects} distinct names, got {len(set(names))}")  # fmt: skip
+        objects = _pick(rng, others, num_objects)
+    else:
+        objects = _pick(rng, spec.objects, num_objects)
     texts = [spec.option.format(object=o) for o in objects]  # the option text of each person's first object
     text, roles = _introduction(spec, people, objects, layout)
 
@@ -631,6 +743,8 @@ _VARIETY = {
     "varied": (TRAIN_NAMES, TRAINING_FAMILIES, 0.5, 0.5),
     "heldout": (HELDOUT_NAMES, HELDOUT_FAMILIES, 1.0, 0.5),
     "heldout_names": (HELDOUT_NAMES, FAMILIES, 1.0, 0.5),
+    "mixed_roles": (TRAIN_NAMES, {**TRAINING_FAMILIES, **ROLE_FAMILIES}, 0.5, 0.5),
+    "heldout_roles": (HELDOUT_NAMES, HELDOUT_ROLE_FAMILIES, 1.0, 0.5),
 }
 
 

@@ -407,3 +407,62 @@ def test_an_entity_tracker_is_scored_by_its_classifier_and_asked_as_it_was_train
     with pytest.raises(SystemExit) as exit_info:  # shots would be read as the story's people
         script.main([*argv, "--fewshot_examples", "2"])
     assert exit_info.value.code == 2 and "use --fewshot_examples 0" in capsys.readouterr().err
+
+
+def test_a_classifier_tracker_answers_generated_stories_by_its_classifier(tracking_base, tmp_path, monkeypatch):
+    """On generated stories an adapter with the classifier readout answers by its classifier (the frozen head's
+    generated tokens would be the base's answer, not the adapter's): generate() is never called, and each bucket's
+    accuracy is that of the classifier's best option among the story's n."""
+    from transformers import AutoModelForCausalLM, GenerationMixin
+
+    from hf_ssm.adapters.bases import load_base
+    from hf_ssm.data.shuffled_objects import ShuffledObjectsTask
+
+    script = load_script("eval_nl_state_tracking")
+    base = AutoModelForCausalLM.from_pretrained(tracking_base)
+    config = SSMAdapterConfig(kind="entity_tracking", readout="classifier", num_labels=7, layer_index=0,
+                              base_model_name_or_path=str(tracking_base))  # fmt: skip
+    folder = tmp_path / "classifier"
+    attach_ssm_adapter(base, config).save_pretrained(folder)
+
+    def no_generate(*args, **kwargs):
+        raise AssertionError("a classifier-readout adapter must not be scored by generation")
+
+    monkeypatch.setattr(GenerationMixin, "generate", no_generate)
+    out = tmp_path / "generated.json"
+    argv = ["--adapter", str(folder), "--task", "tracking_shuffled_objects", "--story_variety", "heldout_roles",
+            "--test_buckets", "n", "--eval_samples_per_bucket", "3", "--out", str(out)]  # fmt: skip
+    assert script.main(argv) == 0
+    record = json.loads(out.read_text())
+    model, tokenizer = load_base(str(tracking_base))
+    tokenizer.padding_side = "left"
+    model = script.load_ssm_adapter(model, str(folder))
+    task = ShuffledObjectsTask(variety="heldout_roles")
+    for bucket, objects in zip(record["buckets"], (3, 5, 7)):
+        rng = __import__("random").Random(f"hf_ssm.eval_nl:{task.stream_name}:0:{objects}:{objects}-{objects}")
+        stories = [task.with_objects(objects).sample(rng.randint(objects, objects), rng) for _ in range(3)]
+        scores = script.classifier_scores(model, tokenizer, [s.prompt for s in stories])[:, :objects]
+        expected = sum(int(row.argmax()) == s.answer for row, s in zip(scores, stories)) / 3
+        assert bucket["objects"] == objects and bucket["accuracy"] == expected
+
+
+def test_a_classifier_adapter_answers_by_its_classifier_on_every_task(tiny_base, tmp_path, monkeypatch):
+    """A mixer adapter with the classifier readout on parity stories: answered by its classifier's best class word
+    (never by generate(), whose answer would be the frozen base's)."""
+    from transformers import GenerationMixin
+
+    folder, model = tiny_base
+    adapter_dir = tmp_path / "adapter"
+    config = SSMAdapterConfig(layer_index=0, readout="classifier", num_labels=2,
+                              mixer_settings={"pd_ssm_head_state_size": 4, "pd_ssm_dict_size": 4})  # fmt: skip
+    attach_ssm_adapter(model, config).save_pretrained(adapter_dir)
+
+    def no_generate(*args, **kwargs):
+        raise AssertionError("a classifier-readout adapter must not be scored by generation")
+
+    monkeypatch.setattr(GenerationMixin, "generate", no_generate)
+    out = tmp_path / "adapted.json"
+    argv = ["--base_model", str(folder), "--adapter", str(adapter_dir), *EVAL, "--out", str(out)]
+    assert load_script("eval_nl_state_tracking").main(argv) == 0
+    buckets = json.loads(out.read_text())["buckets"]
+    assert all(set(b["answers"]) <= {"off", "on"} and sum(b["answers"].values()) == b["stories"] for b in buckets)

@@ -62,7 +62,7 @@ def test_answers_match_an_independent_reading_of_the_text(family, num_objects):
         assert story.prompt == f"{story.benchmark_input}\n{nl.ANSWER_PROMPT}"
 
 
-@pytest.mark.parametrize("variety", ["varied", "heldout", "heldout_names"])
+@pytest.mark.parametrize("variety", ["varied", "heldout", "heldout_names", "mixed_roles", "heldout_roles"])
 def test_the_other_varieties_answer_as_their_text_reads(variety):
     """The entity-tracking adapter's training and held-out stories (their names, scenarios, options shuffled against
     the introduction, BIG-Bench Hard's line break): the answer is still what the independent reader finds, and the
@@ -97,6 +97,35 @@ def test_the_varieties_keep_their_names_and_scenarios_apart():
     assert plain.names == so.PEOPLE and plain.families == tuple(sorted(so.FAMILIES)) and varied.names == so.TRAIN_NAMES
     with pytest.raises(ValueError, match="variety must be one of"):
         nl.get_nl_task("tracking_shuffled_objects", variety="mixed")
+
+
+def test_names_as_objects_come_from_the_pool_and_never_hold_their_own_story():
+    """The role scenarios: a partner or opponent is a name of the variety's pool (training names for "mixed_roles",
+    held-out names for "heldout_roles"), marked "object", never one of the story's people; titles are marked whole.
+    A pool too small for n people and n partners is refused naming `names`."""
+    for variety, pool in (("mixed_roles", so.TRAIN_NAMES), ("heldout_roles", so.HELDOUT_NAMES)):
+        families = so.ROLE_FAMILIES if variety == "mixed_roles" else so.HELDOUT_ROLE_FAMILIES
+        rng, seen = random.Random(variety), set()
+        for family, spec in families.items():
+            task = so.ShuffledObjectsTask(variety=variety, families=(family,))
+            for k in range(12):
+                story = task.sample(1 + k, rng)
+                spans = [(story.prompt[a:b], so.ROLES[r]) for a, b, r in story.roles]
+                objects = [text for text, role in spans if role == "object"]
+                people = {text for text, role in spans if role == "name"}
+                assert len(objects) == story.num_objects and not set(objects) & people
+                if spec.objects_are_names:
+                    assert set(objects) <= set(pool)
+                    seen.add(family)
+                else:
+                    assert set(objects) <= set(spec.objects) and any(" " in o for o in objects)
+        assert seen == {f for f, spec in families.items() if spec.objects_are_names} and seen
+    assert not set(so.HELDOUT_ROLE_FAMILIES) & set(so.ROLE_FAMILIES)
+    training = " ".join(f.swap + f.question for f in {**so.TRAINING_FAMILIES, **so.ROLE_FAMILIES}.values())
+    assert all(f.swap.split()[3] not in training and f.question.split(",")[0] not in training
+               for f in so.HELDOUT_ROLE_FAMILIES.values())  # fmt: skip
+    with pytest.raises(ValueError, match="needs 2 x num_objects = 14 distinct names"):
+        so.shuffled_objects_story(7, 2, random.Random(0), "chess_opponents", names=so.TRAIN_NAMES[:10])
 
 
 # sha256 of the plain stories of fixed seeds (every scenario and size, with and without distractors): the stories the

@@ -252,8 +252,9 @@ RESUME_SAFE_SETTINGS = frozenset(
 # sign) and those that must be > 0 (check_numeric_settings: every other numeric setting must be >= 0).
 SIGNED_SETTINGS = ("layer_index", "write_layer_index")
 # The held-out test stories of the entity-tracking adapter's task (shuffled_objects.VARIETIES): unseen names, options
-# shuffled, and unseen scenarios ("heldout") or the benchmark's scenarios ("heldout_names").
-HELDOUT_VARIETIES = ("heldout", "heldout_names")
+# shuffled, and unseen scenarios ("heldout"), the benchmark's scenarios ("heldout_names") or unseen scenarios whose
+# objects are names or titles holding names ("heldout_roles").
+HELDOUT_VARIETIES = ("heldout", "heldout_names", "heldout_roles")
 POSITIVE_SETTINGS = ("learning_rate", "lora_learning_rate")
 # The PD-SSM adapter's mixer fields where they differ from HybridSSMConfig's defaults (AdapterExperimentSettings's
 # CONFIG_DEFAULTS, under its extra_config): 2 heads of N = 8, a dictionary of K = 16, temperature 0.1.
@@ -365,8 +366,9 @@ class AdapterExperimentSettings(MixerSettings, ConfigFieldSettings, TrackingSett
     role_loss_weight: float = 1.0
     # data
     # tracking_shuffled_objects only (shuffled_objects.VARIETIES): the training, validation and test stories' variety,
-    # "plain" (ten names, options in the introduction's order) or "varied" (seventy names, options shuffled in half of
-    # the stories, BIG-Bench Hard's line break in half, six more scenarios).
+    # "plain" (ten names, options in the introduction's order), "varied" (seventy names, options shuffled in half of
+    # the stories, BIG-Bench Hard's line break in half, six more scenarios) or "mixed_roles" ("varied" plus scenarios
+    # whose objects are names or titles holding names).
     story_variety: str = "plain"
     # tracking_shuffled_objects only: test buckets (as test_buckets) on each variety of `heldout_varieties` too, the
     # held-out stories ("" = none).
