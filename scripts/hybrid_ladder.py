@@ -40,12 +40,11 @@ from pathlib import Path
 
 from hf_ssm.training.cli import add_seeds_argument, refuse_options
 from hf_ssm.training.reports import update_json_locked
-from hf_ssm.training.state_tracking.recipes import RECIPES, transition_lr_scale
+from hf_ssm.training.state_tracking.recipes import resolve_settings, transition_lr_scale
 from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RECORD = ROOT / "results" / "state_tracking" / "ladder.json"
-TABLE_LEARNING_RATE = RECIPES["table"].get("learning_rate", StateTrackingSettings.learning_rate)
 LEARNT = 0.99  # a run learnt the task when its test mean over 40-256 reaches this
 
 
@@ -80,12 +79,14 @@ RUNG_NAMES = tuple(r.name for r in RUNGS)
 
 
 def _transition_step_per_width(flags: dict[str, str]) -> dict[str, str]:
-    """pd_ssm_transition_lr_scale such that W_P learns at table's rate / sqrt(d), d = 2 H N, whatever the rate of the
-    rest (recipes.transition_lr_scale, which `hybrid_block` uses too)."""
-    heads = int(flags.get("--num_heads", RECIPES["table"]["num_heads"]))
-    width = 2 * heads * RECIPES["table"]["state_size"]
-    rest = float(flags.get("--learning_rate", TABLE_LEARNING_RATE))
-    return {"pd_ssm_transition_lr_scale": f"{transition_lr_scale(rest, width):.4g}"}
+    """pd_ssm_transition_lr_scale such that W_P learns at table's rate / sqrt(d) whatever the rate of the rest
+    (recipes.transition_lr_scale, which `hybrid_block` uses too); d and the rate as train_state_tracking.py resolves
+    them from `table` and the rung's --num_heads / --learning_rate."""
+    explicit = {name: kind(flags[f"--{name}"]) for name, kind in (("num_heads", int), ("learning_rate", float))
+                if f"--{name}" in flags}  # fmt: skip
+    values = {**vars(StateTrackingSettings()), **resolve_settings("table", explicit)}
+    scale = transition_lr_scale(values["learning_rate"], values["hidden_size"])
+    return {"pd_ssm_transition_lr_scale": f"{scale:.4g}"}
 
 
 # Changes under test, each tried on top of every rung (docs/design.md §8.8 gives what each did).
