@@ -650,6 +650,18 @@ def _question(spec: ScenarioFamily, asked: str, options: list[str], at: int):
     return text, roles
 
 
+def _draw_objects(spec: ScenarioFamily, names, people: list[str], rng: random.Random) -> list[str]:
+    """One object per person of `people`, in random order: of `spec.objects`, or names of `names` that are not
+    `people` where the scenario's objects are people too."""
+    if not spec.objects_are_names:
+        return _pick(rng, spec.objects, len(people))
+    others = [name for name in names if name not in people]
+    if len(others) < len(people):
+        raise ValueError(f"scenario {spec.name!r} draws its objects from `names` too: it needs 2 x num_objects = "
+                         f"{2 * len(people)} distinct names, got {len(set(names))}")  # fmt: skip
+    return _pick(rng, others, len(people))
+
+
 def shuffled_objects_story(
     num_objects: int,
     num_swaps: int,
@@ -686,14 +698,7 @@ def shuffled_objects_story(
         raise ValueError(f"unknown scenario family {family!r}; accepted: {', '.join(sorted(ALL_FAMILIES))}")
     spec = ALL_FAMILIES[family]
     people = _pick(rng, names, num_objects)
-    if spec.objects_are_names:
-        others = [name for name in names if name not in people]
-        if len(others) < num_objects:
-            raise ValueError(f"scenario {family!r} draws its objects from `names` too: it needs 2 x num_objects = "
-                             f"{2 * num_objects} distinct names, got {len(set(names))}")  # fmt: skip
-        objects = _pick(rng, others, num_objects)
-    else:
-        objects = _pick(rng, spec.objects, num_objects)
+    objects = _draw_objects(spec, names, people, rng)
     texts = [spec.option.format(object=o) for o in objects]  # the option text of each person's first object
     text, roles = _introduction(spec, people, objects, layout)
 
