@@ -58,7 +58,7 @@ def bank_mode_available() -> bool:
     return getattr(HybridSSMConfig(), "pd_ssm_transition", None) is not None
 
 
-def parse_args(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -77,7 +77,11 @@ def parse_args(argv=None):
         action="store_true",
         help="no GPU: run each kernel once at a tiny shape in the Triton interpreter and check it against torch",
     )
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -194,11 +194,7 @@ def bench_models(steps_list, batch, repeats):
     return rows
 
 
-def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "--memory-child":
-        kind, *dims = sys.argv[2:]
-        _memory_child(kind, *map(int, dims))
-        return
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="bench_scan.json", help="JSON results file")
     parser.add_argument("--repeats", type=int, default=3)
@@ -208,7 +204,15 @@ def main():
         default="sequential,dense,models",
         help="comma-separated subset of: sequential (parallel vs loop), dense (PD vs dense), models (throughput)",
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--memory-child":
+        kind, *dims = sys.argv[2:]
+        _memory_child(kind, *map(int, dims))
+        return
+    args = build_parser().parse_args()
 
     if args.quick:
         seq_shape, dense_shape, model_steps, model_batch = (1, 256, 2, 16), (1, 128, 1, 32), [64], 1

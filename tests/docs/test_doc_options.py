@@ -33,10 +33,12 @@ BENCHES = (
     "bench_compile",
     "bench_deer",
     "bench_hybrid",
+    "bench_kernels",
     "bench_lm",
     "bench_lru",
     "bench_pd",
     "bench_scaling",
+    "bench_scan",
 )
 # a command runs on over lines ending in "\" (or "\\" in a docstring); the continuation is tried first, else the
 # backslash would be read as a character and the command cut at the line's end
