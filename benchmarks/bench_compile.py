@@ -1,10 +1,10 @@
 """Eager vs torch.compile for the 4-layer SASA hybrid and Qwen2 of equal size, in one process, interleaved.
 
 1. One-token decode on a static cache (`StaticCache`, what compiled generation uses): ms per token over
-   `--new-tokens` greedy steps after a prompt of `--context` tokens, B = 1. Eager runs `model.forward`, compiled
+   `--new_tokens` greedy steps after a prompt of `--context` tokens, B = 1. Eager runs `model.forward`, compiled
    runs `torch.compile(model.forward)` (inductor, fullgraph). The first compiled call compiles; it is timed apart
    (`compile_s`) and not counted.
-2. Training (forward + backward + AdamW step) tokens/s at T = `--train-length`, B = 2: `model` against
+2. Training (forward + backward + AdamW step) tokens/s at T = `--train_length`, B = 2: `model` against
    `torch.compile(model)`.
 
 Every round runs the four variants (hybrid / Qwen2, eager / compiled), alternating their order between rounds;
@@ -117,10 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/bench_compile.json", help="JSON file (the Markdown goes next to it)")
     parser.add_argument("--context", type=int, default=256)
-    parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--decode-rounds", type=int, default=9)
-    parser.add_argument("--train-length", type=int, default=1024, help="0: no training section")
-    parser.add_argument("--train-rounds", type=int, default=5)
+    parser.add_argument("--new_tokens", type=int, default=32)
+    parser.add_argument("--decode_rounds", type=int, default=9)
+    parser.add_argument("--train_length", type=int, default=1024, help="0: no training section")
+    parser.add_argument("--train_rounds", type=int, default=5)
     parser.add_argument("--cpu_threads", type=int, default=0, help="torch threads (0 = torch's default)")
     refuse_options(parser, RENAMED_OPTIONS["bench_compile"])
     return parser

@@ -16,8 +16,8 @@ Every time is taken twice: wall clock and this process's CPU time. The default i
 shared with other jobs the CPU-time ratio then stays put while wall times swing with the load (with two threads
 each parallel region also waits for a descheduled thread). `--cpu_threads 0` keeps torch's default, for a quiet machine.
 
-    python benchmarks/bench_hybrid.py --decode-rounds 15 --out results/bench_hybrid.json   (also writes .md next to it)
-    python benchmarks/bench_hybrid.py --train-lengths --decode-rounds 15 --out /tmp/decode.json   (decode only)
+    python benchmarks/bench_hybrid.py --decode_rounds 15 --out results/bench_hybrid.json   (also writes .md next to it)
+    python benchmarks/bench_hybrid.py --train_lengths --decode_rounds 15 --out /tmp/decode.json   (decode only)
     python benchmarks/bench_hybrid.py --profile 1024 --cpu_threads 0     (where a training step's time goes; no JSON)
 """
 
@@ -305,13 +305,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/bench_hybrid.json", help="JSON file (the Markdown goes next to it)")
     parser.add_argument(
-        "--train-lengths", type=int, nargs="*", default=[1024, 4096], help="none given: no training section"
+        "--train_lengths", type=int, nargs="*", default=[1024, 4096], help="none given: no training section"
     )
     parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--train-rounds", type=int, default=5)
+    parser.add_argument("--train_rounds", type=int, default=5)
     parser.add_argument("--contexts", type=int, nargs="*", default=[256, 4096], help="none given: no decode section")
-    parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--decode-rounds", type=int, default=5, help="after one warm-up round")
+    parser.add_argument("--new_tokens", type=int, default=32)
+    parser.add_argument("--decode_rounds", type=int, default=5, help="after one warm-up round")
     parser.add_argument(
         "--cpu_threads",
         type=int,
@@ -329,7 +329,7 @@ def main():
     parser = build_parser()
     args = parser.parse_args()
     if args.new_tokens < 2:
-        parser.error("--new-tokens must be >= 2 (decode time is measured between generation steps)")
+        parser.error("--new_tokens must be >= 2 (decode time is measured between generation steps)")
     if args.cpu_threads:
         torch.set_num_threads(args.cpu_threads)
     if torch.get_num_threads() > 1:

@@ -17,13 +17,13 @@ Needs a CUDA GPU. The acceptance targets (B=8, T=4096, H=8, N=64, m=4): every ke
 10x its torch parallel scan, and PD within 3x of the complex diagonal scan at equal state width; the "targets"
 section of the JSON reports them when that point is in the sweep.
 
-Without a GPU the script refuses (exit code 2), unless ``--cpu-sanity``: then it sets TRITON_INTERPRET=1 and runs
+Without a GPU the script refuses (exit code 2), unless ``--cpu_sanity``: then it sets TRITON_INTERPRET=1 and runs
 every kernel once at a tiny shape in the Triton interpreter, checking its outputs against torch; the times it
 prints are interpreter times and say nothing about performance.
 
     python benchmarks/bench_kernels.py --out runs/bench_kernels.json
     python benchmarks/bench_kernels.py --batch 8 --steps 4096 --heads 8 --state 64 --blocks 4
-    python benchmarks/bench_kernels.py --cpu-sanity
+    python benchmarks/bench_kernels.py --cpu_sanity
 """
 
 from __future__ import annotations
@@ -59,6 +59,10 @@ def bank_mode_available() -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # imported here, not with the module: hf_ssm imports triton, which main may first set TRITON_INTERPRET for
+    from hf_ssm.training.cli import refuse_options
+    from hf_ssm.training.legacy_settings import RENAMED_OPTIONS
+
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -68,20 +72,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heads", nargs="+", type=int, default=[8], help="heads H (state width H*N)")
     p.add_argument("--state", nargs="+", type=int, default=[16, 64], help="state size N per head")
     p.add_argument("--blocks", nargs="+", type=int, default=[2, 4, 8], help="block sizes / orders m (block scans)")
-    p.add_argument("--dict-size", type=int, default=16, help="dictionary size K (pd_generated)")
+    p.add_argument("--dict_size", type=int, default=16, help="dictionary size K (pd_generated)")
     p.add_argument("--repeats", type=int, default=10, help="timed repetitions (median reported)")
     p.add_argument("--warmup", type=int, default=3, help="untimed repetitions first (compilation, autotuning)")
     p.add_argument("--out", default=None, help="write the JSON here as well as to stdout")
     p.add_argument(
-        "--cpu-sanity",
+        "--cpu_sanity",
         action="store_true",
         help="no GPU: run each kernel once at a tiny shape in the Triton interpreter and check it against torch",
     )
+    refuse_options(p, RENAMED_OPTIONS["bench_kernels"])
     return p
 
 
 def parse_args(argv=None):
     return build_parser().parse_args(argv)
+
+
+def cpu_sanity_asked(argv=None) -> bool:
+    """Whether the command line gives --cpu_sanity, read before anything imports triton (the full parser imports
+    hf_ssm for its refusals of old spellings, and triton with it)."""
+    light = argparse.ArgumentParser(add_help=False)
+    light.add_argument("--cpu_sanity", action="store_true")
+    return light.parse_known_args(argv)[0].cpu_sanity
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -338,9 +351,9 @@ def run_cpu_sanity(args):
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.cpu_sanity:
+    if cpu_sanity_asked(argv):
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+    args = parse_args(argv)
     import torch
 
     from hf_ssm.ops import kernels
@@ -369,7 +382,7 @@ def main(argv=None) -> int:
     else:
         print(
             "bench_kernels: no CUDA GPU here. The Triton kernels are benchmarked on a GPU only; on a CPU they run in "
-            "the Triton interpreter, whose times mean nothing. Run with --cpu-sanity for a tiny correctness pass.",
+            "the Triton interpreter, whose times mean nothing. Run with --cpu_sanity for a tiny correctness pass.",
             file=sys.stderr,
         )
         return 2

@@ -5,7 +5,7 @@ h_lru (m = 2, 4) and pd_ssm (H = 4 heads x N = 64 complex states):
 1. forward + backward time of the mixer layer (projections, gates and the parallel scan) on (B, T, d) input;
 2. forward + backward time of the block scan alone, parallel (`block_scan`) vs the sequential loop
    (`hf_ssm.ops.block.reference.block_scan`), on the (A, b) the mixer produces, and their ratio.
-Times are the best of several runs (--repeats, --scan-repeats, --seq-repeats; the median is in the JSON too).
+Times are the best of several runs (--repeats, --scan_repeats, --seq_repeats; the median is in the JSON too).
 
     python benchmarks/bench_lru.py --out bench_lru.json
 """
@@ -127,8 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--hidden", type=int, default=256, help="model width d")
     parser.add_argument("--batch", type=int, default=1, help="batch size B")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each mixer (best reported)")
-    parser.add_argument("--scan-repeats", type=int, default=10, help="timed runs of the parallel scan")
-    parser.add_argument("--seq-repeats", type=int, default=3, help="timed runs of the sequential loop")
+    parser.add_argument("--scan_repeats", type=int, default=10, help="timed runs of the parallel scan")
+    parser.add_argument("--seq_repeats", type=int, default=3, help="timed runs of the sequential loop")
     parser.add_argument("--cpu_threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
     refuse_options(parser, RENAMED_OPTIONS["bench_lru"])
     parser.add_argument("--out", default=None, help="write the results as JSON here")

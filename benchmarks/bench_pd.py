@@ -18,7 +18,7 @@
    torch profiler's memory events miss frees that happen outside an op (e.g. of a loop's temporaries).
 
     python benchmarks/bench_pd.py                      # both sizes, memory at 1k / 4k / 16k
-    python benchmarks/bench_pd.py --rounds 3 --mem-steps 1024   # quicker
+    python benchmarks/bench_pd.py --rounds 3 --mem_steps 1024   # quicker
     python benchmarks/bench_pd.py --cpu_threads 1 --out results/bench_pd_1thread.json   # also writes the JSON
 """
 
@@ -128,9 +128,9 @@ def peak_bytes(mixer, u) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (each runs every mixer once)")
-    parser.add_argument("--mem-steps", type=int, nargs="*", default=[1024, 4096, 16384], help="T of the memory table")
-    parser.add_argument("--mem-batch", type=int, default=2)
-    parser.add_argument("--mem-d", type=int, default=64, help="d = N of the memory table")
+    parser.add_argument("--mem_steps", type=int, nargs="*", default=[1024, 4096, 16384], help="T of the memory table")
+    parser.add_argument("--mem_batch", type=int, default=2)
+    parser.add_argument("--mem_d", type=int, default=64, help="d = N of the memory table")
     parser.add_argument("--cpu_threads", type=int, default=torch.get_num_threads())
     refuse_options(parser, RENAMED_OPTIONS["bench_pd"])
     parser.add_argument(

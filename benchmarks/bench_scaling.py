@@ -292,15 +292,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mixers", type=lambda s: [m.strip() for m in s.split(",") if m.strip()], default=None,
                    help="comma-separated mixer names or row labels (default: all)")  # fmt: skip
     p.add_argument("--batch", type=int, default=1, help="batch size B")
-    p.add_argument("--hidden-size", "--hidden_size", dest="hidden_size", type=int, default=128, help="model width d")
+    p.add_argument("--hidden_size", type=int, default=128, help="model width d")
     p.add_argument("--heads", type=int, default=4, help="attention heads (head_dim = d / heads)")
-    p.add_argument("--max_gib", "--max-gib", dest="max_gib", type=float, default=8.0,
+    p.add_argument("--max_gib", type=float, default=8.0,
                    help="skip an attention cell whose estimated peak memory exceeds this (GiB)")  # fmt: skip
-    p.add_argument("--max_seconds", "--max-seconds", dest="max_seconds", type=float, default=0.0,
+    p.add_argument("--max_seconds", type=float, default=0.0,
                    help="skip an attention cell whose time (extrapolated as T^2 from the previous length) for "
                    "warm-up, rounds and memory exceeds this (0: no limit)")  # fmt: skip
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--scan_backend", "--scan-backend", dest="scan_backend", default="auto",
+    p.add_argument("--scan_backend", default="auto",
                    help="HybridSSMConfig.scan_backend (auto: Triton on CUDA, torch on CPU)")  # fmt: skip
     p.add_argument("--cpu_threads", type=int, default=0, help="torch threads (0: torch's default)")
     refuse_options(p, RENAMED_OPTIONS["bench_scaling"])
@@ -319,7 +319,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.hidden_size % args.heads:
-        p.error(f"--hidden-size ({args.hidden_size}) must be divisible by --heads ({args.heads})")
+        p.error(f"--hidden_size ({args.hidden_size}) must be divisible by --heads ({args.heads})")
     if args.max_seconds < 0:
         p.error(f"--max_seconds must be >= 0 (0: no limit), got {args.max_seconds}")
     if not args.max_gib > 0:

@@ -112,7 +112,7 @@ def _memory_child(kind: str, batch: int, steps: int, heads: int, n: int) -> None
 
 
 def peak_memory(kind, batch, steps, heads, n) -> int:
-    cmd = [sys.executable, __file__, "--memory-child", kind, str(batch), str(steps), str(heads), str(n)]
+    cmd = [sys.executable, __file__, "--memory_child", kind, str(batch), str(steps), str(heads), str(n)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return int(out.stdout.strip().splitlines()[-1])
 
@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "--memory-child":
+    if len(sys.argv) > 1 and sys.argv[1] == "--memory_child":
         kind, *dims = sys.argv[2:]
         _memory_child(kind, *map(int, dims))
         return

@@ -24,7 +24,7 @@
 # passed, else the first failing step's (124: a step ran past its limit).
 #
 # Rehearsal on a CPU (GPU_CHECK_REHEARSAL=1, in an environment of the expected stack): the same steps with the
-# kernels in the Triton interpreter (TRITON_INTERPRET=1), no nvidia-smi, step 3 as bench_kernels.py --cpu-sanity
+# kernels in the Triton interpreter (TRITON_INTERPRET=1), no nvidia-smi, step 3 as bench_kernels.py --cpu_sanity
 # (every family once at a tiny shape, checked against torch) and step 4 cross-compiling for sm_90 without loading.
 #
 #   bash scripts/gpu_check.sh                       # from anywhere; runs from the repository root
@@ -150,7 +150,7 @@ step "2-tests" "$TEST_TIMEOUT" "$PYTHON" -m pytest "${tests_args[@]}" tests
 
 say "3. bench_kernels.py"
 bench_args=(--batch 8 --steps 4096 --heads 8 --state 64 --blocks 4 --repeats 10 --warmup 3)
-[[ "$REHEARSAL" == 1 ]] && bench_args=(--cpu-sanity)
+[[ "$REHEARSAL" == 1 ]] && bench_args=(--cpu_sanity)
 [[ -n "${OUT:-}" ]] && bench_args+=(--out "$OUT/bench_kernels.json")
 step "3-bench" "$BENCH_TIMEOUT" "$PYTHON" benchmarks/bench_kernels.py "${bench_args[@]}"
 

@@ -108,14 +108,40 @@ RENAMED_OPTIONS: dict[str, dict[str, str]] = {
     "demo_adapter": {"--model": "--base_model", "--fewshot": "--fewshot_examples"},
     # benchmarks/bench_lm.py: as scripts/hybrid_ladder.py's (the record's key `threads` stays)
     "bench_lm": {"--threads": "--cpu_threads"},
-    # the other benchmarks/bench_*.py that set torch's threads: the same spelling (their records' `threads` stays)
-    "bench_pd": {"--threads": "--cpu_threads"},
-    "bench_hybrid": {"--threads": "--cpu_threads"},
-    "bench_compile": {"--threads": "--cpu_threads"},
-    "bench_deer": {"--threads": "--cpu_threads"},
-    "bench_scaling": {"--threads": "--cpu_threads"},
-    "bench_lru": {"--threads": "--cpu_threads"},
+    # the other benchmarks/bench_*.py that set torch's threads: the same spelling (their records' `threads` stays).
+    # Then every benchmark option's words joined by underscores, as the scripts' (same dest; bench_scaling accepted
+    # both spellings of its four)
+    "bench_pd": {
+        "--threads": "--cpu_threads",
+        "--mem-steps": "--mem_steps",
+        "--mem-batch": "--mem_batch",
+        "--mem-d": "--mem_d",
+    },
+    "bench_hybrid": {
+        "--threads": "--cpu_threads",
+        "--train-lengths": "--train_lengths",
+        "--train-rounds": "--train_rounds",
+        "--new-tokens": "--new_tokens",
+        "--decode-rounds": "--decode_rounds",
+    },
+    "bench_compile": {
+        "--threads": "--cpu_threads",
+        "--new-tokens": "--new_tokens",
+        "--decode-rounds": "--decode_rounds",
+        "--train-length": "--train_length",
+        "--train-rounds": "--train_rounds",
+    },
+    "bench_deer": {"--threads": "--cpu_threads", "--hidden-size": "--hidden_size", "--state-size": "--state_size"},
+    "bench_scaling": {
+        "--threads": "--cpu_threads",
+        "--hidden-size": "--hidden_size",
+        "--max-gib": "--max_gib",
+        "--max-seconds": "--max_seconds",
+        "--scan-backend": "--scan_backend",
+    },
+    "bench_lru": {"--threads": "--cpu_threads", "--scan-repeats": "--scan_repeats", "--seq-repeats": "--seq_repeats"},
     "bench_automaton_step": {"--threads": "--cpu_threads"},
+    "bench_kernels": {"--dict-size": "--dict_size", "--cpu-sanity": "--cpu_sanity"},
 }
 
 

@@ -34,7 +34,7 @@ def test_tiny_run_prints_targets_and_verdicts_and_writes_json_only_when_asked(tm
     target with its verdict, and --out writes a JSON whose rows hold the same targets and verdicts (without --out
     the run writes no file in its working directory)."""
     out = tmp_path / "pd.json"
-    args = ["--sizes", "2,32,16,4", "--rounds", "1", "--mem-steps", "--cpu_threads", "1"]
+    args = ["--sizes", "2,32,16,4", "--rounds", "1", "--mem_steps", "--cpu_threads", "1"]
     run = subprocess.run(
         [sys.executable, str(SCRIPT), *args, "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300
     )

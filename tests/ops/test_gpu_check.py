@@ -43,7 +43,7 @@ def test_the_stack_check_accepts_the_image_and_refuses_another_stack():
 def test_the_script_parses_and_keeps_both_paths():
     """bash accepts scripts/gpu_check.sh and scripts/gpu_wheels.sh; the check runs the stack check first, the kernel
     tests, the benchmark and compile_check --loaded on a GPU, and the interpreter (TRITON_INTERPRET=1) with
-    bench_kernels.py --cpu-sanity only in its rehearsal."""
+    bench_kernels.py --cpu_sanity only in its rehearsal."""
     for name in ("gpu_check.sh", "gpu_wheels.sh"):
         result = subprocess.run(["bash", "-n", str(SCRIPTS / name)], capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
@@ -57,7 +57,7 @@ def test_the_script_parses_and_keeps_both_paths():
     order = [text.index(c) for c in commands]
     assert order == sorted(order)
     assert re.search(r'if \[\[ "\$REHEARSAL" == 1 \]\]; then\n\s+export TRITON_INTERPRET=1', text)
-    assert '[[ "$REHEARSAL" == 1 ]] && bench_args=(--cpu-sanity)' in text
+    assert '[[ "$REHEARSAL" == 1 ]] && bench_args=(--cpu_sanity)' in text
     assert '[[ "$REHEARSAL" != 1 ]] && compile_args+=(--loaded' in text
 
 

@@ -198,12 +198,12 @@ def test_model_routes_through_the_kernels(monkeypatch):
 
 @pytest.mark.slow
 def test_bench_script_cpu_sanity_pass(tmp_path):
-    """benchmarks/bench_kernels.py --cpu-sanity: every kernel once in the interpreter, checked against torch."""
+    """benchmarks/bench_kernels.py --cpu_sanity: every kernel once in the interpreter, checked against torch."""
     script = BENCHMARKS / "bench_kernels.py"
     out = tmp_path / "bench.json"
     kinds = ["pd_generated", "block_companion", "diag_complex"]
     result = subprocess.run(
-        [sys.executable, str(script), "--cpu-sanity", "--kernels", *kinds, "--out", str(out)],
+        [sys.executable, str(script), "--cpu_sanity", "--kernels", *kinds, "--out", str(out)],
         capture_output=True,
         text=True,
         env={**os.environ, "TRITON_INTERPRET": "1"},
