@@ -24,7 +24,11 @@ attribute `DEFAULTS` ({field: default}), and may add a sentence to the field's -
 `HELP` ({field: text}). `SettingsGroup.__init_subclass__` applies both when the class is created, before
 `@dataclass` reads it, so that the wing's `fields()`, its `__init__` defaults and its --help show the wing's value,
 while the field's type and meaning stay those of its one declaration. Naming a field no base declares, or declaring a
-field again as well, is a TypeError.
+field again as well, is a TypeError. A mutable default (a dict, list or set) is copied for every instance.
+
+`@dataclass` reads only a class's own `__annotations__`, so the wing's gets an entry for each field it gives a default
+or a help sentence: a tool that lists a class's own annotations sees those fields too. Its own `DEFAULTS` / `HELP`
+record them; `declared_fields(cls)` is the fields `cls` declares, without them.
 """
 
 from __future__ import annotations

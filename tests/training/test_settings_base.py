@@ -5,12 +5,18 @@ records and commands written under the old names (hf_ssm/training/legacy_setting
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import json
+import pkgutil
 
 import pytest
+from transformers import HfArgumentParser
 
+import hf_ssm.training
 from hf_ssm.training.adapter.experiment_settings import AdapterExperimentSettings
 from hf_ssm.training.checkpointing import check_resumed_settings
+from hf_ssm.training.cli import settings_parser
 from hf_ssm.training.legacy_settings import MOVED_TO_EXTRA_CONFIG, RENAMED_SETTINGS, upgrade_argv, upgrade_settings
 from hf_ssm.training.lm.finetuning import FinetuneSettings
 from hf_ssm.training.lm.lm_settings import PretrainSettings
@@ -34,18 +40,42 @@ SCRIPTS = {
 }
 
 
+def training_settings_classes() -> list[type]:
+    """Every settings dataclass of hf_ssm.training (a dataclass whose name ends in "Settings"), found by importing
+    each of its modules, so that a wing not named in WINGS is checked too."""
+    found = {}
+    for info in pkgutil.walk_packages(hf_ssm.training.__path__, "hf_ssm.training."):
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if inspect.isclass(obj) and dataclasses.is_dataclass(obj) and name.endswith("Settings"):
+                if obj.__module__ == module.__name__:
+                    found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return [found[name] for name in sorted(found)]
+
+
+def wing_default_names(cls) -> set[str]:
+    """The inherited fields `cls` gives a default or a help sentence (its own DEFAULTS / HELP), not declarations."""
+    return set(cls.__dict__.get("DEFAULTS", {})) | set(cls.__dict__.get("HELP", {}))
+
+
 def test_no_settings_field_is_declared_twice():
-    """Across the wings' settings classes and every class they are built from, each field name is declared by one
-    class only (a wing's different default is a DEFAULTS entry, not a declaration)."""
+    """Across every settings dataclass of hf_ssm.training, each field name is in the own `__annotations__` of one
+    class only, leaving out a wing's DEFAULTS / HELP entries (a different default, not a second declaration); and
+    `declared_fields` says the same."""
+    classes = training_settings_classes()
+    assert set(WINGS) <= set(classes) and len(classes) >= 12
     owners: dict[str, set[str]] = {}
-    for wing in WINGS:
-        for cls in wing.__mro__:
-            if dataclasses.is_dataclass(cls):
-                for name in declared_fields(cls):
-                    owners.setdefault(name, set()).add(cls.__qualname__)
+    for cls in classes:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        own = [name for name in cls.__dict__.get("__annotations__", {}) if name in fields]  # not the ClassVars
+        declared = [name for name in own if name not in wing_default_names(cls)]
+        assert sorted(declared) == sorted(declared_fields(cls)), cls.__qualname__
+        for name in declared:
+            owners.setdefault(name, set()).add(cls.__qualname__)
     twice = {name: sorted(classes) for name, classes in owners.items() if len(classes) > 1}
     assert twice == {}
     assert owners["learning_rate"] == {"TrainingSettings"} and owners["extra_config"] == {"ConfigFieldSettings"}
+    assert owners["hidden_size"] == {"StackSettings"} and owners["tokenizer"] == {"DataSettings"}
 
 
 def test_every_wing_shares_the_training_base_with_its_own_defaults():
@@ -83,10 +113,60 @@ def test_declaring_a_shared_field_again_or_an_unknown_default_is_refused():
             DEFAULTS = {"learning_rate": 1.0}
             learning_rate: float = 2.0
 
-    with pytest.raises(TypeError, match="'no_such_field', which no base settings class declares"):
+    with pytest.raises(TypeError, match="^Unknown: DEFAULTS / HELP name 'no_such_field', which no base settings"):
 
         class Unknown(SettingsGroup):
             DEFAULTS = {"no_such_field": 1}
+
+    with pytest.raises(TypeError, match="^UnknownHelp: DEFAULTS / HELP name 'batch_sizes'"):
+
+        class UnknownHelp(TrainingSettings):
+            HELP = {"batch_sizes": "a misspelt field"}
+
+
+@pytest.mark.parametrize("wing", WINGS, ids=[wing.__name__ for wing in WINGS])
+def test_a_wings_defaults_are_what_its_parser_gives_without_arguments(wing):
+    """Each default a wing sets in DEFAULTS (its own or a base wing's) is the value transformers' HfArgumentParser,
+    and the scripts' settings_parser, give when no option is passed."""
+    expected = {}
+    for cls in reversed(wing.__mro__):
+        expected.update(cls.__dict__.get("DEFAULTS", {}))
+    assert expected, wing.__name__
+    (plain,) = HfArgumentParser(wing).parse_args_into_dataclasses(args=[])
+    scripts = settings_parser(wing).parse_args([])
+    for name, value in expected.items():
+        assert getattr(plain, name) == value and getattr(scripts, name) == value, name
+    assert plain == wing()
+
+
+def test_a_wing_default_keeps_the_declared_type_help_and_choices_and_copies_a_mutable_default():
+    """A DEFAULTS entry changes only the default: the field keeps its declared type and metadata (help, choices),
+    a dict / list default is a fresh copy per instance, and the field is not one the wing declares."""
+
+    @dataclasses.dataclass
+    class Base(SettingsGroup):
+        kind: str = dataclasses.field(default="a", metadata={"help": "the kind", "choices": ["a", "b"]})
+        items: list[str] = dataclasses.field(default_factory=list, metadata={"help": "the items"})
+        table: dict = dataclasses.field(default_factory=dict, metadata={"help": "the table"})
+
+    @dataclasses.dataclass
+    class Wing(Base):
+        DEFAULTS = {"kind": "b", "items": ["x"], "table": {"k": [1]}}
+        HELP = {"kind": "this wing's kinds"}
+
+    fields = {f.name: f for f in dataclasses.fields(Wing)}
+    assert fields["kind"].type is str and fields["kind"].metadata["choices"] == ["a", "b"]
+    assert fields["kind"].metadata["help"] == "the kind; this wing's kinds"
+    assert fields["items"].metadata["help"] == "the items"
+    first, second = Wing(), Wing()
+    first.items.append("y")
+    first.table["k"].append(2)
+    assert (second.items, second.table) == (["x"], {"k": [1]}) and Wing.DEFAULTS["table"] == {"k": [1]}
+    assert declared_fields(Wing) == [] and Base().kind == "a"
+    (parsed,) = HfArgumentParser(Wing).parse_args_into_dataclasses(args=[])
+    assert (parsed.kind, parsed.items) == ("b", ["x"])
+    with pytest.raises(SystemExit):
+        HfArgumentParser(Wing).parse_args_into_dataclasses(args=["--kind", "c"])  # the choices still hold
 
 
 def _old_names(cls, values: dict) -> dict:
