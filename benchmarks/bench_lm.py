@@ -244,10 +244,11 @@ def _spread_blocks(ids: torch.Tensor, count: int, block: int) -> tuple[torch.Ten
 
 
 def _settings_class():
-    """The run folder's settings (settings.json, the resume check): the causal-LM data and training fields plus the
-    benchmark's own (which model, size, knob, tokenizer, phase) and the fingerprint of a corpus of one's own files
-    (`corpus_files`; a resume whose files changed is refused as any changed setting is. python_stdlib's fingerprint
-    is checked against each checkpoint's, as pretraining does, and leaves this field empty)."""
+    """The run folder's settings (settings.json, the resume check): the causal-LM data and training fields (the run's
+    `tokenizer` among them: DataSettings declares it, at the same default "byte") plus the benchmark's own (which
+    model, size, knob, phase) and the fingerprint of a corpus of one's own files (`corpus_files`; a resume whose
+    files changed is refused as any changed setting is. python_stdlib's fingerprint is checked against each
+    checkpoint's, as pretraining does, and leaves this field empty)."""
     from hf_ssm.training.lm.lm_settings import DataSettings, TrainSettings
 
     @dataclass
@@ -255,7 +256,6 @@ def _settings_class():
         model: str = ""
         size: str = "d128"
         knob: int = 0
-        tokenizer: str = "byte"
         phase: str = "sweep"
         corpus_files: dict = field(default_factory=dict)
 
