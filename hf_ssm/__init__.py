@@ -23,7 +23,7 @@ from .modeling import (
     HybridSSMModel,
     HybridSSMPreTrainedModel,
 )
-from .training.optimization import parameter_groups
+from .training.optimization import SublayerDelay, parameter_groups
 from .version import __version__ as __version__
 
 # Each model class, the Auto class its saved auto_map names (trust_remote_code), and whether that Auto class
@@ -49,5 +49,6 @@ __all__ = [
     "HybridSSMConfig",
     "HybridSSMPreTrainedModel",
     "parameter_groups",
+    "SublayerDelay",
     *(entry[0].__name__ for entry in _AUTO_CLASSES),
 ]

@@ -182,6 +182,7 @@ OPTION_GROUPS = {
         "freeze_embedding",
         "teacher_forcing_steps",
         "attention_frozen_steps",
+        "mlp_frozen_steps",
     ),
 }
 

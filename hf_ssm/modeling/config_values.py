@@ -39,6 +39,7 @@ PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label
 # "mixer_only": the mixer alone on the raw stream, no norm, residual or MLP around it; the model's final
 # RMSNorm then reads the last mixer's output (a one-layer automaton's states go through a plain RMSNorm to the head).
 BLOCK_TYPES = ("pre_norm_residual", "post_norm_mixer", "mixer_mlp", "mixer_only")
+BLOCKS_WITH_MLP = ("pre_norm_residual", "mixer_mlp")  # the block types whose layers have a SwiGLU block
 
 
 def check_positive_int(name: str, value) -> None:

@@ -20,6 +20,8 @@ from functools import partial
 
 import torch
 
+from ..modeling.attention import HybridSSMAttention, HybridSSMMLP
+
 LR_SCHEDULES = ("cosine", "cosine_with_min_lr", "constant")
 
 
@@ -69,6 +71,53 @@ def parameter_groups(model, learning_rate: float, weight_decay: float = 0.0, dec
         )
         group["params"].append(p)
     return [groups[key] for key in sorted(groups, key=lambda k: (k[0] != 1.0, k[0], not k[1]))]
+
+
+class SublayerDelay:
+    """A hybrid's attention and SwiGLU (MLP) sublayers held back while its SSM layers start learning (docs/design.md
+    §8.8): `silence()` zeroes each delayed sublayer's output projection (o_proj / down_proj, no bias: the sublayer
+    adds nothing to the residual stream), and `before_step(step)` lets a delayed kind's parameters take gradients
+    only from its step on (`attention` / `mlp`: that step; 0 leaves the kind alone). AdamW skips a parameter without
+    a gradient, so until then neither its moments nor weight decay touch it. Parameters frozen before the delay was
+    made stay frozen.
+
+        delay = hf_ssm.SublayerDelay(model, attention=200, mlp=200).silence()   # once, on the fresh model
+        for step in range(max_steps):
+            delay.before_step(step)
+            ...                                                                # forward, backward, optimizer step
+
+    Make the optimizer before the first `before_step` (parameter_groups leaves out parameters that take no
+    gradient). On a model resumed from a checkpoint, make the delay without `silence()` (the sublayers keep what they
+    learnt)."""
+
+    KINDS = {"attention": (HybridSSMAttention, "o_proj"), "mlp": (HybridSSMMLP, "down_proj")}
+
+    def __init__(self, model: torch.nn.Module, attention: int = 0, mlp: int = 0):
+        self.delays = []  # (kind, first step, its modules, its trained parameters)
+        for kind, steps in (("attention", attention), ("mlp", mlp)):
+            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+                raise ValueError(f"`{kind}` must be an int >= 0 (the step its sublayers start learning), got {steps!r}")
+            if not steps:
+                continue
+            modules = [m for m in model.modules() if isinstance(m, self.KINDS[kind][0])]
+            if not modules:
+                raise ValueError(f"`{kind}` = {steps}: the model has no {kind} sublayer to hold back")
+            trained = [p for m in modules for p in m.parameters() if p.requires_grad]
+            self.delays.append((kind, steps, modules, trained))
+
+    def silence(self) -> SublayerDelay:
+        """Zero the output projection of every delayed sublayer; returns the delay."""
+        with torch.no_grad():
+            for kind, _, modules, _ in self.delays:
+                for module in modules:
+                    getattr(module, self.KINDS[kind][1]).weight.zero_()
+        return self
+
+    def before_step(self, step: int) -> None:
+        """Before optimizer step `step` (0-based): each delayed kind learns from its step on."""
+        for _, first, _, parameters in self.delays:
+            for p in parameters:
+                p.requires_grad_(step >= first)
 
 
 def _decays_matrices(name: str, parameter) -> bool:

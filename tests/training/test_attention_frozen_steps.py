@@ -1,6 +1,7 @@
-"""`attention_frozen_steps` of the state-tracking driver: a hybrid's attention layers start switched off (output
-projection at zero) and keep their initial weights until that step while the other layers learn; from that step on
-they learn; a model without attention refuses the setting, naming it."""
+"""`attention_frozen_steps` and `mlp_frozen_steps` of the state-tracking driver (hf_ssm.SublayerDelay): a hybrid's
+attention layers / SwiGLU blocks start switched off (output projection at zero) and keep their initial weights until
+that step while the other layers learn; from that step on they learn; a model without such a sublayer refuses the
+setting, naming it."""
 
 from __future__ import annotations
 
@@ -71,3 +72,45 @@ def test_a_model_without_attention_refuses_the_setting():
 def test_a_negative_count_is_refused():
     with pytest.raises(ValueError, match="attention_frozen_steps"):
         StateTrackingSettings(**TINY, attention_frozen_steps=-1).validate()
+
+
+def test_mlps_start_switched_off_and_learn_from_their_step(tmp_path):
+    """`mlp_frozen_steps`: every SwiGLU block's down projection starts at zero (and nothing else changes); trained 4
+    steps with the MLPs held for 2, they learn in steps 2 and 3; held for 4, the saved MLPs are the initial ones."""
+    delayed = build_model(StateTrackingSettings(**TINY, mlp_frozen_steps=3))
+    default = build_model(StateTrackingSettings(**TINY))
+    differing = [n for n, p in delayed.state_dict().items() if not torch.equal(p, default.state_dict()[n])]
+    assert differing == [f"model.layers.{i}.mlp.down_proj.weight" for i in (0, 1)]
+    for frozen_steps in (4, 2):
+        settings = StateTrackingSettings(**TINY, max_steps=4, mlp_frozen_steps=frozen_steps)
+        initial = build_model(settings)
+        train_state_tracking(settings, tmp_path / str(frozen_steps))
+        trained = type(initial).from_pretrained(tmp_path / str(frozen_steps) / "model")
+        before, after = initial.state_dict(), trained.state_dict()
+        mlp_moved = any(not torch.equal(after[n], before[n]) for n in before if ".mlp." in n)
+        assert mlp_moved == (frozen_steps < 4)
+
+
+def test_a_block_without_mlps_refuses_the_setting():
+    with pytest.raises(ValueError, match=r"`mlp_frozen_steps` = 5 needs SwiGLU blocks.*'mixer_only'"):
+        StateTrackingSettings(**{**TINY, "pattern": "S", "block_type": "mixer_only"}, mlp_frozen_steps=5).validate()
+
+
+def test_the_public_delay_refuses_a_kind_the_model_lacks_and_keeps_frozen_parameters_frozen():
+    """hf_ssm.SublayerDelay, as a user's loop uses it: a model without attention refuses `attention` > 0 naming it;
+    a parameter frozen before the delay was made is never unfrozen by it; a negative step is refused."""
+    import hf_ssm
+
+    model = build_model(StateTrackingSettings(**{**TINY, "pattern": "S"}))
+    with pytest.raises(ValueError, match="`attention` = 3: the model has no attention sublayer"):
+        hf_ssm.SublayerDelay(model, attention=3)
+    with pytest.raises(ValueError, match="`mlp` must be an int >= 0"):
+        hf_ssm.SublayerDelay(model, mlp=-1)
+    gate = model.model.layers[0].mlp.gate_proj.weight
+    gate.requires_grad_(False)
+    delay = hf_ssm.SublayerDelay(model, mlp=2).silence()
+    delay.before_step(0)
+    assert not model.model.layers[0].mlp.up_proj.weight.requires_grad
+    delay.before_step(2)
+    assert model.model.layers[0].mlp.up_proj.weight.requires_grad and not gate.requires_grad
+    assert torch.count_nonzero(model.model.layers[0].mlp.down_proj.weight) == 0

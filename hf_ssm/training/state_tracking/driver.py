@@ -29,7 +29,6 @@ import torch
 from ...data import StateTrackingDataset, collate_state_tracking
 from ...data.state_tracking import supervised_labels
 from ...modeling import HybridSSMForTokenClassification
-from ...modeling.attention import HybridSSMAttention
 from .. import loop
 from ..checkpointing import (
     atomic_save_dir,
@@ -39,7 +38,7 @@ from ..checkpointing import (
     read_metadata,
     recorded_settings,
 )
-from ..optimization import build_optimizer, build_scheduler
+from ..optimization import SublayerDelay, build_optimizer, build_scheduler
 from .evaluation import TEST_SEED, evaluate, evaluate_far_lengths
 from .results import kept_results, run_results, write_results
 from .settings import (
@@ -87,32 +86,14 @@ def _new_model(settings: StateTrackingSettings, config) -> HybridSSMForTokenClas
         model.get_input_embeddings().weight.requires_grad_(False)  # stays at its init (saved like any weight)
     if settings.teacher_forcing_steps:
         fix_readout(model)  # "state k is class k", frozen: the teacher-forced start states name states by class
-    if settings.attention_frozen_steps:
-        _AttentionDelay(model, settings.attention_frozen_steps).switch_off()
+    if settings.attention_frozen_steps or settings.mlp_frozen_steps:
+        sublayer_delay(model, settings).silence()
     return model
 
 
-class _AttentionDelay:
-    """`attention_frozen_steps` at work on `model`'s attention layers: `switch_off` zeroes their output projections
-    (o_proj has no bias, so each layer adds nothing to the residual stream), and `before_step(step)` lets their
-    parameters take gradients only from step `steps` on. AdamW skips a parameter without a gradient, so until
-    then neither its moments nor weight decay touch it, and its Adam statistics start when it starts learning."""
-
-    def __init__(self, model: torch.nn.Module, steps: int):
-        self.steps = steps
-        self.layers = [m for m in model.modules() if isinstance(m, HybridSSMAttention)]
-        self.parameters = [p for layer in self.layers for p in layer.parameters()]
-
-    def switch_off(self) -> None:
-        with torch.no_grad():
-            for layer in self.layers:
-                layer.o_proj.weight.zero_()
-
-    def before_step(self, step: int) -> None:
-        if not self.steps:
-            return  # the setting is off: leave requires_grad as the model has it
-        for p in self.parameters:
-            p.requires_grad_(step >= self.steps)
+def sublayer_delay(model, settings: StateTrackingSettings) -> SublayerDelay:
+    """`attention_frozen_steps` and `mlp_frozen_steps` at work on `model` (optimization.SublayerDelay)."""
+    return SublayerDelay(model, attention=settings.attention_frozen_steps, mlp=settings.mlp_frozen_steps)
 
 
 def _batch(dataset: StateTrackingDataset, step: int, batch_size: int, rank: int = 0, world: int = 1) -> dict:
@@ -253,10 +234,10 @@ def _train(
     num_train_samples = settings.max_steps * settings.batch_size * accelerator.num_processes
     last = {}  # the loss of the latest step
     fingerprints = plan.fingerprints  # a file run's files, compared on resume (check_data_files)
-    attention_delay = _AttentionDelay(accelerator.unwrap_model(model), settings.attention_frozen_steps)
+    delay = sublayer_delay(accelerator.unwrap_model(model), settings)
 
     def train_step(step: int) -> None:
-        attention_delay.before_step(step)
+        delay.before_step(step)
         train_data = training_data(settings, plan, num_train_samples, step)
         batch = _batch(train_data, step, settings.batch_size, accelerator.process_index, accelerator.num_processes)
         input_ids = batch["input_ids"].to(accelerator.device)

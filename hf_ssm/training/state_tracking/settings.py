@@ -14,7 +14,7 @@ from ...data import TASK_NAMES, get_task
 from ...data.state_tracking import SUPERVISIONS
 from ...data.word_problems import WORD_PROBLEM_TASK, WordProblemDataset, load_word_problem_file, word_problem_task
 from ...modeling import HybridSSMConfig
-from ...modeling.config_values import BLOCK_TYPES, check_choice
+from ...modeling.config_values import BLOCK_TYPES, BLOCKS_WITH_MLP, check_choice
 from ...modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
 from ...modeling.mixer_registry import pattern_letters, width_matched_fields
 from ..cli import check_numeric_settings
@@ -238,12 +238,16 @@ class StateTrackingSettings(StackSettings, ConfigFieldSettings, TrackingSettings
     teacher_forcing_steps: int = field(
         default=0, metadata={"help": "steps that start each position from its previous label's state (0: none)"}
     )
-    # Attention switched off at the start (driver._AttentionDelay): the attention layers' output projections start
-    # at zero and no attention parameter learns before this step, so the model's other layers learn the task alone
-    # first. It tests whether, on A5, a hybrid's attention fitting the training lengths before its PD-SSM layer learns
-    # the group is what stops it; with attention off for 400 steps SAA still did not learn A5 (docs/design.md §8.7).
+    # Sublayers held back at the start (optimization.SublayerDelay): the attention layers' / the SwiGLU blocks'
+    # output projections start at zero and none of their parameters learns before this step, so the model's other
+    # layers learn the task alone first. The SwiGLU blocks held back while the PD-SSM layer searches give the
+    # residual block's A5 runs that stopped at 50 % their automaton (docs/design.md §8.8); attention alone held back
+    # did not help SAA (§8.7).
     attention_frozen_steps: int = field(
         default=0, metadata={"help": "steps before the attention layers (output at zero until then) start learning"}
+    )
+    mlp_frozen_steps: int = field(
+        default=0, metadata={"help": "steps before the SwiGLU blocks (output at zero until then) start learning"}
     )
 
     def validate(self) -> RunPlan:
@@ -281,6 +285,11 @@ class StateTrackingSettings(StackSettings, ConfigFieldSettings, TrackingSettings
             raise ValueError(
                 f"`attention_frozen_steps` = {self.attention_frozen_steps} needs an attention layer, and the "
                 f"model's layers are {list(config.mixers)} (add one with --pattern, e.g. SA, or pass 0)"
+            )
+        if self.mlp_frozen_steps and config.block_type not in BLOCKS_WITH_MLP:
+            raise ValueError(
+                f"`mlp_frozen_steps` = {self.mlp_frozen_steps} needs SwiGLU blocks, and block_type "
+                f"{config.block_type!r} has none (they come with {list(BLOCKS_WITH_MLP)}; or pass 0)"
             )
         return RunPlan(task, config, files, far, fingerprints, record)
 
