@@ -105,6 +105,18 @@ VARIANTS = (
         (),
         ("pd_ssm_output_trainable=false",),
     ),
+    # the SwiGLU blocks (mlp_delay) / attention layers (attention_delay) silent and frozen for the first 200 steps
+    # (hf_ssm.SublayerDelay), then live for at least 400 more: the layer searches before the rest fits the lengths
+    Rung(
+        "mlp_delay",
+        "the SwiGLU blocks held back 200 steps (mlp_frozen_steps), 600 steps at least",
+        ("--mlp_frozen_steps", "200", "--min_steps", "600"),
+    ),
+    Rung(
+        "attention_delay",
+        "the attention layers held back 200 steps (attention_frozen_steps)",
+        ("--attention_frozen_steps", "200"),
+    ),
     # a user's model: the token embedding starts at the model's own N(0, 0.02^2) init, not at one-hot rows
     Rung(
         "normal_embedding", "the token embedding initialised N(0, 0.02^2), not one-hot", ("--embedding_init", "normal")
