@@ -5,8 +5,9 @@ Every model trains under one protocol (PROTOCOL below): one corpus (by default t
 token budget, schedule and context (512), and a parameter count within 10 % of the package's attention-only
 Transformer (each model's width knob is searched and the counts printed). Models (MODELS): the package's
 attention-only stack (`transformer`) and transformers' Qwen2ForCausalLM (`qwen2`); the package's hybrids with
-PD-SSM, BD-LRU, the diagonal LRU and LrcSSM layers between attention layers (`SASA`); transformers'
-Mamba2ForCausalLM (`mamba2`) and Qwen3-Next with dense MLPs and layer types linear_attention (Gated DeltaNet),
+PD-SSM, BD-LRU, the diagonal LRU and LrcSSM layers between attention layers (`SASA`), PD-SSM also as the
+state-tracking `hybrid_block` recipe's layer (`pd_ssm_tracker`: direct transitions, the pure automaton, C the frozen
+identity); transformers' Mamba2ForCausalLM (`mamba2`) and Qwen3-Next with dense MLPs and layer types linear_attention (Gated DeltaNet),
 full_attention, linear_attention, full_attention (`gated_deltanet`), both on their torch paths where their
 optional CUDA kernels (mamba-ssm / causal-conv1d, flash-linear-attention) are not installed.
 
@@ -85,7 +86,7 @@ PARAMETER_TOLERANCE = 0.10
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _hf_ssm(mixers: str, ssm_mixer: str | None, size: dict, mlp: int, vocab: int):
+def _hf_ssm(mixers: str, ssm_mixer: str | None, size: dict, mlp: int, vocab: int, **layer_fields):
     from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
     from hf_ssm.presets import get_preset
 
@@ -104,7 +105,20 @@ def _hf_ssm(mixers: str, ssm_mixer: str | None, size: dict, mlp: int, vocab: int
     )
     if ssm_mixer is not None:
         fields["ssm_mixer"] = ssm_mixer
-    return HybridSSMForCausalLM(HybridSSMConfig(**fields))
+    return HybridSSMForCausalLM(HybridSSMConfig(**{**fields, **layer_fields}))
+
+
+def _pd_ssm_tracker(size: dict, mlp: int, vocab: int):
+    """SASA with the state-tracking `hybrid_block` recipe's PD-SSM layer (docs/design.md §8.8): direct transitions
+    read off the normed stream, the pure automaton (one-hot start, D = 1, no input map), C the frozen identity, heads
+    of N = 8 filling d, W_P at the recipe's 1e-2 / sqrt(d) when the rest trains at 1e-3 (a fixed multiple of the
+    swept rate)."""
+    from hf_ssm.training.state_tracking.recipes import MODEL_DEFAULTS, RECIPES, transition_lr_scale
+
+    d, n = size["hidden_size"], RECIPES["hybrid_block"]["state_size"]
+    layer = {**MODEL_DEFAULTS, **RECIPES["hybrid_block"]["extra_config"], "pd_ssm_num_heads": d // (2 * n),
+             "pd_ssm_head_state_size": n, "pd_ssm_transition_lr_scale": transition_lr_scale(1e-3, d)}  # fmt: skip
+    return _hf_ssm("SASA", "pd_ssm", size, mlp, vocab, **layer)
 
 
 def _qwen2(size: dict, mlp: int, vocab: int):
@@ -163,6 +177,7 @@ MODELS = {
     "transformer": ModelSpec(lambda s, k, v: _hf_ssm("AAAA", None, s, k, v), "intermediate_size", (), True),
     "qwen2": ModelSpec(_qwen2, "intermediate_size", (), True),
     "pd_ssm": ModelSpec(lambda s, k, v: _hf_ssm("SASA", "pd_ssm", s, k, v), "intermediate_size", ()),
+    "pd_ssm_tracker": ModelSpec(_pd_ssm_tracker, "intermediate_size", ()),
     "bd_lru": ModelSpec(lambda s, k, v: _hf_ssm("SASA", "bd_lru", s, k, v), "intermediate_size", ()),
     "diag_lru": ModelSpec(lambda s, k, v: _hf_ssm("SASA", "diag_lru", s, k, v), "intermediate_size", ()),
     "lrc_ssm": ModelSpec(lambda s, k, v: _hf_ssm("SASA", "lrc_ssm", s, k, v), "intermediate_size", ()),
