@@ -7,9 +7,10 @@ Transformer (each model's width knob is searched and the counts printed). Models
 attention-only stack (`transformer`) and transformers' Qwen2ForCausalLM (`qwen2`); the package's hybrids with
 PD-SSM, BD-LRU, the diagonal LRU and LrcSSM layers between attention layers (`SASA`), PD-SSM also as the
 state-tracking `hybrid_block` recipe's layer (`pd_ssm_tracker`: direct transitions, the pure automaton, C the frozen
-identity); transformers' Mamba2ForCausalLM (`mamba2`) and Qwen3-Next with dense MLPs and layer types linear_attention (Gated DeltaNet),
-full_attention, linear_attention, full_attention (`gated_deltanet`), both on their torch paths where their
-optional CUDA kernels (mamba-ssm / causal-conv1d, flash-linear-attention) are not installed.
+identity); transformers' Mamba2ForCausalLM (`mamba2`) and Qwen3-Next with dense MLPs and layer types
+linear_attention (Gated DeltaNet), full_attention, linear_attention, full_attention (`gated_deltanet`), both on
+their torch paths where their optional CUDA kernels (mamba-ssm / causal-conv1d, flash-linear-attention) are not
+installed.
 
 Phases:
 - `sweep`: each model at each learning rate of `--learning_rates` (default 1e-3, 3e-3, 1e-2) on `--sweep_bytes`

@@ -449,9 +449,10 @@ def test_a_classifier_tracker_answers_generated_stories_by_its_classifier(tracki
 def test_a_classifier_adapter_answers_by_its_classifier_on_every_task(tiny_base, tmp_path, monkeypatch):
     """A mixer adapter with the classifier readout on parity stories: answered by its classifier's best class word
     (never by generate(), whose answer would be the frozen base's)."""
-    from transformers import GenerationMixin
+    from transformers import AutoModelForCausalLM, GenerationMixin
 
-    folder, model = tiny_base
+    folder, _ = tiny_base
+    model = AutoModelForCausalLM.from_pretrained(folder)  # a fresh base: the fixture's may carry an adapter already
     adapter_dir = tmp_path / "adapter"
     config = SSMAdapterConfig(layer_index=0, readout="classifier", num_labels=2,
                               mixer_settings={"pd_ssm_head_state_size": 4, "pd_ssm_dict_size": 4})  # fmt: skip
