@@ -162,6 +162,11 @@ _HYBRID_BLOCK = {  # the layer where a user puts it: trained embedding, pre-norm
     "freeze_embedding": False,
     "learning_rate": 1e-3,  # attention and the MLPs at 1e-3; W_P at TRANSITION_RATE / sqrt(d)
     "restarts": 1,
+    # attention and the SwiGLU blocks silent and frozen for the first 200 steps (hf_ssm.SublayerDelay), so that they
+    # cannot fit the training lengths around a half-found automaton (docs/design.md §8.8); 400 steps with them after
+    "attention_frozen_steps": 200,
+    "mlp_frozen_steps": 200,
+    "min_steps": 600,
     "extra_config": {**_TABLE["extra_config"], "pd_ssm_transition_init_scale": 1.0},  # W_P reads sqrt(d) e_v
 }
 
