@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from bench_scripts import BENCHES
 
 from hf_ssm.training.cli import RefusedOption
 from hf_ssm.training.legacy_settings import RENAMED_OPTIONS, upgrade_argv
@@ -18,19 +19,6 @@ from model_checks import BENCHMARKS
 
 sys.path.insert(0, str(BENCHMARKS))
 
-# The benchmarks that take options, each with a `build_parser`.
-BENCHES = (
-    "bench_automaton_step",
-    "bench_compile",
-    "bench_deer",
-    "bench_hybrid",
-    "bench_kernels",
-    "bench_lm",
-    "bench_lru",
-    "bench_pd",
-    "bench_scaling",
-    "bench_scan",
-)
 # benchmark -> {old dashed spelling: (new spelling, its default, unchanged)}
 RENAMED = {
     "bench_compile": {

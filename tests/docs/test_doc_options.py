@@ -11,6 +11,7 @@ import re
 import sys
 
 import pytest
+from bench_scripts import BENCHES
 
 from model_checks import BENCHMARKS, ROOT, load_script
 
@@ -26,19 +27,6 @@ SCRIPTS = (
     "eval_nl_state_tracking",
     "demo_adapter",
     "make_model_card",
-)
-# The benchmarks with a `build_parser`.
-BENCHES = (
-    "bench_automaton_step",
-    "bench_compile",
-    "bench_deer",
-    "bench_hybrid",
-    "bench_kernels",
-    "bench_lm",
-    "bench_lru",
-    "bench_pd",
-    "bench_scaling",
-    "bench_scan",
 )
 # a command runs on over lines ending in "\" (or "\\" in a docstring); the continuation is tried first, else the
 # backslash would be read as a character and the command cut at the line's end
