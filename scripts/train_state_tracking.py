@@ -29,8 +29,9 @@ the recipe's; a flag given explicitly wins over both.
 
 Each run writes <output_dir>/[s<seed>/][<task>_<mixer>/] with settings.json, results.json, accuracy_vs_length.png,
 the model (save_pretrained) and resumable checkpoints; a suite also writes comparison.{md,json,png}. Every seed
-trained is merged into <output_dir>/summary.json and, with --summary PATH, into PATH. --resume continues every run
-with the settings it was trained with (a changed setting is refused, naming it, apart from those that only decide
+trained is merged into <output_dir>/summary.json and, with --summary PATH, into PATH. --resume keeps every run that
+finished (its results.json and model/) and continues every other one from its last checkpoint, with the settings it
+was trained with (a changed setting is refused, naming it, apart from those that only decide
 when it evaluates, checkpoints or stops, how many restarts it tries and the test size).
 
 Word-problem files (the "Illusion of State" paper's CSV `length,input,target`, or `seed,input,target` as the

@@ -236,6 +236,29 @@ def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkey
     assert resumed["best_step"] == full["best_step"] and resumed["validation"] == full["validation"]
 
 
+def test_resume_keeps_a_finished_run_whose_last_checkpoint_precedes_its_end(tmp_path, monkeypatch):
+    """A run that stopped early (at step 6, its last checkpoint at 4) is finished: --resume of a multi-seed command
+    keeps its results and model instead of training it again from step 4 (which it used to do, rewriting both)."""
+    import hf_ssm.training.state_tracking.driver as st
+
+    settings = StateTrackingSettings(
+        task="parity", hidden_size=16, state_size=4, extra_config={"pd_ssm_dict_size": 4}, batch_size=8, eval_every=2,
+        save_every=4, num_buckets=1, eval_samples_per_bucket=8, train_max_length=12, test_min_length=12,
+        test_max_length=20, target_accuracy=1e-6, min_steps=6, max_steps=8, restarts=1,
+    )  # fmt: skip
+    first = train_with_restarts(settings, tmp_path)
+    assert first["steps"] == 6 and checkpoint_names(tmp_path) == ["step_4"]
+    written = {name: (tmp_path / name).stat().st_mtime_ns for name in ("results.json", "model/model.safetensors")}
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(st, "_train_run", no_training)
+    kept = train_with_restarts(settings, tmp_path, resume=True)
+    assert kept == json.loads(json.dumps(first))
+    assert written == {name: (tmp_path / name).stat().st_mtime_ns for name in written}
+
+
 def test_length_buckets_cover_range_without_gaps():
     buckets = length_buckets(40, 256, 6)
     assert buckets[0][0] == 40 and buckets[-1][1] == 256

@@ -367,7 +367,8 @@ def train_with_restarts(
     Ties go to the earlier seed. Stops starting new seeds once one reaches `target_accuracy` on validation.
     run_dir gets the kept run's model/, results.json (with every restart listed under "restarts", and
     "train_seconds" summed over all of them) and accuracy_vs_length.png. With restarts == 1 this is exactly
-    `train_state_tracking(settings, run_dir)`. The settings are validated once, here (not again per restart: a
+    `train_state_tracking(settings, run_dir)`, but that `resume` keeps a run that finished (results.json and model/:
+    its last checkpoint may precede its end) instead of training on from that checkpoint. The settings are validated once, here (not again per restart: a
     restart changes only the seed), or not at all with `validated` (the caller did), and resolved once (`RunPlan`,
     shared by the restarts).
     """
@@ -378,15 +379,20 @@ def train_with_restarts(
     _announce_files(plan.file_record)
     runs = []
     for seeded, seed_dir in _restart_runs(settings, run_dir):
-        finished = seed_dir / "results.json"
-        if resume and settings.restarts > 1 and finished.is_file() and (seed_dir / "model").is_dir():
-            runs.append(json.loads(finished.read_text()))  # a restart done before the interruption (a single run
-            # resumes from its checkpoint, as train_state_tracking does)
+        if resume and _finished(seed_dir):  # done before the interruption: kept, not trained again from its last
+            print(f"{seed_dir}: finished before, kept as it is (its results.json and model/)")  # checkpoint
+            runs.append(json.loads((seed_dir / "results.json").read_text()))
         else:
             runs.append(_train_run(seeded, plan, seed_dir, None, resume))
         if runs[-1]["validation"]["accuracy"] >= settings.target_accuracy:
             break
     return runs[0] if settings.restarts == 1 else _keep_best(settings, run_dir, runs)
+
+
+def _finished(run_dir: Path) -> bool:
+    """A run that ended: its results.json and model/ are written only after its last step (and its last checkpoint
+    may be steps before that, where it stopped early)."""
+    return (run_dir / "results.json").is_file() and (run_dir / "model").is_dir()
 
 
 def _keep_best(settings: StateTrackingSettings, run_dir: Path, runs: list[dict]) -> dict:
@@ -431,8 +437,7 @@ def check_resume_runs(settings: StateTrackingSettings, run_dir: str | Path, fing
     from their checkpoint)."""
     for seeded, seed_dir in _restart_runs(settings, Path(run_dir)):
         check_data_files(fingerprints, seed_dir)
-        finished = settings.restarts > 1 and (seed_dir / "results.json").is_file()
-        recorded = recorded_settings(seed_dir) if finished else None
+        recorded = recorded_settings(seed_dir) if _finished(seed_dir) else None
         if recorded is not None:
             check_resumed_settings(seeded, recorded, RESUME_SAFE_SETTINGS, seed_dir)
         else:
