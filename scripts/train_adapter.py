@@ -63,7 +63,8 @@ OPTION_GROUPS = {
     "model": (
         "base_model", "dtype", "methods", "mixer", "extra_config", "layer_index", "write_layer_index",
         "transitions_at", "standardize_input", "classifier_per_head", "frozen_mixer_parameters", "adapter_kind",
-        "entity_slots", "entity_tagger_width", "role_loss_weight",
+        "entity_slots", "entity_tagger_width", "entity_story_ends_at_options",
+        "role_loss_weight",
         "tiny_hidden_size", "tiny_layers", "tiny_heads", "pretrain_steps", "pretrain_batch_size",
         "pretrain_max_minutes",
     ),

@@ -38,8 +38,16 @@ ADAPTER_TYPE = "hf_ssm_adapter"
 READOUTS = ("lm_head", "classifier")
 ADAPTER_KINDS = ("mixer", "entity_tracking")
 # entity_settings of kind "entity_tracking": person / object slots (at least the most people of a story), the
-# tagger's hidden width (0: a linear tagger), the start of the two learnt similarity scales (names, objects).
-ENTITY_DEFAULTS = {"slots": 8, "tagger_width": 64, "name_scale": 20.0, "object_scale": 20.0}
+# tagger's hidden width (0: a linear tagger), the start of the two learnt similarity scales (names, objects), and
+# whether the story ends at the first option letter (`story_ends_at_options`: a name or object tagged after it is read
+# as option text; adapters saved before the setting existed load with False, and compute what they computed).
+ENTITY_DEFAULTS = {
+    "slots": 8,
+    "tagger_width": 64,
+    "name_scale": 20.0,
+    "object_scale": 20.0,
+    "story_ends_at_options": True,
+}
 # HybridSSMConfig fields the adapter sets itself from the base model; `mixer_settings` may not override them.
 RESERVED_MIXER_SETTINGS = ("hidden_size", "num_hidden_layers", "mixers", "ssm_mixer", "layer_types", "vocab_size")
 
@@ -96,7 +104,7 @@ class SSMAdapterConfig:
             `frozen_mixer_parameters`, `transition_token_ids` and `classifier_per_head` at their defaults: it has no
             mixer of its own). **[choice]**
         entity_settings: kind "entity_tracking" only: values for ENTITY_DEFAULTS' keys (`slots`, `tagger_width`,
-            `name_scale`, `object_scale`); missing keys take the defaults.
+            `name_scale`, `object_scale`, `story_ends_at_options`); missing keys take the defaults.
         base_model_name_or_path: the base the adapter was trained on (informational, as in PEFT configs).
         base_model_type / base_hidden_size / base_num_hidden_layers: recorded at attach time; loading onto a base
             with another width or layer count raises ValueError.
@@ -177,6 +185,11 @@ class SSMAdapterConfig:
             value = settings[name]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"`entity_settings['{name}']` must be a number > 0, got {value!r}")
+        if not isinstance(settings["story_ends_at_options"], bool):
+            raise ValueError(
+                "`entity_settings['story_ends_at_options']` must be True or False, got "
+                f"{settings['story_ends_at_options']!r}"
+            )
         self.entity_settings = settings
         if isinstance(self.num_labels, bool) or not isinstance(self.num_labels, int) or self.num_labels < 2:
             raise ValueError(
@@ -304,7 +317,11 @@ class SSMAdapterConfig:
         unknown = sorted(set(data) - names - {"hf_ssm_version"})
         if unknown:
             raise ValueError(f"adapter config has unknown fields {unknown}; accepted: {sorted(names)}")
-        return cls(**{k: v for k, v in data.items() if k in names})
+        data = {k: v for k, v in data.items() if k in names}
+        entity = data.get("entity_settings")
+        if data.get("kind") == "entity_tracking" and isinstance(entity, dict) and "story_ends_at_options" not in entity:
+            data["entity_settings"] = {**entity, "story_ends_at_options": False}  # saved before it: as it computed
+        return cls(**data)
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         from ..version import __version__

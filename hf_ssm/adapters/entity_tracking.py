@@ -8,7 +8,9 @@ decoder layer k and the base's own input embedding of the token, ê_t (centred o
 
 - a **tagger** (a small MLP on RMSNorm(h_t), z-scored first with `standardize_input`) gives every token one role of
   hf_ssm.data.shuffled_objects.ROLES: part of a person's name, part of an object in a holding clause, a swap
-  sentence's full stop, an option's letter, part of an option's text, or none (its arg-max: a hard choice);
+  sentence's full stop, an option's letter, part of an option's text, or none (its arg-max: a hard choice). With
+  `story_ends_at_options` the story ends at the first option letter: a token tagged name or object after it is read
+  as option text (a stray tag there would otherwise start new pending names, or clear the asked one);
 - a **binding memory**. A name is a run of name tokens, read as the bag (sum) of their ê. An object run that follows
   a new name opens the next slot i: person slot i gets that name's bag, object slot i the object's tokens (person i
   holds object i at the start). A later name is matched to the filled person slots by the cosine of the bags times
@@ -150,6 +152,7 @@ class EntityTrackingAdapter(nn.Module):
         self._embeddings = (embeddings,)  # a tuple: not a submodule, so the base's table is never saved here
         weight = embeddings.weight.detach().float()
         self.register_buffer("embedding_mean", weight.mean(0), persistent=False)
+        self.story_ends_at_options = settings["story_ends_at_options"]
         self.set_trainable(True)
 
     # --- the SSMAdapter interface ----------------------------------------------------------------------------
@@ -197,9 +200,7 @@ class EntityTrackingAdapter(nn.Module):
             role_logits = self.tagger(self.norm(h)).float()
             # Hard roles, no gradient: the tagger learns from the roles' own loss only (a straight-through gradient of
             # the answer's loss kept it from learning them: docs/adapter.md); the answer's loss trains the scales.
-            roles = nn.functional.one_hot(role_logits.detach().argmax(-1), len(ROLES)).float()
-            if mask is not None:
-                roles = roles * mask.to(roles.device, torch.bool)[..., None]
+            roles = nn.functional.one_hot(self.hard_roles(role_logits, state, mask), len(ROLES)).float()
             identity = self.identity(input_ids)
             if state is None:
                 scores, final = self._parallel(roles, identity)
@@ -210,6 +211,22 @@ class EntityTrackingAdapter(nn.Module):
                     steps.append(score)
                 scores, final = torch.stack(steps, 1), state
         return EntityOutputs(scores, role_logits, final)
+
+    @torch.no_grad()
+    def hard_roles(self, role_logits: torch.Tensor, state: tuple | None = None, mask=None) -> torch.Tensor:
+        """(B, T) long: the tagger's arg-max role of every token ("none" where `mask` (B, T) is 0: padding), a name
+        or object after the first option letter (in this chunk, or before it: `state`'s options listed) read as
+        option text with `story_ends_at_options`."""
+        roles = role_logits.argmax(-1)
+        if mask is not None:
+            roles = roles * mask.to(roles.device, torch.bool)
+        if not self.story_ends_at_options:
+            return roles
+        listed = (roles == ROLE["option"]).cumsum(1)
+        if state is not None:
+            listed = listed + state[5].to(listed.device, listed.dtype)[:, None]
+        textual = (roles == ROLE["name"]) | (roles == ROLE["object"])
+        return torch.where((listed > 0) & textual, ROLE["option_text"], roles)
 
     @torch.no_grad()
     def identity(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -209,6 +209,59 @@ def test_a_name_repeated_in_the_introduction_is_forgotten_at_the_next_object():
     assert torch.equal(final[4][0], expected) and torch.equal(state[4][0], expected)
 
 
+def test_after_the_first_option_letter_a_name_or_object_tag_is_option_text():
+    """The story ends at the first option letter (`story_ends_at_options`): a name or object the tagger marks after
+    it is option text (before, it used to start new pending names or clear the asked one: every option then scored
+    log(1e-6)), in one pass and in two chunks (the options listed travel in the state); other tags stay; without the
+    setting every tag stays as it is."""
+    adapter = tracker()
+    tags = ("name", "object", "swap_end", "name", "none", "option", "option_text", "object", "name", "option", "name")
+    ids = torch.arange(len(tags))[None]
+    logits = nn.functional.one_hot(torch.tensor([[ROLE[r] for r in tags]]), len(ROLES)).float()
+    expected = [ROLE[r] for r in tags[:6]] + [ROLE["option_text"]] * 3 + [ROLE["option"], ROLE["option_text"]]
+    assert adapter.hard_roles(logits).tolist() == [expected]
+    features = nn.functional.pad(logits, (0, 10))  # (1, T, 16): the tagger reads its logits off these
+    adapter.tagger.net, adapter.norm = nn.Identity(), nn.Identity()
+    with torch.no_grad():
+        whole = adapter.outputs(features, None, None, ids)
+        for cut in range(1, len(tags)):
+            first = adapter.outputs(features[:, :cut], None, None, ids[:, :cut])
+            rest = adapter.outputs(features[:, cut:], first.state, None, ids[:, cut:])
+            torch.testing.assert_close(rest.scores.exp(), whole.scores[:, cut:].exp(), atol=1e-5, rtol=0)
+            for a, b in zip(whole.state, rest.state):
+                torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    plain = tracker()
+    plain.story_ends_at_options = False
+    assert plain.hard_roles(logits).tolist() == [[ROLE[r] for r in tags]]
+    masked = adapter.hard_roles(logits, mask=torch.tensor([[1] * 5 + [0] + [1] * 5]))
+    assert masked[0, 5] == ROLE["none"] and masked[0, 6:9].tolist() == [
+        ROLE["option_text"],
+        ROLE["object"],
+        ROLE["name"],
+    ]
+
+
+def test_an_adapter_saved_before_the_setting_loads_and_computes_as_it_did(tiny, tmp_path):
+    """A config saved before `story_ends_at_options` existed (no key) loads as False, so a saved tracker computes
+    what it computed; new configs default to True; a bad value is refused naming the key."""
+    import json
+
+    model, _, batch = tiny
+    config = SSMAdapterConfig(kind="entity_tracking", readout="classifier", num_labels=7, layer_index=0)
+    assert config.entity_settings["story_ends_at_options"] is True
+    adapted = attach_ssm_adapter(model, config)
+    adapted.save_pretrained(tmp_path)
+    base = adapted.unload()
+    path = tmp_path / "adapter_config.json"
+    saved = json.loads(path.read_text())
+    del saved["entity_settings"]["story_ends_at_options"]
+    path.write_text(json.dumps(saved))
+    assert SSMAdapterConfig.from_pretrained(tmp_path).entity_settings["story_ends_at_options"] is False
+    loaded = load_ssm_adapter(base, tmp_path)
+    assert loaded.ssm_adapter.story_ends_at_options is False
+    loaded.unload()
+
+
 @pytest.fixture(scope="module")
 def tiny():
     """A tiny Qwen2 (random weights) with the shuffled-objects words, and a batch of two stories."""
@@ -276,6 +329,10 @@ def test_prefill_and_decode_steps_give_the_whole_forward(tiny):
         ({"kind": "entity_tracking", "num_labels": 7, "entity_settings": {"slots": 1}}, "must be an int >= 2"),
         ({"kind": "entity_tracking", "num_labels": 7, "mixer_settings": {"pd_ssm_num_heads": 2}}, "has no mixer"),
         ({"entity_settings": {"slots": 4}}, "applies to kind='entity_tracking' only"),
+        (
+            {"kind": "entity_tracking", "num_labels": 7, "entity_settings": {"story_ends_at_options": 1}},
+            "True or False",
+        ),
     ],
 )
 def test_bad_configs_are_refused_naming_the_field(fields, message):

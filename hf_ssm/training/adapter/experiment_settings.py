@@ -359,10 +359,13 @@ class AdapterExperimentSettings(MixerSettings, ConfigFieldSettings, TrackingSett
     # tracking_shuffled_objects tasks: a tagger of the base's features, a binding memory and a PD-SSM permutation
     # state; methods ssm_classifier and ssm; the mixer's settings do not apply).
     adapter_kind: str = "mixer"
-    # entity_tracking: person / object slots, the tagger's hidden width (0: linear), and the weight of the tagger's
-    # loss on the roles the stories record (added to the answer's loss, which trains the similarity scales).
+    # entity_tracking: person / object slots, the tagger's hidden width (0: linear), whether the story ends at the
+    # first option letter (a name or object tagged after it is option text: SSMAdapterConfig's
+    # entity_settings["story_ends_at_options"]), and the weight of the tagger's loss on the roles the stories record
+    # (added to the answer's loss, which trains the similarity scales).
     entity_slots: int = 8
     entity_tagger_width: int = 64
+    entity_story_ends_at_options: bool = True
     role_loss_weight: float = 1.0
     # data
     # tracking_shuffled_objects only (shuffled_objects.VARIETIES): the training, validation and test stories' variety,
@@ -597,7 +600,11 @@ class AdapterExperimentSettings(MixerSettings, ConfigFieldSettings, TrackingSett
         `num_classes` answer options."""
         return SSMAdapterConfig(
             kind="entity_tracking",
-            entity_settings={"slots": self.entity_slots, "tagger_width": self.entity_tagger_width},
+            entity_settings={
+                "slots": self.entity_slots,
+                "tagger_width": self.entity_tagger_width,
+                "story_ends_at_options": self.entity_story_ends_at_options,
+            },
             layer_index=self.layer_index,
             write_layer_index=self.write_layer_index,
             readout=readout,
