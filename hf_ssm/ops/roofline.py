@@ -3,7 +3,7 @@ the kernel's own loads and stores, its arithmetic, and the times an H100 or H200
 
     python -m hf_ssm.ops.roofline                                  # the acceptance shape of bench_kernels.py
     python -m hf_ssm.ops.roofline --json r.json --markdown r.md    # also as JSON / markdown tables
-    python -m hf_ssm.ops.roofline --batch 2 --steps 37 --heads 2 --state 5 --blocks 3 --dict-size 3 --chunk 16
+    python -m hf_ssm.ops.roofline --batch 2 --steps 37 --heads 2 --state 5 --blocks 3 --dict_size 3 --chunk 16
 
 Traffic of a Triton launch is its grid times what one program loads and stores, lane by lane as the kernel's
 tl.load / tl.store masks allow (masked-off lanes move nothing; a complex value is two 4-byte loads; an atomic add
@@ -552,6 +552,9 @@ def _launch_table(result: dict) -> list[str]:
     return lines
 
 
+RENAMED_OPTIONS = frozenset({"--dict-size", "--launch-dtypes"})  # before the underscores (2026-12)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=8, help="B")
@@ -559,21 +562,24 @@ def main(argv=None) -> int:
     parser.add_argument("--heads", type=int, default=8, help="H")
     parser.add_argument("--state", type=int, default=64, help="N, states a head")
     parser.add_argument("--blocks", type=int, default=4, help="m, the block scans' block size / order")
-    parser.add_argument("--dict-size", type=int, default=16, help="K, dictionary / bank matrices a head")
+    parser.add_argument("--dict_size", type=int, default=16, help="K, dictionary / bank matrices a head")
     parser.add_argument("--chunk", type=int, default=None, help="time chunk (default: the kernels' own rule)")
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
-    parser.add_argument("--launch-dtypes", nargs="*", default=["float32"], choices=list(DTYPES),
+    parser.add_argument("--launch_dtypes", nargs="*", default=["float32"], choices=list(DTYPES),
                         help="dtypes whose per-launch tables are printed (the JSON has them all)")  # fmt: skip
     parser.add_argument(
         "--resources", default=None, help="compile_check --json output: resident blocks an SM of every compiled variant"
     )
     parser.add_argument("--json", default=None, help="write the whole report here as JSON")
     parser.add_argument("--markdown", default=None, help="write the printed tables here as markdown")
+    given = sys.argv[1:] if argv is None else argv
+    for old in RENAMED_OPTIONS & {a.split("=")[0] for a in given}:  # every option has one spelling, as the
+        parser.error(f"{old} was renamed: use --{old[2:].replace('-', '_')}")  # benchmarks' (legacy_settings.py)
     args = parser.parse_args(argv)
     for name in ("batch", "steps", "heads", "state", "blocks", "dict_size"):
         if getattr(args, name) < 1:
-            raise SystemExit(f"roofline: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+            raise SystemExit(f"roofline: --{name} must be >= 1, got {getattr(args, name)}")
     shape = Shape(args.batch, args.steps, args.heads, args.state, args.blocks, args.dict_size, args.chunk)
     resources = None
     if args.resources:

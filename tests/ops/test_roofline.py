@@ -21,12 +21,20 @@ SMALL = roofline.Shape(batch=2, steps=19, heads=2, state=3, block=3, dict_size=3
 CASES = [(f, d) for f in roofline.FAMILIES for d in roofline.DTYPES if not (f == "diag_complex" and d != "float32")]
 
 
+@pytest.mark.parametrize("old", ["--dict-size", "--launch-dtypes"])
+def test_the_dashed_options_are_refused_naming_the_new_spelling(old, capsys):
+    """One spelling per option, with underscores as in every benchmark: the dashed ones are refused, naming the new."""
+    with pytest.raises(SystemExit) as info:
+        roofline.main([old, "3" if old == "--dict-size" else "float32"])
+    assert info.value.code == 2 and f"{old} was renamed: use --{old[2:].replace('-', '_')}" in capsys.readouterr().err
+
+
 def test_the_command_writes_its_tables_at_a_small_shape(tmp_path, capsys):
     """`python -m hf_ssm.ops.roofline` at a small shape prints the totals and the per-launch tables and writes
     them as JSON and markdown, one result per family and dtype (diag_complex in float32 only); its forward apply of
     the real diagonal scan in float32 moves the bytes counted by hand from the kernel's loads and stores."""
     out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
-    argv = ["--batch", "2", "--steps", "19", "--heads", "2", "--state", "3", "--blocks", "3", "--dict-size", "3",
+    argv = ["--batch", "2", "--steps", "19", "--heads", "2", "--state", "3", "--blocks", "3", "--dict_size", "3",
             "--chunk", "8", "--json", str(out_json), "--markdown", str(out_md)]  # fmt: skip
     assert roofline.main(argv) == 0
     printed = capsys.readouterr().out
