@@ -406,6 +406,15 @@ def _curve_bpb(state, corpus: Corpus) -> list[dict]:
     ]
 
 
+def _portable(arg: str) -> str:
+    """A command-line argument as a record keeps it: a path inside the repository relative to its root (run from
+    there, the command does the same), so that no record names the machine it ran on."""
+    path = Path(arg)
+    if path.is_absolute() and path.resolve().is_relative_to(ROOT):
+        return str(path.resolve().relative_to(ROOT))
+    return arg
+
+
 def train_one(run: Run, corpus: Corpus, args, argv: list[str]) -> dict:
     """Train and score one run on `args.device`; writes its record (atomically) and returns it. A full run also
     saves its trained model (save_pretrained, with the tokenizer) to <run folder>/model before the record."""
@@ -440,7 +449,7 @@ def train_one(run: Run, corpus: Corpus, args, argv: list[str]) -> dict:
     sample = greedy_sample(model, corpus.tokenizer, SAMPLE_PROMPT, 120)
     record = {
         "run": asdict(run) | {"name": run.name},
-        "command": "python benchmarks/bench_lm.py " + " ".join(argv),
+        "command": "python benchmarks/bench_lm.py " + " ".join(_portable(a) for a in argv),
         "model": {"name": run.model, "class": type(model).__name__, "parameters": params, "target": target,
                   "knob": {spec.knob: knob}, "config": model.config.to_dict()},
         "protocol": PROTOCOL | {"context": CONTEXT, "steps": steps, "training_tokens": state.blocks * CONTEXT},

@@ -270,3 +270,12 @@ def test_a_run_records_its_device_and_corpus_and_a_resume_on_changed_files_is_re
     with pytest.raises(ValueError, match="--resume: settings differ .*corpus_files"):
         bench_lm.train_one(run, changed, args, [*argv, "--resume"])
     assert json.loads((run_dir / "settings.json").read_text()) == settings
+
+
+def test_a_record_s_command_names_paths_inside_the_repository_from_its_root(tmp_path):
+    """A record names no folder of the machine it ran on: an absolute path inside the repository (a --results folder
+    given in full) is kept relative to the repository's root, where the command runs; other arguments as given."""
+    inside = bench_lm.ROOT / "results" / "lm"
+    assert bench_lm._portable(str(inside)) == "results/lm"
+    assert bench_lm._portable(str(tmp_path)) == str(tmp_path)
+    assert bench_lm._portable("3e-3") == "3e-3" and bench_lm._portable("results/lm") == "results/lm"
