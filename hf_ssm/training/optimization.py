@@ -88,7 +88,7 @@ class SublayerDelay:
 
     Make the optimizer before the first `before_step` (parameter_groups leaves out parameters that take no
     gradient). On a model resumed from a checkpoint, make the delay without `silence()` (the sublayers keep what they
-    learnt)."""
+    learnt). With transformers' Trainer, pass `callbacks=[delay.trainer_callback()]` instead of the loop's call."""
 
     KINDS = {"attention": (HybridSSMAttention, "o_proj"), "mlp": (HybridSSMMLP, "down_proj")}
 
@@ -118,6 +118,19 @@ class SublayerDelay:
         for _, first, _, parameters in self.delays:
             for p in parameters:
                 p.requires_grad_(step >= first)
+
+    def trainer_callback(self):
+        """A transformers TrainerCallback that calls `before_step(state.global_step)` as each optimizer step begins
+        (before its first micro-batch's forward), so that a Trainer holds the sublayers back as the loop above does."""
+        from transformers import TrainerCallback
+
+        delay = self
+
+        class SublayerDelayCallback(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kwargs):
+                delay.before_step(state.global_step)
+
+        return SublayerDelayCallback()
 
 
 def _decays_matrices(name: str, parameter) -> bool:

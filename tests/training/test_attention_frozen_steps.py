@@ -114,3 +114,33 @@ def test_the_public_delay_refuses_a_kind_the_model_lacks_and_keeps_frozen_parame
     delay.before_step(2)
     assert model.model.layers[0].mlp.up_proj.weight.requires_grad and not gate.requires_grad
     assert torch.count_nonzero(model.model.layers[0].mlp.down_proj.weight) == 0
+
+
+def test_transformers_trainer_holds_the_sublayers_back_through_the_delay_s_callback(tmp_path):
+    """hf_ssm.SublayerDelay with transformers' Trainer (`callbacks=[delay.trainer_callback()]`): the silenced
+    attention output projection is still zero after optimizer steps 0 and 1 (attention = 2: no gradient yet) and has
+    learnt after steps 2 and 3; the SSM layer learns from the first step."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    import hf_ssm
+
+    torch.manual_seed(0)
+    config = hf_ssm.HybridSSMConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2, mixers="PA",
+                                    pd_ssm_num_heads=2, pd_ssm_head_state_size=4, pd_ssm_transition="direct")  # fmt: skip
+    model = hf_ssm.HybridSSMForCausalLM(config)
+    delay = hf_ssm.SublayerDelay(model, attention=2).silence()
+    o_proj = model.model.layers[1].mixer.o_proj.weight
+    ssm_start = [p.detach().clone() for p in model.model.layers[0].mixer.parameters()]
+    seen = {}
+
+    class Watch(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            seen[state.global_step] = int(torch.count_nonzero(o_proj))
+
+    ids = torch.randint(0, 32, (8, 12))
+    data = [{"input_ids": row, "labels": row} for row in ids]
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=4, learning_rate=1e-2,
+                             report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True)  # fmt: skip
+    Trainer(model=model, args=args, train_dataset=data, callbacks=[delay.trainer_callback(), Watch()]).train()
+    assert seen[1] == seen[2] == 0 and seen[3] > 0 and seen[4] > 0
+    assert any(not torch.equal(a, b) for a, b in zip(ssm_start, model.model.layers[0].mixer.parameters()))
