@@ -367,10 +367,10 @@ def train_with_restarts(
     Ties go to the earlier seed. Stops starting new seeds once one reaches `target_accuracy` on validation.
     run_dir gets the kept run's model/, results.json (with every restart listed under "restarts", and
     "train_seconds" summed over all of them) and accuracy_vs_length.png. With restarts == 1 this is exactly
-    `train_state_tracking(settings, run_dir)`, but that `resume` keeps a run that finished (results.json and model/:
-    its last checkpoint may precede its end) instead of training on from that checkpoint. The settings are validated once, here (not again per restart: a
-    restart changes only the seed), or not at all with `validated` (the caller did), and resolved once (`RunPlan`,
-    shared by the restarts).
+    `train_state_tracking(settings, run_dir)`, but that `resume` keeps a run that finished (`_finished`) instead of
+    training on from its last checkpoint. The settings are validated once, here (not again per restart: a restart
+    changes only the seed), or not at all with `validated` (the caller did), and resolved once (`RunPlan`, shared by
+    the restarts).
     """
     plan = settings.validate() if not validated else settings.plan()
     run_dir = Path(run_dir)
@@ -379,8 +379,8 @@ def train_with_restarts(
     _announce_files(plan.file_record)
     runs = []
     for seeded, seed_dir in _restart_runs(settings, run_dir):
-        if resume and _finished(seed_dir):  # done before the interruption: kept, not trained again from its last
-            print(f"{seed_dir}: finished before, kept as it is (its results.json and model/)")  # checkpoint
+        if resume and _finished(seed_dir):  # done before the interruption: kept, not trained again
+            print(f"{seed_dir}: finished before, kept as it is (its results.json and model/)")
             runs.append(json.loads((seed_dir / "results.json").read_text()))
         else:
             runs.append(_train_run(seeded, plan, seed_dir, None, resume))
