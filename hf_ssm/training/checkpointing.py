@@ -163,3 +163,61 @@ def check_resume(settings, run_dir: str | os.PathLike, safe: Collection[str]) ->
     if found is not None and (recorded := recorded_settings(run_dir, found)) is not None:
         check_resumed_settings(settings, recorded, safe, run_dir)
     return found
+
+
+def run_finished(run_dir: str | os.PathLike) -> bool:
+    """A run that ended: its results.json and model/ are written only after its last step (and its last checkpoint
+    may be steps before that, where it stopped early)."""
+    return (Path(run_dir) / "results.json").is_file() and (Path(run_dir) / "model").is_dir()
+
+
+def check_resume_folder(settings, run_dir: str | os.PathLike, safe: Collection[str], fingerprints: dict) -> None:
+    """ValueError unless the run in `run_dir` may go on under `settings`: on the same data files (`fingerprints`,
+    `check_data_files`) and with the settings it was trained with apart from `safe` — a finished run's (kept as it
+    is: `run_finished`) from its settings.json, an interrupted one's from its latest checkpoint (`check_resume`)."""
+    check_data_files(fingerprints, run_dir)
+    if run_finished(run_dir) and (recorded := recorded_settings(run_dir)) is not None:
+        check_resumed_settings(settings, recorded, safe, run_dir)
+    else:
+        check_resume(settings, run_dir, safe)
+
+
+def check_data_files(current: dict, run_dir: str | os.PathLike) -> None:
+    """ValueError naming every file of a file run whose bytes differ from those the run in `run_dir` was trained
+    on: `current` is the run's RunPlan.fingerprints ({} for a generated task: nothing to compare), the recorded ones
+    are in its latest checkpoint, else its results.json. A resume would otherwise cycle through other rows from the
+    step it resumes at. A run recorded before fingerprints were kept, or not started, passes."""
+    if not current:
+        return
+    run_dir = Path(run_dir)
+    found = latest_checkpoint(run_dir / "checkpoints")
+    if found is not None:
+        recorded = read_metadata(found).get("data_files")
+    elif (run_dir / "results.json").is_file():
+        recorded = json.loads((run_dir / "results.json").read_text()).get("data_files")
+    else:
+        recorded = None
+    if recorded is None:
+        return
+    changed = [
+        f"{name} {_file_state(recorded.get(name))} -> {_file_state(state)}"
+        for name, state in current.items()
+        if _content(recorded.get(name)) != _content(state)
+    ]
+    if changed:
+        raise ValueError(
+            f"--resume: the data files differ from those the run in {run_dir} was trained on: {'; '.join(changed)}. "
+            "Resume with the same files, or start a new run in another --output_dir"
+        )
+
+
+def _content(fingerprint: dict | None) -> tuple | None:
+    """What a resume compares of a file (its bytes: size and sha256; its path is a setting, compared as one)."""
+    return None if not fingerprint else (fingerprint["size"], fingerprint["sha256"])
+
+
+def _file_state(fingerprint: dict | None) -> str:
+    """A file's fingerprint as a message reads it: path, size, the start of its sha256."""
+    if not fingerprint:
+        return "none"
+    return f"{fingerprint['path']} ({fingerprint['size']:,} bytes, sha256 {fingerprint['sha256'][:12]}...)"

@@ -12,7 +12,7 @@ with the best validation accuracy are the ones tested and saved; training stops 
 
 Resuming (`resume=True`) continues from the latest checkpoint only with the settings it was trained with, apart
 from RESUME_SAFE_SETTINGS, and for a word-problem file run only with the same files, byte for byte (their
-fingerprints, `check_data_files`; both checked before settings.json is rewritten); `train_seconds` includes the
+fingerprints, `checkpointing.check_data_files`; both checked before settings.json is rewritten); `train_seconds` includes the
 training time before the interruption.
 """
 
@@ -30,14 +30,7 @@ from ...data import StateTrackingDataset, collate_state_tracking
 from ...data.state_tracking import supervised_labels
 from ...modeling import HybridSSMForTokenClassification
 from .. import loop
-from ..checkpointing import (
-    atomic_save_dir,
-    check_resume,
-    check_resumed_settings,
-    latest_checkpoint,
-    read_metadata,
-    recorded_settings,
-)
+from ..checkpointing import atomic_save_dir, check_data_files, check_resume_folder, run_finished
 from ..optimization import SublayerDelay, build_optimizer, build_scheduler
 from .evaluation import TEST_SEED, evaluate, evaluate_far_lengths
 from .results import kept_results, run_results, write_results
@@ -87,13 +80,8 @@ def _new_model(settings: StateTrackingSettings, config) -> HybridSSMForTokenClas
     if settings.teacher_forcing_steps:
         fix_readout(model)  # "state k is class k", frozen: the teacher-forced start states name states by class
     if settings.attention_frozen_steps or settings.mlp_frozen_steps:
-        sublayer_delay(model, settings).silence()
+        SublayerDelay(model, attention=settings.attention_frozen_steps, mlp=settings.mlp_frozen_steps).silence()
     return model
-
-
-def sublayer_delay(model, settings: StateTrackingSettings) -> SublayerDelay:
-    """`attention_frozen_steps` and `mlp_frozen_steps` at work on `model` (optimization.SublayerDelay)."""
-    return SublayerDelay(model, attention=settings.attention_frozen_steps, mlp=settings.mlp_frozen_steps)
 
 
 def _batch(dataset: StateTrackingDataset, step: int, batch_size: int, rank: int = 0, world: int = 1) -> dict:
@@ -177,12 +165,13 @@ def _train_run(settings: StateTrackingSettings, plan: RunPlan, run_dir: str | Pa
 
 @dataclass
 class _Run:
-    """What one training run carries from step to step: the prepared model, optimizer and schedule, and the state
-    a checkpoint saves (history, best weights, the clock of training time)."""
+    """What one training run carries from step to step: the prepared model, optimizer and schedule, the sublayers
+    it holds back (`delay`), and the state a checkpoint saves (history, best weights, the clock of training time)."""
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: object
+    delay: SublayerDelay
     start_step: int
     history: list
     best: loop.BestWeights
@@ -195,6 +184,8 @@ def _start_run(settings: StateTrackingSettings, plan: RunPlan, accelerator, foun
     model = _new_model(settings, copy.deepcopy(plan.config))  # its own copy: a model writes into its config
     optimizer = build_optimizer(model, settings)
     scheduler = build_scheduler(optimizer, settings)
+    # attention_frozen_steps / mlp_frozen_steps at work (silenced by _new_model; a resumed model keeps its weights)
+    delay = SublayerDelay(model, attention=settings.attention_frozen_steps, mlp=settings.mlp_frozen_steps)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     start_step, history, seconds_before, cpu_seconds_before = 0, [], 0.0, 0.0
     best = loop.BestWeights({"accuracy": -1.0, "step": 0})  # the weights that will be tested and saved
@@ -207,7 +198,7 @@ def _start_run(settings: StateTrackingSettings, plan: RunPlan, accelerator, foun
             best = loop.BestWeights.load(meta["best"], found, BEST_WEIGHTS)
         accelerator.print(f"resumed from {found} at step {start_step}")
     clock = loop.Stopwatch(seconds_before, cpu_seconds_before)
-    return _Run(model, optimizer, scheduler, start_step, history, best, clock)
+    return _Run(model, optimizer, scheduler, delay, start_step, history, best, clock)
 
 
 def _buckets(settings: StateTrackingSettings, files: FileSplits | None) -> tuple[list, list]:
@@ -234,10 +225,9 @@ def _train(
     num_train_samples = settings.max_steps * settings.batch_size * accelerator.num_processes
     last = {}  # the loss of the latest step
     fingerprints = plan.fingerprints  # a file run's files, compared on resume (check_data_files)
-    delay = sublayer_delay(accelerator.unwrap_model(model), settings)
 
     def train_step(step: int) -> None:
-        delay.before_step(step)
+        run.delay.before_step(step)
         train_data = training_data(settings, plan, num_train_samples, step)
         batch = _batch(train_data, step, settings.batch_size, accelerator.process_index, accelerator.num_processes)
         input_ids = batch["input_ids"].to(accelerator.device)
@@ -317,47 +307,6 @@ def _announce_files(record: dict) -> None:
     )
 
 
-def check_data_files(current: dict, run_dir: str | Path) -> None:
-    """ValueError naming every file of a file run whose bytes differ from those the run in `run_dir` was trained
-    on: `current` is the run's RunPlan.fingerprints ({} for a generated task: nothing to compare), the recorded ones
-    are in its latest checkpoint, else its results.json. A resume would otherwise cycle through other rows from the
-    step it resumes at. A run recorded before fingerprints were kept, or not started, passes."""
-    if not current:
-        return
-    run_dir = Path(run_dir)
-    found = latest_checkpoint(run_dir / "checkpoints")
-    if found is not None:
-        recorded = read_metadata(found).get("data_files")
-    elif (run_dir / "results.json").is_file():
-        recorded = json.loads((run_dir / "results.json").read_text()).get("data_files")
-    else:
-        recorded = None
-    if recorded is None:
-        return
-    changed = [
-        f"{name} {_file_state(recorded.get(name))} -> {_file_state(state)}"
-        for name, state in current.items()
-        if _content(recorded.get(name)) != _content(state)
-    ]
-    if changed:
-        raise ValueError(
-            f"--resume: the data files differ from those the run in {run_dir} was trained on: {'; '.join(changed)}. "
-            "Resume with the same files, or start a new run in another --output_dir"
-        )
-
-
-def _content(fingerprint: dict | None) -> tuple | None:
-    """What a resume compares of a file (its bytes: size and sha256; its path is a setting, compared as one)."""
-    return None if not fingerprint else (fingerprint["size"], fingerprint["sha256"])
-
-
-def _file_state(fingerprint: dict | None) -> str:
-    """A file's fingerprint as a message reads it: path, size, the start of its sha256."""
-    if not fingerprint:
-        return "none"
-    return f"{fingerprint['path']} ({fingerprint['size']:,} bytes, sha256 {fingerprint['sha256'][:12]}...)"
-
-
 def train_with_restarts(
     settings: StateTrackingSettings, run_dir: str | Path, resume: bool = False, validated: bool = False
 ) -> dict:
@@ -367,19 +316,20 @@ def train_with_restarts(
     Ties go to the earlier seed. Stops starting new seeds once one reaches `target_accuracy` on validation.
     run_dir gets the kept run's model/, results.json (with every restart listed under "restarts", and
     "train_seconds" summed over all of them) and accuracy_vs_length.png. With restarts == 1 this is exactly
-    `train_state_tracking(settings, run_dir)`, but that `resume` keeps a run that finished (`_finished`) instead of
+    `train_state_tracking(settings, run_dir)`, but that `resume` keeps a run that finished (`checkpointing.run_finished`) instead of
     training on from its last checkpoint. The settings are validated once, here (not again per restart: a restart
     changes only the seed), or not at all with `validated` (the caller did), and resolved once (`RunPlan`, shared by
     the restarts).
     """
     plan = settings.validate() if not validated else settings.plan()
     run_dir = Path(run_dir)
+    _announce_files(plan.file_record)
+    restarts = _restart_runs(settings, run_dir)
     if resume:
         check_resume_runs(settings, run_dir, plan.fingerprints)  # every restart, before any trains
-    _announce_files(plan.file_record)
     runs = []
-    for seeded, seed_dir in _restart_runs(settings, run_dir):
-        if resume and _finished(seed_dir):  # done before the interruption: kept, not trained again
+    for seeded, seed_dir in restarts:
+        if resume and run_finished(seed_dir):  # done before the interruption: kept, not trained again
             print(f"{seed_dir}: finished before, kept as it is (its results.json and model/)")
             runs.append(json.loads((seed_dir / "results.json").read_text()))
         else:
@@ -387,12 +337,6 @@ def train_with_restarts(
         if runs[-1]["validation"]["accuracy"] >= settings.target_accuracy:
             break
     return runs[0] if settings.restarts == 1 else _keep_best(settings, run_dir, runs)
-
-
-def _finished(run_dir: Path) -> bool:
-    """A run that ended: its results.json and model/ are written only after its last step (and its last checkpoint
-    may be steps before that, where it stopped early)."""
-    return (run_dir / "results.json").is_file() and (run_dir / "model").is_dir()
 
 
 def _keep_best(settings: StateTrackingSettings, run_dir: Path, runs: list[dict]) -> dict:
@@ -436,9 +380,4 @@ def check_resume_runs(settings: StateTrackingSettings, run_dir: str | Path, fing
     with (apart from RESUME_SAFE_SETTINGS): finished restarts (kept as they are) and interrupted ones (continued
     from their checkpoint)."""
     for seeded, seed_dir in _restart_runs(settings, Path(run_dir)):
-        check_data_files(fingerprints, seed_dir)
-        recorded = recorded_settings(seed_dir) if _finished(seed_dir) else None
-        if recorded is not None:
-            check_resumed_settings(seeded, recorded, RESUME_SAFE_SETTINGS, seed_dir)
-        else:
-            check_resume(seeded, seed_dir, RESUME_SAFE_SETTINGS)
+        check_resume_folder(seeded, seed_dir, RESUME_SAFE_SETTINGS, fingerprints)

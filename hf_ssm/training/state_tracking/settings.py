@@ -111,7 +111,7 @@ class RunPlan:
     files: a word-problem file run's rows (FileSplits: training, validation, test), None for a generated task.
     far_lengths: the far test lengths (`far_lengths`), () for none.
     fingerprints: a file run's files as read (`FileSplits.fingerprints`), {} for a generated task: recorded in the
-        checkpoints and results.json, compared when the run resumes (driver.check_data_files).
+        checkpoints and results.json, compared when the run resumes (checkpointing.check_data_files).
     file_record: what results.json says about a file run's files (`file_record`; the run's log line reads it
         too), {} for a generated task.
     """
