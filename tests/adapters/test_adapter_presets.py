@@ -221,17 +221,23 @@ def test_the_published_commands_cover_every_row_and_every_preset():
     assert not published & AWAITING_RUNS, published & AWAITING_RUNS
 
 
-@pytest.mark.parametrize("task", ["parity", "cycle_navigation", "a5"])
+@pytest.mark.parametrize("task", ["parity", "cycle_navigation", "a5", "tracking_shuffled_objects"])
 def test_a_smollm2_run_takes_the_tasks_best_preset_unless_told(task):
     """Without --preset a SmolLM2 run takes the task's default preset (parity: per-head classifier, cycle navigation:
-    per-head with the preamble, A5: one readout), recorded as `preset`; `--preset none` gives the plain defaults."""
+    per-head with the preamble, A5: one readout, shuffled objects: the entity tracker), recorded as `preset`;
+    `--preset none` gives the plain defaults."""
     settings, _ = _resolved(["--base_model", SMOLLM2, "--task", task])
-    expected = {"parity": "per_head", "cycle_navigation": "per_head_preamble", "a5": "one_readout"}[task]
+    expected = {
+        "parity": "per_head",
+        "cycle_navigation": "per_head_preamble",
+        "a5": "one_readout",
+        "tracking_shuffled_objects": "entity",
+    }[task]
     assert settings.preset == DEFAULT_PRESETS[SMOLLM2][task] == expected
     values = PRESETS[SMOLLM2][task][expected]
     assert all(getattr(settings, name) == value for name, value in values.items() if name != "extra_config")
-    assert settings.extra_config.items() >= values["extra_config"].items()
-    assert settings.classifier_per_head == (task != "a5")
+    assert settings.extra_config.items() >= values.get("extra_config", {}).items()
+    assert settings.classifier_per_head == (task in ("parity", "cycle_navigation"))
     assert settings.train_max_preamble_sentences == (30 if task == "cycle_navigation" else 0)
     plain, _ = _resolved(["--base_model", SMOLLM2, "--task", task, "--preset", "none"])
     plain_settings = AdapterExperimentSettings(base_model=SMOLLM2, task=task)
@@ -293,12 +299,12 @@ def test_a_bad_preset_is_refused_naming_the_accepted_ones(argv, message, capsys)
 def test_presets_are_valid_settings_of_their_task():
     """Every preset names only settings fields, and its settings validate for its base and task (so a preset cannot
     break at the start of an hour-long run); the named base is a real one; a task's default preset is one of its
-    presets (a task may have presets but no default: tracking_shuffled_objects, where none beats chance)."""
+    presets, and every task with presets has a default."""
     fields = {f.name for f in dataclasses.fields(AdapterExperimentSettings)}
     assert set(PRESETS) <= set(NAMED_BASES)
     for base, tasks in PRESETS.items():
         assert set(DEFAULT_PRESETS[base]) <= set(tasks)
-        assert set(tasks) - set(DEFAULT_PRESETS[base]) == {"tracking_shuffled_objects"}
+        assert set(tasks) == set(DEFAULT_PRESETS[base])
         for task, names in tasks.items():
             assert DEFAULT_PRESETS[base].get(task, NO_PRESET) in [NO_PRESET, *names]
             for name, values in names.items():
