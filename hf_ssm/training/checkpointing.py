@@ -7,7 +7,8 @@ Exported models (`model/`, `adapter/`) are written the same way but carry no che
 Resuming (`check_resume`): a run continues only with the settings it was trained with, apart from the fields its
 training module declares safe to change (they change neither the model, the data nor the learning rate of any
 step, e.g. how often it evaluates or checkpoints); anything else is refused, naming the fields, before the run
-folder is touched.
+folder is touched. A run trained on files resumes only on the same bytes (`check_data_files`), and a run that had
+finished is kept as it is (`run_finished`); `check_resume_folder` applies all three to one run folder.
 """
 
 from __future__ import annotations
