@@ -12,8 +12,8 @@ with the best validation accuracy are the ones tested and saved; training stops 
 
 Resuming (`resume=True`) continues from the latest checkpoint only with the settings it was trained with, apart
 from RESUME_SAFE_SETTINGS, and for a word-problem file run only with the same files, byte for byte (their
-fingerprints, `checkpointing.check_data_files`; both checked before settings.json is rewritten); `train_seconds` includes the
-training time before the interruption.
+fingerprints, `checkpointing.check_data_files`; both checked before settings.json is rewritten); `train_seconds`
+includes the training time before the interruption.
 """
 
 from __future__ import annotations
@@ -316,10 +316,10 @@ def train_with_restarts(
     Ties go to the earlier seed. Stops starting new seeds once one reaches `target_accuracy` on validation.
     run_dir gets the kept run's model/, results.json (with every restart listed under "restarts", and
     "train_seconds" summed over all of them) and accuracy_vs_length.png. With restarts == 1 this is exactly
-    `train_state_tracking(settings, run_dir)`, but that `resume` keeps a run that finished (`checkpointing.run_finished`) instead of
-    training on from its last checkpoint. The settings are validated once, here (not again per restart: a restart
-    changes only the seed), or not at all with `validated` (the caller did), and resolved once (`RunPlan`, shared by
-    the restarts).
+    `train_state_tracking(settings, run_dir)`, but that `resume` keeps a run that finished
+    (`checkpointing.run_finished`) instead of training on from its last checkpoint. The settings are validated once,
+    here (not again per restart: a restart changes only the seed), or not at all with `validated` (the caller did),
+    and resolved once (`RunPlan`, shared by the restarts).
     """
     plan = settings.validate() if not validated else settings.plan()
     run_dir = Path(run_dir)
@@ -354,8 +354,8 @@ def _keep_best(settings: StateTrackingSettings, run_dir: Path, runs: list[dict])
 
 
 # Restart r of a run with seed s trains seed s + r * RESTART_SEED_STRIDE: runs of consecutive seeds (0, 1, 2, ...)
-# then never share a restart, so R restarts of 5 seeds are 5 R different trainings. (Earlier versions'
-# restart r trained seed s + r: seed 0's second restart was seed 1's first, the same training, so "5 of 5 seeds" counted it
+# then never share a restart, so R restarts of 5 seeds are 5 R different trainings. (Earlier versions' restart r
+# trained seed s + r: seed 0's second restart was seed 1's first, the same training, so "5 of 5 seeds" counted it
 # twice.)
 RESTART_SEED_STRIDE = 1000
 
