@@ -394,12 +394,13 @@ def _curve_bpb(state, corpus: Corpus) -> list[dict]:
     text = corpus.tokenizer.decode(ids.reshape(-1).tolist(), skip_special_tokens=True)
     tokens_per_byte = (ids.numel() - ids.shape[0]) / max(1, len(text.encode("utf-8")))  # the first token unscored
     per_step = CONTEXT * PROTOCOL["batch_size"]
-    seconds = {h["step"]: h["seconds"] for h in state.history}
+    seconds = {h["step"]: (h["seconds"], h.get("cpu_seconds")) for h in state.history}
     return [
         {
             "step": e["step"],
             "training_tokens": e["step"] * per_step,
-            "train_seconds": seconds.get(e["step"], 0.0),
+            "train_seconds": seconds.get(e["step"], (0.0, 0.0))[0],
+            "train_cpu_seconds": seconds.get(e["step"], (0.0, 0.0))[1],  # None: unknown (see TrainState)
             "bpb": e["loss"] * tokens_per_byte / math.log(2),
         }
         for e in state.eval_history
@@ -459,6 +460,9 @@ def train_one(run: Run, corpus: Corpus, args, argv: list[str]) -> dict:
         **scores,
         "curve": _curve_bpb(state, corpus),
         "train_seconds": round(state.train_seconds, 1),
+        # the run's CPU seconds of training over every resume (None: resumed from a checkpoint that did not record
+        # them), and this process's, whose training time may have started at a checkpoint (resumed_from)
+        "train_cpu_seconds": None if state.train_cpu_seconds is None else round(state.train_cpu_seconds, 1),
         "train_cpu_seconds_this_process": round(train_cpu, 1),
         "resumed_from": state.resumed_from,
         "tokens_per_second": round(state.blocks * CONTEXT / max(state.train_seconds, 1e-9), 1),

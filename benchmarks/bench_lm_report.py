@@ -54,16 +54,27 @@ def full_rows(records: list[dict]) -> dict:
             "test_as_is": {m: [r["test"][m] for r in rows] for m in MULTIPLES},
             "tokens_per_second": [r["tokens_per_second"] for r in rows],
             "train_seconds": [r["train_seconds"] for r in rows],
+            "train_cpu_seconds": [_cpu_seconds(r) for r in rows],
             "peak_rss_mib": [r["peak_rss_mib"] for r in rows],
             "sample": rows[0]["sample"],
         }
     return out
 
 
+def _cpu_seconds(record: dict) -> str:
+    """A run's training CPU seconds as the table gives them: the total over its resumes; a run resumed from a
+    checkpoint that did not record them gives this process's share and the steps it covers."""
+    total = record.get("train_cpu_seconds")
+    if total is not None or not record["resumed_from"]:
+        return f"{total if total is not None else record['train_cpu_seconds_this_process']:,.0f}"
+    first, steps = record["resumed_from"][-1], record["protocol"]["steps"]
+    return f"{record['train_cpu_seconds_this_process']:,.0f} (steps {first:,}-{steps:,})"
+
+
 def full_table(rows: dict) -> list[str]:
     lines = [
-        "| model | size | tokenizer | params | lr | seeds | test bpb 1x | 2x | 4x | 8x | tokens/s | train s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | size | tokenizer | params | lr | seeds | test bpb 1x | 2x | 4x | 8x | tokens/s | train s | CPU s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (model, size, tok), row in rows.items():
         cells = []
@@ -73,30 +84,41 @@ def full_table(rows: dict) -> list[str]:
             cells.append(each if len(values) == 1 else f"{each} ({_mean_std(values)})")
         speed = statistics.mean(row["tokens_per_second"])
         seconds = " / ".join(f"{s:.0f}" for s in row["train_seconds"])
+        cpu = " / ".join(row["train_cpu_seconds"])
         seeds = ",".join(str(s) for s in row["seeds"])
         lines.append(
             f"| {model} | {size} | {tok} | {row['parameters']:,} | {row['learning_rate']:g} | {seeds} | "
             + " | ".join(cells)
-            + f" | {speed:,.0f} | {seconds} |"
+            + f" | {speed:,.0f} | {seconds} | {cpu} |"
         )
     return lines
 
 
 def plot_curves(records: list[dict], path: Path) -> None:
-    """Test bits per byte (the learning-curve blocks) against training tokens and against training seconds."""
+    """Test bits per byte (the learning-curve blocks) against training bytes, wall-clock training seconds and
+    training CPU seconds (the runs that recorded them at every step; the others are named in that panel's title)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = plt.subplots(1, 3, figsize=(18, 4.5))
+    without_cpu = []
     for r in sorted(records, key=lambda r: (r["run"]["model"], r["seed"])):
         curve = [c for c in r["curve"] if c["step"] > 0]
         label = f"{r['run']['model']} s{r['seed']}"
-        axes[0].plot([c["training_tokens"] / 1e6 for c in curve], [c["bpb"] for c in curve], label=label)
-        axes[1].plot([c["train_seconds"] for c in curve], [c["bpb"] for c in curve], label=label)
+        bpb = [c["bpb"] for c in curve]
+        axes[0].plot([c["training_tokens"] / 1e6 for c in curve], bpb, label=label)
+        axes[1].plot([c["train_seconds"] for c in curve], bpb, label=label)
+        if all(c.get("train_cpu_seconds") is not None for c in curve):
+            axes[2].plot([c["train_cpu_seconds"] for c in curve], bpb, label=label)
+        else:
+            without_cpu.append(label)
     axes[0].set_xlabel("training bytes (millions)")
-    axes[1].set_xlabel("training seconds (one thread)")
+    axes[1].set_xlabel("training seconds, wall clock (one thread, two jobs on two cores)")
+    axes[2].set_xlabel("training CPU seconds (one thread)")
+    if without_cpu:
+        axes[2].set_title("not recorded per step: " + ", ".join(without_cpu), fontsize=7)
     for ax in axes:
         ax.set_ylabel("test bits per byte (64 blocks)")
         ax.grid(alpha=0.3)

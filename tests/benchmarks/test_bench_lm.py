@@ -111,8 +111,21 @@ def test_one_tiny_full_run_trains_scores_and_writes_a_record_the_report_reads(tm
     assert all(saved["test_best"][k] <= saved["test"][k] for k in saved["test"])
     assert len(saved["test_by_position"]) == bench_lm.POSITION_BUCKETS and saved["curve"][-1]["step"] == 2
     assert saved["sample"]["text"].startswith(bench_lm.SAMPLE_PROMPT)
+    cpu = saved["train_cpu_seconds"]
+    assert saved["curve"][-1]["train_cpu_seconds"] == pytest.approx(cpu, abs=0.1) and cpu > 0
     lines = bench_lm_report.full_table(bench_lm_report.full_rows([saved]))
     assert lines[2].startswith("| transformer | d128 | byte | 870,528 | 0.003 | 0 |")
+    assert lines[2].endswith(f" | {cpu:,.0f} |")  # the CPU seconds column: the run's total
+
+
+def test_the_report_gives_a_resumed_runs_cpu_seconds_as_recorded_or_the_steps_its_process_covered():
+    """A run resumed from a checkpoint that recorded no CPU seconds shows its process's share and the steps it
+    covers, never that share as the run's total; a run with the total shows the total."""
+    record = {"train_cpu_seconds": None, "train_cpu_seconds_this_process": 1429.9, "resumed_from": [100]}
+    record["protocol"] = {"steps": 1221}
+    assert bench_lm_report._cpu_seconds(record) == "1,430 (steps 100-1,221)"
+    assert bench_lm_report._cpu_seconds(record | {"train_cpu_seconds": 1561.2}) == "1,561"
+    assert bench_lm_report._cpu_seconds(record | {"resumed_from": []}) == "1,430"
 
 
 @pytest.mark.slow

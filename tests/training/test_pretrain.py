@@ -27,7 +27,7 @@ from hf_ssm.data.lm_corpus import (
 )
 from hf_ssm.presets import PRESETS, preset_config
 from hf_ssm.tokenization import BYTE_OFFSET, ByteTokenizer
-from hf_ssm.training.checkpointing import is_complete, latest_checkpoint
+from hf_ssm.training.checkpointing import COMPLETE_MARKER, is_complete, latest_checkpoint, read_metadata
 from hf_ssm.training.lm import pretraining as lm
 from hf_ssm.training.lm.lm_settings import PretrainSettings
 from hf_ssm.training.lm.pretraining import learning_rate_at, pretrain, token_loss_sum
@@ -288,9 +288,14 @@ def test_resume_after_interruption_reproduces_the_uninterrupted_run(tmp_path, mo
     assert checkpoint_names(tmp_path / "part") == ["step_2", "step_4"]
     assert not (tmp_path / "part" / "model").exists()
 
+    before = read_metadata(tmp_path / "part" / "checkpoints" / "step_4")
     resumed = pretrain(tiny(**settings), tmp_path / "part", resume=True)
     assert resumed["resumed_from"] == [4]
     assert [h["step"] for h in resumed["history"]] == list(range(1, 9))
+    # CPU seconds go on from the checkpoint's: the first four steps' as recorded, then growing
+    cpu = [h["cpu_seconds"] for h in resumed["history"]]
+    assert cpu[:4] == [h["cpu_seconds"] for h in before["history"]] and cpu[3] == round(before["train_cpu_seconds"], 3)
+    assert all(a <= b for a, b in zip(cpu, cpu[1:])) and resumed["train_cpu_seconds"] > before["train_cpu_seconds"] > 0
     assert losses(resumed) == pytest.approx(losses(full), rel=1e-6, abs=1e-7)
     assert [h["lr"] for h in resumed["history"]] == [h["lr"] for h in full["history"]]
     assert [e["loss"] for e in resumed["eval_history"]] == pytest.approx(
@@ -299,6 +304,22 @@ def test_resume_after_interruption_reproduces_the_uninterrupted_run(tmp_path, mo
     a = load_file(tmp_path / "full" / "model" / "model.safetensors")
     b = load_file(tmp_path / "part" / "model" / "model.safetensors")
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_a_checkpoint_without_cpu_seconds_resumes_with_the_total_unknown(tmp_path, monkeypatch):
+    """A checkpoint written before CPU seconds were recorded resumes; the run's total CPU seconds are then unknown
+    (None), not this process's share counted as the whole."""
+    settings = dict(max_steps=6, eval_every=2, save_every=2)
+    kill_at_evaluation(monkeypatch, lm, 4, pretrain, tiny(**settings), tmp_path / "part")
+    marker = tmp_path / "part" / "checkpoints" / "step_4" / COMPLETE_MARKER
+    meta = json.loads(marker.read_text())
+    del meta["train_cpu_seconds"]
+    for entry in meta["history"]:
+        del entry["cpu_seconds"]
+    marker.write_text(json.dumps(meta))
+    resumed = pretrain(tiny(**settings), tmp_path / "part", resume=True)
+    assert resumed["resumed_from"] == [4] and resumed["train_cpu_seconds"] is None
+    assert [h.get("cpu_seconds") for h in resumed["history"]] == [None] * 6
 
 
 def test_killed_save_never_replaces_the_good_checkpoint(tmp_path):

@@ -104,6 +104,7 @@ def run_metrics(kind, settings, state, accelerator, model_info: dict, extra: dic
         "steps": state.step,
         "tokens_seen": state.blocks * settings.block_size,
         "train_seconds": state.train_seconds,
+        "train_cpu_seconds": state.train_cpu_seconds,
         "resumed_from": state.resumed_from,
         "initial_eval": state.eval_history[0] if state.eval_history else None,
         "final_eval": state.eval_history[-1] if state.eval_history else None,

@@ -114,6 +114,9 @@ class TrainState:
     history: list = field(default_factory=list)  # one entry per optimizer step
     eval_history: list = field(default_factory=list)
     train_seconds: float = 0.0
+    # this process's CPU seconds of training, summed over resumes; None where a checkpoint written before they were
+    # recorded was resumed (the total is then unknown, and stays so)
+    train_cpu_seconds: float | None = 0.0
     resumed_from: list = field(default_factory=list)
 
 
@@ -135,7 +138,7 @@ def train_loop(
     model.train()
     if state.step == 0 and not state.eval_history:
         state.eval_history.append({"step": 0, **evaluate(model, eval_data, settings, accelerator)})
-    clock = Stopwatch(state.train_seconds)
+    clock = Stopwatch(state.train_seconds, state.train_cpu_seconds or 0.0)
 
     def train_step(step: int) -> dict | None:
         lr = learning_rate_at(step, settings)
@@ -165,6 +168,8 @@ def train_loop(
         train_source.advance_to(state.blocks)  # a streaming reader skips the other processes' blocks now
         step_loss = accelerator.reduce(loss_sum, "sum").item() / max(global_tokens, 1.0)
         state.train_seconds = clock.seconds
+        if state.train_cpu_seconds is not None:
+            state.train_cpu_seconds = clock.cpu_seconds
         state.history.append(
             {
                 "step": state.step,
@@ -173,6 +178,7 @@ def train_loop(
                 "grad_norm": grad_norm,
                 "tokens": state.blocks * settings.block_size,
                 "seconds": round(state.train_seconds, 3),
+                "cpu_seconds": None if state.train_cpu_seconds is None else round(state.train_cpu_seconds, 3),
             }
         )
         return {"loss": f"{step_loss:.3f}", "lr": f"{lr:.2e}"} if state.step % 10 == 0 else None
@@ -221,6 +227,8 @@ def _resumed_state(checkpoints: Path, train_source, accelerator, per_step: int, 
         )
     meta = load_checkpoint(accelerator, found)
     state = TrainState(**{k: meta[k] for k in asdict(TrainState()) if k in meta})
+    if "train_cpu_seconds" not in meta:  # written before CPU seconds were recorded: the total is unknown
+        state.train_cpu_seconds = None
     if meta.get("blocks_per_step") not in (None, per_step):
         accelerator.print(
             f"warning: the checkpoint took {meta['blocks_per_step']} blocks per step, this run takes "
