@@ -18,7 +18,9 @@ Phases:
 - `full`: each model at its best sweep rate (chosen on validation only) on `--full_bytes` (10 M), then scored on the
   test files at 1x, 2x, 4x and 8x the training context (the same test bytes, longer windows;
   hf_ssm/training/lm/bits_per_byte.py), by position inside the 8x window, and, for the Transformers, also with a
-  sliding window of the training context (the better of the two is the row);
+  sliding window of the training context, for the package's models also with their attention layers windowed to
+  the training context (`sliding_window`; the SSM layers read the whole window); the best reading is the row;
+- `score`: the full runs' saved models scored again with this version's readings (their records updated);
 - `report`: reads every record under `--results` (default results/lm/) and writes its summary.json, the table
   and figures.
 
@@ -357,8 +359,12 @@ def open_corpus(tokenizer_name: str, source=None) -> Corpus:
 
 
 def score(model, corpus: Corpus, transformer: bool, full: bool, batch_size: int = 8) -> dict:
-    """Validation bits per byte at the training context; with `full`, the test at every multiple (and sliding for a
-    Transformer) and by position inside the longest window."""
+    """Validation bits per byte at the training context; with `full`, the test at every multiple, by position inside
+    the longest window, and the other readings of the longer windows: a Transformer's sliding window (chunks of
+    half the context, each read after the one before), and for the package's models their attention layers
+    windowed to the training context (`HybridSSMConfig.sliding_window`: RoPE never past the trained positions, the
+    SSM layers still reading the whole window). `test_best` is the best reading at each multiple."""
+    from hf_ssm import HybridSSMForCausalLM
     from hf_ssm.data.lm_corpus import _eos_id
     from hf_ssm.training.lm.bits_per_byte import bits_per_byte, by_position, sliding_token_nll, token_nll
 
@@ -369,22 +375,36 @@ def score(model, corpus: Corpus, transformer: bool, full: bool, batch_size: int 
     if not full:
         return out
     stream, nbytes = corpus.test
-    out["test_bytes"], out["test"], out["test_sliding"] = nbytes, {}, {}
+    out["test_bytes"], out["test"] = nbytes, {}
+    readings = {}
+    if transformer:
+        readings["test_sliding"] = lambda window: sliding_token_nll(model, stream, window, CONTEXT, eos, batch_size)
+    if isinstance(model, HybridSSMForCausalLM):
+        readings["test_windowed"] = lambda window: _windowed_nll(model, stream, window, eos, batch_size)
+    for name in readings:
+        out[name] = {}
     for k in MULTIPLES:
         window = k * CONTEXT
         nll = token_nll(model, stream, window, eos, max(1, batch_size // k))
         out["test"][f"{k}x"] = bits_per_byte(nll, nbytes)
         if k == MULTIPLES[-1]:
             out["test_by_position"] = by_position(nll, nbytes, POSITION_BUCKETS)
-        if transformer and k > 1:
-            slid = sliding_token_nll(model, stream, window, CONTEXT, eos, batch_size)
-            out["test_sliding"][f"{k}x"] = bits_per_byte(slid, nbytes)
-    if transformer:
-        out["test_sliding"]["1x"] = out["test"]["1x"]
-        out["test_best"] = {k: min(out["test"][k], out["test_sliding"][k]) for k in out["test"]}
-    else:
-        out["test_best"] = dict(out["test"])
+        for name, read in readings.items():
+            out[name][f"{k}x"] = out["test"]["1x"] if k == 1 else bits_per_byte(read(window), nbytes)
+    out["test_best"] = {m: min(out[name][m] for name in ("test", *readings)) for m in out["test"]}
     return out
+
+
+def _windowed_nll(model, stream: torch.Tensor, window: int, eos: int, batch_size: int) -> torch.Tensor:
+    """token_nll with the model's attention layers reading at most the training context (restored after)."""
+    from hf_ssm.training.lm.bits_per_byte import token_nll
+
+    before = model.config.sliding_window
+    model.config.sliding_window = CONTEXT
+    try:
+        return token_nll(model, stream, window, eos, max(1, batch_size * CONTEXT // window))
+    finally:
+        model.config.sliding_window = before
 
 
 def _curve_bpb(state, corpus: Corpus) -> list[dict]:
@@ -573,7 +593,7 @@ def planned_runs(args, corpus: dict) -> list[Run]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--phase", choices=("sweep", "full", "report"), required=True)
+    parser.add_argument("--phase", choices=("sweep", "full", "score", "report"), required=True)
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
     parser.add_argument("--size", choices=tuple(SIZES), default="d128")
     parser.add_argument("--tokenizer", choices=("byte", "smollm2"), default="byte")
@@ -666,6 +686,8 @@ def main(argv: list[str] | None = None) -> int:
         write_report(args.results)
         return 0
     torch.set_num_threads(args.cpu_threads)
+    if args.phase == "score":
+        return score_again(args, argv)
     source = corpus_source(args)
     check_results_corpus(args.results, source.fingerprint)
     planned = planned_runs(args, source.fingerprint)
@@ -681,6 +703,35 @@ def main(argv: list[str] | None = None) -> int:
               + (f", test {tested}" if tested else "") + f", {record['train_seconds']:.0f} s")  # fmt: skip
         if "saved_model" in record:
             print(f"  model: {Path(args.runs_dir).expanduser() / record['saved_model']}")
+    return 0
+
+
+def score_again(args, argv: list[str]) -> int:
+    """`--phase score`: the full runs of --models / --seeds whose records exist, scored again from their saved models
+    with this version's readings. A record keeps its training fields and command; its scores are replaced and
+    `scored_by` names the scoring command and versions."""
+    from transformers import AutoModelForCausalLM
+
+    source = corpus_source(args)
+    check_results_corpus(args.results, source.fingerprint)
+    planned = planned_runs(argparse.Namespace(**{**vars(args), "phase": "full"}), source.fingerprint)
+    runs = [r for r in planned if r.record_path(args.results).is_file()]
+    print(f"{len(runs)} full run(s) to score again: {', '.join(r.name for r in runs) or 'none'}")
+    corpus = open_corpus(args.tokenizer, source) if runs else None
+    for run in runs:
+        path = run.record_path(args.results)
+        record = json.loads(path.read_text())
+        folder = Path(args.runs_dir).expanduser() / record["saved_model"]
+        if not folder.is_dir():
+            raise SystemExit(f"{run.name}: its saved model {folder} is not there (--runs_dir names where it was saved)")
+        model = AutoModelForCausalLM.from_pretrained(folder).to(args.device)
+        record.update(score(model, corpus, MODELS[run.model].transformer, full=True))
+        record["scored_by"] = {
+            "command": "python benchmarks/bench_lm.py " + " ".join(_portable(a) for a in argv),
+            "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
+        }
+        write_json_atomic(path, record)
+        print(f"{run.name}: test {record['test_best']}")
     return 0
 
 

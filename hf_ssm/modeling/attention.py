@@ -156,6 +156,7 @@ class HybridSSMAttention(nn.Module):
             attention_mask,
             dropout=self.config.attention_dropout if self.training else 0.0,
             scaling=self.scaling,
+            sliding_window=self.config.sliding_window,  # flash attention's window; sdpa / eager read it in the mask
             **kwargs,
         )
         return self.o_proj(out.reshape(*hidden_states.shape[:-1], -1).contiguous()), weights

@@ -173,6 +173,10 @@ class HybridSSMConfig(PretrainedConfig):
             `num_key_value_heads < num_attention_heads`); `head_dim` defaults to `hidden_size // num_attention_heads`.
         max_position_embeddings: longest sequence (prompt + cache) the model accepts when it has attention
             layers; longer input raises a ValueError instead of running RoPE past the trained range.
+        sliding_window: None (default: every attention layer reads the whole past) or w > 0: each attention layer
+            reads the w most recent tokens, the token itself included (transformers' Mistral / Qwen2 convention),
+            in training, the full forward and cached decoding alike. The SSM layers' state still carries the whole
+            past: a hybrid trained at context w can read far longer inputs with RoPE never past w.
         rope_parameters: RoPE settings of the attention layers, one dict for all of them, as in transformers:
             `rope_type` (`"default"` or a type of transformers' `ROPE_INIT_FUNCTIONS`, e.g. `"linear"`, `"dynamic"`,
             `"yarn"`, with that type's keys, e.g. `factor`) and `rope_theta` (the base, a finite number > 0).
@@ -328,6 +332,7 @@ class HybridSSMConfig(PretrainedConfig):
     head_dim: int | None = None
     hidden_act: str = "silu"
     max_position_embeddings: int = 8192
+    sliding_window: int | None = None
     initializer_range: float = 0.02
     rms_norm_eps: float = 1e-6
     use_cache: bool = True
@@ -647,7 +652,7 @@ class HybridSSMConfig(PretrainedConfig):
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                      "max_position_embeddings"):  # fmt: skip
             check_positive_int(name, getattr(self, name))
-        for name in ("num_key_value_heads", "head_dim", "input_channels"):
+        for name in ("num_key_value_heads", "head_dim", "input_channels", "sliding_window"):
             if getattr(self, name) is not None:
                 check_positive_int(name, getattr(self, name))
         for name in ("use_cache", "tie_word_embeddings", "attention_bias"):

@@ -22,7 +22,11 @@ from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, LinearAttentionCacheLayerMixin
 from transformers.generation import GenerationMixin, GenerationMode
-from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
+from transformers.masking_utils import (
+    create_causal_mask,
+    create_recurrent_attention_mask,
+    create_sliding_window_causal_mask,
+)
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPast,
@@ -478,7 +482,8 @@ class HybridSSMModel(HybridSSMPreTrainedModel):
             )
         if position_ids is None:  # arange + past: no host read when past is a static cache's tensor
             position_ids = (torch.arange(steps, device=inputs_embeds.device) + past).unsqueeze(0)
-        causal_mask = create_causal_mask(
+        make_mask = create_causal_mask if self.config.sliding_window is None else create_sliding_window_causal_mask
+        causal_mask = make_mask(
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
