@@ -390,7 +390,13 @@ def score(model, corpus: Corpus, transformer: bool, full: bool, batch_size: int 
         if k == MULTIPLES[-1]:
             out["test_by_position"] = by_position(nll, nbytes, POSITION_BUCKETS)
         for name, read in readings.items():
-            out[name][f"{k}x"] = out["test"]["1x"] if k == 1 else bits_per_byte(read(window), nbytes)
+            if k == 1:
+                out[name]["1x"] = out["test"]["1x"]
+                continue
+            nll = read(window)
+            out[name][f"{k}x"] = bits_per_byte(nll, nbytes)
+            if k == MULTIPLES[-1]:  # e.g. test_windowed_by_position
+                out[f"{name}_by_position"] = by_position(nll, nbytes, POSITION_BUCKETS)
     out["test_best"] = {m: min(out[name][m] for name in ("test", *readings)) for m in out["test"]}
     return out
 

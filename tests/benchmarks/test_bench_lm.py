@@ -111,6 +111,8 @@ def test_one_tiny_full_run_trains_scores_and_writes_a_record_the_report_reads(tm
     readings = ("test", "test_sliding", "test_windowed")
     assert all(saved["test_best"][k] == min(saved[r][k] for r in readings) for k in saved["test"])
     assert saved["test_windowed"]["1x"] == saved["test"]["1x"] != saved["test_windowed"]["2x"]
+    for name in ("test", "test_sliding", "test_windowed"):  # by position inside the 8x window, every reading
+        assert len(saved[f"{name}_by_position"]) == bench_lm.POSITION_BUCKETS
     assert len(saved["test_by_position"]) == bench_lm.POSITION_BUCKETS and saved["curve"][-1]["step"] == 2
     assert saved["sample"]["text"].startswith(bench_lm.SAMPLE_PROMPT)
     cpu = saved["train_cpu_seconds"]
