@@ -146,13 +146,11 @@ def rung_arguments(name: str, task: str, seed: int, variants: tuple[str, ...] = 
     return args
 
 
-def head_information(model_dir: Path, task_name: str, words: int = 1024, lengths=(64, 256)) -> list[float] | None:
-    """Bits that each PD-SSM head's hard state carries about the task's class after a random word: the heads run as
-    the automata their transitions' column argmax makes (from x_0), on `words` random words of each length (seed 0),
-    and I(state; class) is estimated from the counts. Where a run learnt, a few heads carry log2 of an orbit of the
-    group (2.32 bits for A5's 5 points, 2.58 for its 6) and the rest ~0; it tells a search that found no such head from
-    a readout that missed one. None unless layer 0 is a PD-SSM layer with direct transitions (whose input, after the
-    embedding and the block's norm, is a function of the token alone)."""
+def _run_heads(model_dir: Path, task_name: str, words: int, lengths) -> tuple | None:
+    """(final states (S, H) of every PD-SSM head of layer 0 run as the automaton its transitions' column argmax makes,
+    from x_0, on `words` random words of each length (seed 0); their classes (S,)), or None unless layer 0 is a PD-SSM
+    layer with direct transitions (whose input, after the embedding and the block's norm, is a function of the token
+    alone)."""
     import random
 
     import torch
@@ -181,7 +179,23 @@ def head_information(model_dir: Path, task_name: str, words: int = 1024, lengths
             state = moves[tokens[:, step, None], heads, state]  # (S, H)
         states.append(state)
         classes += [labels[-1] for _, labels in samples]
-    states, classes = torch.cat(states), torch.tensor(classes)
+    return torch.cat(states), torch.tensor(classes)
+
+
+def head_information(model_dir: Path, task_name: str, words: int = 1024, lengths=(64, 256)) -> list[float] | None:
+    """Bits that each PD-SSM head's hard state carries about the task's class after a random word (`_run_heads`),
+    I(state; class) estimated from the counts. Where a run learnt, a few heads carry log2 of an orbit of the group
+    (2.32 bits for A5's 5 points, 2.58 for its 6) and the rest ~0; it tells a search that found no such head from a
+    readout that missed one. None where `_run_heads` is."""
+    import torch
+
+    from hf_ssm.data.state_tracking import get_task
+
+    ran = _run_heads(model_dir, task_name, words, lengths)
+    if ran is None:
+        return None
+    states, classes = ran
+    num_classes = get_task(task_name).num_classes
 
     def entropy(counts: torch.Tensor) -> float:
         p = counts[counts > 0].double() / counts.sum()
@@ -189,11 +203,30 @@ def head_information(model_dir: Path, task_name: str, words: int = 1024, lengths
 
     class_entropy = entropy(torch.bincount(classes))
     bits = []
-    for h in heads.tolist():
-        joint = states[:, h] * task.num_classes + classes
+    for h in range(states.shape[1]):
+        joint = states[:, h] * num_classes + classes
         conditional = entropy(torch.bincount(joint)) - entropy(torch.bincount(states[:, h]))
         bits.append(round(class_entropy - conditional, 2))
     return bits
+
+
+def joint_accuracy(model_dir: Path, task_name: str, heads: list[int], words: int = 1024, lengths=(64, 256)):
+    """How well `heads` together name the class: the share of random words (`_run_heads`) whose class is the most
+    common class of their joint state, 1.0 where the joint state determines the class. Faithful heads can overlap
+    (on A5, two heads whose images determine each other add nothing to one), so several heads of
+    `head_information`'s >= 1 bit can still name the class only in part. It reads high where the joint states are
+    many and the words few (a state seen once names its class); for a handful of heads 2,048 words are plenty. None
+    where `_run_heads` is."""
+    from collections import Counter, defaultdict
+
+    ran = _run_heads(model_dir, task_name, words, lengths)
+    if ran is None:
+        return None
+    states, classes = ran
+    groups = defaultdict(Counter)
+    for row, label in zip(states[:, heads].tolist(), classes.tolist(), strict=True):
+        groups[tuple(row)][label] += 1
+    return round(sum(c.most_common(1)[0][1] for c in groups.values()) / len(classes), 4)
 
 
 def _summary(results: dict) -> dict:
@@ -227,7 +260,15 @@ def run_rung(name: str, task: str, seed: int, runs_dir: Path, resume: bool, thre
     subprocess.run([sys.executable, *command[1:], *extra], cwd=ROOT, env=env, check=True)
     results = json.loads((out / "results.json").read_text())
     record = {"command": " ".join(command), "wall_seconds": round(time.time() - began, 1), **_summary(results)}
-    return {**record, "head_bits": head_information(out / "model", task)}
+    return {**record, **_head_probe(out / "model", task)}
+
+
+def _head_probe(model: Path, task: str) -> dict:
+    """What the ladder records of a saved model's heads: head_bits, and joint_accuracy of those with >= 1 bit."""
+    bits = head_information(model, task)
+    if bits is None:
+        return {"head_bits": None}
+    return {"head_bits": bits, "joint_accuracy": joint_accuracy(model, task, [h for h, b in enumerate(bits) if b >= 1])}
 
 
 def _pct(x: float) -> str:
@@ -236,7 +277,8 @@ def _pct(x: float) -> str:
 
 def table(record: dict) -> list[str]:
     """The ladder as Markdown: every seed's test mean over 40-256 (far 1,000 / 4,000) [its heads carrying >= 1 bit
-    about the class: head_information], how many learnt, mean ± std."""
+    about the class: head_information, and the share of words their joint state names: joint_accuracy], how many
+    learnt, mean ± std."""
     lines = [
         "| rung | what it adds | test mean % per seed (far 1,000 / 4,000) | learnt (>= 99 %) | mean ± std | CPU s |",
         "|---|---|---|---|---|---|",
@@ -256,7 +298,9 @@ def table(record: dict) -> list[str]:
             far = "/".join(_pct(v) for v in runs[s]["far"].values())
             bits = runs[s].get("head_bits")
             count = sum(b >= 1 for b in bits or ())
-            informative = f" [{count} head{'' if count == 1 else 's'}]" if bits else ""
+            joint = runs[s].get("joint_accuracy")
+            together = f", naming {_pct(joint)} %" if joint is not None else ""
+            informative = f" [{count} head{'' if count == 1 else 's'}{together}]" if bits else ""
             cells.append(f"s{s} {_pct(runs[s]['test_mean'])}" + (f" ({far})" if far else "") + informative)
         spread = f"{_pct(statistics.mean(means))} ± {_pct(statistics.stdev(means))}" if len(means) > 1 else "—"
         cpus = [runs[s]["cpu_seconds"] for s in seeds]
@@ -267,17 +311,17 @@ def table(record: dict) -> list[str]:
 
 
 def probe_recorded(full: dict, runs_dir: Path) -> dict[tuple[str, str, str], dict]:
-    """head_information for every recorded run that lacks it and whose model is still in `runs_dir`; returns the
-    probed runs by (task, key, seed)."""
+    """head_information and joint_accuracy for every recorded run that lacks them and whose model is still in
+    `runs_dir`; returns the probed runs by (task, key, seed)."""
     probed = {}
     for task, record in full.items():
         for key, runs in record.items():
             for seed, run in runs.items():
                 model = runs_dir / task / key / f"seed{seed}" / "model"
-                if "head_bits" not in run and model.is_dir():
-                    run["head_bits"] = head_information(model, task)
+                if "joint_accuracy" not in run and model.is_dir():
+                    run.update(_head_probe(model, task))
                     probed[task, key, seed] = run
-                    print(f"{task} {key} seed {seed}: head bits {run['head_bits']}", flush=True)
+                    print(f"{task} {key} seed {seed}: head bits {run['head_bits']}, joint {run.get('joint_accuracy')}")
     return probed
 
 
@@ -310,7 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     refuse_options(parser, {"--threads": "--cpu_threads"})
     parser.add_argument("--table", action="store_true", help="print the recorded ladder and exit")
     parser.add_argument(
-        "--probe", action="store_true", help="add head_information to recorded runs without it (from --runs_dir)"
+        "--probe",
+        action="store_true",
+        help="add head_information and joint_accuracy to recorded runs without them (from --runs_dir)",
     )
     return parser
 

@@ -112,9 +112,10 @@ def test_the_table_puts_a_variant_row_after_the_plain_rungs_and_names_its_change
     assert "32 heads" in rows[2]
 
 
-def test_head_information_finds_the_head_that_runs_a5_on_five_points(tmp_path):
-    """A hand-set table layer whose head 0 moves its state as A5 moves point 0 (the state is the image of 0) and whose
-    other heads stay put: head 0 carries log2 5 bits about the class, the others none."""
+def _a5_heads(tmp_path, tracked: dict[int, int]) -> None:
+    """Save a hand-set table layer of 4 heads of N = 8 where head h in `tracked` moves its state as A5 moves point
+    tracked[h] (its state, from e_0, is the image of that point, relabelled so that the point is 0) and the other
+    heads stay put."""
     import torch
 
     from hf_ssm import HybridSSMConfig, HybridSSMForTokenClassification
@@ -130,16 +131,39 @@ def test_head_information_finds_the_head_that_runs_a5_on_five_points(tmp_path):
     for token in range(3):
         for head in range(4):
             for j in range(8):
-                moved = head == 0 and token in generators and j < 5
-                logits[token, head, generators[token][j] if moved else j, j] = 1.0
+                if head in tracked and token in generators and j < 5:
+                    # state j stands for point (j + p) mod 5, p = tracked[head]: g moves it to the state of g's image
+                    p = tracked[head]
+                    logits[token, head, (generators[token][(j + p) % 5] - p) % 5, j] = 1.0
+                else:
+                    logits[token, head, j, j] = 1.0
     with torch.no_grad():
         model.model.embed_tokens.weight.copy_(torch.eye(3, 64))
         proj = model.model.layers[0].mixer.transition_proj.weight  # (H N N, d)
         proj.zero_()
         proj[:, :3] = logits.permute(1, 2, 3, 0).reshape(-1, 3)
     model.save_pretrained(tmp_path)
+
+
+def test_head_information_finds_the_head_that_runs_a5_on_five_points(tmp_path):
+    """Head 0 tracks point 0's image under A5 and the others stay put: head 0 carries log2 5 bits about the class,
+    the others none."""
+    _a5_heads(tmp_path, {0: 0})
     bits = ladder.head_information(tmp_path, "a5", words=256)
     assert abs(bits[0] - 2.32) < 0.05 and max(bits[1:]) < 0.05, bits
+
+
+def test_joint_accuracy_tells_heads_that_name_the_element_from_heads_that_overlap(tmp_path):
+    """Three heads tracking the images of points 0, 1, 2 name every element of A5 together (a permutation of A5 that
+    fixes three of five points is the identity); three heads that all track point 0 carry log2 5 bits each, as
+    many as the others, and together name no more than one does (about a twelfth of the words)."""
+    _a5_heads(tmp_path / "apart", {0: 0, 1: 1, 2: 2})
+    _a5_heads(tmp_path / "same", {0: 0, 1: 0, 2: 0})
+    for folder in ("apart", "same"):
+        bits = ladder.head_information(tmp_path / folder, "a5", words=256)
+        assert all(abs(b - 2.32) < 0.05 for b in bits[:3]) and bits[3] < 0.05, (folder, bits)
+    assert ladder.joint_accuracy(tmp_path / "apart", "a5", [0, 1, 2], words=256) == 1.0
+    assert ladder.joint_accuracy(tmp_path / "same", "a5", [0, 1, 2], words=256) < 0.15
 
 
 def test_a_run_recorded_by_another_ladder_process_meanwhile_is_kept(tmp_path, monkeypatch):
