@@ -640,8 +640,8 @@ def parse_args(argv: list[str]):
     if unknown:
         raise SystemExit(f"--models: unknown {unknown}; choose from {', '.join(MODELS)}")
     args.learning_rates = [float(x) for x in args.learning_rates.split(",") if x]
-    if len(args.learning_rates) < 3 and args.phase == "sweep":
-        raise SystemExit("--learning_rates: the sweep needs at least three rates")
+    if not args.learning_rates:
+        raise SystemExit("--learning_rates: give at least one rate")
     for name in ("sweep_bytes", "full_bytes", "save_every", "cpu_threads"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name} must be >= 1, got {getattr(args, name)}")
@@ -696,6 +696,8 @@ def main(argv: list[str] | None = None) -> int:
         return score_again(args, argv)
     source = corpus_source(args)
     check_results_corpus(args.results, source.fingerprint)
+    if args.phase == "sweep":
+        check_sweep_size(args)
     planned = planned_runs(args, source.fingerprint)
     runs = [r for r in planned if args.force or not r.record_path(args.results).is_file()]
     print(f"{len(runs)} run(s) to do on {args.device}: {', '.join(r.name for r in runs) or 'none'}")
@@ -710,6 +712,23 @@ def main(argv: list[str] | None = None) -> int:
         if "saved_model" in record:
             print(f"  model: {Path(args.runs_dir).expanduser() / record['saved_model']}")
     return 0
+
+
+def check_sweep_size(args) -> None:
+    """SystemExit unless every model's sweep, its recorded rates (at this size and tokenizer) and --learning_rates
+    together, has at least three rates: a sweep is extended one edge rate at a time, never run on fewer than three."""
+    for model in args.models:
+        recorded = {
+            r["learning_rate"]
+            for r in read_records(args.results, "sweep")
+            if (r["run"]["model"], r["run"]["size"], r["run"]["tokenizer"]) == (model, args.size, args.tokenizer)
+        }
+        rates = recorded | set(args.learning_rates)
+        if len(rates) < 3:
+            raise SystemExit(
+                f"--learning_rates: {model}'s sweep needs at least three rates; with those recorded it would have "
+                f"{sorted(rates)}"
+            )
 
 
 def score_again(args, argv: list[str]) -> int:

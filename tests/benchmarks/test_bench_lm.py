@@ -316,3 +316,22 @@ def test_a_record_s_command_names_paths_inside_the_repository_from_its_root(tmp_
     assert bench_lm._portable(str(inside)) == "results/lm"
     assert bench_lm._portable(str(tmp_path)) == str(tmp_path)
     assert bench_lm._portable("3e-3") == "3e-3" and bench_lm._portable("results/lm") == "results/lm"
+
+
+def test_a_sweep_is_extended_one_rate_at_a_time_but_never_runs_on_fewer_than_three(tmp_path):
+    """--learning_rates may name one edge rate for a model whose sweep has two or more recorded rates (at the size
+    and tokenizer run); a model whose recorded and given rates are fewer than three is refused, naming them."""
+    for rate in (1e-3, 3e-3):
+        run = {"model": "mamba2", "size": "d128", "tokenizer": "byte"}
+        bench_lm.write_json_atomic(tmp_path / "sweep" / f"mamba2-{rate}.json", {"run": run, "learning_rate": rate})
+
+    def args(models, rates, size="d128"):
+        return SimpleNamespace(models=models, learning_rates=rates, results=tmp_path, size=size, tokenizer="byte")
+
+    bench_lm.check_sweep_size(args(["mamba2"], [3e-2]))
+    bench_lm.check_sweep_size(args(["transformer"], [1e-3, 3e-3, 1e-2]))
+    with pytest.raises(SystemExit, match=r"transformer's sweep needs at least three rates.*\[0\.03\]"):
+        bench_lm.check_sweep_size(args(["mamba2", "transformer"], [3e-2]))
+    with pytest.raises(SystemExit, match="mamba2's sweep"):
+        bench_lm.check_sweep_size(args(["mamba2"], [3e-2], size="d256"))
+    assert bench_lm.parse_args(["--phase", "sweep", "--learning_rates", "3e-2"]).learning_rates == [3e-2]
