@@ -104,16 +104,16 @@ def plot_curves(records: list[dict], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(18, 4.5))
     without_cpu = []
-    for r in sorted(records, key=lambda r: (r["run"]["model"], r["seed"])):
+    for i, r in enumerate(sorted(records, key=lambda r: (r["run"]["model"], r["seed"]))):
         curve = [c for c in r["curve"] if c["step"] > 0]
-        label = f"{r['run']['model']} s{r['seed']}"
+        style = {"label": f"{r['run']['model']} s{r['seed']}", "color": f"C{i % 10}"}  # one colour a run, every panel
         bpb = [c["bpb"] for c in curve]
-        axes[0].plot([c["training_tokens"] / 1e6 for c in curve], bpb, label=label)
-        axes[1].plot([c["train_seconds"] for c in curve], bpb, label=label)
+        axes[0].plot([c["training_tokens"] / 1e6 for c in curve], bpb, **style)
+        axes[1].plot([c["train_seconds"] for c in curve], bpb, **style)
         if all(c.get("train_cpu_seconds") is not None for c in curve):
-            axes[2].plot([c["train_cpu_seconds"] for c in curve], bpb, label=label)
+            axes[2].plot([c["train_cpu_seconds"] for c in curve], bpb, **style)
         else:
-            without_cpu.append(label)
+            without_cpu.append(style["label"])
     axes[0].set_xlabel("training bytes (millions)")
     axes[1].set_xlabel("training seconds, wall clock (one thread, two jobs on two cores)")
     axes[2].set_xlabel("training CPU seconds (one thread)")
@@ -122,7 +122,9 @@ def plot_curves(records: list[dict], path: Path) -> None:
     for ax in axes:
         ax.set_ylabel("test bits per byte (64 blocks)")
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7, ncol=2)
+    for ax in axes[1:]:
+        if ax.lines:
+            ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
