@@ -187,15 +187,16 @@ def head_information(model_dir: Path, task_name: str, words: int = 1024, lengths
     I(state; class) estimated from the counts. Where a run learnt, a few heads carry log2 of an orbit of the group
     (2.32 bits for A5's 5 points, 2.58 for its 6) and the rest ~0; it tells a search that found no such head from a
     readout that missed one. None where `_run_heads` is."""
-    import torch
 
     from hf_ssm.data.state_tracking import get_task
 
     ran = _run_heads(model_dir, task_name, words, lengths)
-    if ran is None:
-        return None
-    states, classes = ran
-    num_classes = get_task(task_name).num_classes
+    return None if ran is None else _bits(*ran, get_task(task_name).num_classes)
+
+
+def _bits(states, classes, num_classes: int) -> list[float]:
+    """head_information's bits from the heads' final states (S, H) and the classes (S,)."""
+    import torch
 
     def entropy(counts: torch.Tensor) -> float:
         p = counts[counts > 0].double() / counts.sum()
@@ -217,12 +218,15 @@ def joint_accuracy(model_dir: Path, task_name: str, heads: list[int], words: int
     `head_information`'s >= 1 bit can still name the class only in part. It reads high where the joint states are
     many and the words few (a state seen once names its class); for a handful of heads 2,048 words are plenty. None
     where `_run_heads` is."""
-    from collections import Counter, defaultdict
 
     ran = _run_heads(model_dir, task_name, words, lengths)
-    if ran is None:
-        return None
-    states, classes = ran
+    return None if ran is None else _joint(*ran, heads)
+
+
+def _joint(states, classes, heads: list[int]) -> float:
+    """joint_accuracy from the heads' final states (S, H) and the classes (S,)."""
+    from collections import Counter, defaultdict
+
     groups = defaultdict(Counter)
     for row, label in zip(states[:, heads].tolist(), classes.tolist(), strict=True):
         groups[tuple(row)][label] += 1
@@ -265,10 +269,13 @@ def run_rung(name: str, task: str, seed: int, runs_dir: Path, resume: bool, thre
 
 def _head_probe(model: Path, task: str) -> dict:
     """What the ladder records of a saved model's heads: head_bits, and joint_accuracy of those with >= 1 bit."""
-    bits = head_information(model, task)
-    if bits is None:
+    from hf_ssm.data.state_tracking import get_task
+
+    ran = _run_heads(model, task, 1024, (64, 256))  # once for both measures: head_information's and joint_accuracy's
+    if ran is None:
         return {"head_bits": None}
-    return {"head_bits": bits, "joint_accuracy": joint_accuracy(model, task, [h for h, b in enumerate(bits) if b >= 1])}
+    bits = _bits(*ran, get_task(task).num_classes)
+    return {"head_bits": bits, "joint_accuracy": _joint(*ran, [h for h, b in enumerate(bits) if b >= 1])}
 
 
 def _pct(x: float) -> str:
