@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import check_pd_inputs, previous_states, resolve_chunk_size, state_gradients, step_where_kept
+from ..checks import check_pd_inputs, into, previous_states, resolve_chunk_size, state_gradients, step_where_kept
 
 
 def _apply_pd(idx: torch.Tensor, dv: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -50,6 +50,9 @@ def _scatter_scan_chunked(idx, dv, b, x0, chunk):
        transition from the chunk start (a PD matrix again: idx_cum <- idx_l[idx_cum], dv_cum <- dv_l[idx_cum] dv_cum);
     2. across chunks: the true state at every chunk start (C sequential steps on (B, H, N));
     3. fix-up: x = A_cum x_start + local, one scatter-add over the whole sequence.
+
+    Every step writes into one (B, C, L, H, N) buffer per quantity (on CPU a fresh tensor per step and a stack at
+    the end cost more than the steps' arithmetic), and the fix-up adds into the local states' buffer.
     """
     batch, steps, heads, n = idx.shape
     chunks = -(-steps // chunk)
@@ -58,28 +61,23 @@ def _scatter_scan_chunked(idx, dv, b, x0, chunk):
     dv = _pad_time(dv, pad, 1.0).view(batch, chunks, chunk, heads, n)
     b = _pad_time(b, pad, 0.0).view(batch, chunks, chunk, heads, n)
 
-    loc = torch.zeros_like(b[:, :, 0])
-    c_idx = torch.arange(n, device=idx.device).expand(batch, chunks, heads, n)
-    c_dv = torch.ones_like(dv[:, :, 0])
-    locals_, cum_idx, cum_dv = [], [], []
-    for step in range(chunk):
-        i_l, d_l = idx[:, :, step], dv[:, :, step]
-        loc = _apply_pd(i_l, d_l, loc) + b[:, :, step]
-        c_dv = d_l.gather(-1, c_idx) * c_dv
-        c_idx = i_l.gather(-1, c_idx)
-        locals_.append(loc)
-        cum_idx.append(c_idx)
-        cum_dv.append(c_dv)
+    local, cum_idx, cum_dv = torch.empty_like(b), torch.empty_like(idx), torch.empty_like(dv)
+    local[:, :, 0], cum_idx[:, :, 0], cum_dv[:, :, 0] = b[:, :, 0], idx[:, :, 0], dv[:, :, 0]
+    rotated = torch.empty_like(b[:, :, 0])
+    for step in range(1, chunk):
+        i_l, d_l, before = idx[:, :, step], dv[:, :, step], cum_idx[:, :, step - 1]
+        into(rotated, torch.mul, d_l, local[:, :, step - 1])
+        local[:, :, step].copy_(b[:, :, step]).scatter_add_(-1, i_l, rotated)  # b + P D x_local
+        into(cum_dv[:, :, step], torch.mul, d_l.gather(-1, before), cum_dv[:, :, step - 1])
+        into(cum_idx[:, :, step], torch.gather, i_l, -1, before)
 
-    starts = []
+    starts = torch.empty_like(b[:, :, 0])  # (B, C, H, N)
     carry = x0
     for c in range(chunks):
-        starts.append(carry)
-        carry = _apply_pd(cum_idx[-1][:, c], cum_dv[-1][:, c], carry) + locals_[-1][:, c]
-    starts = torch.stack(starts, dim=1).unsqueeze(2)  # (B, C, 1, H, N)
+        starts[:, c] = carry
+        carry = _apply_pd(cum_idx[:, c, -1], cum_dv[:, c, -1], carry) + local[:, c, -1]
 
-    local = torch.stack(locals_, dim=2)
-    states = _apply_pd(torch.stack(cum_idx, dim=2), torch.stack(cum_dv, dim=2), starts.expand_as(local)) + local
+    states = local.scatter_add_(-1, cum_idx, cum_dv.mul_(starts.unsqueeze(2)))
     return states.view(batch, chunks * chunk, heads, n)[:, :steps]
 
 
@@ -89,9 +87,12 @@ def _adjoint_scan_chunked(idx, dv, g, chunk):
 
     1. inside each chunk, from its last step back: local adjoints from a zero start after the chunk, and the
        cumulative gather map (ck, cc) with lam_t = local_t + cc_t * lam_next[ck_t], lam_next the adjoint at the
-       next chunk's first step (the transition after a chunk's last step is the next chunk's first);
+       next chunk's first step (the transition after a chunk's last step is the next chunk's first, the identity
+       after the sequence);
     2. across chunks, from the last: lam at every chunk's first step (C sequential steps on (B, H, N));
-    3. fix-up: one gather over the whole sequence.
+    3. fix-up: one gather over the whole sequence, added into the local adjoints' buffer.
+
+    Buffers as in ``_scatter_scan_chunked``.
     """
     batch, steps, heads, n = idx.shape
     chunks = -(-steps // chunk)
@@ -99,30 +100,27 @@ def _adjoint_scan_chunked(idx, dv, g, chunk):
     idx = _pad_index(idx, pad).view(batch, chunks, chunk, heads, n)
     dv = _pad_time(dv, pad, 1.0).view(batch, chunks, chunk, heads, n)
     g = _pad_time(g, pad, 0.0).view(batch, chunks, chunk, heads, n)
-    eye = torch.arange(n, device=idx.device).expand(batch, chunks, heads, n)
-    after_idx = torch.cat([idx[:, 1:, 0], eye[:, :1]], dim=1)  # (B, C, H, N): identity after the sequence
-    after_dv = torch.cat([dv[:, 1:, 0], torch.ones_like(dv[:, :1, 0])], dim=1)
 
-    loc = torch.zeros_like(g[:, :, 0])
-    ck, cc = eye, torch.ones_like(loc)
-    locals_, cum_k, cum_c = [None] * chunk, [None] * chunk, [None] * chunk
-    for step in reversed(range(chunk)):
-        k_n, c_n = (idx[:, :, step + 1], dv[:, :, step + 1]) if step + 1 < chunk else (after_idx, after_dv)
-        c_n = c_n.conj()
-        loc = c_n * loc.gather(-1, k_n) + g[:, :, step]
-        cc = c_n * cc.gather(-1, k_n)
-        ck = ck.gather(-1, k_n)
-        locals_[step], cum_k[step], cum_c[step] = loc, ck, cc
+    local, ck, cc = torch.empty_like(g), torch.empty_like(idx), torch.empty_like(dv)
+    last = chunk - 1
+    local[:, :, last] = g[:, :, last]
+    ck[:, :-1, last], cc[:, :-1, last] = idx[:, 1:, 0], dv[:, 1:, 0].conj()
+    ck[:, -1, last], cc[:, -1, last] = torch.arange(n, device=idx.device), 1.0
+    gathered = torch.empty_like(g[:, :, 0])
+    for step in reversed(range(last)):
+        k_n, c_n = idx[:, :, step + 1], dv[:, :, step + 1].conj()
+        into(gathered, torch.mul, c_n, local[:, :, step + 1].gather(-1, k_n))
+        into(local[:, :, step], torch.add, gathered, g[:, :, step])
+        into(cc[:, :, step], torch.mul, c_n, cc[:, :, step + 1].gather(-1, k_n))
+        into(ck[:, :, step], torch.gather, ck[:, :, step + 1], -1, k_n)
 
-    starts = [None] * chunks
-    carry = torch.zeros_like(loc[:, 0])
+    starts = torch.empty_like(g[:, :, 0])  # (B, C, H, N)
+    carry = torch.zeros_like(starts[:, 0])
     for c in reversed(range(chunks)):
-        starts[c] = carry
-        carry = cum_c[0][:, c] * carry.gather(-1, cum_k[0][:, c]) + locals_[0][:, c]
-    starts = torch.stack(starts, dim=1).unsqueeze(2)  # (B, C, 1, H, N)
+        starts[:, c] = carry
+        carry = cc[:, c, 0] * carry.gather(-1, ck[:, c, 0]) + local[:, c, 0]
 
-    local = torch.stack(locals_, dim=2)
-    out = torch.stack(cum_c, dim=2) * starts.expand_as(local).gather(-1, torch.stack(cum_k, dim=2)) + local
+    out = local.add_(cc.mul_(starts.unsqueeze(2).expand_as(local).gather(-1, ck)))
     return out.view(batch, chunks * chunk, heads, n)[:, :steps]
 
 
