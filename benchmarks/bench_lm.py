@@ -4,8 +4,9 @@ Every model trains under one protocol (PROTOCOL below): one corpus (by default t
 `python_stdlib`, hf_ssm/data/python_stdlib.py; or one's own files, below), the byte tokenizer, the same data order,
 token budget, schedule and context (512), and a parameter count within 10 % of the package's attention-only
 Transformer (each model's width knob is searched and the counts printed). Models (MODELS): the package's
-attention-only stack (`transformer`) and transformers' Qwen2ForCausalLM (`qwen2`); the package's hybrids with
-PD-SSM, BD-LRU, the diagonal LRU and LrcSSM layers between attention layers (`SASA`), PD-SSM also as the
+attention-only stack (`transformer`; `transformer_qkv_bias` with Qwen2's q / k / v biases) and transformers'
+Qwen2ForCausalLM (`qwen2`); the package's hybrids with PD-SSM, BD-LRU, the diagonal LRU and LrcSSM layers between
+attention layers (`SASA`), PD-SSM also as the
 state-tracking `hybrid_block` recipe's layer (`pd_ssm_tracker`: direct transitions, the pure automaton, C the frozen
 identity); transformers' Mamba2ForCausalLM (`mamba2`) and Qwen3-Next with dense MLPs and layer types
 linear_attention (Gated DeltaNet), full_attention, linear_attention, full_attention (`gated_deltanet`), both on
@@ -179,6 +180,10 @@ def _mlp_values(d: int) -> tuple:
 MODELS = {
     "transformer": ModelSpec(lambda s, k, v: _hf_ssm("AAAA", None, s, k, v), "intermediate_size", (), True),
     "qwen2": ModelSpec(_qwen2, "intermediate_size", (), True),
+    # the package's stack with Qwen2's q / k / v biases, its one difference in parameters from `qwen2` (1,536 at d128)
+    "transformer_qkv_bias": ModelSpec(
+        lambda s, k, v: _hf_ssm("AAAA", None, s, k, v, attention_bias=True), "intermediate_size", (), True
+    ),
     "pd_ssm": ModelSpec(lambda s, k, v: _hf_ssm("SASA", "pd_ssm", s, k, v), "intermediate_size", ()),
     "pd_ssm_tracker": ModelSpec(_pd_ssm_tracker, "intermediate_size", ()),
     "bd_lru": ModelSpec(lambda s, k, v: _hf_ssm("SASA", "bd_lru", s, k, v), "intermediate_size", ()),
