@@ -123,9 +123,20 @@ def run_record(results: dict, recipe: str, run: str, overrides: dict | None = No
 
 
 def recipe_overrides(settings: dict, recipe: str) -> dict:
-    """The entries of a run's settings.json content that differ from what `recipe` alone gives."""
-    base = {**vars(StateTrackingSettings()), **resolve_settings(recipe, {})}
-    return {k: v for k, v in settings.items() if k not in NOT_OVERRIDES and base.get(k) != v}
+    """The entries of a run's settings.json content that differ from what `recipe` alone gives, so that
+    `resolve_settings(recipe, {**the record's task, mixer, seed and generators, **overrides})` gives the run's
+    settings back.
+
+    A value the recipe derives from others (d = 2 H N, a warm-up fraction, W_P's rate) is listed also where it equals
+    the recipe's own but what it derives from changed: 64 heads at hidden_size 512 under `hybrid_block`, whose 32
+    heads give 512 and whose 64 would give 1,024."""
+    defaults = vars(StateTrackingSettings())
+    base = {**defaults, **resolve_settings(recipe, {})}
+    overrides = {k: v for k, v in settings.items() if k not in NOT_OVERRIDES and base.get(k) != v}
+    keys = {k: settings[k] for k in NOT_OVERRIDES - {"recipe"} if k in settings}  # the record's own fields
+    resolved = {**defaults, **resolve_settings(recipe, {**keys, **overrides})}
+    overrides.update((k, v) for k, v in settings.items() if k not in NOT_OVERRIDES and resolved.get(k) != v)
+    return overrides
 
 
 def run_records(results: dict, run_dir: str | Path, recipe: str) -> list[dict]:
