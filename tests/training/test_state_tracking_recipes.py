@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from hf_ssm.data.state_tracking import last_token_correct, supervised_labels
 from hf_ssm.training.optimization import build_optimizer, build_scheduler
 from hf_ssm.training.state_tracking.driver import build_model, length_buckets
 from hf_ssm.training.state_tracking.recipes import resolve_settings
-from hf_ssm.training.state_tracking.results import run_record, update_summary_json
+from hf_ssm.training.state_tracking.results import recipe_overrides, run_record, update_summary_json
 from hf_ssm.training.state_tracking.settings import StateTrackingSettings
 from model_checks import load_script, run_script
 
@@ -128,6 +129,24 @@ def test_an_explicit_recipe_applies_to_every_mixer(monkeypatch, tmp_path):
     assert (pd_ssm.mixer, pd_ssm.recipe, pd_ssm.block_type) == ("pd_ssm", "residual", "pre_norm_residual")
     (diag_lru,) = _driver_settings(monkeypatch, tmp_path / "b", "--mixer", "diag_lru", "--recipe", "table")
     assert (diag_lru.recipe, diag_lru.block_type, diag_lru.embedding_init) == ("table", "mixer_only", "one_hot")
+
+
+@pytest.mark.parametrize(
+    ("recipe", "explicit"),
+    [
+        ("hybrid_block", {"num_heads": 64, "hidden_size": 512}),  # 512 is also the recipe's own d (32 heads)
+        ("hybrid_block", {"num_heads": 16}),  # d follows: 256
+        ("paper", {"max_steps": 50}),  # the warm-up follows: 5
+        ("table", {"learning_rate": 3e-3, "num_heads": 8, "hidden_size": 256}),
+    ],
+)
+def test_a_records_overrides_give_its_settings_back(recipe, explicit):
+    """recipe_overrides lists every value that resolve_settings(recipe, overrides) needs to give the run's settings
+    back, a value the recipe derives (d = 2 H N, the warm-up) included where it kept the recipe's own number."""
+    settings = asdict(StateTrackingSettings(**resolve_settings(recipe, {"task": "a5", **explicit})))
+    overrides = recipe_overrides(settings, recipe)
+    keys = {k: settings[k] for k in ("task", "mixer", "seed", "num_generators")}  # a record's own fields
+    assert asdict(StateTrackingSettings(**resolve_settings(recipe, {**keys, **overrides}))) == settings
 
 
 def test_explicit_values_override_the_recipe_and_the_warmup_follows_max_steps():
