@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 import torch
@@ -131,6 +132,37 @@ def test_an_explicit_recipe_applies_to_every_mixer(monkeypatch, tmp_path):
     assert (diag_lru.recipe, diag_lru.block_type, diag_lru.embedding_init) == ("table", "mixer_only", "one_hot")
 
 
+def test_hybrid_block_wide_is_hybrid_block_with_the_recorded_runs_flags():
+    """--recipe hybrid_block_wide resolves to the settings of the runs in hybrid_block_h64c512.json (hybrid_block
+    with `--learning_rate 1e-2 --num_heads 64 --hidden_size 512 --extra_config pd_ssm_output_init=normal`), the recipe
+    name apart, and builds 64 heads of N = 8 read through a frozen random C (1,024 -> 512) with W_P at 1e-2 / sqrt(d)."""
+    flags = {
+        "learning_rate": 1e-2,
+        "num_heads": 64,
+        "hidden_size": 512,
+        "extra_config": {"pd_ssm_output_init": "normal"},
+    }
+    wide = resolve_settings("hybrid_block_wide", {"task": "a5"})
+    assert wide == {**resolve_settings("hybrid_block", {"task": "a5", **flags}), "recipe": "hybrid_block_wide"}
+    records = json.loads(
+        (Path(__file__).resolve().parents[2] / "results/state_tracking/hybrid_block_h64c512.json").read_text()
+    )
+    for record in records:  # what each recorded run trained, by its recipe and overrides
+        recorded = resolve_settings(record["recipe"], {"task": "a5", **record["overrides"]})
+        assert {**recorded, "recipe": "hybrid_block_wide"} == {**wide, "recipe": "hybrid_block_wide"}
+    settings = StateTrackingSettings(**wide)
+    settings.validate()
+    model = build_model(settings)
+    mixer = model.model.layers[0].mixer
+    assert (model.config.pd_ssm_num_heads, model.config.hidden_size) == (64, 512)
+    assert mixer.out_proj.weight.shape == (512, 1024) and not mixer.out_proj.weight.requires_grad
+    assert 0.015 < mixer.out_proj.weight.std().item() < 0.025  # N(0, 0.02^2), not the identity
+    groups = build_optimizer(model, settings).param_groups
+    (w_p,) = [g for g in groups if any(p is mixer.transition_proj.weight for p in g["params"])]
+    assert w_p["lr"] == pytest.approx(1e-2 * 512**-0.5, rel=1e-5)
+    assert {g["lr"] for g in groups if g is not w_p} == {1e-2}
+
+
 @pytest.mark.parametrize(
     ("recipe", "explicit"),
     [
@@ -157,7 +189,7 @@ def test_explicit_values_override_the_recipe_and_the_warmup_follows_max_steps():
     assert paper_settings(max_steps=50, warmup_steps=7).warmup_steps == 7
     with pytest.raises(
         ValueError,
-        match=r"`recipe` must be one of \['table', 'table_wide', 'table_curriculum', 'table_forced', 'hybrid', 'hybrid_block', 'hybrid_recall'",
+        match=r"`recipe` must be one of \['table', 'table_wide', 'table_curriculum', 'table_forced', 'hybrid', 'hybrid_block', 'hybrid_block_wide', 'hybrid_recall'",
     ):
         resolve_settings("papers", {})
 
@@ -175,7 +207,7 @@ def test_bad_recipe_exits_with_code_2_naming_the_accepted_values(tmp_path):
     assert result.returncode == 2
     assert (
         "--recipe: invalid choice: 'authors'" in result.stderr
-        and "'table', 'table_wide', 'table_curriculum', 'table_forced', 'hybrid', 'hybrid_block', 'hybrid_recall', 'residual', "
+        and "'table', 'table_wide', 'table_curriculum', 'table_forced', 'hybrid', 'hybrid_block', 'hybrid_block_wide', 'hybrid_recall', 'residual', "
         "'residual_narrow', 'direct', 'paper'"
         in result.stderr
     )

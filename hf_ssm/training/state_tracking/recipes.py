@@ -38,6 +38,10 @@ other mixer `residual` (the baselines). An explicit `--recipe` applies to every 
   W_P, which trains at 1e-2 / sqrt(d) (`pd_ssm_transition_lr_scale` follows the rate and the width:
   `transition_lr_scale`): behind the RMSNorm W_P reads sqrt(d) e_v, so its init scale is 1 and a full step would move
   its entries sqrt(d) times as far as `table`'s. First runs only (`restarts` 1).
+- `hybrid_block_wide`: `hybrid_block` with 64 heads of N = 8 read through a frozen random C (N(0, 0.02^2), 1,024 ->
+  d = 512, so the block keeps its width and step time) and every rate at 1e-2 (W_P still at 1e-2 / sqrt(d)). The
+  breadth of the search that `hybrid_block` lacks: its failed seeds stop with one to three heads on automata whose
+  joint state does not name the element (docs/design.md §8.8).
 - `hybrid_recall`: `hybrid` on multi-query associative recall at the claim's sizes: 256 tokens (127 keys, 127
   values), training on 4-80 pairs, test buckets 16-80 pairs (the last 65-80), no far lengths (the length is
   fixed); Adam at 3e-3 after 50 warm-up steps, cosine decay, gradient clipping at 1, at most 3,000 steps,
@@ -215,6 +219,13 @@ RECIPES: dict[str, dict] = {
     },
     "hybrid": _HYBRID,
     "hybrid_block": _HYBRID_BLOCK,
+    "hybrid_block_wide": {  # twice the heads, read through a frozen random C back to d = 512, everything at 1e-2
+        **_HYBRID_BLOCK,
+        "num_heads": 64,
+        "hidden_size": 512,  # C: 2 H N = 1,024 -> 512, frozen at N(0, 0.02^2): the block's width and step time stay
+        "learning_rate": 1e-2,
+        "extra_config": {**_HYBRID_BLOCK["extra_config"], "pd_ssm_output_init": "normal"},
+    },
     "hybrid_recall": {
         **_HYBRID,
         **_MQAR,  # the claim's sizes are mqar's own task settings
@@ -296,7 +307,7 @@ SQUARE_OUTPUT_RECIPES = frozenset(
 )
 # Recipes whose W_P learns at TRANSITION_RATE / sqrt(d) whatever their own rate and width (transition_lr_scale),
 # unless pd_ssm_transition_lr_scale is given.
-TRANSITION_STEP_RECIPES = frozenset({"hybrid_block"})
+TRANSITION_STEP_RECIPES = frozenset({"hybrid_block", "hybrid_block_wide"})
 # Warm-up as a fraction of max_steps, per recipe (None: the `warmup_steps` value as it stands); a recipe with a
 # fraction sets its own max_steps (an explicit --max_steps overrides it).
 WARMUP_FRACTIONS: dict[str, float] = {"paper": 0.1}
