@@ -146,6 +146,10 @@ def rung_arguments(name: str, task: str, seed: int, variants: tuple[str, ...] = 
     return args
 
 
+# The heads' probe: random words per length, and the lengths (head_information, joint_accuracy and the ladder's record)
+PROBE_WORDS, PROBE_LENGTHS = 1024, (64, 256)
+
+
 def _run_heads(model_dir: Path, task_name: str, words: int, lengths) -> tuple | None:
     """(final states (S, H) of every PD-SSM head of layer 0 run as the automaton its transitions' column argmax makes,
     from x_0, on `words` random words of each length (seed 0); their classes (S,)), or None unless layer 0 is a PD-SSM
@@ -182,7 +186,9 @@ def _run_heads(model_dir: Path, task_name: str, words: int, lengths) -> tuple | 
     return torch.cat(states), torch.tensor(classes)
 
 
-def head_information(model_dir: Path, task_name: str, words: int = 1024, lengths=(64, 256)) -> list[float] | None:
+def head_information(
+    model_dir: Path, task_name: str, words: int = PROBE_WORDS, lengths=PROBE_LENGTHS
+) -> list[float] | None:
     """Bits that each PD-SSM head's hard state carries about the task's class after a random word (`_run_heads`),
     I(state; class) estimated from the counts. Where a run learnt, a few heads carry log2 of an orbit of the group
     (2.32 bits for A5's 5 points, 2.58 for its 6) and the rest ~0; it tells a search that found no such head from a
@@ -211,7 +217,7 @@ def _bits(states, classes, num_classes: int) -> list[float]:
     return bits
 
 
-def joint_accuracy(model_dir: Path, task_name: str, heads: list[int], words: int = 1024, lengths=(64, 256)):
+def joint_accuracy(model_dir: Path, task_name: str, heads: list[int], words: int = PROBE_WORDS, lengths=PROBE_LENGTHS):
     """How well `heads` together name the class: the share of random words (`_run_heads`) whose class is the most
     common class of their joint state, 1.0 where the joint state determines the class. Faithful heads can overlap
     (on A5, two heads whose images determine each other add nothing to one), so several heads of
@@ -271,7 +277,7 @@ def _head_probe(model: Path, task: str) -> dict:
     """What the ladder records of a saved model's heads: head_bits, and joint_accuracy of those with >= 1 bit."""
     from hf_ssm.data.state_tracking import get_task
 
-    ran = _run_heads(model, task, 1024, (64, 256))  # once for both measures: head_information's and joint_accuracy's
+    ran = _run_heads(model, task, PROBE_WORDS, PROBE_LENGTHS)  # once for both measures
     if ran is None:
         return {"head_bits": None}
     bits = _bits(*ran, get_task(task).num_classes)
