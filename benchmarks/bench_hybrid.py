@@ -37,6 +37,7 @@ from torch import nn
 from transformers import LogitsProcessor, LogitsProcessorList, Qwen2Config, Qwen2ForCausalLM
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
+from hf_ssm.modeling import PAPER_PD_SSM_LAYER
 from hf_ssm.training.cli import refuse_options
 from hf_ssm.training.legacy_settings import RENAMED_OPTIONS
 
@@ -63,7 +64,7 @@ def build_models(seed: int = 0):
         bos_token_id=None,
     )
     torch.manual_seed(seed)
-    hybrid = HybridSSMForCausalLM(HybridSSMConfig(mixers="SASA", **common))
+    hybrid = HybridSSMForCausalLM(HybridSSMConfig(mixers="SASA", **PAPER_PD_SSM_LAYER, **common))
     torch.manual_seed(seed)
     qwen = Qwen2ForCausalLM(Qwen2Config(**common))
     return {"hybrid": hybrid, "qwen2": qwen}

@@ -110,10 +110,12 @@ def make_mixer_problem(family, batch, steps, heads, n, k, device):
     or None where this version has no bank mode."""
     import torch
 
+    import hf_ssm.modeling
     from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
 
     transition = MIXER_FAMILIES[family]
-    extra = {}
+    # the paper's layer, where this version's defaults are another (older versions: their defaults are that layer)
+    extra = dict(getattr(hf_ssm.modeling, "PAPER_PD_SSM_LAYER", {}))
     if getattr(HybridSSMConfig(), "pd_ssm_transition", None) is not None:
         extra["pd_ssm_transition"] = transition
     elif transition != "dictionary":
@@ -127,11 +129,9 @@ def make_mixer_problem(family, batch, steps, heads, n, k, device):
             intermediate_size=4 * heads * n,
             num_hidden_layers=1,
             mixers=["pd_ssm"],
-            pd_ssm_num_heads=heads,
-            pd_ssm_head_state_size=n,
             pd_ssm_dict_size=k,
             scan_backend=backend,
-            **extra,
+            **{**extra, "pd_ssm_num_heads": heads, "pd_ssm_head_state_size": n},
         )
         mixers.append(HybridSSMForCausalLM(config).model.layers[0].mixer.to(device))
     u = torch.randn(batch, steps, heads * n, device=device, requires_grad=True)

@@ -8,7 +8,8 @@ attention-only stack (`transformer`; `transformer_qkv_bias` with Qwen2's q / k /
 Qwen2ForCausalLM (`qwen2`); the package's hybrids with PD-SSM, BD-LRU, the diagonal LRU and LrcSSM layers between
 attention layers (`SASA`), PD-SSM also as the
 state-tracking `hybrid_block` recipe's layer (`pd_ssm_tracker`: direct transitions, the pure automaton, C the frozen
-identity); transformers' Mamba2ForCausalLM (`mamba2`) and Qwen3-Next with dense MLPs and layer types
+identity) and as HybridSSMConfig's own default layer (`pd_ssm_default`, the state tracker; `pd_ssm` is the paper's
+layer, the presets'); transformers' Mamba2ForCausalLM (`mamba2`) and Qwen3-Next with dense MLPs and layer types
 linear_attention (Gated DeltaNet), full_attention, linear_attention, full_attention (`gated_deltanet`), both on
 their torch paths where their optional CUDA kernels (mamba-ssm / causal-conv1d, flash-linear-attention) are not
 installed.
@@ -125,6 +126,18 @@ def _pd_ssm_tracker(size: dict, mlp: int, vocab: int):
     return _hf_ssm("SASA", "pd_ssm", size, mlp, vocab, **layer)
 
 
+def _pd_ssm_default(size: dict, mlp: int, vocab: int):
+    """SASA with HybridSSMConfig's own PD-SSM layer (the state tracker of docs/design.md §8.8: direct transitions,
+    the pure automaton, a frozen random C, W_P at 1 / sqrt(d) of the swept rate) at heads of N = 8 filling d: its
+    default 64 heads would need a W_P of 64 N^2 d weights per layer, more than the whole parameter budget at d = 128."""
+    from hf_ssm import HybridSSMConfig
+    from hf_ssm.modeling import PAPER_PD_SSM_LAYER
+
+    d, n = size["hidden_size"], HybridSSMConfig.pd_ssm_head_state_size
+    defaults = {key: getattr(HybridSSMConfig, key) for key in PAPER_PD_SSM_LAYER}  # the fields the presets pin
+    return _hf_ssm("SASA", "pd_ssm", size, mlp, vocab, **{**defaults, "pd_ssm_num_heads": d // (2 * n)})
+
+
 def _qwen2(size: dict, mlp: int, vocab: int):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -186,6 +199,7 @@ MODELS = {
     ),
     "pd_ssm": ModelSpec(lambda s, k, v: _hf_ssm("SASA", "pd_ssm", s, k, v), "intermediate_size", ()),
     "pd_ssm_tracker": ModelSpec(_pd_ssm_tracker, "intermediate_size", ()),
+    "pd_ssm_default": ModelSpec(_pd_ssm_default, "intermediate_size", ()),
     "bd_lru": ModelSpec(lambda s, k, v: _hf_ssm("SASA", "bd_lru", s, k, v), "intermediate_size", ()),
     "diag_lru": ModelSpec(lambda s, k, v: _hf_ssm("SASA", "diag_lru", s, k, v), "intermediate_size", ()),
     "lrc_ssm": ModelSpec(lambda s, k, v: _hf_ssm("SASA", "lrc_ssm", s, k, v), "intermediate_size", ()),

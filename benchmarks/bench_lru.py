@@ -22,6 +22,7 @@ import torch
 from bench_common import wall_times
 
 from hf_ssm import HybridSSMConfig
+from hf_ssm.modeling import PAPER_PD_SSM_LAYER
 from hf_ssm.modeling.modeling_hybrid_ssm import SSM_MIXER_CLASSES
 from hf_ssm.ops.block import block_scan, companion_matrices, reference
 from hf_ssm.training.cli import refuse_options
@@ -53,14 +54,13 @@ def cpu_name() -> str:
 
 def make_mixer(name: str, m: int | None, hidden: int, width: int) -> torch.nn.Module:
     config = HybridSSMConfig(
+        **{**PAPER_PD_SSM_LAYER, "pd_ssm_num_heads": 4, "pd_ssm_head_state_size": width // 4},  # the paper's layer
         hidden_size=hidden,
         num_attention_heads=4,
         mixers=[name],
         num_hidden_layers=1,
         lru_total_state_size=width,
         lru_group_size=m or 1,
-        pd_ssm_num_heads=4,
-        pd_ssm_head_state_size=width // 4,
     )
     return SSM_MIXER_CLASSES[name](config, 0)
 

@@ -34,6 +34,7 @@ import torch
 from bench_common import peak_rss_rise
 
 from hf_ssm import HybridSSMConfig
+from hf_ssm.modeling import PAPER_PD_SSM_LAYER
 from hf_ssm.modeling.modeling_hybrid_ssm import SSM_MIXER_CLASSES
 from hf_ssm.ops.pd import GeneratedOp
 from hf_ssm.training.cli import refuse_options
@@ -77,17 +78,17 @@ def verdict(label: str, ratio: float) -> str:
 
 
 def make_mixer(kind: str, overrides: dict, d: int, k: int) -> torch.nn.Module:
+    """One layer of `kind`; PD-SSM as the paper's layer (PAPER_PD_SSM_LAYER), one head of N = d, with `overrides`."""
+    fields = {**PAPER_PD_SSM_LAYER, "pd_ssm_num_heads": 1, "pd_ssm_head_state_size": d, **overrides}
     config = HybridSSMConfig(
         hidden_size=d,
         num_attention_heads=4,
         mixers=[kind],
         num_hidden_layers=1,
-        pd_ssm_num_heads=1,
-        pd_ssm_head_state_size=d,
         pd_ssm_dict_size=k,
         lru_total_state_size=2 * d,
         scan_backend="torch",
-        **overrides,
+        **fields,
     )
     torch.manual_seed(0)
     return SSM_MIXER_CLASSES[kind](config, 0)

@@ -43,6 +43,7 @@ from bench_common import load_average, peak_rss_rise, run_record
 from torch.nn.attention import SDPBackend
 
 from hf_ssm import HybridSSMConfig
+from hf_ssm.modeling import PAPER_PD_SSM_LAYER
 from hf_ssm.modeling.mixer_registry import ATTENTION, mixer_names, mixer_spec, width_matched_fields
 from hf_ssm.modeling.modeling_hybrid_ssm import HybridSSMModel
 from hf_ssm.training.cli import refuse_options
@@ -97,8 +98,10 @@ def build_cases(hidden_size: int, wanted: list[str] | None) -> list[Case]:
 
 
 def build_layer(case: Case, args: argparse.Namespace, max_length: int) -> HybridSSMModel:
-    """A one-layer model around the mixer only (its embedding is not used), initialised like any model."""
+    """A one-layer model around the mixer only (its embedding is not used), initialised like any model; PD-SSM as
+    the paper's layer (PAPER_PD_SSM_LAYER) with the case's transition."""
     config = HybridSSMConfig(
+        **{**PAPER_PD_SSM_LAYER, **case.fields},
         vocab_size=2,
         hidden_size=args.hidden_size,
         num_attention_heads=args.heads,
@@ -109,7 +112,6 @@ def build_layer(case: Case, args: argparse.Namespace, max_length: int) -> Hybrid
         scan_backend=args.scan_backend,
         use_cache=False,
         attn_implementation="sdpa",
-        **case.fields,
     )
     torch.manual_seed(0)
     model = HybridSSMModel(config).to(args.device)

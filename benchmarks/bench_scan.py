@@ -23,6 +23,7 @@ import torch
 from bench_common import print_table_head, wall_times
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
+from hf_ssm.modeling import PAPER_PD_SSM_LAYER
 from hf_ssm.ops.checks import default_chunk_size
 from hf_ssm.ops.pd import pd_scan, reference
 from hf_ssm.ops.pd.reference import pd_to_dense
@@ -168,7 +169,7 @@ def bench_models(steps_list, batch, repeats):
         max_position_embeddings=8192,
         attn_implementation="sdpa",
     )
-    hybrid_cfg = HybridSSMConfig(**common, mixers="SASA")
+    hybrid_cfg = HybridSSMConfig(**common, **PAPER_PD_SSM_LAYER, mixers="SASA")
     qwen_cfg = Qwen2Config(**common, num_key_value_heads=heads)
     rows = []
     for steps in steps_list:

@@ -76,14 +76,8 @@ def count_parameters(config) -> int:
 
     from .modeling import HybridSSMConfig, HybridSSMForCausalLM
 
-    if isinstance(config, dict):
-        fields = {
-            k: v
-            for k, v in config.items()
-            if k not in ("architectures", "auto_map", "transformers_version", "layer_types")
-        }
-        fields.pop("model_type", None)
-        config = HybridSSMConfig(**fields)
+    if isinstance(config, dict):  # a saved config.json: loaded as from_pretrained loads it (older fields included)
+        config = HybridSSMConfig.from_dict({k: v for k, v in config.items() if k != "auto_map"})
     with torch.device("meta"):
         model = HybridSSMForCausalLM(config)
     return sum(p.numel() for p in model.parameters())

@@ -20,7 +20,7 @@ script takes them from the tokenizer.
 
 from __future__ import annotations
 
-from .modeling import HybridSSMConfig
+from .modeling import PAPER_PD_SSM_LAYER, HybridSSMConfig
 from .modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS
 
 # size: (d, SwiGLU width, layers, attention heads, key-value heads, positions, PD-SSM heads, PD-SSM N per head)
@@ -32,9 +32,12 @@ _SIZE_ROWS = {
 
 
 def _size_fields(d, mlp, layers, heads, kv_heads, positions, pd_heads, pd_state) -> dict:
-    """The config fields of one size. The rules every size follows: PD-SSM's dictionary has K = N matrices,
-    the LRU and LRC mixers keep a state of d real numbers, the block LRUs in groups of 4."""
+    """The config fields of one size. The rules every size follows: PD-SSM is the paper's layer
+    (PAPER_PD_SSM_LAYER: it models text better than the config's default, the state tracker; RESULTS.md §4) with a
+    dictionary of K = N matrices, the LRU and LRC mixers keep a state of d real numbers, the block LRUs in groups
+    of 4."""
     return {
+        **PAPER_PD_SSM_LAYER,
         "hidden_size": d,
         "intermediate_size": mlp,
         "num_hidden_layers": layers,

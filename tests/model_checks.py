@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
+from hf_ssm.modeling import PAPER_PD_SSM_LAYER
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository (tests/ sits at its top)
 SCRIPTS = ROOT / "scripts"
@@ -27,9 +28,12 @@ BENCHMARKS = ROOT / "benchmarks"
 
 
 def tiny_config(mixers: str | list[str], **overrides) -> HybridSSMConfig:
-    """A small hybrid config; `mixers` is a pattern string or a list of mixer names."""
+    """A small hybrid config; `mixers` is a pattern string or a list of mixer names. PD-SSM is the paper's layer
+    (PAPER_PD_SSM_LAYER: dictionary, complex D, B, D_skip, C trained), the path with every part; the default layer
+    has its own tests (tests/models/test_pd_ssm_defaults.py)."""
     layers = len(mixers)
     settings = dict(
+        **PAPER_PD_SSM_LAYER,
         vocab_size=37,
         hidden_size=32,
         intermediate_size=64,
@@ -37,10 +41,9 @@ def tiny_config(mixers: str | list[str], **overrides) -> HybridSSMConfig:
         num_attention_heads=4,
         num_key_value_heads=2,
         mixers=mixers,
-        pd_ssm_num_heads=2,
-        pd_ssm_head_state_size=5,
         pd_ssm_dict_size=4,
     )
+    settings.update(pd_ssm_num_heads=2, pd_ssm_head_state_size=5)
     settings.update(overrides)
     return HybridSSMConfig(**settings)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..modeling import SSM_MIXER_CLASSES, HybridSSMConfig
+from ..modeling import PAPER_PD_SSM_LAYER, SSM_MIXER_CLASSES, HybridSSMConfig
 from ..modeling.attention import HybridSSMRMSNorm
 from .config import SSMAdapterConfig
 
@@ -42,9 +42,10 @@ def set_input_statistics(adapter: nn.Module, features: torch.Tensor) -> None:
 
 
 def mixer_config(config: SSMAdapterConfig, hidden_size: int) -> HybridSSMConfig:
-    """The one-layer HybridSSMConfig the adapter's mixer is built from."""
+    """The one-layer HybridSSMConfig the adapter's mixer is built from: a PD-SSM adapter starts from the paper's
+    layer (PAPER_PD_SSM_LAYER, the config's defaults when the adapters were designed), then its own settings."""
     near_identity = config.near_identity_init and config.mixer == "pd_ssm"
-    settings = {**(PD_NEAR_IDENTITY_SETTINGS if near_identity else {}), **config.mixer_settings}
+    settings = {**PAPER_PD_SSM_LAYER, **(PD_NEAR_IDENTITY_SETTINGS if near_identity else {}), **config.mixer_settings}
     return HybridSSMConfig(
         vocab_size=1,  # unused: the mixer never sees token ids
         hidden_size=hidden_size,

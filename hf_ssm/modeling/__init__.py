@@ -1,6 +1,6 @@
 """Portable Hugging Face modeling code (copied next to checkpoints for trust_remote_code loading)."""
 
-from .configuration_hybrid_ssm import HybridSSMConfig
+from .configuration_hybrid_ssm import PAPER_PD_SSM_LAYER, HybridSSMConfig
 from .mixer_registry import MixerSpec, mixer_names, mixer_spec, register_mixer, unregister_mixer
 from .modeling_hybrid_ssm import (
     SSM_MIXER_CLASSES,
@@ -13,6 +13,7 @@ from .modeling_hybrid_ssm import (
 from .modeling_timeseries import HybridSSMForTimeSeriesClassification
 
 __all__ = [
+    "PAPER_PD_SSM_LAYER",
     "SSM_MIXER_CLASSES",
     "HybridSSMConfig",
     "HybridSSMForCausalLM",

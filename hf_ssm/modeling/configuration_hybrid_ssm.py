@@ -58,6 +58,24 @@ WEIGHT_MEANING_FIELDS = (
     "classifier_pooling",
 )
 ALLOW_WEIGHT_MEANING_CHANGE = "allow_weight_meaning_change"
+# The paper's PD-SSM layer (docs/design.md §4), the config's PD-SSM defaults until the state tracker of §8.8 took
+# their place: a dictionary of K matrices mixed per token, complex D, b_t = B u_t, x_0 = 0, D_skip u_t added to the
+# output, C trained, one head of N = 16. `HybridSSMConfig(**PAPER_PD_SSM_LAYER, ...)` builds it (the language-model
+# presets, the adapters and the state-tracking recipes start from it). A saved config.json lacks a field only if it
+# was saved before the field existed, when the field's default was this value: `from_dict` loads it so.
+PAPER_PD_SSM_LAYER = {
+    "pd_ssm_num_heads": 1,
+    "pd_ssm_head_state_size": 16,
+    "pd_ssm_transition": "dictionary",
+    "pd_ssm_diagonal": "complex",
+    "pd_ssm_initial_state": "zeros",
+    "pd_ssm_input": "projection",
+    "pd_ssm_output_skip": True,
+    "pd_ssm_output_trainable": True,
+    "pd_ssm_transition_lr_scale": 1.0,
+}
+# A key every saved config.json carries (PretrainedConfig.to_dict), and a hand-written dict of fields does not.
+SAVED_CONFIG_KEY = "transformers_version"
 
 # Cache layer type of each mixer kind, as transformers' DynamicCache(config=...) understands them:
 # attention keeps keys/values, an SSM layer only its recurrent state.
@@ -191,19 +209,28 @@ class HybridSSMConfig(PretrainedConfig):
             Also `B` bd_lru, `H` h_lru, `D` diag_lru, `T` lstm (each mixer's letter is in its mixer_registry.py
             declaration).
         ssm_mixer: the mixer that `S` stands for.
-        pd_ssm_num_heads: PD-SSM heads H (each with its own state of N complex numbers).
-        pd_ssm_head_state_size: N, the state size of each PD-SSM head (a layer's state is H x N complex numbers).
+
+        The PD-SSM defaults are the state tracker of docs/design.md §8.8 (the `hybrid_block_wide` recipe's layer,
+        which learns A5 inside a residual stack with attention): 64 automaton heads of N = 8 whose transitions are
+        read off the normed input (`direct`), D = 1, no input map (x_t = P_t ... P_1 e_0), read through a frozen
+        random C, W_P trained at 1 / sqrt(d) of the model's rate (`hf_ssm.parameter_groups`). The paper's layer
+        (dictionary, complex D, b_t = B u_t) is `PAPER_PD_SSM_LAYER`; checkpoints saved under the old defaults load
+        with them (`from_dict`).
+        pd_ssm_num_heads: PD-SSM heads H (each with its own state of N complex numbers; default 64).
+        pd_ssm_head_state_size: N, the state size of each PD-SSM head (a layer's state is H x N complex numbers;
+            default 8).
         pd_ssm_dict_size: PD-SSM dictionary size K of the transition generator.
         pd_ssm_temperature: straight-through softmax temperature tau of the P generator.
         pd_ssm_mlp_width: hidden width of the magnitude and phase MLPs (default 2N).
         pd_ssm_magnitude_bias_init / pd_ssm_phase_bias_init: initial output biases of the magnitude and phase MLPs,
             i.e. where D starts: |D| = sigmoid(magnitude bias), arg D = 2 pi sigmoid(phase bias).
-        pd_ssm_diagonal: what D may be. `"complex"` (default, docs/design.md §4): |D| and arg D both learnt.
+        pd_ssm_diagonal: what D may be. `"complex"` (the paper, docs/design.md §4): |D| and arg D both learnt.
             `"magnitude"`: arg D = 0 exactly (no phase MLP), so every rotation of the state is a permutation P; a
             learnt phase can only approximate a flip or a 1/5 turn, and that error grows with the sequence length.
-            `"unit"`: D = 1 (no MLPs), the permutation-only ablation.
-        pd_ssm_initial_state: x_0 of every head when no state is passed in. `"zeros"` (default, docs/design.md §4);
-            `"one_hot"`: x_0 = e_0, the start state of an automaton (the PD-SSM authors' state-tracking code);
+            `"unit"` (default): D = 1 (no MLPs), the permutations alone: an automaton's run.
+        pd_ssm_initial_state: x_0 of every head when no state is passed in. `"zeros"` (the paper, docs/design.md
+            §4); `"one_hot"` (default): x_0 = e_0, the start state of an automaton (the PD-SSM authors'
+            state-tracking code);
             `"head_basis"`: head h starts at e_(h mod N), so H heads that learn the same permutations track the images
             of H different points (H = N = 5 heads name a whole permutation of 5 points, e.g. an A5 element);
             `"learned"`: a trained complex vector per head, starting at e_0. From a one-hot start the permutations
@@ -214,42 +241,43 @@ class HybridSSMConfig(PretrainedConfig):
             (default 0: N(0, 1/N), docs/design.md §4.2). About 1 makes P start as the identity for every input, so the
             layer starts as a plain memory and inputs learn to move the state away from it (an exact, non-drifting
             permutation) instead of rotating it with the phase of D.
-        pd_ssm_transition: how P_t is made. `"dictionary"` (default, docs/design.md §4): column argmax of the token's
+        pd_ssm_transition: how P_t is made. `"dictionary"` (the paper, docs/design.md §4): column argmax of the token's
             mix M_t = sum_k s_t,k M_k of K trainable matrices, Theta(K N^2) per token. `"bank"` (after Flash PD-SSM,
             arXiv 2605.19150): K trainable score matrices give K fixed column-one-hot matrices once per forward,
             and every token picks one by the argmax of its selection logits, Theta(d K + N) per token.
-            `"direct"`: P_t = column argmax of the N x N logits L_t = W_P u_t of every head (W_P: d -> H N^2,
+            `"direct"` (default): P_t = column argmax of the N x N logits L_t = W_P u_t of every head (W_P: d -> H N^2,
             no dictionary and no selection), Theta(d H N^2) per token: each input has its own free transition
             table, as in a minimal automaton with one logit table per token. W_P starts N(0, s^2 / d) with
             s = `pd_ssm_transition_init_scale`, so a unit-RMS input (the normed token embedding) starts with
             N(0, s^2) logits, a different random transition for each token. Straight-through gradients in every
             mode (the column softmax at `pd_ssm_temperature` in the backward). The accepted values are the modes
             registered in pd_transitions.py (`transition_names()`; `register_transition` adds one at run time).
-        pd_ssm_output_skip: whether the PD-SSM output adds D_skip * u_t to Re(C x_t) (default True, the paper);
-            False: y_t = Re(C x_t) and the layer has no D_skip (a post-norm block then has no skip either).
+        pd_ssm_output_skip: whether the PD-SSM output adds D_skip * u_t to Re(C x_t) (True: the paper); False
+            (default): y_t = Re(C x_t) and the layer has no D_skip (a post-norm block then has no skip either).
         pd_ssm_output_init: how C (the map of [Re x, Im x] of every head to width d) starts. `"normal"` (default):
             N(0, initializer_range^2) like every linear map. `"identity"`: C = the d x 2HN identity (needs
             hidden_size >= 2 * pd_ssm_num_heads * pd_ssm_head_state_size), so that what follows the mixer starts by
             reading the heads' states as they are, not through a small random projection.
-        pd_ssm_output_trainable: whether C is trained (default True). False keeps C at its initial value
+        pd_ssm_output_trainable: whether C is trained (True: the paper). False (default) keeps C at its initial value
             (requires_grad False; saved and loaded like any weight): with `pd_ssm_output_init="identity"` the rest of
             the model reads the heads' states themselves throughout training.
         pd_ssm_transition_init_scale: s above (> 0, default 1.0); read by `pd_ssm_transition="direct"` only.
         pd_ssm_transition_lr_scale: the learning rate of the direct transition's W_P (`transition_proj`) as a multiple
-            of the model's (> 0, default 1.0), applied by `hf_ssm.parameter_groups` (the optimizer's parameter
+            of the model's (> 0; default None: 1 / sqrt(d), d the width W_P reads), applied by
+            `hf_ssm.parameter_groups` (the optimizer's parameter
             groups; what the model computes does not depend on it). Why (docs/design.md §8.8): where W_P reads the
             block's RMSNorm(u), one Adam step moves a token's logits sqrt(d) (one-hot-like u) to d (dense u) times as
             far as a free logit table's step; 1/sqrt(d) gives the table's step back. Needs a mode with a W_P
-            (`pd_ssm_transition="direct"`) where it differs from 1.
+            (`pd_ssm_transition="direct"`) where it is set and differs from 1.
         pd_ssm_transition_norm: whether the direct transition reads RMSNorm(u_t) (its own trained gain, initialised
             at 1) instead of u_t (default False): P_t's logits are W_P RMSNorm(u_t), unit-RMS input whatever block
             feeds the mixer (the post-norm block feeds it the raw N(0, 0.02^2) embedding). Read by
             `pd_ssm_transition="direct"` only.
-        pd_ssm_input: what each step adds to the state. `"projection"` (default, docs/design.md §4): b_t = B u_t.
-            `"none"`: b_t = 0 and the layer has no B, so x_t = A_t ... A_1 x_0 is exactly the run of the automaton
-            that the transitions spell from the start state (needs a non-zero pd_ssm_initial_state). With B the
-            trained layers also accumulate injected inputs along directions that A_t keeps, a component that grows
-            with the sequence length and, past the training lengths, swamps the automaton's state (RESULTS.md).
+        pd_ssm_input: what each step adds to the state. `"projection"` (the paper, docs/design.md §4): b_t = B u_t.
+            `"none"` (default): b_t = 0 and the layer has no B, so x_t = A_t ... A_1 x_0 is exactly the run of the
+            automaton that the transitions spell from the start state (needs a non-zero pd_ssm_initial_state). With
+            B the trained layers also accumulate injected inputs along directions that A_t keeps, a component that
+            grows with the sequence length and, past the training lengths, swamps the automaton's state (RESULTS.md).
         lrc_num_channels: D, the state channels of lrc_ssm / gru_ssm / mgu_ssm / lstm_ssm (one number each; the
             LSTM keeps (c, h), two per channel).
         lstm_hidden_size: H, the hidden size of the `lstm` mixer (one sequential torch.nn.LSTM layer; its state is
@@ -343,24 +371,24 @@ class HybridSSMConfig(PretrainedConfig):
     mixers: list[str] | str | None = None
     ssm_mixer: str = "pd_ssm"
     layer_types: list[str] | None = None
-    pd_ssm_num_heads: int = 1
-    pd_ssm_head_state_size: int = 16
+    pd_ssm_num_heads: int = 64
+    pd_ssm_head_state_size: int = 8
     pd_ssm_dict_size: int = 32
     pd_ssm_temperature: float = 1.0
     pd_ssm_mlp_width: int | None = None
     pd_ssm_magnitude_bias_init: float = 0.0
     pd_ssm_phase_bias_init: float = 0.0
     pd_ssm_dictionary_diagonal_init: float = 0.0
-    pd_ssm_diagonal: str = "complex"
-    pd_ssm_initial_state: str = "zeros"
-    pd_ssm_transition: str = "dictionary"
+    pd_ssm_diagonal: str = "unit"
+    pd_ssm_initial_state: str = "one_hot"
+    pd_ssm_transition: str = "direct"
     pd_ssm_transition_init_scale: float = 1.0
-    pd_ssm_transition_lr_scale: float = 1.0
+    pd_ssm_transition_lr_scale: float | None = None
     pd_ssm_transition_norm: bool = False
-    pd_ssm_output_skip: bool = True
+    pd_ssm_output_skip: bool = False
     pd_ssm_output_init: str = "normal"
-    pd_ssm_output_trainable: bool = True
-    pd_ssm_input: str = "projection"
+    pd_ssm_output_trainable: bool = False
+    pd_ssm_input: str = "none"
     lrc_num_channels: int = 64
     lstm_hidden_size: int = 64
     lrc_input_term: bool = True
@@ -481,7 +509,9 @@ class HybridSSMConfig(PretrainedConfig):
     def from_dict(cls, config_dict: dict, **kwargs):
         """PretrainedConfig.from_dict; keyword overrides of this class's fields (`from_pretrained(path,
         mixers="SA")`) are applied together and validated, and a misspelt field is refused. Old field names,
-        in `config_dict` (a config saved before a renaming) or in `kwargs`, load into their new fields.
+        in `config_dict` (a config saved before a renaming) or in `kwargs`, load into their new fields. A saved
+        `config_dict` (one with `transformers_version`) that lacks a field of PAPER_PD_SSM_LAYER was saved before
+        that field existed and computed with its value there, which it loads (the defaults have changed since).
 
         An override of a field in WEIGHT_MEANING_FIELDS that differs from the saved value (e.g.
         `from_pretrained(dictionary_checkpoint, pd_ssm_transition="bank")`) would load the saved weights into a
@@ -494,6 +524,9 @@ class HybridSSMConfig(PretrainedConfig):
         drop_removed_fields(kwargs, cls.__name__)
         _reject_misspelt_fields(cls, kwargs)
         own = {k: kwargs.pop(k) for k in list(kwargs) if _is_change_of_a_field(k) or k == ROPE_SCALING}
+        if SAVED_CONFIG_KEY in config_dict:  # saved before a field existed: that field at its default of the time
+            present = {RENAMED_CONFIG_FIELDS.get(key, key) for key in config_dict}
+            config_dict = {**{k: v for k, v in PAPER_PD_SSM_LAYER.items() if k not in present}, **config_dict}
         result = super().from_dict(config_dict, **kwargs)
         config = result[0] if isinstance(result, tuple) else result
         if own:

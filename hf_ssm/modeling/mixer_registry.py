@@ -270,12 +270,14 @@ def _check_pd_ssm(config) -> None:
         if not isinstance(getattr(config, name), bool):
             raise ValueError(f"`{name}` must be True or False, got {getattr(config, name)!r}")
     check_number("pd_ssm_transition_init_scale", config.pd_ssm_transition_init_scale, low=0, low_open=True)
-    check_number("pd_ssm_transition_lr_scale", config.pd_ssm_transition_lr_scale, low=0, low_open=True)
-    if config.pd_ssm_transition_lr_scale != 1 and not mode.has_projection:
+    lr_scale = config.pd_ssm_transition_lr_scale  # None: 1 / sqrt(W_P's input size) where there is a W_P
+    if lr_scale is not None:
+        check_number("pd_ssm_transition_lr_scale", lr_scale, low=0, low_open=True)
+    if lr_scale is not None and lr_scale != 1 and not mode.has_projection:
         raise ValueError(
             "`pd_ssm_transition_lr_scale` scales the learning rate of the direct transition's W_P: it needs "
             f"pd_ssm_transition={_choices(transition_names('has_projection'))} (got {config.pd_ssm_transition!r}; "
-            "leave it 1.0)"
+            "leave it None or 1.0)"
         )
     k_in = config.pd_ssm_transition_input_size
     if k_in is not None:
@@ -393,7 +395,7 @@ register_mixer(
         state_is_complex=True,
         width_fields=lambda w, f: {"pd_ssm_head_state_size": -(-w // (2 * f.get("pd_ssm_num_heads", 1)))},
         lora_group="pd_ssm",
-        lora_targets=("selection", "magnitude.up", "phase.up", "in_proj", "out_proj"),
+        lora_targets=("selection", "transition_proj", "magnitude.up", "phase.up", "in_proj", "out_proj"),
         check_config=_check_pd_ssm,
         init_weights=_init_pd_ssm,
         part_inits=_pd_ssm_parts,

@@ -223,8 +223,10 @@ class DirectTransition(PDTransition):
         # W_P N(0, s^2 / k_in): N(0, s^2) logits for a unit-RMS input
         self.init_std = config.pd_ssm_transition_init_scale / math.sqrt(self.input_size)
         self.norm = config.pd_ssm_transition_norm
-        # configs written before the field (an adapter's, a checkpoint's) train W_P at the model's rate
-        self.lr_scale = float(getattr(config, "pd_ssm_transition_lr_scale", 1.0))
+        # None: 1 / sqrt(k_in), the step of a free logit table (docs/design.md §8.8); configs written before the
+        # field (an adapter's, a checkpoint's) train W_P at the model's rate
+        scale = getattr(config, "pd_ssm_transition_lr_scale", 1.0)
+        self.lr_scale = self.input_size**-0.5 if scale is None else float(scale)
 
     def learning_rate_scales(self, mixer) -> dict[str, float]:
         return {"transition_proj.weight": self.lr_scale} if self.lr_scale != 1 else {}

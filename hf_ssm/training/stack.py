@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..modeling import HybridSSMConfig
+from ..modeling import PAPER_PD_SSM_LAYER, HybridSSMConfig
 from ..modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS
 from .settings_base import MixerSettings, help_field
 
@@ -30,6 +30,13 @@ class StackSettings(MixerSettings):
     )
     num_heads: int = help_field("PD-SSM heads H (independent automata)", default=16)
     lru_group_size: int = help_field("m: the BD-LRU block size, the H-LRU order", default=4)
+
+
+# The paper's PD-SSM layer without its heads and N, which are the settings' own (`num_heads`, `state_size`): what
+# both drivers' models start from under their extra_config (the config's defaults when their recipes were written).
+PAPER_PD_SSM_MODE = {
+    k: v for k, v in PAPER_PD_SSM_LAYER.items() if k not in ("pd_ssm_num_heads", "pd_ssm_head_state_size")
+}
 
 
 def stack_pattern(mixer: str, pattern: str) -> tuple[str, str]:

@@ -14,18 +14,19 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from hf_ssm.modeling import HybridSSMConfig, HybridSSMForCausalLM
+from hf_ssm.modeling import PAPER_PD_SSM_LAYER, HybridSSMConfig, HybridSSMForCausalLM
 from hf_ssm.modeling.configuration_hybrid_ssm import check_config_keys, config_field_names
 
-TINY = dict(
-    vocab_size=32,
-    hidden_size=16,
-    intermediate_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    pd_ssm_head_state_size=4,
-    pd_ssm_dict_size=4,
-)
+TINY = {  # PD-SSM: the paper's layer, whose dictionary a bank override would reinterpret
+    **PAPER_PD_SSM_LAYER,
+    "vocab_size": 32,
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "pd_ssm_head_state_size": 4,
+    "pd_ssm_dict_size": 4,
+}
 
 
 def tiny_config(**overrides) -> HybridSSMConfig:
@@ -316,7 +317,7 @@ def test_experimental_fields_sit_in_one_table_outside_the_stable_fields_and_work
     for name, (default, description) in EXPERIMENTAL_FIELDS.items():
         assert f"`{name}`" in HybridSSMConfig.__doc__ and description
         assert getattr(HybridSSMConfig(**TINY), name) == default
-    config = HybridSSMConfig(**TINY, pd_ssm_transition="bank", pd_ssm_shared_selection=True)
+    config = tiny_config(pd_ssm_transition="bank", pd_ssm_shared_selection=True)
     config.save_pretrained(tmp_path)
     assert HybridSSMConfig.from_pretrained(tmp_path).pd_ssm_shared_selection is True
     adapter = SSMAdapterConfig(mixer_settings={"pd_ssm_transition": "bank", "pd_ssm_shared_selection": True})

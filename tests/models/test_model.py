@@ -7,6 +7,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
+from hf_ssm.modeling import PAPER_PD_SSM_LAYER
 from hf_ssm.ops.pd import DICTIONARY_OP, reference
 from model_checks import max_cached_decode_error, packed_batch, tiny_config
 
@@ -354,14 +355,21 @@ def test_rms_norm_fused_path_equals_explicit_formula():
 
 
 @pytest.mark.parametrize("mixers", ["SS", "SA"])
-def test_training_through_a_carried_cache_state_matches_the_whole_sequence(mixers):
+@pytest.mark.parametrize(
+    "layer, weight", [("paper", "in_proj"), ("default", "transition_proj")], ids=["paper_layer", "default_layer"]
+)
+def test_training_through_a_carried_cache_state_matches_the_whole_sequence(mixers, layer, weight):
     """Truncated backpropagation: the second chunk of a sequence, run from the cache the first chunk left, has the
     whole sequence's logits and passes the whole sequence's gradient back into the first chunk (the state read from
-    the cache is not overwritten in place by the cache update before the backward needs it)."""
+    the cache is not overwritten in place by the cache update before the backward needs it): into B of the paper's
+    layer, into W_P (straight through) of the default one."""
     from transformers import DynamicCache
 
     torch.manual_seed(0)
-    config = HybridSSMConfig(mixers=mixers, vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=2)
+    fields = PAPER_PD_SSM_LAYER if layer == "paper" else {}
+    config = HybridSSMConfig(
+        mixers=mixers, vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=2, **fields
+    )
     model = HybridSSMForCausalLM(config)
     ids = torch.randint(1, 16, (2, 10))
     whole = model(input_ids=ids, use_cache=False).logits
@@ -369,7 +377,7 @@ def test_training_through_a_carried_cache_state_matches_the_whole_sequence(mixer
     model(input_ids=ids[:, :6], cache=cache, use_cache=True)
     second = model(input_ids=ids[:, 6:], cache=cache, use_cache=True).logits
     torch.testing.assert_close(second, whole[:, 6:])
-    first_mixer = dict(model.named_parameters())["model.layers.0.mixer.in_proj.weight"]
+    first_mixer = dict(model.named_parameters())[f"model.layers.0.mixer.{weight}.weight"]
     expected = torch.autograd.grad(whole[:, 6:].square().sum(), first_mixer)[0]
     got = torch.autograd.grad(second.square().sum(), first_mixer)[0]
     assert expected.abs().sum() > 0

@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
 from hf_ssm.data.lm_corpus import build_block_sources, make_batch
+from hf_ssm.modeling import PAPER_PD_SSM_LAYER
 from hf_ssm.tokenization import ByteTokenizer
 from hf_ssm.training.lm.finetuning import FinetuneSettings, add_lora, finetune, lora_target_modules
 from hf_ssm.training.lm.pretraining import token_loss_sum
@@ -38,8 +39,9 @@ def base_dir(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     tok = ByteTokenizer()
     config = HybridSSMConfig(
+        **{**PAPER_PD_SSM_LAYER, "pd_ssm_head_state_size": 4},  # the paper's layer: every projection of its group
         vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-        mixers=MIXERS, pd_ssm_head_state_size=4, pd_ssm_dict_size=4, lru_total_state_size=16, lrc_num_channels=16,
+        mixers=MIXERS, pd_ssm_dict_size=4, lru_total_state_size=16, lrc_num_channels=16,
         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, max_position_embeddings=256,
     )  # fmt: skip
     path = tmp_path_factory.mktemp("base")
@@ -67,6 +69,10 @@ def test_lora_target_groups_wrap_the_documented_projections(base_dir):
     model = add_lora(HybridSSMForCausalLM.from_pretrained(base_dir), settings)
     assert wrapped(model) == {f"{i}.mlp.{p}" for i in range(4) for p in ("gate_proj", "up_proj", "down_proj")}
     assert lora_target_modules("q_proj,v_proj") == ["q_proj", "v_proj"]  # plain names pass through to PEFT
+    # the default PD-SSM layer (direct transitions, no B, no D generators): its W_P and C
+    default = HybridSSMForCausalLM(HybridSSMConfig(vocab_size=32, hidden_size=32, num_hidden_layers=1, mixers="P"))
+    settings.lora_target_modules = "ssm"
+    assert wrapped(add_lora(default, settings)) == {"0.mixer.transition_proj", "0.mixer.out_proj"}
     with pytest.raises(ValueError, match="mixes group names"):
         lora_target_modules("attention,q_proj")
 

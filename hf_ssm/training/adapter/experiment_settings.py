@@ -261,8 +261,9 @@ SIGNED_SETTINGS = ("layer_index", "write_layer_index")
 # objects are names or titles holding names ("heldout_roles").
 HELDOUT_VARIETIES = ("heldout", "heldout_names", "heldout_roles")
 POSITIVE_SETTINGS = ("learning_rate", "lora_learning_rate")
-# The PD-SSM adapter's mixer fields where they differ from HybridSSMConfig's defaults (AdapterExperimentSettings's
-# CONFIG_DEFAULTS, under its extra_config): 2 heads of N = 8, a dictionary of K = 16, temperature 0.1.
+# The PD-SSM adapter's mixer fields over the paper's layer that its mixer starts from (adapters.layer.mixer_config)
+# (AdapterExperimentSettings's CONFIG_DEFAULTS, under its extra_config): 2 heads of N = 8, a dictionary of K = 16,
+# temperature 0.1.
 ADAPTER_PD_SSM_FIELDS = {
     "pd_ssm_head_state_size": 8,
     "pd_ssm_num_heads": 2,
@@ -308,8 +309,8 @@ class AdapterExperimentSettings(MixerSettings, ConfigFieldSettings, TrackingSett
         "extra_config": "the adapter: its mixer's fields (SSMAdapterConfig.mixer_settings), over the PD-SSM "
         f"adapter's {ADAPTER_PD_SSM_FIELDS}, e.g. pd_ssm_transition=bank pd_ssm_dict_size=8",
     }
-    # The PD-SSM adapter's mixer fields where they differ from HybridSSMConfig's (a mixer of 2 heads of N = 8,
-    # K = 16, temperature 0.1), under `extra_config`; other mixers start from HybridSSMConfig's.
+    # The PD-SSM adapter's mixer fields over the paper's layer (a mixer of 2 heads of N = 8, K = 16, temperature
+    # 0.1), under `extra_config`; other mixers start from HybridSSMConfig's.
     CONFIG_DEFAULTS: ClassVar[dict] = ADAPTER_PD_SSM_FIELDS
 
     base_model: str = field(

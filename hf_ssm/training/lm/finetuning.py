@@ -10,7 +10,7 @@ other architectures):
 | group       | modules (in `model.layers.<i>.mixer` / `.mlp`)                    | mixers                              |
 |-------------|-------------------------------------------------------------------|-------------------------------------|
 | `attention` | q_proj, k_proj, v_proj, o_proj                                    | attention                           |
-| `pd_ssm`    | selection (W_s), magnitude.up, phase.up (the D generators), in_proj (B), out_proj (C) | pd_ssm     |
+| `pd_ssm`    | selection (W_s) or transition_proj (W_P, direct transitions), magnitude.up, phase.up (the D generators), in_proj (B), out_proj (C), those the layer has | pd_ssm |
 | `lru`       | in_proj (W_v), gate_proj (W_g), out_proj (W_o)                    | bd_lru, h_lru, diag_lru             |
 | `lrc`       | in_proj (the input matrices of every gate), out_proj              | lrc_ssm, gru_ssm, mgu_ssm, lstm_ssm |
 | `lstm`      | out_proj (nn.LSTM's own matrices are not nn.Linear)               | lstm                                |

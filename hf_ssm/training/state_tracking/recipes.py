@@ -96,11 +96,13 @@ from __future__ import annotations
 
 from ...data.word_problems import WORD_PROBLEM_TASK
 from ..legacy_settings import upgrade_settings
+from ..stack import PAPER_PD_SSM_MODE
 
-# The HybridSSMConfig fields every state-tracking model starts from, under its `extra_config` (model_config):
-# PD-SSM as the pure automaton, D = 1, no input map B, x_0 = e_0, a dictionary of K = 16 (a model without a PD-SSM
-# layer ignores them).
+# The HybridSSMConfig fields every state-tracking model starts from, under its `extra_config` (model_config): the
+# paper's layer (the config's defaults when the recipes were written; heads and N are the settings' own) as the pure
+# automaton, D = 1, no input map B, x_0 = e_0, a dictionary of K = 16 (a model without a PD-SSM layer ignores them).
 MODEL_DEFAULTS = {
+    **PAPER_PD_SSM_MODE,
     "pd_ssm_initial_state": "one_hot",
     "pd_ssm_diagonal": "unit",
     "pd_ssm_input": "none",

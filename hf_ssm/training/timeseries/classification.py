@@ -37,7 +37,7 @@ from ..loop import batch_ranges, eval_mode
 from ..optimization import warmup_cosine_schedule
 from ..reports import markdown_table, pyplot, save_figure
 from ..settings_base import ConfigFieldSettings, DatasetSettings, TrainingSettings
-from ..stack import StackSettings, stack_config_fields, stack_pattern
+from ..stack import PAPER_PD_SSM_MODE, StackSettings, stack_config_fields, stack_pattern
 
 BEST_WEIGHTS = "best_model.safetensors"
 # Settings a resumed run may change (checkpointing.check_resume): when it checkpoints and how long it waits for a
@@ -68,7 +68,8 @@ class TimeSeriesSettings(StackSettings, ConfigFieldSettings, DatasetSettings, Tr
         "mixer": f"one of {', '.join((*SSM_MIXERS, ATTENTION))}",
         "state_size": "time series: also the LRUs' total state and the LrcSSM cells' channels",
     }
-    CONFIG_DEFAULTS: ClassVar[dict] = {"pd_ssm_dict_size": 8}
+    # PD-SSM: the paper's layer (heads and N are the settings' own) with a dictionary of K = 8
+    CONFIG_DEFAULTS: ClassVar[dict] = {**PAPER_PD_SSM_MODE, "pd_ssm_dict_size": 8}
 
     data_dir: str | None = field(
         default=None, metadata={"help": "folder holding <dataset>/ or the .ts files (None: aeon's)"}
