@@ -63,15 +63,17 @@ def gradient_check(out: Path) -> None:
     from torch.distributed.fsdp import FSDPModule
 
     from hf_ssm import HybridSSMConfig, HybridSSMForCausalLM
+    from hf_ssm.modeling import PAPER_PD_SSM_LAYER
     from hf_ssm.training.distributed import process_layout
     from hf_ssm.training.lm.pretraining import token_loss_sum
     from hf_ssm.training.loop import make_accelerator
 
     accelerator = make_accelerator("no")
     world, rank = accelerator.num_processes, accelerator.process_index
-    config = HybridSSMConfig(
+    config = HybridSSMConfig(  # PD-SSM: the paper's layer, every parameter trained
+        **{**PAPER_PD_SSM_LAYER, "pd_ssm_num_heads": 2, "pd_ssm_head_state_size": 5},
         vocab_size=37, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, mixers="SASA", pd_ssm_num_heads=2, pd_ssm_head_state_size=5, pd_ssm_dict_size=4,
+        num_key_value_heads=2, mixers="SASA", pd_ssm_dict_size=4,
     )  # fmt: skip
     torch.manual_seed(0)
     model = HybridSSMForCausalLM(config)
