@@ -235,12 +235,12 @@ def checkpoint_names(run_dir) -> list[str]:
 # ------------------------------------------------------------------------------------------------ scripts
 
 
-def load_script(name: str):
-    """scripts/<name>.py imported as a module (its main() then runs in-process: no interpreter start per case),
-    scripts/ on the path as when the script runs (scripts import their siblings)."""
-    if str(SCRIPTS) not in sys.path:
-        sys.path.append(str(SCRIPTS))
-    spec = importlib.util.spec_from_file_location(f"_script_{name}", SCRIPTS / f"{name}.py")
+def load_script(name: str, folder: Path = SCRIPTS):
+    """<folder>/<name>.py (default scripts/) imported as a module (its main() then runs in-process: no interpreter
+    start per case), its folder on the path as when the script runs (scripts import their siblings)."""
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))
+    spec = importlib.util.spec_from_file_location(f"_script_{name}", folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)

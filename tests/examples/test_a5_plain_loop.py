@@ -4,21 +4,13 @@ its own rate)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import torch
 
-from model_checks import ROOT
+from model_checks import ROOT, load_script
 
 EXAMPLE = ROOT / "examples" / "a5_plain_loop.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("a5_plain_loop", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _train_source(text: str) -> str:
@@ -35,7 +27,7 @@ def test_the_docs_show_the_examples_train_line_for_line():
 
 
 def test_the_loop_trains_the_default_layer_with_the_sublayers_held_back():
-    example = _load()
+    example = load_script("a5_plain_loop", EXAMPLE.parent)
     model = example.train(seed=0, steps=3)
     config = model.config
     assert config.pd_ssm_transition == "direct" and config.pd_ssm_num_heads == 64  # the defaults, not set by the loop
