@@ -27,6 +27,15 @@ memory tasks (docs/design.md §8.5). For mqar the train / test lengths count key
 Each memory task runs on its own published lengths (recipes.TASK_SETTINGS, listed in the epilog), which win over
 the recipe's; a flag given explicitly wins over both.
 
+Task mixtures: --task mqar+a5 trains one model on both tasks, each sequence one task, half of every batch each
+(hf_ssm/data/task_mixture.py: the tasks side by side in one vocabulary and label space). Every setting is the
+run's, but a task's data (its lengths, buckets, far lengths, curriculum), which --component_settings sets per task
+('mqar={"train_max_length": 32, "far_lengths": ""}'); the task arguments go to the task that takes them.
+Validation selects on the mean of the tasks' accuracies; the test, the table and the summary report each task on
+its own (one record per task, naming the mixture). --test_ablations attention,pd_ssm tests again with those layers'
+outputs zeroed, one mixer at a time (results.json "ablations"; the records' ablation_mean_accuracy): which layer does
+which job.
+
 Each run writes <output_dir>/[s<seed>/][<task>_<mixer>/] with settings.json, results.json, accuracy_vs_length.png,
 the model (save_pretrained) and resumable checkpoints; a suite also writes comparison.{md,json,png}. Every seed
 trained is merged into <output_dir>/summary.json and, with --summary PATH, into PATH. --resume keeps every run that
@@ -62,6 +71,7 @@ from pathlib import Path
 
 from hf_ssm.data import TASK_NAMES, get_task
 from hf_ssm.data.automata import minimal_dfa_size
+from hf_ssm.data.task_mixture import MIXTURE_SEPARATOR, TaskMixture
 from hf_ssm.data.word_problems import WORD_PROBLEM_TASK
 from hf_ssm.training.checkpointing import check_run_folder_arguments
 from hf_ssm.training.cli import (
@@ -224,8 +234,11 @@ def plan_runs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
             parser.error(f"--{given[0]}: a word-problem file run takes its lengths from the files")
     tasks = [WORD_PROBLEM_TASK] if file_run else args.tasks or ([args.task] if args.task else DEFAULT_TASKS)
     for task in tasks:
-        if task not in TASK_NAMES and not file_run:
-            parser.error(f"unknown task {task!r}; choose from {', '.join(TASK_NAMES)}")
+        if not file_run and any(part not in TASK_NAMES for part in task.split(MIXTURE_SEPARATOR)):
+            parser.error(
+                f"unknown task {task!r}; choose from {', '.join(TASK_NAMES)}, or several joined by "
+                f"{MIXTURE_SEPARATOR!r} (a mixture, e.g. mqar+a5)"
+            )
     mixers = chosen_mixers(parser, args, DEFAULT_MIXERS)
     if args.seeds is not None and args.seed is not NOT_GIVEN:
         parser.error("give --seed or --seeds, not both")
@@ -311,10 +324,14 @@ def _chance_note(results: dict) -> str:
 def _dfa_note(settings: StateTrackingSettings) -> str:
     if settings.data_file:
         return f"word-problem files, {settings.build_task().num_classes} group elements"
-    try:
-        return f"minimal DFA of {settings.task}: {minimal_dfa_size(get_task(settings.task, **settings.task_kwargs()))} states"
-    except ValueError as err:  # bracketed arithmetic: no finite automaton
-        return f"minimal DFA: none ({err})"
+    task = get_task(settings.task, **settings.task_kwargs())
+    notes = []
+    for part in [c.task for c in task.components] if isinstance(task, TaskMixture) else [task]:
+        try:
+            notes.append(f"minimal DFA of {part.name}: {minimal_dfa_size(part)} states")
+        except ValueError as err:  # bracketed arithmetic: no finite automaton
+            notes.append(f"minimal DFA of {part.name}: none ({err})")
+    return "; ".join(notes)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ from collections.abc import Sequence
 import torch
 
 from .memory_tasks import MEMORY_TASKS
-from .task_base import IGNORE_INDEX, PAD_ID, Task, check_length
+from .task_base import IGNORE_INDEX, PAD_ID, Task, check_length, checked_index
+from .task_mixture import MIXTURE_SEPARATOR, TaskMixture
 
 __all__ = [
     "TASK_NAMES",
@@ -402,11 +403,16 @@ TASK_ARGUMENTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def get_task(name: str, **kwargs) -> Task:
+def get_task(name: str, **kwargs) -> Task | TaskMixture:
     """Build a task by name with its own arguments (TASK_ARGUMENTS): ``num_generators`` (default 2) for the group
     tasks a5 / s5 / s3 / s4; ``vocab_size``, ``sequence_length``, ``num_queries`` for mqar; ``vocab_size``,
     ``num_data_tokens`` for selective_copying; ``vocab_size`` for compression. An argument given (other than
-    ``None``) to a task it does not apply to raises ValueError rather than being ignored."""
+    ``None``) to a task it does not apply to raises ValueError rather than being ignored.
+
+    A name of several tasks joined by ``+`` ("mqar+a5") builds their `TaskMixture`, each argument going to the
+    components that take it (one that none of them takes raises ValueError)."""
+    if isinstance(name, str) and MIXTURE_SEPARATOR in name:
+        return _get_mixture(name, kwargs)
     if name not in TASK_NAMES:
         raise ValueError(f"unknown task name {name!r}; accepted task names: {', '.join(TASK_NAMES)}")
     given = {key: value for key, value in kwargs.items() if value is not None}
@@ -426,18 +432,25 @@ def get_task(name: str, **kwargs) -> Task:
     return _SIMPLE_TASKS[name]()
 
 
+def _get_mixture(name: str, kwargs: dict) -> TaskMixture:
+    """get_task of a mixture name: each component with the arguments it takes."""
+    names = name.split(MIXTURE_SEPARATOR)
+    for part in names:
+        if part not in TASK_NAMES:
+            raise ValueError(
+                f"unknown task name {part!r} in the mixture {name!r}; accepted task names: {', '.join(TASK_NAMES)}"
+            )
+    given = {key: value for key, value in kwargs.items() if value is not None}
+    for key in given:
+        if not any(key in TASK_ARGUMENTS.get(part, ()) for part in names):
+            takers = [task for task, arguments in TASK_ARGUMENTS.items() if key in arguments]
+            raise ValueError(f"`{key}` applies to the tasks {', '.join(takers) or 'none'}, none of them in {name!r}")
+    return TaskMixture(
+        [get_task(part, **{k: v for k, v in given.items() if k in TASK_ARGUMENTS.get(part, ())}) for part in names]
+    )
+
+
 # --- datasets ----------------------------------------------------------------------------------------------
-
-
-def checked_index(i: int, size: int) -> int:
-    """Item index `i` of a dataset of `size` items, negative counting from the end; clear errors otherwise."""
-    if isinstance(i, bool) or not isinstance(i, int):
-        raise TypeError(f"index must be an int, got {type(i).__name__}")
-    if i < 0:
-        i += size
-    if not 0 <= i < size:
-        raise IndexError(f"index out of range for a dataset of {size} items")
-    return i
 
 
 class StateTrackingDataset(torch.utils.data.Dataset):

@@ -21,6 +21,17 @@ def check_length(length, name: str = "length") -> int:
     return length
 
 
+def checked_index(i: int, size: int) -> int:
+    """Item index `i` of a dataset of `size` items, negative counting from the end; clear errors otherwise."""
+    if isinstance(i, bool) or not isinstance(i, int):
+        raise TypeError(f"index must be an int, got {type(i).__name__}")
+    if i < 0:
+        i += size
+    if not 0 <= i < size:
+        raise IndexError(f"index out of range for a dataset of {size} items")
+    return i
+
+
 class Task:
     """Common interface of all synthetic sequence tasks.
 
@@ -107,4 +118,4 @@ class Task:
         )
 
 
-__all__ = ["IGNORE_INDEX", "PAD_ID", "SCORED_POSITIONS", "Task", "check_length"]
+__all__ = ["IGNORE_INDEX", "PAD_ID", "SCORED_POSITIONS", "Task", "check_length", "checked_index"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import statistics
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -28,11 +29,12 @@ import torch
 
 from ...data import StateTrackingDataset, collate_state_tracking
 from ...data.state_tracking import supervised_labels
+from ...data.task_mixture import MixtureDataset
 from ...modeling import HybridSSMForTokenClassification
 from .. import loop
 from ..checkpointing import atomic_save_dir, check_data_files, check_resume_folder, run_finished
 from ..optimization import SublayerDelay, build_optimizer, build_scheduler
-from .evaluation import TEST_SEED, evaluate, evaluate_far_lengths
+from .evaluation import TEST_SEED, evaluate, far_components, zeroed_mixers
 from .results import kept_results, run_results, write_results
 from .settings import (
     RESUME_SAFE_SETTINGS,
@@ -40,6 +42,7 @@ from .settings import (
     FileSplits,
     RunPlan,
     StateTrackingSettings,
+    ablation_mixers,
     model_config,
 )
 from .teacher_forcing import fix_readout, teacher_forced_loss
@@ -110,6 +113,10 @@ def training_data(settings: StateTrackingSettings, plan: RunPlan, num_samples: i
     word-problem file run trains on its training file's rows (less the validation rows), whatever the step."""
     if plan.files is not None:  # the training file's rows (the validation rows held out); no curriculum for files
         return plan.files.train
+    if len(plan.components) > 1:  # a mixture: each component's own lengths and curriculum, interleaved
+        share = -(-num_samples // len(plan.components))
+        return MixtureDataset([training_data(c.settings, replace(plan, components=(c,), task=c.task), share, step)
+                               for c in plan.components])  # fmt: skip
     longest = longest_training_length(settings, step)
     return StateTrackingDataset(plan.task, num_samples, settings.train_min_length, longest, seed=settings.seed)
 
@@ -140,10 +147,10 @@ def train_state_tracking(
 def _train_run(settings: StateTrackingSettings, plan: RunPlan, run_dir: str | Path, accelerator, resume: bool) -> dict:
     """train_state_tracking with validated `settings` and their `plan`, the data files checked for a resume."""
     accelerator, run_dir, found = loop.begin_run(settings, run_dir, resume, RESUME_SAFE_SETTINGS, accelerator)
-    task, files = plan.task, plan.files
+    files = plan.files
     val_rows, test_rows = (None, None) if files is None else (files.validation, files.test)
     run = _start_run(settings, plan, accelerator, found)
-    val_buckets, test_buckets = _buckets(settings, files)
+    val_buckets, test_buckets = zip(*(_buckets(c.settings, files) for c in plan.components))
     outcome = _train(run, settings, plan, accelerator, run_dir / "checkpoints", val_buckets, val_rows)
 
     final_model = accelerator.unwrap_model(run.model)
@@ -151,12 +158,18 @@ def _train_run(settings: StateTrackingSettings, plan: RunPlan, run_dir: str | Pa
         final_model.load_state_dict(run.best.state)
     if accelerator.is_main_process:  # the kept weights, saved as soon as training ends (no checkpoint marker)
         atomic_save_dir(run_dir / "model", lambda tmp: final_model.save_pretrained(tmp))
-    test = evaluate(
-        final_model, settings, task, test_buckets, TEST_SEED, accelerator.device, settings.eval_samples_per_bucket,
-        **_file_rows(test_rows),
-    )  # fmt: skip
-    far = evaluate_far_lengths(final_model, settings, task, plan.far_lengths, accelerator.device)
-    results = run_results(settings, plan, run, outcome, test, far, final_model)
+
+    def test() -> dict:
+        return evaluate_components(final_model, plan.components, test_buckets, TEST_SEED, accelerator.device,
+                                   "eval_samples_per_bucket", test_rows)  # fmt: skip
+
+    tested = test()
+    far = far_components(final_model, plan.components, accelerator.device)
+    ablations = {}
+    for mixer in ablation_mixers(settings.test_ablations):  # which layer does which job
+        with zeroed_mixers(final_model, mixer):
+            ablations[mixer] = test()
+    results = run_results(settings, plan, run, outcome, tested, far, final_model, ablations)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         write_results(run_dir, results)
@@ -243,10 +256,8 @@ def _train(
 
     def validation(step: int) -> dict:
         unwrapped = accelerator.unwrap_model(model)
-        val = evaluate(
-            unwrapped, settings, plan.task, val_buckets, VALIDATION_SEED, accelerator.device,
-            settings.val_samples_per_bucket, **_file_rows(val_rows),
-        )  # fmt: skip
+        val = evaluate_components(unwrapped, plan.components, val_buckets, VALIDATION_SEED, accelerator.device,
+                                  "val_samples_per_bucket", val_rows)  # fmt: skip
         history.append({"step": step, "loss": last["loss"].item(), "val_accuracy": val["mean_accuracy"]})
         if val["mean_accuracy"] >= best.record["accuracy"]:  # ties: the later, longer-trained weights
             best.keep(unwrapped, {"accuracy": val["mean_accuracy"], "step": step})
@@ -277,9 +288,24 @@ def _train(
     )  # fmt: skip
 
 
-def _file_rows(rows) -> dict:
-    """evaluate()'s keyword for a word-problem file's rows; none for a generated task (its call stays as it was)."""
-    return {} if rows is None else {"rows": rows}
+def evaluate_components(model, components, buckets: list[list[tuple[int, int]]], seed: int, device, samples: str,
+                        rows=None) -> dict:  # fmt: skip
+    """`evaluate` of each of a run's `components` (RunPlan.components) on its `buckets`, `samples` naming the
+    settings field of the sequences per bucket (`eval_samples_per_bucket`, `val_samples_per_bucket`). One component:
+    its report itself. A mixture: the mean of the components' mean accuracies, every bucket tagged with its task
+    ("task"), and each component's own report under "components"."""
+    own_rows = {} if rows is None else {"rows": rows}  # a word-problem file run's rows (one component)
+    reports = {}
+    for c, b in zip(components, buckets):
+        samples_per_bucket = getattr(c.settings, samples)
+        reports[c.task.name] = evaluate(model, c.settings, c.task, b, seed, device, samples_per_bucket, **own_rows)
+    if len(components) == 1:
+        return next(iter(reports.values()))
+    return {
+        "buckets": [{**bucket, "task": name} for name, report in reports.items() for bucket in report["buckets"]],
+        "mean_accuracy": statistics.mean(report["mean_accuracy"] for report in reports.values()),
+        "components": reports,
+    }
 
 
 def _announce_files(record: dict) -> None:

@@ -1,13 +1,17 @@
-"""Scoring a state-tracking model (docs/design.md §8.3): the accuracy by length bucket, and at far lengths."""
+"""Scoring a state-tracking model (docs/design.md §8.3): the accuracy by length bucket, and at far lengths; a task
+mixture's components one by one; the test with a kind of layer zeroed (`zeroed_mixers`)."""
 
 from __future__ import annotations
 
+import statistics
+from contextlib import contextmanager
 from dataclasses import replace
 
 import torch
 
 from ...data import StateTrackingDataset, collate_state_tracking
 from ...data.state_tracking import last_token_correct
+from ...modeling.modeling_hybrid_ssm import HybridSSMDecoderLayer
 from ..loop import batch_ranges, bucket_accuracy
 
 TEST_SEED, FAR_SEED = 20_000, 30_000  # data seeds of the test and the far-length sequences (validation: 10,000)
@@ -80,4 +84,42 @@ def evaluate_far_lengths(model, settings, task, lengths, device) -> dict | None:
     return {"buckets": buckets, "mean_accuracy": sum(b["accuracy"] for b in buckets) / len(buckets)}
 
 
-__all__ = ["FAR_SEED", "TEST_SEED", "evaluate", "evaluate_far_lengths"]
+def far_components(model, components, device) -> dict | None:
+    """`evaluate_far_lengths` of each component with far lengths (None when none has any); for a mixture every
+    bucket tagged with its task and the mean over them."""
+    reports = {c.task.name: evaluate_far_lengths(model, c.settings, c.task, c.far_lengths, device) for c in components}
+    reports = {name: report for name, report in reports.items() if report is not None}
+    if len(components) == 1 or not reports:
+        return next(iter(reports.values()), None)
+    buckets = [{**bucket, "task": name} for name, report in reports.items() for bucket in report["buckets"]]
+    return {"buckets": buckets, "mean_accuracy": statistics.mean(b["accuracy"] for b in buckets)}
+
+
+@contextmanager
+def zeroed_mixers(model, mixer: str):
+    """Within the block, every decoder layer of `model` whose mixer is `mixer` (its config.mixers entry) outputs
+    zeros from its mixer: in a pre-norm residual block the mixer's branch adds nothing to the stream, the layer's
+    SwiGLU still runs. The hooks go when the block ends, whatever happens in it."""
+
+    def zero(module, args, output):
+        return (torch.zeros_like(output[0]), *output[1:])  # every mixer returns (output, its state or weights)
+
+    layers = [m for m in model.modules() if isinstance(m, HybridSSMDecoderLayer)]
+    hooks = [m.mixer.register_forward_hook(zero) for m in layers if model.config.mixers[m.layer_idx] == mixer]
+    if not hooks:
+        raise ValueError(f"the model has no {mixer!r} layer to zero; its layers are {list(model.config.mixers)}")
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+__all__ = [
+    "FAR_SEED",
+    "TEST_SEED",
+    "evaluate",
+    "evaluate_far_lengths",
+    "far_components",
+    "zeroed_mixers",
+]

@@ -33,10 +33,18 @@ KEY = ("task", "mixer", "recipe", "seed", "run")
 NOT_OVERRIDES = frozenset({"task", "mixer", "seed", "recipe", "num_generators"})
 
 
-def run_results(settings: StateTrackingSettings, plan: RunPlan, run, outcome, test: dict, far, final_model) -> dict:
+def run_results(
+    settings: StateTrackingSettings, plan: RunPlan, run, outcome, test: dict, far, final_model, ablations: dict
+) -> dict:
     """A run's results.json content: `run` the driver's run state (its best weights' record, history and clock),
-    `outcome` its loop.LoopResult, `test` and `far` the test reports, `final_model` the tested model, unwrapped."""
+    `outcome` its loop.LoopResult, `test` and `far` the test reports, `final_model` the tested model, unwrapped,
+    `ablations` {mixer: the test with its layers zeroed} (`test_ablations`). A task mixture's `test` holds each
+    task's report under "components", and "tasks" says what each task's test reads."""
     task = plan.task
+    if len(plan.components) > 1:
+        scoring = {"tasks": {c.task.name: _task_record(c.task, c.settings) for c in plan.components}}
+    else:
+        scoring = {k: v for k, v in _task_record(task, settings).items() if k != "train_lengths"}
     return {
         "task": settings.task,
         "mixer": settings.mixer,
@@ -60,11 +68,20 @@ def run_results(settings: StateTrackingSettings, plan: RunPlan, run, outcome, te
         "history": run.history,
         "test": test,
         **({"far": far} if far is not None else {}),
-        # what the test scores and its chance level (a uniform guess over the classes, Task.chance_accuracy)
+        **({"ablations": ablations} if ablations else {}),
+        **scoring,
+        **plan.file_record,
+    }
+
+
+def _task_record(task, settings: StateTrackingSettings) -> dict:
+    """What the test of `task` scores and its chance level (a uniform guess over its classes, Task.chance_accuracy),
+    and the lengths it trained on (`settings`: the run's, or a mixture component's)."""
+    return {
         "scored_positions": task.scored_positions,
         "chance_accuracy": task.chance_accuracy,
         "size_name": task.size_name,
-        **plan.file_record,
+        "train_lengths": [settings.train_min_length, settings.train_max_length],
     }
 
 
@@ -114,6 +131,12 @@ def run_record(results: dict, recipe: str, run: str, overrides: dict | None = No
             if "far" in results
             else {}
         ),
+        **({"mixture": results["mixture"]} if "mixture" in results else {}),
+        **(
+            {"ablation_mean_accuracy": {m: test["mean_accuracy"] for m, test in results["ablations"].items()}}
+            if "ablations" in results
+            else {}
+        ),
         "best_validation_accuracy": results["validation"]["accuracy"],
         "train_seconds": results["train_seconds"],
         "validation_curve": [[h["step"], h["val_accuracy"]] for h in results.get("history", [])],
@@ -139,8 +162,27 @@ def recipe_overrides(settings: dict, recipe: str) -> dict:
     return overrides
 
 
+def component_results(results: dict) -> list[dict]:
+    """A run's results as one results dict per task: the run's own, or for a task mixture one per component (its
+    "task" the component, "mixture" the mixture, its test, far lengths and ablations the component's)."""
+    if "tasks" not in results:
+        return [results]
+    out = []
+    for name, scoring in results["tasks"].items():
+        own = {k: v for k, v in results.items() if k not in ("tasks", "far", "ablations")}
+        far = [b for b in results.get("far", {}).get("buckets", []) if b["task"] == name]
+        own.update(task=name, mixture=results["task"], test=results["test"]["components"][name], **scoring)
+        if far:
+            own["far"] = {"buckets": far, "mean_accuracy": statistics.mean(b["accuracy"] for b in far)}
+        if "ablations" in results:
+            own["ablations"] = {m: test["components"][name] for m, test in results["ablations"].items()}
+        out.append(own)
+    return out
+
+
 def run_records(results: dict, run_dir: str | Path, recipe: str) -> list[dict]:
-    """Every seed of a run: the one run itself, or each restart's seed_<s>/results.json."""
+    """Every seed of a run (the one run itself, or each restart's seed_<s>/results.json), one record per task it
+    tested (`component_results`)."""
     run_dir = Path(run_dir)
     folders = [run_dir] if "restarts" not in results else [run_dir / f"seed_{r['seed']}" for r in results["restarts"]]
     records = []
@@ -149,7 +191,8 @@ def run_records(results: dict, run_dir: str | Path, recipe: str) -> list[dict]:
         settings = json.loads(settings_file.read_text()) if settings_file.is_file() else {}
         settings = upgrade_settings("StateTrackingSettings", settings)  # a restart finished under the old names
         seed_results = results if folder == run_dir else json.loads((folder / "results.json").read_text())
-        records.append(run_record(seed_results, recipe, str(folder), recipe_overrides(settings, recipe)))
+        overrides = recipe_overrides(settings, recipe)
+        records += [run_record(r, recipe, str(folder), overrides) for r in component_results(seed_results)]
     return records
 
 
@@ -160,17 +203,18 @@ def update_summary_json(path: str | Path, records: list[dict]) -> list[dict]:
 
 
 def plot_accuracy_vs_length(all_results: list[dict], path: str | Path) -> None:
-    """One line per (task, mixer): last-position accuracy against the bucket's mean length."""
+    """One line per (task, mixer), a task mixture's tasks each on its own: last-position accuracy against the
+    bucket's mean length."""
     plt = pyplot()
-
+    all_results = [r for results in all_results for r in component_results(results)]
     tasks = sorted({r["task"] for r in all_results})
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         for r in (r for r in all_results if r["task"] == task):
             xs = [(b["min_length"] + b["max_length"]) / 2 for b in r["test"]["buckets"]]
             ax.plot(xs, [b["accuracy"] for b in r["test"]["buckets"]], marker="o", label=r["mixer"])
-        ax.axvspan(*all_results[0]["train_lengths"], color="grey", alpha=0.15, label="train lengths")
         first = next(r for r in all_results if r["task"] == task)
+        ax.axvspan(*first["train_lengths"], color="grey", alpha=0.15, label="train lengths")
         scored = "accuracy over labelled positions" if first.get("scored_positions") == "labelled" else None
         ax.set(title=task, xlabel=first.get("size_name", "length").replace("length", "sequence length"),
                ylabel=scored or "last-position accuracy", ylim=(0, 1.02))  # fmt: skip
@@ -181,15 +225,21 @@ def plot_accuracy_vs_length(all_results: list[dict], path: str | Path) -> None:
 
 
 def results_table(all_results: list[dict]) -> str:
-    """Markdown table: one row per run, one column per test length bucket."""
-    buckets = [f"{b['min_length']}-{b['max_length']}" for b in all_results[0]["test"]["buckets"]]
-    header = ["task", "mixer", "params", "seed", "steps", "train s", *buckets, "mean"]
-    rows = [
-        [r["task"], r["mixer"], r["parameters"], _seed_cell(r), r["steps"], f"{r['train_seconds']:.0f}"]
-        + [*accuracy_cells(r["test"]["buckets"]), f"{100 * r['test']['mean_accuracy']:.1f}"]
-        for r in all_results
-    ]
-    return markdown_table(header, rows)
+    """Markdown table: one row per run and task (a task mixture's tasks each on their own), one column per test
+    length bucket; runs whose buckets differ (a mixture's tasks) get a table each, one after the other."""
+    layouts: dict[tuple, list[dict]] = {}
+    for r in (r for results in all_results for r in component_results(results)):
+        layouts.setdefault(tuple(f"{b['min_length']}-{b['max_length']}" for b in r["test"]["buckets"]), []).append(r)
+    tables = []
+    for buckets, results in layouts.items():
+        header = ["task", "mixer", "params", "seed", "steps", "train s", *buckets, "mean"]
+        rows = [
+            [r["task"], r["mixer"], r["parameters"], _seed_cell(r), r["steps"], f"{r['train_seconds']:.0f}"]
+            + [*accuracy_cells(r["test"]["buckets"]), f"{100 * r['test']['mean_accuracy']:.1f}"]
+            for r in results
+        ]
+        tables.append(markdown_table(header, rows))
+    return "\n\n".join(tables)
 
 
 def seeds_table(all_results: list[dict]) -> str:
@@ -197,7 +247,7 @@ def seeds_table(all_results: list[dict]) -> str:
     seed (the kept restart's seed in brackets where a restart was kept), their mean ± sample std, the far lengths'
     accuracy where tested, and the CPU seconds of each seed (restarts included)."""
     groups: dict[tuple[str, str], list[dict]] = {}
-    for result in all_results:
+    for result in (r for results in all_results for r in component_results(results)):
         groups.setdefault((result["task"], result["mixer"]), []).append(result)
     header = ["task", "mixer", "recipe", "test mean % per seed", "mean ± std", "far % (min over seeds)", "CPU s"]
     rows = []

@@ -7,17 +7,18 @@ settings a resumed run may change; and `model_config`, the HybridSSMConfig the s
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from ...data import TASK_NAMES, get_task
 from ...data.state_tracking import SUPERVISIONS
+from ...data.task_mixture import MIXTURE_SEPARATOR, TaskMixture
 from ...data.word_problems import WORD_PROBLEM_TASK, WordProblemDataset, load_word_problem_file, word_problem_task
 from ...modeling import HybridSSMConfig
 from ...modeling.config_values import BLOCK_TYPES, BLOCKS_WITH_MLP, check_choice
 from ...modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
 from ...modeling.mixer_registry import pattern_letters, width_matched_fields
-from ..cli import check_numeric_settings
+from ..cli import check_numeric_settings, config_fields_field
 from ..optimization import LR_SCHEDULES
 from ..settings_base import ConfigFieldSettings, TrackingSettings
 from ..stack import StackSettings, stack_config_fields, stack_pattern
@@ -40,6 +41,7 @@ RESUME_SAFE_SETTINGS = frozenset(
         "restarts",
         "far_lengths",
         "far_samples_per_bucket",
+        "test_ablations",
     }  # fmt: skip
 )
 # The settings that take one of a few values, with those values (validate() refuses any other, naming them).
@@ -58,6 +60,19 @@ CHOICES = {
 VALIDATION_SOURCES = ("validation_file", "longest_lengths", "last_rows")
 # The settings that name a file run's files, in FileSplits.files order.
 FILE_SETTINGS = ("data_file", "validation_file", "test_data_file")
+# The settings a component of a task mixture ("mqar+a5") may set for itself (`component_settings`): its data. Every
+# other setting (the model, the optimisation, the task arguments, which go to the component that takes them) is
+# the run's.
+COMPONENT_SETTINGS = (
+    "train_min_length",
+    "train_max_length",
+    "test_min_length",
+    "test_max_length",
+    "num_buckets",
+    "far_lengths",
+    "length_curriculum_steps",
+    "length_curriculum_start",
+)
 
 
 @dataclass(frozen=True)
@@ -114,6 +129,8 @@ class RunPlan:
         checkpoints and results.json, compared when the run resumes (checkpointing.check_data_files).
     file_record: what results.json says about a file run's files (`file_record`; the run's log line reads it
         too), {} for a generated task.
+    components: what the run trains and tests on, one `Component` per task: the run's task alone, or each task of
+        a mixture (`task` is then the TaskMixture, whose vocabulary and classes the model takes).
     """
 
     task: object
@@ -122,6 +139,17 @@ class RunPlan:
     far_lengths: tuple[int, ...]
     fingerprints: dict
     file_record: dict
+    components: tuple[Component, ...] = ()
+
+
+@dataclass(frozen=True)
+class Component:
+    """One task a run trains and tests on: its `Task` (a mixture's component in the mixture's ids), the run's
+    settings with the component's own data settings (`component_settings`) and its far test lengths."""
+
+    task: object
+    settings: StateTrackingSettings
+    far_lengths: tuple[int, ...]
 
 
 @dataclass
@@ -204,6 +232,19 @@ class StateTrackingSettings(StackSettings, ConfigFieldSettings, TrackingSettings
     # (a learnt automaton that is right is right at any length; docs/design.md §8.3).
     far_lengths: str = field(default="", metadata={"help": "far test lengths, e.g. 1000,4000 ('' = none)"})
     far_samples_per_bucket: int = field(default=256, metadata={"help": "sequences per far length"})
+    # A task mixture ("mqar+a5": each sequence one task, each task tested on its own; data/task_mixture.py): a
+    # component's own data settings (COMPONENT_SETTINGS) over the run's, e.g. mqar's pairs where a5 has lengths.
+    component_settings: dict = config_fields_field(
+        "a task mixture's per-task data settings over the run's, e.g. "
+        '\'mqar={"train_min_length": 4, "train_max_length": 32, "far_lengths": ""}\' '
+        f"(fields: {', '.join(COMPONENT_SETTINGS)})"
+    )
+    # After the test, the test again with the outputs of these layers zeroed ("attention,pd_ssm": each kind on its
+    # own; pre-norm residual blocks, where a zeroed mixer leaves its residual branch out): which layer does which job.
+    test_ablations: str = field(
+        default="",
+        metadata={"help": "comma-separated mixers whose layers' outputs a second test zeroes, e.g. attention,pd_ssm"},
+    )
     # Random restarts (train_with_restarts): seeds seed, seed + 1000, seed + 2000, ... (state_tracking.restart_seeds:
     # runs of consecutive seeds share no restart); the restart with the best validation accuracy is kept, and no
     # further restart starts once one reaches target_accuracy. The test set never takes part.
@@ -273,13 +314,16 @@ class StateTrackingSettings(StackSettings, ConfigFieldSettings, TrackingSettings
             task = self.build_task()  # raises ValueError for unknown tasks / bad arguments / malformed files
         except ValueError as err:  # get_task's vocab_size is the flag --task_vocab_size here
             raise ValueError(str(err).replace("`vocab_size`", "`task_vocab_size`")) from None
-        self._validate_lengths(task)
+        components = self.components(task)
         files = self.file_splits() if self.data_file else None
         fingerprints = files.fingerprints() if files is not None else {}  # the files as read: a resume compares them
         record = file_record(self, task, files, fingerprints) if files is not None else {}
-        far = tuple(far_lengths(self, task))
-        config = _model_config(self, task, far)  # the pattern letters, the sizes: HybridSSMConfig's own checks
+        far = components[0].far_lengths if len(components) == 1 else ()
+        config = _model_config(self, task, components)  # the pattern letters, the sizes: HybridSSMConfig's checks
+        check_ablations(self.test_ablations, config)
         if self.teacher_forcing_steps:
+            if isinstance(task, TaskMixture):
+                raise ValueError(f"`teacher_forcing_steps` needs one task, not the mixture {task.name!r}")
             check_teacher_forcing(config, task, self.supervision)
         if self.attention_frozen_steps and "attention" not in config.mixers:
             raise ValueError(
@@ -291,7 +335,41 @@ class StateTrackingSettings(StackSettings, ConfigFieldSettings, TrackingSettings
                 f"`mlp_frozen_steps` = {self.mlp_frozen_steps} needs SwiGLU blocks, and block_type "
                 f"{config.block_type!r} has none (they come with {list(BLOCKS_WITH_MLP)}; or pass 0)"
             )
-        return RunPlan(task, config, files, far, fingerprints, record)
+        return RunPlan(task, config, files, far, fingerprints, record, components)
+
+    def components(self, task) -> tuple[Component, ...]:
+        """The run's `Component`s for its Task or TaskMixture `task`, each one's lengths checked against its task
+        (`_validate_lengths`) and its far lengths resolved; `component_settings` refused but for a mixture's
+        components and COMPONENT_SETTINGS."""
+        if not isinstance(self.component_settings, dict):
+            raise ValueError(f"`component_settings` must be a JSON object, got {self.component_settings!r}")
+        if not isinstance(task, TaskMixture):
+            if self.component_settings:
+                raise ValueError(
+                    f"`component_settings` applies to a task mixture (tasks joined by {MIXTURE_SEPARATOR!r}, e.g. "
+                    f"mqar+a5), not {self.task!r}"
+                )
+            self._validate_lengths(task)
+            return (Component(task, self, tuple(far_lengths(self, task))),)
+        names = [c.name for c in task.components]
+        for name, values in self.component_settings.items():
+            if name not in names:
+                raise ValueError(f"`component_settings` names {name!r}, which is not a task of {task.name!r}: {names}")
+            wrong = sorted(set(values) - set(COMPONENT_SETTINGS)) if isinstance(values, dict) else values
+            if wrong:
+                raise ValueError(
+                    f"`component_settings` of {name!r} must be a JSON object of the fields "
+                    f"{', '.join(COMPONENT_SETTINGS)}, got {wrong!r}"
+                )
+        out = []
+        for component in task.components:
+            own = replace(self, task=component.name, component_settings={})
+            own = replace(own, **self.component_settings.get(component.name, {}))
+            check_numeric_settings(own, positive=("learning_rate",))
+            own._validate_counts()
+            own._validate_lengths(component)
+            out.append(Component(component, own, tuple(far_lengths(own, component))))
+        return tuple(out)
 
     def _validate_counts(self) -> None:
         """The counts of at least 1, the target accuracy in (0, 1], and a learning-rate floor only with a schedule
@@ -519,6 +597,30 @@ def far_lengths(settings, task) -> list[int]:
     return lengths
 
 
+def ablation_mixers(text: str) -> list[str]:
+    """`test_ablations` "attention,pd_ssm" -> ["attention", "pd_ssm"] ("" -> [])."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def check_ablations(text, config: HybridSSMConfig) -> None:
+    """ValueError unless `test_ablations` names distinct mixers of the model's layers (config.mixers), in pre-norm
+    residual blocks (elsewhere a zeroed mixer's output is the block's whole output, not a branch left out)."""
+    if not isinstance(text, str):
+        raise ValueError(f"`test_ablations` must be a comma-separated string of mixers, got {text!r}")
+    names = ablation_mixers(text)
+    if not names:
+        return
+    present = sorted(set(config.mixers))
+    wrong = [name for name in names if name not in present]
+    if wrong or len(set(names)) != len(names):
+        raise ValueError(f"`test_ablations` must name distinct mixers of the model's layers, {present}; got {text!r}")
+    if config.block_type != "pre_norm_residual":
+        raise ValueError(
+            f"`test_ablations` zeroes a mixer's residual branch: it needs block_type 'pre_norm_residual', got "
+            f"{config.block_type!r}"
+        )
+
+
 def file_record(settings: StateTrackingSettings, task, files: FileSplits, fingerprints: dict) -> dict:
     """What results.json says about a word-problem file run: the files and their `fingerprints`, the classes of
     `task` (its Task), the rows of each split of `files`, where validation came from, the ignored columns."""
@@ -538,12 +640,12 @@ def model_config(settings: StateTrackingSettings, task=None) -> HybridSSMConfig:
     """The HybridSSMConfig of a run: one layer per pattern letter (HybridSSMConfig's letters, S = the mixer).
     `task`: the run's Task where the caller has resolved it (a driver does, once), else `settings.build_task()`."""
     task = task if task is not None else settings.build_task()
-    return _model_config(settings, task, far_lengths(settings, task))
+    return _model_config(settings, task, settings.components(task))
 
 
-def _model_config(settings: StateTrackingSettings, task, far: tuple[int, ...]) -> HybridSSMConfig:
-    """model_config of the run's Task `task` and far test lengths `far` (StateTrackingSettings.plan resolves each
-    once)."""
+def _model_config(settings: StateTrackingSettings, task, components: tuple[Component, ...]) -> HybridSSMConfig:
+    """model_config of the run's Task or TaskMixture `task` and its `components` (StateTrackingSettings.plan
+    resolves each once)."""
     pattern, ssm_mixer = stack_pattern(settings.mixer, settings.pattern)
     letters = {**pattern_letters(), "S": ssm_mixer}
     mixers = sorted({letters[ch] for ch in pattern if ch in letters})
@@ -554,9 +656,12 @@ def _model_config(settings: StateTrackingSettings, task, far: tuple[int, ...]) -
     config_fields = {
         **stack_config_fields(settings, pattern, ssm_mixer),
         "vocab_size": task.vocab_size,
-        # the longest sequence in tokens, the far test lengths included (for mqar the lengths count pairs, at a
-        # fixed sequence length)
-        "max_position_embeddings": task.num_tokens(max(settings.test_max_length, settings.train_max_length, *far)),
+        # the longest sequence in tokens of any component, the far test lengths included (for mqar the lengths
+        # count pairs, at a fixed sequence length)
+        "max_position_embeddings": max(
+            c.task.num_tokens(max(c.settings.test_max_length, c.settings.train_max_length, *c.far_lengths))
+            for c in components
+        ),
         "block_type": settings.block_type,
         "block_dropout": settings.block_dropout,
         "num_labels": task.num_classes,
