@@ -47,9 +47,10 @@ def test_a_mixture_run_tests_each_task_on_its_own_and_records_each(tmp_path):
     assert [(r["task"], r["mixture"]) for r in records] == [("mqar", "mqar+a5"), ("a5", "mqar+a5")]
     assert set(records[0]["test_accuracy_by_bucket"]) == {"3-4", "5-6"} and "far_accuracy_by_length" not in records[0]
     assert records[1]["far_accuracy_by_length"].keys() == {"30"}
-    assert records[1]["ablation_mean_accuracy"]["pd_ssm"] == results["ablations"]["pd_ssm"]["components"]["a5"][
-        "mean_accuracy"
-    ]
+    assert (
+        records[1]["ablation_mean_accuracy"]["pd_ssm"]
+        == results["ablations"]["pd_ssm"]["components"]["a5"]["mean_accuracy"]
+    )
     assert json.loads((tmp_path / "results.json").read_text())["test"] == results["test"]
 
 
