@@ -153,6 +153,8 @@ OPTION_GROUPS = {
         "far_lengths",
         "far_samples_per_bucket",
         "supervision",
+        "component_settings",
+        "test_ablations",
     ),
     "model": (
         "pattern",

@@ -60,3 +60,26 @@ def stack_config_fields(settings, pattern: str, ssm_mixer: str) -> dict:
         pd_ssm_num_heads=settings.num_heads,
         pd_ssm_head_state_size=settings.state_size,
     )
+
+
+def ablation_mixers(text: str) -> list[str]:
+    """`test_ablations` "attention,pd_ssm" -> ["attention", "pd_ssm"] ("" -> [])."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def check_ablations(text, mixers: list[str], block_type: str) -> None:
+    """ValueError unless `test_ablations` names distinct mixers of the stack's layers (`mixers`: their names), in
+    pre-norm residual blocks (elsewhere a zeroed mixer's output is the block's whole output, not a branch left
+    out)."""
+    if not isinstance(text, str):
+        raise ValueError(f"`test_ablations` must be a comma-separated string of mixers, got {text!r}")
+    names = ablation_mixers(text)
+    if not names:
+        return
+    if any(name not in mixers for name in names) or len(set(names)) != len(names):
+        raise ValueError(f"`test_ablations` must name distinct mixers of the model's layers, {mixers}; got {text!r}")
+    if block_type != "pre_norm_residual":
+        raise ValueError(
+            f"`test_ablations` zeroes a mixer's residual branch: it needs block_type 'pre_norm_residual', got "
+            f"{block_type!r}"
+        )

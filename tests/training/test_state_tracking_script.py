@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import hf_ssm.training.state_tracking.evaluation as scoring
 from hf_ssm import HybridSSMForTokenClassification
 from hf_ssm.data import load_word_problem_file
 from hf_ssm.training.state_tracking.driver import build_model, length_buckets, train_state_tracking, train_with_restarts
@@ -214,7 +215,6 @@ def test_pattern_letters_mean_what_they_mean_in_the_config():
 
 def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkeypatch):
     """A run killed at step 6 resumes from its step-4 checkpoint and reproduces the uninterrupted loss curve."""
-    import hf_ssm.training.state_tracking.driver as st
 
     settings = dict(
         task="parity", hidden_size=16, state_size=4, extra_config={"pd_ssm_dict_size": 4}, batch_size=8, eval_every=2, save_every=2,
@@ -224,7 +224,9 @@ def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path, monkey
     full = train_state_tracking(StateTrackingSettings(**settings), tmp_path / "full")
 
     # the evaluation at step 6: after the step-4 checkpoint, before the step-6 one
-    kill_at_evaluation(monkeypatch, st, 3, train_state_tracking, StateTrackingSettings(**settings), tmp_path / "part")
+    kill_at_evaluation(
+        monkeypatch, scoring, 3, train_state_tracking, StateTrackingSettings(**settings), tmp_path / "part"
+    )
     assert checkpoint_names(tmp_path / "part") == ["step_2", "step_4"]
     assert not (tmp_path / "part" / "model").exists()
 
@@ -274,7 +276,7 @@ def test_best_validation_weights_are_the_ones_tested_and_saved(tmp_path, monkeyp
         eval_samples_per_bucket=8, val_samples_per_bucket=4, train_max_length=12, test_min_length=12,
         test_max_length=20, target_accuracy=1.0, max_steps=6, save_every=0,
     )  # fmt: skip
-    real_evaluate, seen, snapshots = st.evaluate, [], []
+    real_evaluate, seen, snapshots = scoring.evaluate, [], []
     scripted = iter([0.3, 0.8, 0.5])  # validation accuracy at steps 2, 4, 6: step 4 is the best
 
     def scripted_evaluate(model, settings_, task, buckets, seed, device, samples_per_bucket):
@@ -284,7 +286,7 @@ def test_best_validation_weights_are_the_ones_tested_and_saved(tmp_path, monkeyp
         snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
         return {"buckets": [], "mean_accuracy": next(scripted)}
 
-    monkeypatch.setattr(st, "evaluate", scripted_evaluate)
+    monkeypatch.setattr(scoring, "evaluate", scripted_evaluate)
     results = train_state_tracking(settings, tmp_path)
     test_buckets = [(12, 15), (16, 20)]
     assert seen[:3] == [(test_buckets, st.VALIDATION_SEED, 4)] * 3 and seen[3] == (test_buckets, st.TEST_SEED, 8)
@@ -295,20 +297,18 @@ def test_best_validation_weights_are_the_ones_tested_and_saved(tmp_path, monkeyp
 
 
 def test_validation_on_training_lengths_uses_one_training_length_bucket(tmp_path, monkeypatch):
-    import hf_ssm.training.state_tracking.driver as st
-
     settings = StateTrackingSettings(
         task="parity", hidden_size=16, state_size=4, extra_config={"pd_ssm_dict_size": 4}, batch_size=8, eval_every=2, num_buckets=1,
         eval_samples_per_bucket=4, train_max_length=12, test_min_length=12, test_max_length=20, max_steps=2,
         validation_lengths="train", save_every=0,
     )  # fmt: skip
-    real_evaluate, seen = st.evaluate, []
+    real_evaluate, seen = scoring.evaluate, []
 
     def recording_evaluate(model, settings_, task, buckets, seed, device, samples_per_bucket):
         seen.append(list(buckets))
         return real_evaluate(model, settings_, task, buckets, seed, device, samples_per_bucket)
 
-    monkeypatch.setattr(st, "evaluate", recording_evaluate)
+    monkeypatch.setattr(scoring, "evaluate", recording_evaluate)
     train_state_tracking(settings, tmp_path)
     assert seen == [[(3, 12)], [(12, 20)]]
 
@@ -317,7 +317,7 @@ def _scripted_validation(monkeypatch, accuracy_by_seed: dict[int, float]):
     """Make every validation of seed s score accuracy_by_seed[s]; tests run for real."""
     import hf_ssm.training.state_tracking.driver as st
 
-    real_evaluate, current = st.evaluate, {}
+    real_evaluate, current = scoring.evaluate, {}
     real_train = st._train_run
 
     def train(settings, plan, run_dir, accelerator, resume):
@@ -329,7 +329,7 @@ def _scripted_validation(monkeypatch, accuracy_by_seed: dict[int, float]):
             return real_evaluate(model, settings_, task, buckets, seed, device, samples_per_bucket)
         return {"buckets": [], "mean_accuracy": accuracy_by_seed[current["seed"]]}
 
-    monkeypatch.setattr(st, "evaluate", evaluate)
+    monkeypatch.setattr(scoring, "evaluate", evaluate)
     monkeypatch.setattr(st, "_train_run", train)
 
 
@@ -372,14 +372,13 @@ def test_restarts_stop_once_validation_reaches_the_target(tmp_path, monkeypatch)
 
 def _interrupted_run(run_dir: Path, monkeypatch, **overrides) -> dict:
     """Train 8 steps with checkpoints every 2, killed at the step-6 evaluation (latest checkpoint: step 4)."""
-    import hf_ssm.training.state_tracking.driver as st
 
     settings = dict(
         task="parity", hidden_size=16, state_size=4, extra_config={"pd_ssm_dict_size": 4}, batch_size=8, eval_every=2, save_every=2,
         num_buckets=1, eval_samples_per_bucket=8, train_max_length=12, test_min_length=12, test_max_length=20,
         target_accuracy=1.0, max_steps=8, **overrides,
     )  # fmt: skip
-    kill_at_evaluation(monkeypatch, st, 3, train_state_tracking, StateTrackingSettings(**settings), run_dir)
+    kill_at_evaluation(monkeypatch, scoring, 3, train_state_tracking, StateTrackingSettings(**settings), run_dir)
     return settings
 
 

@@ -10,6 +10,7 @@ import json
 import pytest
 import torch
 
+import hf_ssm.training.state_tracking.evaluation as scoring
 from hf_ssm import HybridSSMForTokenClassification
 from hf_ssm.training.optimization import build_optimizer, build_scheduler
 from hf_ssm.training.state_tracking.driver import build_model, train_state_tracking
@@ -160,11 +161,10 @@ def test_one_hot_frozen_embedding_survives_training_and_reload(tmp_path):
 )
 def test_resume_refuses_a_changed_freeze_or_transition_lr(tmp_path, monkeypatch, field, value):
     """Both change the training of every later step: not resume-safe, so a changed value is refused by name."""
-    import hf_ssm.training.state_tracking.driver as st
 
     assert field not in RESUME_SAFE_SETTINGS
     settings = tiny(max_steps=8, min_steps=8)  # no early stop before the kill
-    kill_at_evaluation(monkeypatch, st, 3, train_state_tracking, settings, tmp_path)
+    kill_at_evaluation(monkeypatch, scoring, 3, train_state_tracking, settings, tmp_path)
     changed = tiny(max_steps=8, min_steps=8, **{field: value})
     named = "extra_config.pd_ssm_transition_lr_scale" if field == "extra_config" else field
     with pytest.raises(ValueError, match=f"{named} "):

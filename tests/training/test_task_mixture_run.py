@@ -43,10 +43,15 @@ def test_a_mixture_run_tests_each_task_on_its_own_and_records_each(tmp_path):
     assert {b["task"] for b in results["far"]["buckets"]} == {"a5"}
     assert results["tasks"]["mqar"]["size_name"] == "num_pairs" and results["tasks"]["a5"]["train_lengths"] == [3, 12]
     assert set(results["ablations"]) == {"attention", "pd_ssm"}
+    for point in results["history"]:  # the learning curve of each task, and their mean that selects
+        assert point["val_accuracy"] == pytest.approx(sum(point["val_accuracy_by_task"].values()) / 2)
     records = run_records(results, tmp_path, "residual")
     assert [(r["task"], r["mixture"]) for r in records] == [("mqar", "mqar+a5"), ("a5", "mqar+a5")]
     assert set(records[0]["test_accuracy_by_bucket"]) == {"3-4", "5-6"} and "far_accuracy_by_length" not in records[0]
     assert records[1]["far_accuracy_by_length"].keys() == {"30"}
+    assert [a for _, a in records[0]["task_validation_curve"]] == [
+        h["val_accuracy_by_task"]["mqar"] for h in results["history"]
+    ]
     assert (
         records[1]["ablation_mean_accuracy"]["pd_ssm"]
         == results["ablations"]["pd_ssm"]["components"]["a5"]["mean_accuracy"]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import json
 import shutil
-import statistics
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -34,7 +33,8 @@ from ...modeling import HybridSSMForTokenClassification
 from .. import loop
 from ..checkpointing import atomic_save_dir, check_data_files, check_resume_folder, run_finished
 from ..optimization import SublayerDelay, build_optimizer, build_scheduler
-from .evaluation import TEST_SEED, evaluate, far_components, zeroed_mixers
+from ..stack import ablation_mixers
+from .evaluation import TEST_SEED, evaluate_components, far_components, zeroed_mixers
 from .results import kept_results, run_results, write_results
 from .settings import (
     RESUME_SAFE_SETTINGS,
@@ -42,7 +42,6 @@ from .settings import (
     FileSplits,
     RunPlan,
     StateTrackingSettings,
-    ablation_mixers,
     model_config,
 )
 from .teacher_forcing import fix_readout, teacher_forced_loss
@@ -106,19 +105,23 @@ def longest_training_length(settings: StateTrackingSettings, step: int) -> int:
     return min(settings.train_max_length, int(grown))
 
 
-def training_data(settings: StateTrackingSettings, plan: RunPlan, num_samples: int, step: int) -> StateTrackingDataset:
+def training_data(settings: StateTrackingSettings, plan: RunPlan, num_samples: int, step: int):
     """The training sequences step `step` draws from: lengths [train_min_length, the longest length of that step
     (longest_training_length: the length curriculum)], the run's seed. Item i is the same random draw at every
-    step, so with the curriculum off (or past it) this is one fixed dataset, as before the curriculum. A
+    step, so with the curriculum off (or past it) this is one fixed dataset, as before the curriculum. A task
+    mixture interleaves one such dataset per task, each at its own lengths and curriculum (a MixtureDataset). A
     word-problem file run trains on its training file's rows (less the validation rows), whatever the step."""
     if plan.files is not None:  # the training file's rows (the validation rows held out); no curriculum for files
         return plan.files.train
-    if len(plan.components) > 1:  # a mixture: each component's own lengths and curriculum, interleaved
-        share = -(-num_samples // len(plan.components))
-        return MixtureDataset([training_data(c.settings, replace(plan, components=(c,), task=c.task), share, step)
-                               for c in plan.components])  # fmt: skip
-    longest = longest_training_length(settings, step)
-    return StateTrackingDataset(plan.task, num_samples, settings.train_min_length, longest, seed=settings.seed)
+    if len(plan.components) == 1:
+        longest = longest_training_length(settings, step)
+        return StateTrackingDataset(plan.task, num_samples, settings.train_min_length, longest, seed=settings.seed)
+    share = -(-num_samples // len(plan.components))  # sequences per task, rounded up
+    datasets = []
+    for c in plan.components:
+        longest = longest_training_length(c.settings, step)
+        datasets.append(StateTrackingDataset(c.task, share, c.settings.train_min_length, longest, seed=settings.seed))
+    return MixtureDataset(datasets)
 
 
 BEST_WEIGHTS = "best_weights.pt"
@@ -258,10 +261,13 @@ def _train(
         unwrapped = accelerator.unwrap_model(model)
         val = evaluate_components(unwrapped, plan.components, val_buckets, VALIDATION_SEED, accelerator.device,
                                   "val_samples_per_bucket", val_rows)  # fmt: skip
-        history.append({"step": step, "loss": last["loss"].item(), "val_accuracy": val["mean_accuracy"]})
+        tasks = {name: report["mean_accuracy"] for name, report in val.get("components", {}).items()}  # a mixture
+        history.append({"step": step, "loss": last["loss"].item(), "val_accuracy": val["mean_accuracy"],
+                        **({"val_accuracy_by_task": tasks} if tasks else {})})  # fmt: skip
         if val["mean_accuracy"] >= best.record["accuracy"]:  # ties: the later, longer-trained weights
             best.keep(unwrapped, {"accuracy": val["mean_accuracy"], "step": step})
-        return {"loss": f"{last['loss'].item():.3f}", "val": f"{val['mean_accuracy']:.3f}"}
+        shown = {name: f"{accuracy:.3f}" for name, accuracy in tasks.items()}
+        return {"loss": f"{last['loss'].item():.3f}", "val": f"{val['mean_accuracy']:.3f}", **shown}
 
     def reached_target(step: int) -> bool:
         return history[-1]["val_accuracy"] >= settings.target_accuracy and step >= settings.min_steps
@@ -286,26 +292,6 @@ def _train(
         train_unit=train_step, evaluate=validation, eval_every=settings.eval_every, should_stop=reached_target,
         save=save, save_every=settings.save_every,
     )  # fmt: skip
-
-
-def evaluate_components(model, components, buckets: list[list[tuple[int, int]]], seed: int, device, samples: str,
-                        rows=None) -> dict:  # fmt: skip
-    """`evaluate` of each of a run's `components` (RunPlan.components) on its `buckets`, `samples` naming the
-    settings field of the sequences per bucket (`eval_samples_per_bucket`, `val_samples_per_bucket`). One component:
-    its report itself. A mixture: the mean of the components' mean accuracies, every bucket tagged with its task
-    ("task"), and each component's own report under "components"."""
-    own_rows = {} if rows is None else {"rows": rows}  # a word-problem file run's rows (one component)
-    reports = {}
-    for c, b in zip(components, buckets):
-        samples_per_bucket = getattr(c.settings, samples)
-        reports[c.task.name] = evaluate(model, c.settings, c.task, b, seed, device, samples_per_bucket, **own_rows)
-    if len(components) == 1:
-        return next(iter(reports.values()))
-    return {
-        "buckets": [{**bucket, "task": name} for name, report in reports.items() for bucket in report["buckets"]],
-        "mean_accuracy": statistics.mean(report["mean_accuracy"] for report in reports.values()),
-        "components": reports,
-    }
 
 
 def _announce_files(record: dict) -> None:

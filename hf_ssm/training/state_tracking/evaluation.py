@@ -84,6 +84,26 @@ def evaluate_far_lengths(model, settings, task, lengths, device) -> dict | None:
     return {"buckets": buckets, "mean_accuracy": sum(b["accuracy"] for b in buckets) / len(buckets)}
 
 
+def evaluate_components(model, components, buckets: list[list[tuple[int, int]]], seed: int, device, samples: str,
+                        rows=None) -> dict:  # fmt: skip
+    """`evaluate` of each of a run's `components` (RunPlan.components) on its `buckets`, `samples` naming the
+    settings field of the sequences per bucket (`eval_samples_per_bucket`, `val_samples_per_bucket`). One component:
+    its report itself. A mixture: the mean of the components' mean accuracies, every bucket tagged with its task
+    ("task"), and each component's own report under "components"."""
+    own_rows = {} if rows is None else {"rows": rows}  # a word-problem file run's rows (one component)
+    reports = {}
+    for c, b in zip(components, buckets):
+        samples_per_bucket = getattr(c.settings, samples)
+        reports[c.task.name] = evaluate(model, c.settings, c.task, b, seed, device, samples_per_bucket, **own_rows)
+    if len(components) == 1:
+        return next(iter(reports.values()))
+    return {
+        "buckets": [{**bucket, "task": name} for name, report in reports.items() for bucket in report["buckets"]],
+        "mean_accuracy": statistics.mean(report["mean_accuracy"] for report in reports.values()),
+        "components": reports,
+    }
+
+
 def far_components(model, components, device) -> dict | None:
     """`evaluate_far_lengths` of each component with far lengths (None when none has any); for a mixture every
     bucket tagged with its task and the mean over them."""
@@ -119,6 +139,7 @@ __all__ = [
     "FAR_SEED",
     "TEST_SEED",
     "evaluate",
+    "evaluate_components",
     "evaluate_far_lengths",
     "far_components",
     "zeroed_mixers",

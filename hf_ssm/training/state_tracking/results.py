@@ -2,13 +2,16 @@
 `kept_results`), written with its plot of accuracy against length (`write_results`), and
 results/state_tracking/summary.json: one record per trained seed, merged across runs.
 
-A record is {task, mixer, recipe, seed, steps, cpu_seconds, test_accuracy_by_bucket, test_mean_accuracy} plus
-`run` (the run folder), `train_seconds` (wall clock), `best_validation_accuracy`, `validation_curve` ([step,
-validation accuracy] pairs, the learning curve) and `overrides` (every setting of the run that differs from its
-recipe, e.g. {"extra_config": {"pd_ssm_diagonal": "magnitude"}}, so that a record names its exact variant). A run with restarts gives
-one record per restart seed (best-of-N is reported beside, never instead). Records are keyed by (task, mixer,
-recipe, seed, run): writing a run again replaces its records, any other run is appended. The file is rewritten
-atomically (temporary file + os.replace) under an exclusive lock, so concurrent runs never lose records.
+A record is {task, mixer, recipe, seed, steps, cpu_seconds, test_accuracy_by_bucket, test_mean_accuracy} plus `run`
+(the run folder), `train_seconds` (wall clock), `best_validation_accuracy`, `validation_curve` ([step, validation
+accuracy] pairs, the learning curve; a task mixture's task also has its own, `task_validation_curve`) and
+`overrides` (every setting of the run that differs from its recipe, e.g. {"extra_config": {"pd_ssm_diagonal":
+"magnitude"}}, so that a record names its exact variant). A run with restarts gives one record per restart seed
+(best-of-N is reported beside, never instead). Records are keyed by (task, mixer, recipe, seed, run): writing a run
+again replaces its records, any other run is appended. The file is rewritten atomically (temporary file +
+os.replace) under an exclusive lock, so concurrent runs never lose records. A task mixture's run gives one record per
+task (`component_results`: its `task` the task, `mixture` the mixture); a run with `test_ablations` adds
+`ablation_mean_accuracy` ({mixer: the test mean with those layers zeroed}).
 
 The summary file is merged through training/reports.py's `merge_summary` (`update_summary_json`), as the adapter
 experiment's results/adapter/summary.json is with its own key. Beside the records: the results tables of a run
@@ -140,9 +143,16 @@ def run_record(results: dict, recipe: str, run: str, overrides: dict | None = No
         "best_validation_accuracy": results["validation"]["accuracy"],
         "train_seconds": results["train_seconds"],
         "validation_curve": [[h["step"], h["val_accuracy"]] for h in results.get("history", [])],
+        **({"task_validation_curve": _task_curve(results)} if "mixture" in results else {}),
         "overrides": overrides or {},
         "run": run,
     }
+
+
+def _task_curve(results: dict) -> list[list]:
+    """[step, validation accuracy of this task] of a mixture's task (component_results), where recorded."""
+    task = results["task"]
+    return [[h["step"], h["val_accuracy_by_task"][task]] for h in results["history"] if "val_accuracy_by_task" in h]
 
 
 def recipe_overrides(settings: dict, recipe: str) -> dict:

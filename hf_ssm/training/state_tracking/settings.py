@@ -21,7 +21,7 @@ from ...modeling.mixer_registry import pattern_letters, width_matched_fields
 from ..cli import check_numeric_settings, config_fields_field
 from ..optimization import LR_SCHEDULES
 from ..settings_base import ConfigFieldSettings, TrackingSettings
-from ..stack import StackSettings, stack_config_fields, stack_pattern
+from ..stack import StackSettings, check_ablations, stack_config_fields, stack_pattern
 from .recipes import MODEL_DEFAULTS, RECIPE_NAMES, check_recipe
 from .teacher_forcing import check_teacher_forcing
 
@@ -320,7 +320,6 @@ class StateTrackingSettings(StackSettings, ConfigFieldSettings, TrackingSettings
         record = file_record(self, task, files, fingerprints) if files is not None else {}
         far = components[0].far_lengths if len(components) == 1 else ()
         config = _model_config(self, task, components)  # the pattern letters, the sizes: HybridSSMConfig's checks
-        check_ablations(self.test_ablations, config)
         if self.teacher_forcing_steps:
             if isinstance(task, TaskMixture):
                 raise ValueError(f"`teacher_forcing_steps` needs one task, not the mixture {task.name!r}")
@@ -597,30 +596,6 @@ def far_lengths(settings, task) -> list[int]:
     return lengths
 
 
-def ablation_mixers(text: str) -> list[str]:
-    """`test_ablations` "attention,pd_ssm" -> ["attention", "pd_ssm"] ("" -> [])."""
-    return [name.strip() for name in text.split(",") if name.strip()]
-
-
-def check_ablations(text, config: HybridSSMConfig) -> None:
-    """ValueError unless `test_ablations` names distinct mixers of the model's layers (config.mixers), in pre-norm
-    residual blocks (elsewhere a zeroed mixer's output is the block's whole output, not a branch left out)."""
-    if not isinstance(text, str):
-        raise ValueError(f"`test_ablations` must be a comma-separated string of mixers, got {text!r}")
-    names = ablation_mixers(text)
-    if not names:
-        return
-    present = sorted(set(config.mixers))
-    wrong = [name for name in names if name not in present]
-    if wrong or len(set(names)) != len(names):
-        raise ValueError(f"`test_ablations` must name distinct mixers of the model's layers, {present}; got {text!r}")
-    if config.block_type != "pre_norm_residual":
-        raise ValueError(
-            f"`test_ablations` zeroes a mixer's residual branch: it needs block_type 'pre_norm_residual', got "
-            f"{config.block_type!r}"
-        )
-
-
 def file_record(settings: StateTrackingSettings, task, files: FileSplits, fingerprints: dict) -> dict:
     """What results.json says about a word-problem file run: the files and their `fingerprints`, the classes of
     `task` (its Task), the rows of each split of `files`, where validation came from, the ignored columns."""
@@ -649,6 +624,7 @@ def _model_config(settings: StateTrackingSettings, task, components: tuple[Compo
     pattern, ssm_mixer = stack_pattern(settings.mixer, settings.pattern)
     letters = {**pattern_letters(), "S": ssm_mixer}
     mixers = sorted({letters[ch] for ch in pattern if ch in letters})
+    check_ablations(settings.test_ablations, mixers, settings.block_type)  # refused before training, not after
     # The other mixers' state widths matched to PD-SSM's: N complex numbers per head = 2 N H real numbers, each
     # mixer's fields from its registry declaration (`width_fields`, mixer_registry.py).
     width = 2 * settings.state_size * settings.num_heads
