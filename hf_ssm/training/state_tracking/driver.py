@@ -113,15 +113,15 @@ def training_data(settings: StateTrackingSettings, plan: RunPlan, num_samples: i
     word-problem file run trains on its training file's rows (less the validation rows), whatever the step."""
     if plan.files is not None:  # the training file's rows (the validation rows held out); no curriculum for files
         return plan.files.train
-    if len(plan.components) == 1:
-        longest = longest_training_length(settings, step)
-        return StateTrackingDataset(plan.task, num_samples, settings.train_min_length, longest, seed=settings.seed)
-    share = -(-num_samples // len(plan.components))  # sequences per task, rounded up
-    datasets = []
-    for c in plan.components:
-        longest = longest_training_length(c.settings, step)
-        datasets.append(StateTrackingDataset(c.task, share, c.settings.train_min_length, longest, seed=settings.seed))
-    return MixtureDataset(datasets)
+    # (task, its settings): the run's own, or each task of a mixture with its own lengths and curriculum
+    runs = [(plan.task, settings)] if len(plan.components) == 1 else [(c.task, c.settings) for c in plan.components]
+    longest = [longest_training_length(own, step) for _, own in runs]
+    share = -(-num_samples // len(runs))  # sequences per task, rounded up
+    datasets = [
+        StateTrackingDataset(task, share, own.train_min_length, top, seed=settings.seed)
+        for (task, own), top in zip(runs, longest)
+    ]
+    return datasets[0] if len(datasets) == 1 else MixtureDataset(datasets)
 
 
 BEST_WEIGHTS = "best_weights.pt"
