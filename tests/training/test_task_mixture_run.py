@@ -102,6 +102,7 @@ def test_zeroed_mixers_leave_out_exactly_the_named_layers_and_clean_up():
          "applies to a task mixture"),
         ({"component_settings": {"s5": {}}}, "names 's5', which is not a task of 'mqar\\+a5'"),
         ({"component_settings": {"mqar": {"hidden_size": 8}}}, "must be a JSON object of the fields"),
+        ({"component_settings": {"mqar": []}}, "must be a JSON object of the fields"),
         ({"component_settings": {"mqar": {**MQAR_LENGTHS, "test_max_length": 9}}}, "`test_max_length` = 9 \\(num_pairs\\)"),
         ({"component_settings": {"mqar": {**MQAR_LENGTHS, "num_buckets": 0}}}, "`num_buckets` must be >= 1"),
         ({"test_ablations": "attention,mamba2"}, "must name distinct mixers of the model's layers"),

@@ -84,12 +84,12 @@ def evaluate_far_lengths(model, settings, task, lengths, device) -> dict | None:
     return {"buckets": buckets, "mean_accuracy": sum(b["accuracy"] for b in buckets) / len(buckets)}
 
 
-def evaluate_components(model, components, buckets: list[list[tuple[int, int]]], seed: int, device, samples: str,
-                        rows=None) -> dict:  # fmt: skip
-    """`evaluate` of each of a run's `components` (RunPlan.components) on its `buckets`, `samples` naming the
-    settings field of the sequences per bucket (`eval_samples_per_bucket`, `val_samples_per_bucket`). One component:
-    its report itself. A mixture: the mean of the components' mean accuracies, every bucket tagged with its task
-    ("task"), and each component's own report under "components"."""
+def evaluate_components(model, components, buckets, seed: int, device, samples: str, rows=None) -> dict:
+    """`evaluate` of each of a run's `components` (RunPlan.components) on its buckets (`buckets`: one list of (low,
+    high) per component), `samples` naming the settings field of the sequences per bucket
+    (`eval_samples_per_bucket`, `val_samples_per_bucket`). One component: its report itself. A mixture: the mean
+    of the components' mean accuracies, every bucket tagged with its task ("task"), and each component's own
+    report under "components"."""
     own_rows = {} if rows is None else {"rows": rows}  # a word-problem file run's rows (one component)
     reports = {}
     for c, b in zip(components, buckets):

@@ -124,7 +124,8 @@ class RunPlan:
 
     task: the run's Task. config: the model's HybridSSMConfig (each model is built from its own copy).
     files: a word-problem file run's rows (FileSplits: training, validation, test), None for a generated task.
-    far_lengths: the far test lengths (`far_lengths`), () for none.
+    far_lengths: the far test lengths (`far_lengths`), () for none (a mixture: (), each task has its own in
+        `components`).
     fingerprints: a file run's files as read (`FileSplits.fingerprints`), {} for a generated task: recorded in the
         checkpoints and results.json, compared when the run resumes (checkpointing.check_data_files).
     file_record: what results.json says about a file run's files (`file_record`; the run's log line reads it
@@ -139,7 +140,7 @@ class RunPlan:
     far_lengths: tuple[int, ...]
     fingerprints: dict
     file_record: dict
-    components: tuple[Component, ...] = ()
+    components: tuple[Component, ...]
 
 
 @dataclass(frozen=True)
@@ -355,7 +356,7 @@ class StateTrackingSettings(StackSettings, ConfigFieldSettings, TrackingSettings
             if name not in names:
                 raise ValueError(f"`component_settings` names {name!r}, which is not a task of {task.name!r}: {names}")
             wrong = sorted(set(values) - set(COMPONENT_SETTINGS)) if isinstance(values, dict) else values
-            if wrong:
+            if wrong or not isinstance(values, dict):
                 raise ValueError(
                     f"`component_settings` of {name!r} must be a JSON object of the fields "
                     f"{', '.join(COMPONENT_SETTINGS)}, got {wrong!r}"
