@@ -167,7 +167,8 @@ class StateTrackingSettings(StackSettings, ConfigFieldSettings, TrackingSettings
         "eval_samples_per_bucket": 1024,  # 128 gave +- 4 points of noise
     }
     HELP = {
-        "task": f"one of {', '.join(TASK_NAMES)} ({WORD_PROBLEM_TASK}: set by --data_file)",
+        "task": f"one of {', '.join(TASK_NAMES)} ({WORD_PROBLEM_TASK}: set by --data_file), or several joined by "
+        f"{MIXTURE_SEPARATOR!r}: a mixture, e.g. mqar+a5",
         "supervision": f"{' or '.join(SUPERVISIONS)}",
         "mixer": f"one of {', '.join((*SSM_MIXERS, ATTENTION))}",
         "extra_config": "state tracking: over the recipe's (which sets the PD-SSM layer's: pd_ssm_transition, "
