@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..modeling import PAPER_PD_SSM_LAYER, HybridSSMConfig
 from ..modeling.configuration_hybrid_ssm import ATTENTION, PATTERN_LETTERS
+from .cli import comma_list
 from .settings_base import MixerSettings, help_field
 
 PATTERN_HELP = "one layer per letter: S = the mixer, " + ", ".join(f"{k} {v}" for k, v in PATTERN_LETTERS.items())
@@ -62,18 +63,13 @@ def stack_config_fields(settings, pattern: str, ssm_mixer: str) -> dict:
     )
 
 
-def ablation_mixers(text: str) -> list[str]:
-    """`test_ablations` "attention,pd_ssm" -> ["attention", "pd_ssm"] ("" -> [])."""
-    return [name.strip() for name in text.split(",") if name.strip()]
-
-
 def check_ablations(text, mixers: list[str], block_type: str) -> None:
     """ValueError unless `test_ablations` names distinct mixers of the stack's layers (`mixers`: their names), in
     pre-norm residual blocks (elsewhere a zeroed mixer's output is the block's whole output, not a branch left
     out)."""
     if not isinstance(text, str):
         raise ValueError(f"`test_ablations` must be a comma-separated string of mixers, got {text!r}")
-    names = ablation_mixers(text)
+    names = comma_list(text)
     if not names:
         return
     if any(name not in mixers for name in names) or len(set(names)) != len(names):

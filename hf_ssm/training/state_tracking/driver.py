@@ -32,8 +32,8 @@ from ...data.task_mixture import MixtureDataset
 from ...modeling import HybridSSMForTokenClassification
 from .. import loop
 from ..checkpointing import atomic_save_dir, check_data_files, check_resume_folder, run_finished
+from ..cli import comma_list
 from ..optimization import SublayerDelay, build_optimizer, build_scheduler
-from ..stack import ablation_mixers
 from .evaluation import TEST_SEED, evaluate_components, far_components, zeroed_mixers
 from .results import kept_results, run_results, write_results
 from .settings import (
@@ -169,7 +169,7 @@ def _train_run(settings: StateTrackingSettings, plan: RunPlan, run_dir: str | Pa
     tested = test()
     far = far_components(final_model, plan.components, accelerator.device)
     ablations = {}
-    for mixer in ablation_mixers(settings.test_ablations):  # which layer does which job
+    for mixer in comma_list(settings.test_ablations):  # which layer does which job
         with zeroed_mixers(final_model, mixer):
             ablations[mixer] = test()
     results = run_results(settings, plan, run, outcome, tested, far, final_model, ablations)
