@@ -164,7 +164,7 @@ def _train_run(settings: StateTrackingSettings, plan: RunPlan, run_dir: str | Pa
 
     def test() -> dict:
         return evaluate_components(final_model, plan.components, test_buckets, TEST_SEED, accelerator.device,
-                                   "eval_samples_per_bucket", test_rows)  # fmt: skip
+                                   settings.eval_samples_per_bucket, test_rows)  # fmt: skip
 
     tested = test()
     far = far_components(final_model, plan.components, accelerator.device)
@@ -260,7 +260,7 @@ def _train(
     def validation(step: int) -> dict:
         unwrapped = accelerator.unwrap_model(model)
         val = evaluate_components(unwrapped, plan.components, val_buckets, VALIDATION_SEED, accelerator.device,
-                                  "val_samples_per_bucket", val_rows)  # fmt: skip
+                                  settings.val_samples_per_bucket, val_rows)  # fmt: skip
         tasks = {name: report["mean_accuracy"] for name, report in val.get("components", {}).items()}  # a mixture
         history.append({"step": step, "loss": last["loss"].item(), "val_accuracy": val["mean_accuracy"],
                         **({"val_accuracy_by_task": tasks} if tasks else {})})  # fmt: skip

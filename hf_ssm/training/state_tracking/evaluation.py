@@ -84,17 +84,16 @@ def evaluate_far_lengths(model, settings, task, lengths, device) -> dict | None:
     return {"buckets": buckets, "mean_accuracy": sum(b["accuracy"] for b in buckets) / len(buckets)}
 
 
-def evaluate_components(model, components, buckets, seed: int, device, samples: str, rows=None) -> dict:
+def evaluate_components(model, components, buckets, seed: int, device, samples_per_bucket: int, rows=None) -> dict:
     """`evaluate` of each of a run's `components` (RunPlan.components) on its buckets (`buckets`: one list of (low,
-    high) per component), `samples` naming the settings field of the sequences per bucket
-    (`eval_samples_per_bucket`, `val_samples_per_bucket`). One component: its report itself. A mixture: the mean
-    of the components' mean accuracies, every bucket tagged with its task ("task"), and each component's own
+    high) per component), `samples_per_bucket` sequences a bucket. One component: its report itself. A mixture: the
+    mean of the components' mean accuracies, every bucket tagged with its task ("task"), and each component's own
     report under "components"."""
     own_rows = {} if rows is None else {"rows": rows}  # a word-problem file run's rows (one component)
-    reports = {}
-    for c, b in zip(components, buckets):
-        samples_per_bucket = getattr(c.settings, samples)
-        reports[c.task.name] = evaluate(model, c.settings, c.task, b, seed, device, samples_per_bucket, **own_rows)
+    reports = {
+        c.task.name: evaluate(model, c.settings, c.task, b, seed, device, samples_per_bucket, **own_rows)
+        for c, b in zip(components, buckets)
+    }
     if len(components) == 1:
         return next(iter(reports.values()))
     return {
