@@ -2,7 +2,7 @@
 transformers' HfArgumentParser: one spelling per field, `--<field>`; old spellings refused naming the new one,
 legacy_settings.py), flags not given told from defaults (`NotGiven`, for recipes and presets), the run-folder
 arguments (and the default, time-stamped folder), --seeds, CPU threads, the opening of a run (`start_run`) and the
-closing summary lines; the numeric check every settings dataclass runs first (`check_numeric_settings`)."""
+closing summary lines."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from pathlib import Path
 import torch
 from transformers import HfArgumentParser
 
-from ..modeling.config_values import check_number
 from .checkpointing import check_run_folder_arguments
 from .legacy_settings import (
     MOVED_TO_EXTRA_CONFIG,
@@ -30,28 +29,6 @@ from .legacy_settings import (
     renamed_option_message,
 )
 from .loop import make_accelerator
-
-
-def check_numeric_settings(settings, signed: Collection[str] = (), positive: Collection[str] = ()) -> None:
-    """The check of every numeric setting of every driver, run first by each settings dataclass's validate(): each
-    int / float field of the dataclass `settings` must be a finite number (no nan, no inf), >= 0 unless it is in
-    `signed` (a layer index counting from the end, a logit), and > 0 if it is in `positive` (a learning rate, a
-    temperature: zero or less would train nothing or divide by zero). An unset optional (None) passes; the classes
-    check their own tighter ranges after this. A numeric value of a dict field (an `extra_config` key: the config
-    checks its range) must be finite too. ValueError naming the field, or the key."""
-    for f in dataclasses.fields(settings):
-        value = getattr(settings, f.name)
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if isinstance(item, float):
-                    check_number(f"{f.name}` key `{key}", item)
-            continue
-        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if f.name in signed:
-            check_number(f.name, value)
-        else:
-            check_number(f.name, value, low=0, low_open=f.name in positive)
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

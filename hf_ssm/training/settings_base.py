@@ -37,9 +37,11 @@ import copy
 import dataclasses
 import functools
 import typing
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from ..modeling.config_values import check_number
 from .cli import config_fields_field
 from .legacy_settings import upgrade_settings
 
@@ -47,6 +49,28 @@ from .legacy_settings import upgrade_settings
 def help_field(text: str, **kwargs):
     """A dataclass field with its --help text (hf_ssm.training.cli.settings_parser)."""
     return field(metadata={"help": text}, **kwargs)
+
+
+def check_numeric_settings(settings, signed: Collection[str] = (), positive: Collection[str] = ()) -> None:
+    """The check of every numeric setting of every driver, run first by each settings dataclass's validate(): each
+    int / float field of the dataclass `settings` must be a finite number (no nan, no inf), >= 0 unless it is in
+    `signed` (a layer index counting from the end, a logit), and > 0 if it is in `positive` (a learning rate, a
+    temperature: zero or less would train nothing or divide by zero). An unset optional (None) passes; the classes
+    check their own tighter ranges after this. A numeric value of a dict field (an `extra_config` key: the config
+    checks its range) must be finite too. ValueError naming the field, or the key."""
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(item, float):
+                    check_number(f"{f.name}` key `{key}", item)
+            continue
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if f.name in signed:
+            check_number(f.name, value)
+        else:
+            check_number(f.name, value, low=0, low_open=f.name in positive)
 
 
 class SettingsGroup:

@@ -1,5 +1,5 @@
 """Every numeric setting of every driver (state tracking, adapter, pretraining, fine-tuning, time series) is checked
-by the one helper, hf_ssm.training.cli.check_numeric_settings, before anything trains: nan and inf are refused,
+by the one helper, hf_ssm.training.settings_base.check_numeric_settings, before anything trains: nan and inf are refused,
 and so are negative values of every setting that is not declared signed, each with a message naming the field.
 (Before, `--learning_rate -1` trained and reported 0.0 % and `--learning_rate nan` died deep in the scan.)"""
 

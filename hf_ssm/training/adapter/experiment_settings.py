@@ -66,8 +66,7 @@ from ...data.shuffled_objects import SHUFFLED_OBJECTS_TASK_NAMES, VARIETIES, obj
 from ...modeling import HybridSSMConfig
 from ...modeling.config_values import check_choice
 from ...modeling.configuration_hybrid_ssm import check_config_keys
-from ..cli import check_numeric_settings
-from ..settings_base import ConfigFieldSettings, MixerSettings, TrackingSettings
+from ..settings_base import ConfigFieldSettings, MixerSettings, TrackingSettings, check_numeric_settings
 
 NO_PRESET = "none"
 SMOLLM2 = "smollm2-135m"

@@ -15,8 +15,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ...data.lm_corpus import CorpusSpec, build_block_sources
-from ..cli import check_numeric_settings
-from ..settings_base import ConfigFieldSettings, DatasetSettings, StepTrainingSettings, help_field
+from ..settings_base import (
+    ConfigFieldSettings,
+    DatasetSettings,
+    StepTrainingSettings,
+    check_numeric_settings,
+    help_field,
+)
 
 MIXED_PRECISION = ("auto", "no", "bf16", "fp16")
 # Settings a resumed run may change (checkpointing.check_resume): they change neither the model, the data nor the

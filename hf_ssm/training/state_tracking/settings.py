@@ -18,9 +18,9 @@ from ...modeling import HybridSSMConfig
 from ...modeling.config_values import BLOCK_TYPES, BLOCKS_WITH_MLP, check_choice
 from ...modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
 from ...modeling.mixer_registry import pattern_letters, width_matched_fields
-from ..cli import check_numeric_settings, config_fields_field
+from ..cli import config_fields_field
 from ..optimization import LR_SCHEDULES
-from ..settings_base import ConfigFieldSettings, TrackingSettings
+from ..settings_base import ConfigFieldSettings, TrackingSettings, check_numeric_settings
 from ..stack import StackSettings, check_ablations, stack_config_fields, stack_pattern
 from .recipes import MODEL_DEFAULTS, RECIPE_NAMES, check_recipe
 from .teacher_forcing import check_teacher_forcing
@@ -626,13 +626,14 @@ def _model_config(settings: StateTrackingSettings, task, components: tuple[Compo
     pattern, ssm_mixer = stack_pattern(settings.mixer, settings.pattern)
     letters = {**pattern_letters(), "S": ssm_mixer}
     mixers = sorted({letters[ch] for ch in pattern if ch in letters})
+    stack_fields = stack_config_fields(settings, pattern, ssm_mixer)
     check_ablations(settings.test_ablations, mixers, settings.block_type)  # refused before training, not after
     # The other mixers' state widths matched to PD-SSM's: N complex numbers per head = 2 N H real numbers, each
     # mixer's fields from its registry declaration (`width_fields`, mixer_registry.py).
     width = 2 * settings.state_size * settings.num_heads
     chosen = {"pd_ssm_num_heads": settings.num_heads, "lru_group_size": settings.lru_group_size}
     config_fields = {
-        **stack_config_fields(settings, pattern, ssm_mixer),
+        **stack_fields,
         "vocab_size": task.vocab_size,
         # the longest sequence in tokens of any component, the far test lengths included (for mqar the lengths
         # count pairs, at a fixed sequence length)

@@ -32,11 +32,10 @@ from ...modeling import HybridSSMConfig, HybridSSMForTimeSeriesClassification
 from ...modeling.configuration_hybrid_ssm import ATTENTION, SSM_MIXERS, check_config_keys
 from .. import loop
 from ..checkpointing import atomic_save_dir
-from ..cli import check_numeric_settings
 from ..loop import batch_ranges, eval_mode
 from ..optimization import warmup_cosine_schedule
 from ..reports import markdown_table, pyplot, save_figure
-from ..settings_base import ConfigFieldSettings, DatasetSettings, TrainingSettings
+from ..settings_base import ConfigFieldSettings, DatasetSettings, TrainingSettings, check_numeric_settings
 from ..stack import PAPER_PD_SSM_MODE, StackSettings, stack_config_fields, stack_pattern
 
 BEST_WEIGHTS = "best_model.safetensors"
