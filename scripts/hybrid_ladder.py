@@ -23,6 +23,18 @@ to --runs_dir (outside the work tree by default), and --resume continues an inte
     python scripts/hybrid_ladder.py --rungs table,residual --seeds 0-4
     python scripts/hybrid_ladder.py --rungs table,mixer_mlp --variants heads32
     python scripts/hybrid_ladder.py --table                  # print the table of what is recorded
+
+`--ladder recall` climbs the other way, for multi-query associative recall (docs/design.md §8.8): from the smallest
+hybrid that binds keys to values — `hybrid_recall`'s SAA at 1e-3 on a small recall (16 keys and 16 values, 64 tokens,
+2-16 pairs; §8.7) — towards the block that tracks A5 (RECALL_RUNGS; recorded under the task `mqar`):
+
+    binder             hybrid_recall's SAA at 1e-3: one-hot tokens frozen, 16 heads, C = I, d = 256 (the reference)
+    sublayer_delay     + attention and the SwiGLU blocks held back for the first 200 steps
+    trained_embedding  + the token embedding trained (from its one-hot init)
+    block              + hybrid_block_wide's layer: 64 heads, d = 512, C frozen at its random init, W_P at 1e-2 / sqrt(d)
+
+    python scripts/hybrid_ladder.py --ladder recall --rungs binder,sublayer_delay --seeds 0-2
+    python scripts/hybrid_ladder.py --ladder recall --rungs binder --variants trained_embedding,normal_embedding
 """
 
 from __future__ import annotations
@@ -58,9 +70,11 @@ class Rung:
     derived: Callable[[dict[str, str]], dict[str, str]] | None = None
 
 
+# a rung of both ladders (and a variant of the recall ladder's)
+TRAINED_EMBEDDING = Rung("trained_embedding", "+ the token embedding trained", ("--freeze_embedding", "false"))
 RUNGS = (
     Rung("table", "table's mixer-only layer: frozen one-hot tokens, C = I frozen"),
-    Rung("trained_embedding", "+ the token embedding trained", ("--freeze_embedding", "false")),
+    TRAINED_EMBEDDING,
     Rung(
         "mixer_mlp",
         "+ RMSNorm before the layer, SwiGLU block after it",
@@ -124,15 +138,87 @@ VARIANTS = (
 )
 VARIANT_NAMES = tuple(v.name for v in VARIANTS)
 
+# The recall ladder's base: `hybrid_recall` at 1e-3 with pattern SAA on §8.7's small recall, where it binds by step 500
+RECALL_BASE = {
+    "--recipe": "hybrid_recall",
+    "--pattern": "SAA",
+    "--learning_rate": "1e-3",
+    "--task_vocab_size": "34",
+    "--sequence_length": "64",
+    "--train_min_length": "2",
+    "--train_max_length": "16",
+    "--test_min_length": "4",
+    "--test_max_length": "16",
+    "--num_buckets": "2",
+    "--max_steps": "600",
+    "--eval_every": "100",
+    "--save_every": "100",
+    "--target_accuracy": "0.99",
+}
 
-def rung_arguments(name: str, task: str, seed: int, variants: tuple[str, ...] = ()) -> list[str]:
-    """The train_state_tracking.py arguments of rung `name`: the base command, then every rung's flags up to it,
-    then the variants' flags (a later value of a flag wins), the merged config fields last."""
-    args = ["--task", task, "--mixers", "pd_ssm", "--recipe", "table", "--restarts", "1", "--seed", str(seed)]
-    flags: dict[str, str] = {}
+
+def _block_transition_step(flags: dict[str, str]) -> dict[str, str]:
+    """`hybrid_block_wide`'s W_P rate, 1e-2 / sqrt(d), as a multiple of the rung's own rate (recipes.transition_lr_scale)."""
+    scale = transition_lr_scale(float(flags["--learning_rate"]), int(flags["--hidden_size"]))
+    return {"pd_ssm_transition_lr_scale": f"{scale:.4g}"}
+
+
+RECALL_RUNGS = (
+    Rung("binder", "hybrid_recall's SAA at 1e-3 on the small recall: frozen one-hot tokens, 16 heads, C = I"),
+    Rung(
+        "sublayer_delay",
+        "+ attention and the SwiGLU blocks held back 200 steps",
+        ("--attention_frozen_steps", "200", "--mlp_frozen_steps", "200"),
+    ),
+    TRAINED_EMBEDDING,
+    Rung(
+        "block",
+        "+ hybrid_block_wide's layer: 64 heads, d = 512, C frozen at N(0, 0.02^2), W_P at 1e-2 / sqrt(d)",
+        ("--num_heads", "64", "--hidden_size", "512"),
+        ("pd_ssm_output_init=normal",),
+        derived=_block_transition_step,
+    ),
+)
+# Changes under test on the recall ladder: one rung's difference alone on an earlier rung, or a candidate fix
+RECALL_VARIANTS = (TRAINED_EMBEDDING, *(v for v in VARIANTS if v.name in ("normal_embedding", "attention_delay")))
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """A ladder: the task it is recorded under, the arguments every rung starts from, its rungs and variants."""
+
+    task: str
+    base: dict[str, str]
+    rungs: tuple[Rung, ...]
+    variants: tuple[Rung, ...]
+
+    @property
+    def rung_names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.rungs)
+
+    @property
+    def variant_names(self) -> tuple[str, ...]:
+        return tuple(v.name for v in self.variants)
+
+
+LADDERS = {
+    "tracking": Ladder("a5", {"--recipe": "table", "--restarts": "1"}, RUNGS, VARIANTS),
+    "recall": Ladder("mqar", RECALL_BASE, RECALL_RUNGS, RECALL_VARIANTS),
+}
+
+
+def rung_arguments(
+    name: str, task: str, seed: int, variants: tuple[str, ...] = (), ladder: str = "tracking"
+) -> list[str]:
+    """The train_state_tracking.py arguments of rung `name` of `ladder` (LADDERS): the ladder's base command, then
+    every rung's flags up to it, then the variants' flags (a later value of a flag wins), the merged config fields
+    last."""
+    chosen_ladder = LADDERS[ladder]
+    args = ["--task", task, "--mixers", "pd_ssm"]
+    flags: dict[str, str] = {**chosen_ladder.base, "--seed": str(seed)}
     extra: dict[str, str] = {}
-    chosen = [VARIANTS[VARIANT_NAMES.index(v)] for v in variants]
-    chosen_and_rungs = (*RUNGS[: RUNG_NAMES.index(name) + 1], *chosen)
+    chosen = [chosen_ladder.variants[chosen_ladder.variant_names.index(v)] for v in variants]
+    chosen_and_rungs = (*chosen_ladder.rungs[: chosen_ladder.rung_names.index(name) + 1], *chosen)
     for rung in chosen_and_rungs:
         flags.update(zip(rung.flags[::2], rung.flags[1::2]))
         extra.update(item.split("=", 1) for item in rung.extra_config)
@@ -258,9 +344,12 @@ def record_key(name: str, variants: tuple[str, ...] = ()) -> str:
     return "+".join((name, *variants))
 
 
-def run_rung(name: str, task: str, seed: int, runs_dir: Path, resume: bool, threads: int, variants=()) -> dict:
-    """Train one rung (with `variants`) for one seed through the product command; returns its ladder record."""
-    args = rung_arguments(name, task, seed, variants)
+def run_rung(
+    name: str, task: str, seed: int, runs_dir: Path, resume: bool, threads: int, variants=(), ladder: str = "tracking"
+) -> dict:
+    """Train one rung of `ladder` (with `variants`) for one seed through the product command; returns its ladder
+    record (with the heads' probe on the tracking ladder: recall's answer is no automaton's state)."""
+    args = rung_arguments(name, task, seed, variants, ladder)
     out = runs_dir / task / record_key(name, variants) / f"seed{seed}"
     command = ["python", "scripts/train_state_tracking.py", *args]
     print("$ " + " ".join(command), flush=True)
@@ -270,7 +359,7 @@ def run_rung(name: str, task: str, seed: int, runs_dir: Path, resume: bool, thre
     subprocess.run([sys.executable, *command[1:], *extra], cwd=ROOT, env=env, check=True)
     results = json.loads((out / "results.json").read_text())
     record = {"command": " ".join(command), "wall_seconds": round(time.time() - began, 1), **_summary(results)}
-    return {**record, **_head_probe(out / "model", task)}
+    return {**record, **(_head_probe(out / "model", task) if ladder == "tracking" else {})}
 
 
 def _head_probe(model: Path, task: str) -> dict:
@@ -288,16 +377,17 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
 
-def table(record: dict) -> list[str]:
-    """The ladder as Markdown: every seed's test mean over 40-256 (far 1,000 / 4,000) [its heads carrying >= 1 bit
-    about the class: head_information, and the share of words their joint state names: joint_accuracy], how many
-    learnt, mean ± std."""
+def table(record: dict, ladder: str = "tracking") -> list[str]:
+    """`ladder`'s record as Markdown: every seed's test mean over the test buckets (far 1,000 / 4,000) [its heads
+    carrying >= 1 bit about the class: head_information, and the share of words their joint state names:
+    joint_accuracy], how many learnt, mean ± std."""
     lines = [
         "| rung | what it adds | test mean % per seed (far 1,000 / 4,000) | learnt (>= 99 %) | mean ± std | CPU s |",
         "|---|---|---|---|---|---|",
     ]
-    changes = {r.name: r.change for r in (*RUNGS, *VARIANTS)}
-    order = {name: i for i, name in enumerate(RUNG_NAMES)}
+    chosen = LADDERS[ladder]
+    changes = {r.name: r.change for r in (*chosen.rungs, *chosen.variants)}
+    order = {name: i for i, name in enumerate(chosen.rung_names)}
     for key in sorted(record, key=lambda k: (k.count("+"), order.get(k.split("+")[0], len(order)), k)):
         runs = record[key]
         if not runs:
@@ -328,6 +418,8 @@ def probe_recorded(full: dict, runs_dir: Path) -> dict[tuple[str, str, str], dic
     `runs_dir`; returns the probed runs by (task, key, seed)."""
     probed = {}
     for task, record in full.items():
+        if task == LADDERS["recall"].task:  # recall's answer is no automaton's state
+            continue
         for key, runs in record.items():
             for seed, run in runs.items():
                 model = runs_dir / task / key / f"seed{seed}" / "model"
@@ -352,14 +444,15 @@ def _record_runs(path: Path, runs: dict[tuple[str, str, str], dict]) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rungs", default=",".join(RUNG_NAMES), help=f"comma-separated, from {', '.join(RUNG_NAMES)}")
+    parser.add_argument("--ladder", default="tracking", choices=tuple(LADDERS), help="which ladder (module docstring)")
+    names = "; ".join(f"{k}: {', '.join(v.rung_names)}" for k, v in LADDERS.items())
+    parser.add_argument("--rungs", default=None, help=f"comma-separated (default: every rung of the ladder); {names}")
     add_seeds_argument(parser, "e.g. 0-2 or 0,3", default=[0, 1, 2])
+    names = "; ".join(f"{k}: {', '.join(v.variant_names)}" for k, v in LADDERS.items())
+    parser.add_argument("--variants", default="", help=f"changes applied to every rung, comma-separated; {names}")
     parser.add_argument(
-        "--variants",
-        default="",
-        help=f"changes applied to every rung, comma-separated, from {', '.join(VARIANT_NAMES)}",
+        "--task", default=None, help="the tracking ladder's task (default a5); the recall ladder's is mqar, fixed"
     )
-    parser.add_argument("--task", default="a5")
     parser.add_argument("--record", type=Path, default=DEFAULT_RECORD, help="the ladder's JSON record")
     parser.add_argument("--runs_dir", type=Path, default=Path.home() / ".cache" / "hf_ssm" / "ladder")
     parser.add_argument("--resume", action="store_true", help="continue interrupted runs from their checkpoints")
@@ -376,14 +469,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    rungs = [r for r in args.rungs.split(",") if r]
-    unknown = sorted(set(rungs) - set(RUNG_NAMES))
+    ladder = LADDERS[args.ladder]
+    if args.task is None:
+        args.task = ladder.task
+    elif args.ladder == "recall" and args.task != ladder.task:
+        raise SystemExit(f"--task: the recall ladder trains {ladder.task} only, got {args.task!r}")
+    rungs = [r for r in (args.rungs or ",".join(ladder.rung_names)).split(",") if r]
+    unknown = sorted(set(rungs) - set(ladder.rung_names))
     if unknown:
-        raise SystemExit(f"--rungs: unknown {unknown}; choose from {', '.join(RUNG_NAMES)}")
+        raise SystemExit(f"--rungs: unknown {unknown}; the {args.ladder} ladder's are {', '.join(ladder.rung_names)}")
     variants = tuple(v for v in args.variants.split(",") if v)
-    unknown = sorted(set(variants) - set(VARIANT_NAMES))
+    unknown = sorted(set(variants) - set(ladder.variant_names))
     if unknown:
-        raise SystemExit(f"--variants: unknown {unknown}; choose from {', '.join(VARIANT_NAMES)}")
+        raise SystemExit(
+            f"--variants: unknown {unknown}; the {args.ladder} ladder's are {', '.join(ladder.variant_names)}"
+        )
     full = json.loads(args.record.read_text()) if args.record.is_file() else {}
     record = full.setdefault(args.task, {})
     if args.probe:
@@ -396,12 +496,12 @@ def main(argv: list[str] | None = None) -> int:
                 if str(seed) in record.get(key, {}):
                     continue
                 runs_dir = args.runs_dir.expanduser()
-                result = run_rung(name, args.task, seed, runs_dir, args.resume, args.cpu_threads, variants)
+                result = run_rung(name, args.task, seed, runs_dir, args.resume, args.cpu_threads, variants, args.ladder)
                 # merged into the record as it is now: another ladder process may have recorded runs meanwhile
                 full = _record_runs(args.record, {(args.task, key, str(seed)): result})
                 record = full[args.task]
                 print(f"{key} seed {seed}: test mean {_pct(result['test_mean'])} %", flush=True)
-    print("\n".join(table(record)))
+    print("\n".join(table(record, args.ladder)))
     return 0
 
 

@@ -185,3 +185,64 @@ def test_a_run_recorded_by_another_ladder_process_meanwhile_is_kept(tmp_path, mo
     runs = json.loads(record.read_text())["a5"]
     assert runs["table"]["0"]["test_mean"] == 1.0 and runs["table+heads32"]["0"] == other
     assert runs["mixer_mlp"]["0"]["test_mean"] == 0.25
+
+
+def _recall_settings(rung: str, variants: tuple[str, ...] = ()) -> StateTrackingSettings:
+    parser = driver.build_parser()
+    args = ladder.rung_arguments(rung, "mqar", 0, variants, "recall")
+    _, runs = driver.plan_runs(parser, parser.parse_args(args))
+    ((settings, _),) = runs
+    return settings
+
+
+def test_the_recall_ladder_climbs_from_the_binder_to_the_block_one_difference_at_a_time():
+    """The recall ladder starts at hybrid_recall's SAA at 1e-3 on the small recall (§8.7's binder) and each rung
+    adds exactly its own difference; the last is hybrid_block_wide's layer, W_P at 1e-2 / sqrt(512) as there."""
+    expected = {
+        "sublayer_delay": {"attention_frozen_steps": 200, "mlp_frozen_steps": 200},
+        "trained_embedding": {"freeze_embedding": False},
+        "block": {"num_heads": 64, "hidden_size": 512, "pd_ssm_output_init": "normal",
+                  "pd_ssm_transition_lr_scale": 0.4419},
+    }  # fmt: skip
+
+    def flat(settings) -> dict:
+        return {k: v for k, v in vars(settings).items() if k != "extra_config"} | dict(settings.extra_config)
+
+    first = flat(_recall_settings("binder"))
+    assert (first["task"], first["recipe"], first["pattern"], first["learning_rate"]) == ("mqar", "hybrid_recall",
+                                                                                          "SAA", 1e-3)  # fmt: skip
+    assert (first["task_vocab_size"], first["sequence_length"], first["train_min_length"]) == (34, 64, 2)
+    assert first["freeze_embedding"] and first["num_heads"] == 16 and first["hidden_size"] == 256
+    previous = first
+    for name in ladder.LADDERS["recall"].rung_names[1:]:
+        current = flat(_recall_settings(name))
+        changed = {k: current[k] for k in current if current[k] != previous.get(k)}
+        assert changed == expected[name], name
+        previous = current
+    block = _recall_settings("block")
+    transition_rate = block.learning_rate * block.extra_config["pd_ssm_transition_lr_scale"]
+    assert abs(transition_rate - 1e-2 * 512**-0.5) < 1e-6
+
+
+def test_a_recall_variant_applies_one_rungs_difference_alone():
+    """`--variants trained_embedding` on the binder trains its embedding without the sublayer delay below it on the
+    ladder, and normal_embedding on top starts it at the model's own init."""
+    varied = _recall_settings("binder", ("trained_embedding", "normal_embedding"))
+    assert not varied.freeze_embedding and varied.embedding_init == "normal"
+    assert varied.attention_frozen_steps == 0 and varied.num_heads == 16
+
+
+def test_the_recall_ladder_refuses_another_task_and_names_its_own_rungs(tmp_path, capsys):
+    import pytest
+
+    common = ["--record", str(tmp_path / "l.json"), "--runs_dir", str(tmp_path)]
+    with pytest.raises(SystemExit, match="recall ladder trains mqar only"):
+        ladder.main(["--ladder", "recall", "--task", "a5", *common])
+    with pytest.raises(SystemExit, match="the recall ladder's are binder, sublayer_delay"):
+        ladder.main(["--ladder", "recall", "--rungs", "table", *common])
+    with pytest.raises(SystemExit, match="the recall ladder's are trained_embedding"):
+        ladder.main(["--ladder", "recall", "--variants", "heads32", *common])
+    record = {"mqar": {"binder": {"0": {"test_mean": 1.0, "far": {}, "cpu_seconds": 5.0}}}}
+    (tmp_path / "l.json").write_text(json.dumps(record))
+    ladder.main(["--ladder", "recall", "--table", *common])
+    assert "| binder | hybrid_recall's SAA at 1e-3" in capsys.readouterr().out
