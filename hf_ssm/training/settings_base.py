@@ -16,6 +16,9 @@ Every wing's settings dataclass (causal LM: `lm.lm_settings.PretrainSettings` an
 - `MixerSettings` (state tracking, time series, adapter): the SSM `mixer`;
 - `DatasetSettings` (causal LM, time series): the `dataset`.
 
+Every wing's `validate()` runs `check_numeric_settings` first: each numeric field finite and >= 0 (> 0 where it must
+be), named in the error.
+
 The run folder (`--output_dir`, `--resume`) and the seed lists (`--seeds`) are script arguments, not settings:
 `hf_ssm.training.cli` declares them once for every script.
 
