@@ -95,10 +95,10 @@ RUNG_NAMES = tuple(r.name for r in RUNGS)
 def _transition_step_per_width(flags: dict[str, str]) -> dict[str, str]:
     """pd_ssm_transition_lr_scale such that W_P learns at table's rate / sqrt(d) whatever the rate of the rest
     (recipes.transition_lr_scale, which `hybrid_block` uses too); d and the rate as train_state_tracking.py resolves
-    them from `table` and the rung's --num_heads / --learning_rate."""
-    explicit = {name: kind(flags[f"--{name}"]) for name, kind in (("num_heads", int), ("learning_rate", float))
-                if f"--{name}" in flags}  # fmt: skip
-    values = {**vars(StateTrackingSettings()), **resolve_settings("table", explicit)}
+    them from the ladder's --recipe and the rung's --num_heads / --hidden_size / --learning_rate."""
+    kinds = (("num_heads", int), ("hidden_size", int), ("learning_rate", float))
+    explicit = {name: kind(flags[f"--{name}"]) for name, kind in kinds if f"--{name}" in flags}
+    values = {**vars(StateTrackingSettings()), **resolve_settings(flags["--recipe"], explicit)}
     scale = transition_lr_scale(values["learning_rate"], values["hidden_size"])
     return {"pd_ssm_transition_lr_scale": f"{scale:.4g}"}
 
@@ -157,12 +157,6 @@ RECALL_BASE = {
 }
 
 
-def _block_transition_step(flags: dict[str, str]) -> dict[str, str]:
-    """`hybrid_block_wide`'s W_P rate, 1e-2 / sqrt(d), as a multiple of the rung's own rate (recipes.transition_lr_scale)."""
-    scale = transition_lr_scale(float(flags["--learning_rate"]), int(flags["--hidden_size"]))
-    return {"pd_ssm_transition_lr_scale": f"{scale:.4g}"}
-
-
 RECALL_RUNGS = (
     Rung("binder", "hybrid_recall's SAA at 1e-3 on the small recall: frozen one-hot tokens, 16 heads, C = I"),
     Rung(
@@ -176,7 +170,7 @@ RECALL_RUNGS = (
         "+ hybrid_block_wide's layer: 64 heads, d = 512, C frozen at N(0, 0.02^2), W_P at 1e-2 / sqrt(d)",
         ("--num_heads", "64", "--hidden_size", "512"),
         ("pd_ssm_output_init=normal",),
-        derived=_block_transition_step,
+        derived=_transition_step_per_width,  # hybrid_block_wide's 1e-2 / sqrt(512)
     ),
 )
 # Changes under test on the recall ladder: one rung's difference alone on an earlier rung, or a candidate fix
