@@ -258,6 +258,11 @@ class HybridSSMConfig(PretrainedConfig):
             N(0, initializer_range^2) like every linear map. `"identity"`: C = the d x 2HN identity (needs
             hidden_size >= 2 * pd_ssm_num_heads * pd_ssm_head_state_size), so that what follows the mixer starts by
             reading the heads' states as they are, not through a small random projection.
+        pd_ssm_output_init_scale: C's start as a multiple of `pd_ssm_output_init`'s (> 0, default 1.0): N(0, (s *
+            initializer_range)^2), or s times the identity. With C frozen (`pd_ssm_output_trainable=False`) it is the
+            scale of the layer's output in the residual stream: the layer's states are one-hot (norm sqrt(H) over
+            the heads), so at 1.0 they can outweigh the token embedding that the attention layers above read, and
+            attention then fails to bind keys to values (docs/design.md §8.8).
         pd_ssm_output_trainable: whether C is trained (True: the paper). False (default) keeps C at its initial value
             (requires_grad False; saved and loaded like any weight): with `pd_ssm_output_init="identity"` the rest of
             the model reads the heads' states themselves throughout training.
@@ -387,6 +392,7 @@ class HybridSSMConfig(PretrainedConfig):
     pd_ssm_transition_norm: bool = False
     pd_ssm_output_skip: bool = False
     pd_ssm_output_init: str = "normal"
+    pd_ssm_output_init_scale: float = 1.0
     pd_ssm_output_trainable: bool = False
     pd_ssm_input: str = "none"
     lrc_num_channels: int = 64

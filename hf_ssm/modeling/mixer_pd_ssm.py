@@ -128,6 +128,8 @@ class PDSSMMixer(nn.Module):
             self.in_proj = nn.Linear(d, 2 * h * n, bias=False)  # complex B: real and imaginary parts
         self.out_proj = nn.Linear(2 * h * n, d, bias=False)  # Re(C x) = [C_re, -C_im] [Re x; Im x]
         self.output_init = config.pd_ssm_output_init
+        # C's start: the generic N(0, initializer_range^2) (the model's _init_weights) or the identity, times this
+        self.output_init_scale, self.output_init_std = config.pd_ssm_output_init_scale, config.initializer_range
         if self.output_init == "identity":
             with torch.no_grad():
                 self.out_proj.weight.copy_(self.identity_output_weight())
@@ -144,8 +146,9 @@ class PDSSMMixer(nn.Module):
     def init_parameters(self, init) -> None:
         """(Re)draws the start values with `init`'s functions (transformers.initialization, which skip loaded
         weights; the model's _init_weights calls this through the registry): the transition mode's parameters, the
-        learned x_0 at e_0, D_skip = 1 and the identity C of pd_ssm_output_init="identity" (the values __init__ gives
-        them)."""
+        learned x_0 at e_0, D_skip = 1, the identity C of pd_ssm_output_init="identity" (the values __init__ gives
+        them) and a normal C at pd_ssm_output_init_scale times the generic std (at 1.0 the generic init's draw
+        stands, so a default model draws what it drew before the field existed)."""
         self.transition.init_parameters(self, init)
         if self.initial_state_kind == "learned":
             init.copy_(self.learned_initial_state, self.one_hot_initial_state(self.out_proj.weight.device))
@@ -153,11 +156,14 @@ class PDSSMMixer(nn.Module):
             init.ones_(self.skip)
         if self.output_init == "identity":
             init.copy_(self.out_proj.weight, self.identity_output_weight())
+        elif self.output_init_scale != 1.0:
+            init.normal_(self.out_proj.weight, mean=0.0, std=self.output_init_scale * self.output_init_std)
 
     def identity_output_weight(self) -> torch.Tensor:
-        """C = the (d, 2HN) identity (pd_ssm_output_init="identity"), in out_proj's dtype and device."""
+        """C = pd_ssm_output_init_scale times the (d, 2HN) identity (pd_ssm_output_init="identity"), in out_proj's
+        dtype and device."""
         weight = self.out_proj.weight
-        return torch.eye(*weight.shape, dtype=weight.dtype, device=weight.device)
+        return self.output_init_scale * torch.eye(*weight.shape, dtype=weight.dtype, device=weight.device)
 
     def one_hot_initial_state(self, device=None) -> torch.Tensor:
         """e_0 in every head as [real, imag] pairs: (H, N, 2) float32."""

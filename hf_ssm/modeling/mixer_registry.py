@@ -270,6 +270,7 @@ def _check_pd_ssm(config) -> None:
         if not isinstance(getattr(config, name), bool):
             raise ValueError(f"`{name}` must be True or False, got {getattr(config, name)!r}")
     check_number("pd_ssm_transition_init_scale", config.pd_ssm_transition_init_scale, low=0, low_open=True)
+    check_number("pd_ssm_output_init_scale", config.pd_ssm_output_init_scale, low=0, low_open=True)
     lr_scale = config.pd_ssm_transition_lr_scale  # None: 1 / sqrt(W_P's input size) where there is a W_P
     if lr_scale is not None:
         check_number("pd_ssm_transition_lr_scale", lr_scale, low=0, low_open=True)

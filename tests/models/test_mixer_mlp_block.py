@@ -116,6 +116,34 @@ def test_identity_output_init_starts_c_at_the_identity_and_is_checked(tmp_path):
         tiny_config("P", pd_ssm_output_init="eye")
 
 
+def test_output_init_scale_scales_c_at_the_start_only_and_is_checked(tmp_path):
+    """pd_ssm_output_init_scale s: C starts N(0, (s * initializer_range)^2) or s times the identity, through the
+    model's init; at s = 1 the model draws exactly what it drew without the field (same seed, same weights); a
+    reload keeps the saved C; zero, negative, non-finite and non-numbers are refused naming the field."""
+
+    def built(**fields):
+        torch.manual_seed(0)
+        config = tiny_config("PA", hidden_size=64, pd_ssm_num_heads=4, pd_ssm_head_state_size=8, **fields)
+        return HybridSSMForCausalLM(config)
+
+    default, unit, small = built(), built(pd_ssm_output_init_scale=1.0), built(pd_ssm_output_init_scale=0.05)
+    weight = small.model.layers[0].mixer.out_proj.weight  # (64, 2 * 4 * 8)
+    assert torch.equal(unit.model.layers[0].mixer.out_proj.weight, default.model.layers[0].mixer.out_proj.weight)
+    std = default.model.layers[0].mixer.out_proj.weight.std().item()
+    assert 0.8 * 0.02 < std < 1.2 * 0.02 and 0.8 * 0.001 < weight.std().item() < 1.2 * 0.001
+    # only C changes: the transitions, the attention and the embedding draw as before
+    assert torch.equal(small.model.embed_tokens.weight, default.model.embed_tokens.weight)
+    small.save_pretrained(tmp_path)
+    reloaded = HybridSSMForCausalLM.from_pretrained(tmp_path)
+    assert torch.equal(reloaded.model.layers[0].mixer.out_proj.weight, weight)
+    assert reloaded.config.pd_ssm_output_init_scale == 0.05
+    eye = built(pd_ssm_output_init="identity", pd_ssm_output_init_scale=0.5)
+    assert torch.equal(eye.model.layers[0].mixer.out_proj.weight, 0.5 * torch.eye(64))
+    for bad in (0, -1.0, float("inf"), "0.1", True):
+        with pytest.raises(ValueError, match="`pd_ssm_output_init_scale` must be a finite number > 0"):
+            tiny_config("P", pd_ssm_output_init_scale=bad)
+
+
 def test_frozen_identity_output_keeps_c_through_training_and_reload(tmp_path):
     """pd_ssm_output_trainable=False: C has no gradient and stays the identity after an optimizer step; the flag
     reloads, and a non-bool is refused naming the field."""
