@@ -35,6 +35,7 @@ hybrid that binds keys to values — `hybrid_recall`'s SAA at 1e-3 on a small re
 
     python scripts/hybrid_ladder.py --ladder recall --rungs binder,sublayer_delay --seeds 0-2
     python scripts/hybrid_ladder.py --ladder recall --rungs binder --variants trained_embedding,normal_embedding
+    python scripts/hybrid_ladder.py --ladder recall --rungs trained_embedding,block --variants output_scale
 """
 
 from __future__ import annotations
@@ -174,7 +175,17 @@ RECALL_RUNGS = (
     ),
 )
 # Changes under test on the recall ladder: one rung's difference alone on an earlier rung, or a candidate fix
-RECALL_VARIANTS = (TRAINED_EMBEDDING, *(v for v in VARIANTS if v.name in ("normal_embedding", "attention_delay")))
+RECALL_VARIANTS = (
+    TRAINED_EMBEDDING,
+    *(v for v in VARIANTS if v.name in ("normal_embedding", "attention_delay")),
+    # the fix §8.8 found: the layer's one-hot states, at full scale, outweigh a trained embedding in the stream
+    Rung(
+        "output_scale",
+        "the PD-SSM layer's C started (frozen) at 0.1 times its init: its output a tenth as large",
+        (),
+        ("pd_ssm_output_init_scale=0.1",),
+    ),
+)
 
 
 @dataclass(frozen=True)
