@@ -178,6 +178,8 @@ RECALL_RUNGS = (
 RECALL_VARIANTS = (
     TRAINED_EMBEDDING,
     *(v for v in VARIANTS if v.name in ("normal_embedding", "attention_delay")),
+    # the block's C alone: frozen at the model's random init (1,024 -> 512 there), not the identity
+    Rung("random_c", "C frozen at the model's N(0, 0.02^2) init, not the identity", (), ("pd_ssm_output_init=normal",)),
     # the fix §8.8 found: the layer's one-hot states, at full scale, outweigh a trained embedding in the stream
     Rung(
         "output_scale",
