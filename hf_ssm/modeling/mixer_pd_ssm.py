@@ -147,8 +147,9 @@ class PDSSMMixer(nn.Module):
         """(Re)draws the start values with `init`'s functions (transformers.initialization, which skip loaded
         weights; the model's _init_weights calls this through the registry): the transition mode's parameters, the
         learned x_0 at e_0, D_skip = 1, the identity C of pd_ssm_output_init="identity" (the values __init__ gives
-        them) and a normal C at pd_ssm_output_init_scale times the generic std (at 1.0 the generic init's draw
-        stands, so a default model draws what it drew before the field existed)."""
+        them) and a normal C at pd_ssm_output_init_scale times the generic std: at 1.0 the generic init's draw
+        stands (a default model draws every weight as before the field existed); another scale draws C again, so
+        the weights initialised after it come from a later point of the random stream."""
         self.transition.init_parameters(self, init)
         if self.initial_state_kind == "learned":
             init.copy_(self.learned_initial_state, self.one_hot_initial_state(self.out_proj.weight.device))

@@ -232,7 +232,7 @@ def test_a_recall_variant_applies_one_rungs_difference_alone():
     assert varied.attention_frozen_steps == 0 and varied.num_heads == 16
 
 
-def test_output_scale_starts_the_pd_ssm_layers_c_at_a_tenth_of_its_init_and_changes_nothing_else():
+def test_the_output_scale_variant_sets_the_output_init_scale_and_nothing_else():
     """`--variants output_scale` (the fix of §8.8) on the block sets pd_ssm_output_init_scale = 0.1 and only that
     (what the field does to C: tests/models/test_mixer_mlp_block.py)."""
     plain, scaled = _recall_settings("block"), _recall_settings("block", ("output_scale",))
